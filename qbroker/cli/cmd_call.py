@@ -1,0 +1,94 @@
+"""``qbroker call NAME [COMMAND] [key=value ...]``: one RPC request, print the reply."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from qbroker.cli.output import print_result, say
+from qbroker.cli.session import GlobalOptions, run_with_unit, usage_guard
+from qbroker.cli.values import build_body
+
+if TYPE_CHECKING:
+    from qbroker import Unit
+
+EXAMPLES = """
+[bold]Examples[/]
+
+  qbroker call toposm.queuemaster stats            [dim]# body {"command": "stats"}[/]
+
+  qbroker call toposm.queuemaster render tile=15/17600/10750 zoom=15
+
+  qbroker call example.echo --json '{"text": "hi"}'
+
+  jq -n '{text: "hi"}' | qbroker call example.echo --json - --raw
+
+Values parse as JSON when they can (zoom=15, tiles='["1/0/0"]', ok=true), else as strings.
+Exit codes: 0 ok (a warning goes to stderr), 1 error, 2 fail, 3 timeout or no broker, 64 usage.
+"""
+
+
+def call(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Endpoint name (the routing key on the rpc exchange).")],
+    words: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[COMMAND] [KEY=VALUE]...",
+            help="Optional command (sent as body['command']) then key=value parameters.",
+            show_default=False,
+        ),
+    ] = None,
+    json_body: Annotated[
+        str | None,
+        typer.Option("--json", "-j", help="The whole body as JSON; '-' reads it from stdin."),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", "-t", help="Seconds to wait for the reply [default: QBROKER_CALL_TIMEOUT or 10]"),
+    ] = None,
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", help="Set the request's debug header; show tracebacks (local and remote)."),
+    ] = False,
+    raw: Annotated[
+        bool, typer.Option("--raw", "-r", help="Body only for pipes: strings unquoted, else one JSON line.")
+    ] = False,
+) -> None:
+    """Send an RPC request and print the reply body."""
+    options: GlobalOptions = ctx.obj
+    holder: dict[str, Any] = {}
+
+    def parse() -> int:
+        holder["body"] = build_body(json_body, words or [], allow_command=True)
+        return 0
+
+    code = usage_guard(parse)
+    if code:
+        raise typer.Exit(code)
+
+    async def action(unit: Unit) -> int:
+        kwargs: dict[str, Any] = {"debug": debug}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        reply = await unit.call_reply(name, holder["body"], **kwargs)
+        print_result(reply.body, raw=raw)
+        warning = getattr(reply, "warning", None)
+        if warning is not None:
+            say(f"qbroker: warning: {describe_warning(warning)}", style="yellow")
+        return 0
+
+    raise typer.Exit(run_with_unit(options, action, show_traceback=debug))
+
+
+def describe_warning(warning: Any) -> str:
+    """The warning as 'id: message' whatever shape the core hands back (object, dict or text)."""
+    if isinstance(warning, dict):
+        error_id, message = warning.get("id"), warning.get("message")
+    else:
+        error_id = getattr(warning, "error_id", None) or getattr(warning, "id", None)
+        message = getattr(warning, "message", None)
+    if error_id or message:
+        return f"{error_id}: {message}" if error_id and message else str(error_id or message)
+    return str(warning)

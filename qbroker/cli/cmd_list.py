@@ -1,0 +1,107 @@
+"""``qbroker list``: who is on the bus, from the ``qbroker.ping`` replies."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from qbroker.cli.output import print_result
+from qbroker.cli.session import GlobalOptions, run_with_unit
+
+if TYPE_CHECKING:
+    from qbroker import Unit
+
+EXAMPLES = """
+[bold]Examples[/]
+
+  qbroker list
+
+  qbroker list --schemas                 [dim]# each endpoint's parameter schema[/]
+
+  qbroker list --json | jq '.[].app'
+"""
+
+
+def list_units(
+    ctx: typer.Context,
+    schemas: Annotated[bool, typer.Option("--schemas", "-s", help="Show each endpoint's parameter schema.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the ping replies as a JSON array.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", "-t", help="Seconds to wait for replies.")] = 1.5,
+    gap: Annotated[
+        float | None,
+        typer.Option("--gap", help="Stop after this many seconds without a new reply (default: wait --timeout)."),
+    ] = None,
+) -> None:
+    """Send qbroker.ping and print a table of the running units: app, uuid, host, endpoints."""
+    options: GlobalOptions = ctx.obj
+
+    async def action(unit: Unit) -> int:
+        units: list[dict[str, Any]] = []
+        async for reply in unit.gather("qbroker.ping", {}, timeout=timeout, gap=gap):
+            body = reply.body
+            # The CLI's own unit answers the ping too; it is not what the user asked about.
+            if isinstance(body, dict) and body.get("uuid") != unit.uuid:
+                units.append(body)
+        units.sort(key=lambda u: (str(u.get("app")), str(u.get("uuid"))))
+        if as_json:
+            print_result(units)
+        else:
+            render_units(units, schemas=schemas)
+        return 0
+
+    raise typer.Exit(run_with_unit(options, action))
+
+
+def endpoint_label(name: str, info: Any) -> str:
+    commands = info.get("commands") if isinstance(info, dict) else None
+    return f"{name} [{', '.join(sorted(commands))}]" if commands else name
+
+
+def render_units(units: list[dict[str, Any]], *, schemas: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(soft_wrap=not sys.stdout.isatty())
+    table = Table(title=f"{len(units)} unit{'s' if len(units) != 1 else ''} on the bus", title_justify="left")
+    for column in ("app", "uuid", "host", "pid", "uptime", "endpoints"):
+        table.add_column(column, overflow="fold")
+    for info in units:
+        endpoints = info.get("endpoints") or {}
+        names = endpoints if isinstance(endpoints, dict) else {name: {} for name in endpoints}
+        uptime = info.get("uptime")
+        table.add_row(
+            str(info.get("app", "?")),
+            str(info.get("uuid", "?")),
+            str(info.get("host", "?")),
+            str(info.get("pid", "")),
+            f"{uptime:.0f}s" if isinstance(uptime, int | float) else "",
+            "\n".join(endpoint_label(name, names[name]) for name in sorted(names)) or "-",
+        )
+    console.print(table)
+    if schemas:
+        render_schemas(console, units)
+
+
+def render_schemas(console: Any, units: list[dict[str, Any]]) -> None:
+    from rich.json import JSON
+    from rich.tree import Tree
+
+    from qbroker.cli.output import to_json
+
+    for info in units:
+        endpoints = info.get("endpoints") or {}
+        if not isinstance(endpoints, dict) or not endpoints:
+            continue
+        tree = Tree(f"[bold]{info.get('app')}[/] {info.get('uuid')}")
+        for name in sorted(endpoints):
+            entry = endpoints[name] if isinstance(endpoints[name], dict) else {}
+            branch = tree.add(f"[cyan]{name}[/]")
+            commands = entry.get("commands")
+            if commands:
+                for command in sorted(commands):
+                    branch.add(f"[green]{command}[/]").add(JSON(to_json(commands[command])))
+            elif entry.get("schema") is not None:
+                branch.add(JSON(to_json(entry["schema"])))
+        console.print(tree)

@@ -1,0 +1,126 @@
+"""``qbroker``: operate a QBroker bus from the shell (call, alert, list)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import click
+import typer
+
+from qbroker.cli import cmd_alert, cmd_call, cmd_list
+from qbroker.cli.exit_codes import ExitCode
+from qbroker.cli.session import GlobalOptions
+
+
+class QBrokerApp(typer.Typer):
+    """Typer app whose usage errors exit 64, not click's 2 (2 means a remote ``fail`` here)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().__call__(*args, **kwargs)
+        except click.UsageError as exc:
+            _show_click_error(exc)
+            sys.exit(int(ExitCode.USAGE))
+        except click.Abort:
+            sys.stderr.write("aborted\n")
+            sys.exit(int(ExitCode.INTERRUPTED))
+        except click.ClickException as exc:
+            _show_click_error(exc)
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _show_click_error(exc: click.ClickException) -> None:
+    try:
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(exc)
+    except Exception:  # rich formatting is cosmetic; never hide the actual message
+        exc.show()
+
+
+EXAMPLES = """
+[bold]Examples[/]
+
+  qbroker call toposm.queuemaster stats
+
+  qbroker call example.echo text=hi times=2
+
+  echo '{"text": "hi"}' | qbroker call example.echo --json -
+
+  qbroker alert expire_toposm --text '14/1/2;14/1/3'
+
+  qbroker alert qbroker.ping --gather --timeout 2
+
+  qbroker list --schemas
+
+Exit codes: 0 ok (or warn), 1 error, 2 fail, 3 timeout or no broker, 64 usage.
+Environment: QBROKER_URL, QBROKER_EXCHANGE_PREFIX, QBROKER_RPC_EXCHANGE, QBROKER_REPLY_EXCHANGE,
+QBROKER_ALERT_EXCHANGE, QBROKER_DEAD_EXCHANGE, QBROKER_APP, QBROKER_CALL_TIMEOUT.
+"""
+
+app = QBrokerApp(
+    name="qbroker",
+    help="Operate a QBroker bus on RabbitMQ: call endpoints, publish alerts, list running units.",
+    epilog=EXAMPLES,
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def global_options(
+    ctx: typer.Context,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            "-u",
+            envvar="QBROKER_URL",
+            help="Broker URL, or several comma-separated for failover (tried in order).",
+            show_envvar=True,
+        ),
+    ] = None,
+    exchange_prefix: Annotated[
+        str | None,
+        typer.Option("--exchange-prefix", help="Prefix of all exchange names [env: QBROKER_EXCHANGE_PREFIX]"),
+    ] = None,
+    rpc_exchange: Annotated[str | None, typer.Option("--rpc-exchange", help="Name of the rpc exchange.")] = None,
+    reply_exchange: Annotated[
+        str | None, typer.Option("--reply-exchange", help="Name of the reply exchange.")
+    ] = None,
+    alert_exchange: Annotated[
+        str | None, typer.Option("--alert-exchange", help="Name of the alert exchange.")
+    ] = None,
+    dead_exchange: Annotated[
+        str | None, typer.Option("--dead-exchange", help="Name of the dead exchange.")
+    ] = None,
+    app_name: Annotated[
+        str | None,
+        typer.Option("--app", help="App name of the CLI's unit (default qbroker.cli) [env: QBROKER_APP]"),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the library's logs on stderr.")] = False,
+) -> None:
+    """Global options go before the command: qbroker --url amqp://host/ call NAME ..."""
+    exchanges = {
+        kind: name
+        for kind, name in (
+            ("rpc", rpc_exchange),
+            ("reply", reply_exchange),
+            ("alert", alert_exchange),
+            ("dead", dead_exchange),
+        )
+        if name
+    }
+    ctx.obj = GlobalOptions(
+        url=url, exchange_prefix=exchange_prefix, exchanges=exchanges, app=app_name, verbose=verbose
+    )
+
+
+app.command("call", epilog=cmd_call.EXAMPLES, no_args_is_help=True)(cmd_call.call)
+app.command("alert", epilog=cmd_alert.EXAMPLES, no_args_is_help=True)(cmd_alert.alert)
+app.command("list", epilog=cmd_list.EXAMPLES)(cmd_list.list_units)

@@ -1,0 +1,122 @@
+"""Global options, the short-lived CLI unit, and turning outcomes into exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from qbroker.cli.exit_codes import ExitCode, UsageProblem, exit_code_for, is_unreachable
+from qbroker.cli.output import say
+
+if TYPE_CHECKING:
+    from qbroker import Config, Unit
+
+DEFAULT_APP = "qbroker.cli"
+
+
+@dataclass
+class GlobalOptions:
+    """What the global options/environment say; None means "let Config read QBROKER_* / defaults"."""
+
+    url: str | None = None
+    exchange_prefix: str | None = None
+    exchanges: dict[str, str] = field(default_factory=dict)  # kind ("rpc", ...) -> name
+    app: str | None = None
+    verbose: bool = False
+
+    def config(self) -> Config:
+        from qbroker import Config
+
+        overrides: dict[str, Any] = {}
+        if self.url:
+            overrides["url"] = self.url
+        if self.exchange_prefix is not None:
+            overrides["exchange_prefix"] = self.exchange_prefix
+        for kind, name in self.exchanges.items():
+            overrides[f"{kind}_exchange"] = name
+        if self.app:
+            overrides["app"] = self.app
+        return Config(**overrides)
+
+    def app_name(self, config: Config, default: str = DEFAULT_APP) -> str:
+        """--app, else QBROKER_APP (Config.app), else the tool's own name."""
+        return self.app or getattr(config, "app", None) or default
+
+
+def configure_logging(verbose: bool) -> None:
+    """Library logs go to stderr (stdout carries results) and stay quiet unless --verbose."""
+    from qbroker.log import configure_logging as configure_core_logging
+
+    configure_core_logging("DEBUG" if verbose else "WARNING")
+
+
+def describe(exc: BaseException) -> str:
+    """One line naming the problem, without a traceback."""
+    from qbroker import errors
+
+    if isinstance(exc, UsageProblem):
+        return f"usage: {exc}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if is_unreachable(exc):
+        detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        return detail if detail.startswith("no broker") else f"no broker reachable: {detail}"
+    if isinstance(exc, errors.RequestFailed | errors.RequestError):
+        status = "fail" if isinstance(exc, errors.RequestFailed) else "error"
+        return f"{status}: {exc.id}: {exc.message}" if exc.message else f"{status}: {exc.id}"
+    return f"error: {type(exc).__name__}: {exc}"
+
+
+def remote_traceback(exc: BaseException) -> str | None:
+    """The server-side traceback a debug request brings back, when the core exposes it."""
+    value = getattr(exc, "trace", None)
+    return value if isinstance(value, str) and value else None
+
+
+def run_with_unit(
+    options: GlobalOptions,
+    action: Callable[[Unit], Awaitable[int]],
+    *,
+    show_traceback: bool = False,
+) -> int:
+    """Start a short-lived unit, run ``action`` with it, stop it; return the exit code.
+
+    Every failure becomes one line on stderr and the matching exit code; ``show_traceback`` (the
+    ``--debug`` flag) adds the local traceback and, when the reply carried one, the remote one.
+    """
+    configure_logging(options.verbose)
+
+    async def main() -> int:
+        from qbroker import Unit
+
+        config = options.config()
+        unit = Unit(options.app_name(config), config=config)
+        await unit.start()
+        try:
+            return await action(unit)
+        finally:
+            await unit.stop()
+
+    try:
+        return asyncio.run(main())
+    except (Exception, KeyboardInterrupt) as exc:
+        if show_traceback and not isinstance(exc, UsageProblem | KeyboardInterrupt):
+            traceback.print_exc(file=sys.stderr)
+            remote = remote_traceback(exc)
+            if remote:
+                sys.stderr.write("remote traceback:\n" + remote.rstrip() + "\n")
+        say(f"qbroker: {describe(exc)}", style="bold red")
+        return int(exit_code_for(exc))
+
+
+def usage_guard(action: Callable[[], int]) -> int:
+    """Run a command body that may raise UsageProblem before any connection is made."""
+    try:
+        return action()
+    except UsageProblem as exc:
+        say(f"qbroker: usage: {exc}", style="bold red")
+        return int(ExitCode.USAGE)

@@ -1,0 +1,163 @@
+"""The debugger's main loop: a unit for discovery, our own queues on its connection, one printer.
+
+Deliveries from all our queues go through one in-process queue to a single processing task, so
+events are handled (and printed) in the order the broker delivered them and a request is always
+remembered before its reply is paired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from qbroker.cli.output import say
+from qbroker.cli.snoop.bindings import SnoopQueues
+from qbroker.cli.snoop.captured import Captured, from_delivery, from_trace
+from qbroker.cli.snoop.directory import UnitDirectory
+from qbroker.cli.snoop.events import Event, decode
+from qbroker.cli.snoop.filters import EventFilter
+from qbroker.cli.snoop.pairing import RequestTracker
+from qbroker.cli.snoop.render import Renderer
+
+if TYPE_CHECKING:
+    from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
+
+    from qbroker import Config, Unit
+
+ROLES = ("rpc", "reply", "alert", "dead")
+
+
+@dataclass
+class DebugSettings:
+    renderer: Renderer
+    event_filter: EventFilter = field(default_factory=EventFilter)
+    firehose: bool = False
+    everything: bool = False  # --all: bind '#' on rpc and alert
+    show_own: bool = False  # show the debugger's own discovery traffic
+    max_events: int | None = None
+    duration: float | None = None
+    discover_timeout: float = 1.0
+
+
+class Debugger:
+    def __init__(self, unit: Unit, config: Config, settings: DebugSettings) -> None:
+        self.unit = unit
+        self.settings = settings
+        self.exchanges = {role: config.exchange_name(role) for role in ROLES}  # type: ignore[arg-type]
+        self.roles = {name: role for role, name in self.exchanges.items()}
+        self.directory = UnitDirectory(unit.uuid, everything=settings.everything)
+        self.tracker = RequestTracker()
+        self.inbox: asyncio.Queue[Captured] = asyncio.Queue()
+        self.stopping = asyncio.Event()
+        self.shown = 0
+        self.queues = SnoopQueues(
+            self.exchanges, f"{config.exchange_prefix}debug_{unit.uuid}_", self._deliver
+        )
+        unit.on_connected(self._attach)
+
+    async def _deliver(self, message: AbstractIncomingMessage, source: str) -> None:
+        captured = from_trace(message) if source == "firehose" else from_delivery(message, source)  # type: ignore[arg-type]
+        if captured is not None:
+            self.inbox.put_nowait(captured)
+
+    async def _attach(self, connection: AbstractConnection) -> None:
+        # Runs on every (re)connect: exclusive queues died with the old connection, so redeclare.
+        await self.queues.open(connection, firehose=self.settings.firehose, desired=self.directory.desired())
+
+    async def discover(self) -> None:
+        """Follow the units already running: they all answer ``qbroker.ping``."""
+        async for reply in self.unit.gather("qbroker.ping", {}, timeout=self.settings.discover_timeout):
+            if isinstance(reply.body, dict):
+                self.directory.learn(reply.body)
+        await self.queues.sync(self.directory.desired())
+
+    async def run(self) -> None:
+        deadline = time.monotonic() + self.settings.duration if self.settings.duration else None
+        while not self.stopping.is_set():
+            timeout = None if deadline is None else deadline - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                break
+            getter = asyncio.ensure_future(self.inbox.get())
+            stopper = asyncio.ensure_future(self.stopping.wait())
+            done, _ = await asyncio.wait({getter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if getter not in done:
+                getter.cancel()
+                continue
+            await self.handle(getter.result())
+
+    async def handle(self, captured: Captured) -> None:
+        event = decode(captured, self.roles)
+        if event is None:
+            return
+        await self._follow(event)
+        self.tracker.observe(event)
+        if event.kind == "reply":
+            event.to_app = event.to_app or self.directory.app_of(event.to_uuid)
+            if event.name == "qbroker.ping" and isinstance(event.body, dict):
+                # Someone else's ping (e.g. `qbroker list`) refreshes what we know for free.
+                if self.directory.learn(event.body) is not None:
+                    await self.queues.sync(self.directory.desired())
+        event.app = event.app or self.directory.app_of(event.uuid)
+        if self._is_own(event) and not self.settings.show_own:
+            return
+        if not self.settings.event_filter(event):
+            return
+        self.settings.renderer.show(event)
+        self.shown += 1
+        if self.settings.max_events is not None and self.shown >= self.settings.max_events:
+            self.stopping.set()
+
+    async def _follow(self, event: Event) -> None:
+        """Keep bindings in step with the bus: new units, stopped units, unknown callers."""
+        changed = False
+        if event.kind == "alert" and isinstance(event.body, dict):
+            if event.name == "qbroker.start":
+                changed = self.directory.learn(event.body) is not None
+            elif event.name == "qbroker.stop":
+                changed = self.directory.forget(event.body.get("uuid") or event.uuid) is not None
+        elif event.kind == "request":
+            changed = self.directory.follow_caller(event.reply_to)
+        if changed:
+            await self.queues.sync(self.directory.desired())
+
+    def _is_own(self, event: Event) -> bool:
+        own = self.unit.uuid
+        return own in (event.uuid, event.to_uuid, event.reply_to)
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stopping.set)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "units": len(self.directory.units),
+            "endpoints": len(self.queues.bound("rpc")),
+            "queues": self.queues.names,
+        }
+
+
+async def run_debugger(unit: Unit, config: Config, settings: DebugSettings) -> int:
+    debugger = Debugger(unit, config, settings)
+    debugger.install_signal_handlers()
+    await unit.start()
+    try:
+        if not settings.firehose or True:
+            await debugger.discover()
+        info = debugger.summary()
+        mode = "firehose (amq.rabbitmq.trace)" if settings.firehose else "own queues"
+        say(
+            f"qbroker-debug: watching via {mode}: {info['units']} unit(s), {info['endpoints']} endpoint(s); "
+            f"queues {', '.join(info['queues'])}; Ctrl-C to stop",
+            style="dim",
+        )
+        await debugger.run()
+    finally:
+        await debugger.queues.close()
+        await unit.stop()
+    say(f"qbroker-debug: {debugger.shown} message(s) shown; queues removed", style="dim")
+    return 0

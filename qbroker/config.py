@@ -1,0 +1,82 @@
+"""Settings for a unit, read from the environment (``QBROKER_*``) or passed in code."""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ExchangeRole = Literal["rpc", "reply", "alert", "dead"]
+
+
+class Config(BaseSettings):
+    """Everything a unit needs to find its broker and exchanges.
+
+    ``url`` may hold several broker URLs separated by commas; they are tried in order and the unit
+    fails over to the next one when a broker is lost.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="QBROKER_", extra="ignore")
+
+    url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    app: str = "qbroker.unit"
+    exchange_prefix: str = ""
+    rpc_exchange: str = "rpc"
+    reply_exchange: str = "reply"
+    alert_exchange: str = "alert"
+    dead_exchange: str = "dead"
+    dead_queue: str = "dead"
+    call_timeout: float = Field(10.0, gt=0)
+    heartbeat: int = Field(30, ge=0)
+    connect_timeout: float = Field(5.0, gt=0)
+    reconnect_backoff_max: float = Field(5.0, gt=0)
+    drain_timeout: float = Field(10.0, ge=0)
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    accept: list[str] = ["application/json", "text/plain", "application/octet-stream"]
+    # Every unit helps answer dead requests, so a call to a missing service fails in milliseconds
+    # even without a standalone collector. Turn off for units that must not touch the shared queue.
+    dead_letters: bool = True
+    # Dead messages nobody collects should not pile up forever in the shared `dead` queue.
+    dead_queue_ttl_ms: int = Field(24 * 3600 * 1000, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _urls_not_empty(cls, value: str) -> str:
+        if not [u for u in value.split(",") if u.strip()]:
+            raise ValueError("at least one broker URL is required")
+        return value
+
+    @property
+    def urls(self) -> list[str]:
+        return [u.strip() for u in self.url.split(",") if u.strip()]
+
+    def exchange_name(self, role: ExchangeRole) -> str:
+        base = {
+            "rpc": self.rpc_exchange,
+            "reply": self.reply_exchange,
+            "alert": self.alert_exchange,
+            "dead": self.dead_exchange,
+        }[role]
+        return self.exchange_prefix + base
+
+    def queue_name(self, kind: Literal["rpc", "reply", "alert"], suffix: str) -> str:
+        return f"{self.exchange_prefix}{kind}_{suffix}"
+
+    @property
+    def dead_queue_name(self) -> str:
+        return self.exchange_prefix + self.dead_queue
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, safe for logs and error messages."""
+    parts = urlsplit(url)
+    if parts.password is None and "@" not in parts.netloc:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    netloc = f"{user}:***@{host}" if user else host
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

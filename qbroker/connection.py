@@ -1,0 +1,133 @@
+"""One connection per unit: connect with failover over an ordered URL list, reconnect with backoff.
+
+aio-pika's robust connection reconnects to one URL only and restores state behind our back; we need
+failover and a clean "connection lost" moment to fail calls in flight, so this loop owns the cycle:
+connect -> ``on_connected`` (declare, consume) -> wait for loss -> ``on_lost`` -> back off -> again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit, urlunsplit
+
+import aio_pika
+from aio_pika.abc import AbstractConnection
+
+from qbroker.config import Config, redact_url
+from qbroker.errors import BrokerUnavailable
+from qbroker.log import get_logger
+
+OnConnected = Callable[[AbstractConnection], Awaitable[None]]
+OnLost = Callable[[BaseException | None], Awaitable[None]]
+
+
+def _with_heartbeat(url: str, heartbeat: int) -> str:
+    parts = urlsplit(url)
+    if "heartbeat=" in parts.query:
+        return url
+    query = f"{parts.query}&heartbeat={heartbeat}" if parts.query else f"heartbeat={heartbeat}"
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+
+
+class ConnectionSupervisor:
+    def __init__(self, config: Config, on_connected: OnConnected, on_lost: OnLost, **log_ctx: str) -> None:
+        self._config = config
+        self._on_connected = on_connected
+        self._on_lost = on_lost
+        self._urls = list(config.urls)
+        self._log = get_logger(**log_ctx)
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.connection: AbstractConnection | None = None
+        self.ready = asyncio.Event()
+        self.url_index = 0
+
+    async def start(self) -> None:
+        """Connect now (trying each URL once); raise BrokerUnavailable if none answers."""
+        connection = await self._connect_any()
+        if connection is None:
+            hosts = ", ".join(redact_url(u) for u in self._urls)
+            raise BrokerUnavailable("broker_unavailable", f"no broker reachable at {hosts}")
+        await self._established(connection)
+        self._task = asyncio.create_task(self._supervise(), name="qbroker-connection")
+
+    async def _connect_any(self) -> AbstractConnection | None:
+        for _ in range(len(self._urls)):
+            url = self._urls[self.url_index]
+            try:
+                return await aio_pika.connect(
+                    _with_heartbeat(url, self._config.heartbeat), timeout=self._config.connect_timeout
+                )
+            except (OSError, asyncio.TimeoutError, aio_pika.exceptions.AMQPError) as exc:
+                self._log.warning("broker unreachable", url=redact_url(url), error=str(exc) or type(exc).__name__)
+                # Move the failing broker to the back of the line (RQ's SERVER_FULL rule).
+                self.url_index = (self.url_index + 1) % len(self._urls)
+        return None
+
+    async def _established(self, connection: AbstractConnection) -> None:
+        lost: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+        def _closed(_: object, exc: BaseException | None = None) -> None:
+            if not lost.done():
+                lost.set_result(exc)
+
+        connection.close_callbacks.add(_closed)
+        self._lost = lost
+        self.connection = connection
+        try:
+            await self._on_connected(connection)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await connection.close()
+            raise
+        self.ready.set()
+        self._log.info("connected", url=redact_url(self._urls[self.url_index]))
+
+    def lose(self, reason: BaseException | None = None) -> None:
+        """Declare the connection broken (e.g. a channel died) so the supervisor rebuilds everything."""
+        if self.connection is not None and not self.connection.is_closed:
+            asyncio.create_task(self.connection.close(reason))
+
+    async def _supervise(self) -> None:
+        while not self._stopping:
+            exc = await self._lost
+            self.ready.clear()
+            self.connection = None
+            if self._stopping:
+                return
+            self._log.warning("connection lost", error=str(exc) if exc else None)
+            await self._on_lost(exc)
+            delay = 0.1
+            while not self._stopping:
+                connection = await self._connect_any()
+                if connection is not None:
+                    try:
+                        await self._established(connection)
+                        break
+                    except Exception as err:  # declare failed mid-way: start over
+                        self._log.warning("setup after reconnect failed", error=str(err))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._config.reconnect_backoff_max)
+
+    async def wait_ready(self, timeout: float | None) -> bool:
+        if self.ready.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self.ready.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.connection is not None and not self.connection.is_closed:
+            with contextlib.suppress(Exception):
+                await self.connection.close()
+        self.connection = None
+        self.ready.clear()

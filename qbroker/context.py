@@ -1,0 +1,64 @@
+"""What a handler knows about the message it is handling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from aio_pika.abc import AbstractIncomingMessage
+
+from qbroker.envelope import Header
+
+
+@dataclass
+class RequestContext:
+    """Passed to a handler that declares a parameter annotated ``RequestContext``."""
+
+    header: Header
+    kind: str
+    log: Any
+    message: AbstractIncomingMessage | None = field(default=None, repr=False)
+    detached: bool = False
+
+    @property
+    def name(self) -> str | None:
+        return self.header.name
+
+    @property
+    def message_id(self) -> str | None:
+        return self.header.message_id
+
+    @property
+    def correlation_id(self) -> str | None:
+        return self.header.correlation_id
+
+    @property
+    def reply_to(self) -> str | None:
+        return self.header.reply_to
+
+    @property
+    def app_id(self) -> str | None:
+        return self.header.app_id
+
+    @property
+    def debug(self) -> bool:
+        return self.header.debug
+
+    @property
+    def deadline(self) -> float | None:
+        return self.header.deadline
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        return dict(self.message.headers or {}) if self.message is not None else {}
+
+    async def detach(self) -> None:
+        """Acknowledge the request now, freeing its prefetch slot for a long wait.
+
+        The reply is still sent when the handler returns. If this unit dies before then, the request
+        is not redelivered: the caller sees its own timeout.
+        """
+        if self.detached or self.message is None:
+            return
+        self.detached = True
+        await self.message.ack()

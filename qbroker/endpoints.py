@@ -1,0 +1,72 @@
+"""RPC endpoints: one handler per name, or TopOSM-style command endpoints dispatching on ``command``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from qbroker.context import RequestContext
+from qbroker.errors import InvalidParams, UnknownCommand
+from qbroker.handlers import Extra, Handler
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class EndpointOptions:
+    prefetch: int = 64
+    exclusive: bool = False
+    single_active: bool = False
+    max_priority: int | None = None
+    timeout: float | None = None
+
+
+@dataclass
+class Endpoint:
+    """A plain RPC endpoint: the whole body goes to one handler."""
+
+    name: str
+    options: EndpointOptions
+    handler: Handler | None = None
+
+    async def dispatch(self, body: Any, ctx: RequestContext) -> Any:
+        assert self.handler is not None
+        return await self.handler.call(body, ctx)
+
+    def describe(self) -> dict[str, Any]:
+        return {"schema": self.handler.json_schema() if self.handler else {}}
+
+
+@dataclass
+class CommandEndpoint(Endpoint):
+    """``{"command": "stats", ...}``: each command has its own handler and parameter model."""
+
+    commands: dict[str, Handler] = field(default_factory=dict)
+
+    def command(self, command: str, *, extra: Extra = "forbid") -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            if command in self.commands:
+                raise ValueError(f"command {command!r} is already registered on {self.name}")
+            self.commands[command] = Handler(fn, f"{self.name}:{command}", extra=extra)
+            return fn
+
+        return register
+
+    async def dispatch(self, body: Any, ctx: RequestContext) -> Any:
+        if not isinstance(body, dict) or "command" not in body:
+            raise InvalidParams(f"invalid parameters for {self.name}: expected a JSON object with a 'command' field")
+        command = body["command"]
+        handler = self.commands.get(command) if isinstance(command, str) else None
+        if handler is None:
+            known = ", ".join(sorted(self.commands))
+            raise UnknownCommand(f"unknown command {command!r} for {self.name} (known: {known})")
+        params = {k: v for k, v in body.items() if k != "command"}
+        return await handler.call(params, ctx)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "schema": {"type": "object", "required": ["command"],
+                       "properties": {"command": {"enum": sorted(self.commands)}}},
+            "commands": {name: h.json_schema() for name, h in sorted(self.commands.items())},
+        }

@@ -1,0 +1,149 @@
+"""The message envelope: the QBroker header, body and error element, to and from AMQP messages.
+
+Header fields live where the seed puts them: AMQP properties (app-id, message-id, reply-to,
+correlation-id, content-type, type) and AMQP headers (``version``, ``name``, ``debug``, ``error``, plus
+our ``deadline`` and ``app``). See docs/wire-format.md.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import aio_pika
+from aio_pika.abc import AbstractIncomingMessage
+from pydantic import BaseModel, ValidationError
+
+from qbroker.codecs import JSON, CodecError, CodecRegistry, default_codecs
+from qbroker.errors import BadMessage, ErrorInfo
+
+PROTOCOL_VERSION = 1
+MessageKind = Literal["rpc", "reply", "alert"]
+
+
+class Header(BaseModel):
+    """The QBroker header of a message, as read from its AMQP properties and headers."""
+
+    version: int = PROTOCOL_VERSION
+    app_id: str | None = None
+    message_id: str | None = None
+    reply_to: str | None = None
+    name: str | None = None
+    correlation_id: str | None = None
+    debug: bool = False
+    content_type: str = JSON
+    type: str | None = None
+    deadline: float | None = None
+    app: str | None = None
+
+
+class Envelope(BaseModel):
+    header: Header
+    body: Any = None
+    error: ErrorInfo | None = None
+
+
+def build_message(
+    body: Any,
+    *,
+    kind: MessageKind,
+    app_id: str,
+    app: str,
+    message_id: str,
+    name: str | None = None,
+    reply_to: str | None = None,
+    correlation_id: str | None = None,
+    debug: bool = False,
+    error: ErrorInfo | None = None,
+    content_type: str = JSON,
+    deadline: float | None = None,
+    expiration_s: float | None = None,
+    priority: int | None = None,
+    codecs: CodecRegistry = default_codecs,
+) -> aio_pika.Message:
+    headers: dict[str, Any] = {"version": PROTOCOL_VERSION, "app": app}
+    if name is not None:
+        headers["name"] = name
+    if debug:
+        headers["debug"] = True
+    if deadline is not None:
+        # Epoch milliseconds as an integer: AMQP tables carry Python floats as 32-bit floats.
+        headers["deadline"] = int(deadline * 1000)
+    if error is not None:
+        headers["error"] = error.model_dump(exclude_none=True)
+    data = b"" if body is None and content_type == JSON else codecs.encode(body, content_type)
+    return aio_pika.Message(
+        data,
+        headers=headers,
+        content_type=content_type,
+        app_id=app_id,
+        message_id=message_id,
+        reply_to=reply_to,
+        correlation_id=correlation_id,
+        type=kind,
+        expiration=expiration_s,
+        priority=priority,
+        timestamp=time.time(),
+        delivery_mode=aio_pika.DeliveryMode.NOT_PERSISTENT,
+    )
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def read_header(message: AbstractIncomingMessage, *, require: tuple[str, ...] = ()) -> Header:
+    """The header of an incoming message; raises BadMessage naming what is wrong."""
+    raw = message.headers or {}
+    if "version" not in raw:
+        raise BadMessage("bad_header", "missing header: version")
+    try:
+        header = Header(
+            version=raw["version"],
+            app_id=message.app_id,
+            message_id=message.message_id,
+            reply_to=message.reply_to,
+            name=_text(raw.get("name")),
+            correlation_id=message.correlation_id,
+            debug=bool(raw.get("debug", False)),
+            content_type=message.content_type or JSON,
+            type=message.type,
+            deadline=raw["deadline"] / 1000 if isinstance(raw.get("deadline"), int) else None,
+            app=_text(raw.get("app")),
+        )
+    except ValidationError as exc:
+        fields = ", ".join(".".join(str(p) for p in err["loc"]) for err in exc.errors())
+        raise BadMessage("bad_header", f"invalid header fields: {fields}") from exc
+    if header.version != PROTOCOL_VERSION:
+        raise BadMessage("bad_version", f"unsupported protocol version {header.version} (supported: 1)")
+    missing = [field for field in require if getattr(header, field) in (None, "")]
+    if missing:
+        raise BadMessage("bad_header", f"missing header: {', '.join(missing)}")
+    return header
+
+
+def read_error(message: AbstractIncomingMessage) -> ErrorInfo | None:
+    raw = (message.headers or {}).get("error")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise BadMessage("bad_header", "header error is not a table")
+    try:
+        return ErrorInfo.model_validate({k: _text(v) for k, v in raw.items()})
+    except ValidationError as exc:
+        raise BadMessage("bad_header", "header error is not a valid error element") from exc
+
+
+def read_body(
+    message: AbstractIncomingMessage,
+    *,
+    accept: list[str],
+    max_bytes: int,
+    codecs: CodecRegistry = default_codecs,
+) -> Any:
+    if len(message.body) > max_bytes:
+        raise BadMessage("too_large", f"body of {len(message.body)} bytes exceeds the limit of {max_bytes}")
+    try:
+        return codecs.decode(message.body, message.content_type, accept)
+    except CodecError as exc:
+        raise BadMessage("bad_body", str(exc)) from exc

@@ -1,0 +1,161 @@
+"""Errors: the wire's error element as exceptions, and the registry that maps ids back to types.
+
+A reply's error element is ``{status, id, part, message}``. On the caller's side it becomes an
+exception chosen by ``id`` from an explicit registry (never by importing a name from the wire), or the
+generic class for its status.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel
+
+Status = Literal["ok", "warn", "error", "fail"]
+
+
+class ErrorInfo(BaseModel):
+    """The error element of a message (carried in the AMQP header ``error``)."""
+
+    status: Status
+    id: str
+    part: str = ""
+    message: str = ""
+    trace: str | None = None
+
+
+class QBrokerError(Exception):
+    """Base of every qbroker error. ``status`` and ``error_id`` are the class's wire identity."""
+
+    status: ClassVar[Status] = "error"
+    error_id: ClassVar[str] = "error"
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, *args: str, part: str = "", trace: str | None = None) -> None:
+        # RequestFailed("bad_tile", "tile out of range") or NoServer("no server for x").
+        if len(args) >= 2:
+            self.id, self.message = args[0], args[1]
+        elif len(args) == 1:
+            self.id, self.message = self.error_id, args[0]
+        else:
+            self.id, self.message = self.error_id, ""
+        self.part = part
+        self.trace = trace
+        super().__init__(f"{self.status}/{self.id}: {self.message}" if self.message else f"{self.status}/{self.id}")
+
+    def to_info(self, part: str = "") -> ErrorInfo:
+        return ErrorInfo(status=self.status, id=self.id, part=self.part or part, message=self.message,
+                         trace=self.trace)
+
+
+class RequestFailed(QBrokerError):
+    """Status ``fail``: cannot succeed without intervention (bad request, wrong version, ...)."""
+
+    status = "fail"
+    error_id = "failed"
+
+
+class RequestError(QBrokerError):
+    """Status ``error``: a problem that retrying may or may not fix."""
+
+    status = "error"
+    error_id = "error"
+
+
+class NoServer(RequestFailed):
+    error_id = "no_server"
+
+
+class InvalidParams(RequestFailed):
+    error_id = "invalid_params"
+
+
+class UnknownCommand(RequestFailed):
+    error_id = "unknown_command"
+
+
+class BadMessage(RequestFailed):
+    """The message itself is malformed: body, version, headers, size or content type."""
+
+    error_id = "bad_message"
+
+
+class TimedOutInQueue(RequestError):
+    error_id = "queue_timeout"
+    retryable = True
+
+
+class CallTimeout(RequestError):
+    error_id = "call_timeout"
+    retryable = True
+
+
+class ConnectionLost(RequestError):
+    error_id = "connection_lost"
+    retryable = True
+
+
+class HandlerCrashed(RequestError):
+    error_id = "unhandled"
+
+
+class HandlerTimeout(RequestError):
+    error_id = "handler_timeout"
+    retryable = True
+
+
+class NotStarted(QBrokerError):
+    """The unit is used in the wrong state (e.g. ``call()`` before ``start()``). Never sent."""
+
+    status = "fail"
+    error_id = "not_started"
+
+
+class BrokerUnavailable(QBrokerError):
+    """No broker URL could be reached. Never sent."""
+
+    status = "error"
+    error_id = "broker_unavailable"
+    retryable = True
+
+
+_registry: dict[str, type[QBrokerError]] = {}
+
+
+def register_error(cls: type[QBrokerError]) -> type[QBrokerError]:
+    """Let ``cls`` round-trip: a remote error whose id is ``cls.error_id`` is raised as ``cls``."""
+    if not (isinstance(cls, type) and issubclass(cls, QBrokerError)):
+        raise TypeError("register_error() takes a QBrokerError subclass")
+    known = _registry.get(cls.error_id)
+    if known is not None and known is not cls:
+        raise ValueError(f"error id {cls.error_id!r} is already registered to {known.__qualname__}")
+    _registry[cls.error_id] = cls
+    return cls
+
+
+for _cls in (NoServer, InvalidParams, UnknownCommand, BadMessage, TimedOutInQueue, CallTimeout,
+             ConnectionLost, HandlerCrashed, HandlerTimeout):
+    register_error(_cls)
+
+
+def error_from_info(info: ErrorInfo) -> QBrokerError:
+    """The exception a caller raises for a reply's error element (status error or fail)."""
+    cls = _registry.get(info.id)
+    if cls is None or cls.status != info.status:
+        cls = RequestFailed if info.status == "fail" else RequestError
+    return cls(info.id, info.message, part=info.part, trace=info.trace)
+
+
+class Warn:
+    """Returned by a handler: the request succeeded with a warning (status ``warn``)."""
+
+    __slots__ = ("result", "id", "message", "part")
+
+    def __init__(self, result: Any, id: str = "warning", message: str = "", part: str = "") -> None:
+        self.result = result
+        self.id = id
+        self.message = message
+        self.part = part
+
+    def to_info(self, part: str = "") -> ErrorInfo:
+        return ErrorInfo(status="warn", id=self.id, part=self.part or part, message=self.message)

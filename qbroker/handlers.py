@@ -1,0 +1,85 @@
+"""Turning a handler's signature into a pydantic parameter model, and calling it with a body."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+
+from qbroker.context import RequestContext
+from qbroker.errors import InvalidParams
+
+Extra = Literal["forbid", "ignore"]
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """``field: problem; field: problem`` in a stable order, so one bad request gives one message."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "body"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+class Handler:
+    """A registered callable plus the model that validates its parameters."""
+
+    def __init__(self, fn: Callable[..., Any], name: str, *, extra: Extra = "forbid") -> None:
+        self.fn = fn
+        self.name = name
+        self.is_coroutine = inspect.iscoroutinefunction(fn)
+        hints = get_type_hints(fn)
+        self.context_param: str | None = None
+        fields: dict[str, Any] = {}
+        for param in inspect.signature(fn).parameters.values():
+            annotation = hints.get(param.name, Any)
+            if annotation is RequestContext:
+                self.context_param = param.name
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"handler {fn.__qualname__}: *args/**kwargs are not supported")
+            default = ... if param.default is param.empty else param.default
+            fields[param.name] = (annotation, default)
+        self.param_names = list(fields)
+        # The whole body goes to the single parameter when it is named ``body`` or is a model.
+        self.whole_body: TypeAdapter[Any] | None = None
+        if len(fields) == 1:
+            pname, (annotation, _) = next(iter(fields.items()))
+            if pname == "body" or (inspect.isclass(annotation) and issubclass(annotation, BaseModel)):
+                self.whole_body = TypeAdapter(annotation)
+        self.model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+            f"{name}.params", __config__=ConfigDict(extra=extra), **fields
+        )
+
+    def json_schema(self) -> dict[str, Any]:
+        if self.whole_body is not None:
+            return self.whole_body.json_schema()
+        return self.model.model_json_schema()
+
+    def bind(self, body: Any) -> dict[str, Any]:
+        """Keyword arguments for the handler, or InvalidParams naming the offending fields."""
+        try:
+            if self.whole_body is not None:
+                return {self.param_names[0]: self.whole_body.validate_python(body)}
+            if body is None:
+                body = {}
+            if not isinstance(body, dict):
+                if len(self.param_names) != 1:
+                    raise InvalidParams(f"invalid parameters for {self.name}: expected a JSON object, "
+                                        f"got {type(body).__name__}")
+                body = {self.param_names[0]: body}
+            validated = self.model.model_validate(body)
+        except ValidationError as exc:
+            raise InvalidParams(f"invalid parameters for {self.name}: {describe_validation_error(exc)}") from exc
+        return {name: getattr(validated, name) for name in self.param_names}
+
+    async def call(self, body: Any, ctx: RequestContext) -> Any:
+        kwargs = self.bind(body)
+        if self.context_param is not None:
+            kwargs[self.context_param] = ctx
+        result = self.fn(**kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result

@@ -1,0 +1,98 @@
+"""Replies on the unit's reply queue, routed to waiting calls and gathers by correlation id."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from aio_pika.abc import AbstractIncomingMessage
+
+from qbroker.envelope import Header, read_body, read_error, read_header
+from qbroker.errors import ErrorInfo, QBrokerError, error_from_info
+
+
+@dataclass
+class Reply:
+    """One reply: its body, its error element (if any) and its header."""
+
+    body: Any
+    error: ErrorInfo | None
+    header: Header
+
+    @property
+    def status(self) -> str:
+        return self.error.status if self.error is not None else "ok"
+
+    @property
+    def warning(self) -> ErrorInfo | None:
+        return self.error if self.error is not None and self.error.status == "warn" else None
+
+    def raise_for_status(self) -> None:
+        if self.error is not None and self.error.status in ("error", "fail"):
+            raise error_from_info(self.error)
+
+
+def parse_reply(message: AbstractIncomingMessage, *, accept: list[str], max_bytes: int) -> Reply:
+    """A Reply even for a malformed message: the problem becomes its error element."""
+    try:
+        header = read_header(message)
+        error = read_error(message)
+        body = read_body(message, accept=accept, max_bytes=max_bytes)
+    except QBrokerError as exc:
+        header = Header(
+            version=0, message_id=message.message_id, correlation_id=message.correlation_id,
+            app_id=message.app_id, content_type=message.content_type or "application/json",
+        )
+        return Reply(body=None, error=exc.to_info(part="qbroker.reply"), header=header)
+    return Reply(body=body, error=error, header=header)
+
+
+class PendingReplies:
+    """Futures of calls in flight and queues of gathers, keyed by the request's message id."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, asyncio.Future[Reply]] = {}
+        self._gathers: dict[str, asyncio.Queue[Reply]] = {}
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def expect(self, message_id: str) -> asyncio.Future[Reply]:
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._calls[message_id] = future
+        return future
+
+    def forget(self, message_id: str) -> None:
+        self._calls.pop(message_id, None)
+
+    def open_gather(self, message_id: str) -> asyncio.Queue[Reply]:
+        queue: asyncio.Queue[Reply] = asyncio.Queue()
+        self._gathers[message_id] = queue
+        return queue
+
+    def close_gather(self, message_id: str) -> None:
+        self._gathers.pop(message_id, None)
+
+    def deliver(self, reply: Reply) -> bool:
+        """Hand a reply to whoever waits for it; False if nobody does (late or foreign reply)."""
+        key = reply.header.correlation_id
+        if key is None:
+            return False
+        future = self._calls.pop(key, None)
+        if future is not None:
+            if not future.done():
+                future.set_result(reply)
+            return True
+        queue = self._gathers.get(key)
+        if queue is not None:
+            queue.put_nowait(reply)
+            return True
+        return False
+
+    def fail_all(self, exc: QBrokerError) -> None:
+        """Connection lost: calls in flight fail fast instead of waiting for a reply that can't come."""
+        calls, self._calls = self._calls, {}
+        for future in calls.values():
+            if not future.done():
+                future.set_exception(exc)

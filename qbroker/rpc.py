@@ -1,0 +1,121 @@
+"""RPC: serving requests from ``rpc_<name>`` with exactly one reply each, and calling with deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from aio_pika.abc import AbstractIncomingMessage
+
+from qbroker.codecs import CodecError
+from qbroker.context import RequestContext
+from qbroker.endpoints import Endpoint
+from qbroker.envelope import JSON, read_body, read_header
+from qbroker.errors import (
+    CallTimeout,
+    ConnectionLost,
+    ErrorInfo,
+    HandlerCrashed,
+    HandlerTimeout,
+    QBrokerError,
+    RequestError,
+    Warn,
+)
+from qbroker.replies import Reply
+
+if TYPE_CHECKING:
+    from qbroker.unit import Unit
+
+
+def _expiration(timeout: float) -> float:
+    """How long a request may wait in its queue: a little less than the caller waits, so the
+    dead-letter path answers "timed out in queue" before the caller gives up on its own."""
+    return max(0.05, timeout - min(0.25 * timeout, 1.0))
+
+
+async def run_handler(unit: Unit, dispatch: Any, body: Any, ctx: RequestContext,
+                      part: str, timeout: float | None) -> tuple[Any, ErrorInfo | None]:
+    """Run a handler and turn whatever happens into (body, error element). Never raises."""
+    try:
+        if timeout:
+            async with asyncio.timeout(timeout) as scope:
+                try:
+                    result = await dispatch(body, ctx)
+                except TimeoutError:
+                    if scope.expired():
+                        raise HandlerTimeout(f"{part} did not answer within {timeout}s") from None
+                    raise
+        else:
+            result = await dispatch(body, ctx)
+    except QBrokerError as exc:
+        return None, exc.to_info(part=part)
+    except Exception as exc:
+        ctx.log.exception("handler raised", error_type=type(exc).__name__)
+        trace = traceback.format_exc() if ctx.debug else None
+        return None, HandlerCrashed(f"unhandled {type(exc).__name__} in {part}", trace=trace).to_info(part=part)
+    if isinstance(result, Warn):
+        return result.result, result.to_info(part=part)
+    return result, None
+
+
+async def serve_request(unit: Unit, endpoint: Endpoint, message: AbstractIncomingMessage) -> None:
+    """Handle one request from ``rpc_<endpoint>`` and send exactly one reply."""
+    log = unit.log.bind(name=endpoint.name, correlation_id=message.message_id, kind="rpc")
+    reply_to = message.reply_to
+    ctx: RequestContext | None = None
+    try:
+        header = read_header(message, require=("message_id", "reply_to", "name"))
+        body = read_body(message, accept=unit.config.accept, max_bytes=unit.config.max_body_bytes)
+        ctx = RequestContext(header=header, kind="rpc", log=log, message=message)
+        result, error = await run_handler(unit, endpoint.dispatch, body, ctx, endpoint.name,
+                                          endpoint.options.timeout)
+    except QBrokerError as exc:
+        log.warning("malformed request", error=str(exc))
+        result, error = None, exc.to_info(part=endpoint.name)
+    debug = ctx.debug if ctx is not None else False
+    if reply_to:
+        await unit.send_reply(reply_to, message.message_id, result, error, debug=debug, log=log)
+    else:
+        log.warning("request without reply-to: nobody to answer", error=error.message if error else None)
+    if ctx is None or not ctx.detached:
+        await message.ack()
+
+
+async def call(unit: Unit, name: str, body: Any, *, timeout: float, debug: bool = False,
+               priority: int | None = None, content_type: str = JSON) -> Reply:
+    """Publish one request and wait for its reply (which may carry an error element)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    if not await unit.wait_connected(timeout):
+        raise ConnectionLost(f"not connected to a broker within {timeout}s (calling {name})")
+    message_id = uuid.uuid4().hex
+    future = unit.pending.expect(message_id)
+    try:
+        try:
+            message = unit.make_message(
+                body, kind="rpc", name=name, message_id=message_id, reply_to=unit.uuid, debug=debug,
+                content_type=content_type, deadline=time.time() + timeout,
+                expiration_s=_expiration(timeout), priority=priority,
+            )
+        except CodecError as exc:
+            raise RequestError("bad_request_body", f"cannot encode request for {name}: {exc}") from exc
+        # Pipelined confirm: the reply normally arrives before we look at the broker's ack.
+        publish = asyncio.ensure_future(unit.publish("rpc", name, message))
+        remaining = max(0.0, deadline - loop.time())
+        try:
+            done, _ = await asyncio.wait({future, publish}, timeout=remaining,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if publish in done and publish.exception() is not None and not future.done():
+                raise ConnectionLost(f"request to {name} was not accepted by the broker: {publish.exception()}")
+            reply = await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            raise CallTimeout(f"no reply from {name} within {timeout}s") from None
+        finally:
+            if not publish.done():
+                publish.add_done_callback(lambda f: f.cancelled() or f.exception())
+    finally:
+        unit.pending.forget(message_id)
+    return reply

@@ -1,0 +1,359 @@
+"""A unit: one process's presence on the bus (app name + uuid), with its endpoints and listeners."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Literal, TypeVar, overload
+
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
+
+from qbroker import rpc
+from qbroker.alerts import Listener, gather, serve_alert
+from qbroker.codecs import CodecError
+from qbroker.config import Config
+from qbroker.connection import ConnectionSupervisor
+from qbroker.endpoints import CommandEndpoint, Endpoint, EndpointOptions
+from qbroker.envelope import JSON, MessageKind, build_message
+from qbroker.errors import ConnectionLost, ErrorInfo, NotStarted, QBrokerError, RequestError
+from qbroker.exchanges import Exchanges, declare_exchanges, declare_rpc_queue, declare_unit_queue
+from qbroker.handlers import Extra, Handler
+from qbroker.log import get_logger
+from qbroker.replies import PendingReplies, Reply, parse_reply
+
+F = TypeVar("F", bound=Callable[..., Any])
+OnConnected = Callable[[AbstractConnection], Awaitable[None]]
+_NO_BODY: Any = object()
+State = Literal["new", "started", "stopping", "stopped"]
+
+
+class Unit:
+    """Connect, declare, serve endpoints and listeners, call and alert. See docs/library.md."""
+
+    def __init__(self, app: str | None = None, *, config: Config | None = None, **overrides: Any) -> None:
+        config = config or Config()
+        if overrides:
+            config = config.model_copy(update=overrides)
+        self.config = config
+        self.app = app or config.app
+        self.uuid = uuid.uuid4().hex
+        self.host = socket.gethostname()
+        self.log = get_logger(app=self.app, uuid=self.uuid)
+        self.pending = PendingReplies()
+        self.endpoints: dict[str, Endpoint] = {}
+        self.listeners: list[Listener] = []
+        self.state: State = "new"
+        self._hooks: list[OnConnected] = []
+        self._supervisor = ConnectionSupervisor(config, self._on_connected, self._on_lost,
+                                                app=self.app, uuid=self.uuid)
+        self._exchanges: Exchanges | None = None
+        self._consumers: list[tuple[AbstractQueue, str]] = []
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._started_at = 0.0
+        self.on_alert("qbroker.ping")(self._answer_ping)
+        if config.dead_letters:
+            from qbroker.dead_letter import DeadLetterCollector
+
+            self.dead_letters: DeadLetterCollector | None = DeadLetterCollector(self)
+        else:
+            self.dead_letters = None
+
+    # -- registration ---------------------------------------------------------------------------
+
+    def _check_new(self, what: str) -> None:
+        if self.state != "new":
+            raise NotStarted(f"register {what} before start()")
+
+    def rpc(self, name: str, *, prefetch: int = 64, exclusive: bool = False, single_active: bool = False,
+            max_priority: int | None = None, timeout: float | None = None,
+            extra: Extra = "forbid") -> Callable[[F], F]:
+        """Serve RPC requests named ``name`` with the decorated handler."""
+        endpoint = self._add_endpoint(Endpoint, name, prefetch, exclusive, single_active, max_priority, timeout)
+
+        def register(fn: F) -> F:
+            endpoint.handler = Handler(fn, name, extra=extra)
+            return fn
+
+        return register
+
+    def commands(self, name: str, *, prefetch: int = 64, exclusive: bool = False, single_active: bool = False,
+                 max_priority: int | None = None, timeout: float | None = None) -> CommandEndpoint:
+        """A TopOSM-style endpoint dispatching on the body's ``command``; add commands with ``.command()``."""
+        endpoint = self._add_endpoint(CommandEndpoint, name, prefetch, exclusive, single_active, max_priority,
+                                      timeout)
+        assert isinstance(endpoint, CommandEndpoint)
+        return endpoint
+
+    def _add_endpoint(self, cls: type[Endpoint], name: str, prefetch: int, exclusive: bool,
+                      single_active: bool, max_priority: int | None, timeout: float | None) -> Endpoint:
+        self._check_new(f"endpoint {name!r}")
+        if name in self.endpoints:
+            raise ValueError(f"endpoint {name!r} is already registered")
+        if prefetch < 1:
+            raise ValueError("prefetch must be at least 1")
+        options = EndpointOptions(prefetch, exclusive, single_active, max_priority, timeout)
+        endpoint = cls(name=name, options=options)
+        self.endpoints[name] = endpoint
+        return endpoint
+
+    def on_alert(self, pattern: str, *, extra: Extra = "ignore") -> Callable[[F], F]:
+        """Listen to alerts whose name matches the topic ``pattern`` (``#`` and ``*`` wildcards)."""
+        self._check_new(f"listener {pattern!r}")
+
+        def register(fn: F) -> F:
+            self.listeners.append(Listener(pattern, Handler(fn, pattern, extra=extra)))
+            return fn
+
+        return register
+
+    def on_connected(self, hook: OnConnected) -> OnConnected:
+        """Run ``hook(connection)`` after every (re)connect, once the qbroker topology is declared."""
+        self._hooks.append(hook)
+        return hook
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.state != "new":
+            raise NotStarted(f"start() on a unit that is {self.state}")
+        for endpoint in self.endpoints.values():
+            if endpoint.handler is None and not isinstance(endpoint, CommandEndpoint):
+                raise ValueError(f"endpoint {endpoint.name!r} has no handler")
+        self._started_at = time.time()
+        await self._supervisor.start()
+        self.state = "started"
+        self.log.info("unit started", endpoints=sorted(self.endpoints))
+        await self._announce("qbroker.start")
+
+    async def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop taking work, let running handlers finish (up to the drain timeout), then close."""
+        if self.state != "started":
+            return
+        self.state = "stopping"
+        for queue, tag in self._consumers:
+            with contextlib.suppress(Exception):
+                await queue.cancel(tag)
+        self._consumers.clear()
+        timeout = self.config.drain_timeout if drain_timeout is None else drain_timeout
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            self.log.warning("drain timed out; closing with handlers still running", running=self._inflight)
+        await self._announce("qbroker.stop")
+        await self._close()
+
+    async def kill(self) -> None:
+        """Close at once: running handlers are abandoned and their requests redelivered elsewhere."""
+        if self.state in ("started", "stopping"):
+            await self._close()
+
+    async def _close(self) -> None:
+        await self._supervisor.close()
+        self.pending.fail_all(ConnectionLost(f"unit {self.app} stopped"))
+        self.state = "stopped"
+        self.log.info("unit stopped")
+
+    async def __aenter__(self) -> Unit:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def connection(self) -> AbstractConnection | None:
+        return self._supervisor.connection
+
+    async def wait_connected(self, timeout: float | None) -> bool:
+        return await self._supervisor.wait_ready(timeout)
+
+    # -- (re)connecting ---------------------------------------------------------------------------
+
+    async def _on_connected(self, connection: AbstractConnection) -> None:
+        self._consumers = []
+        publish_channel = await self._channel(connection, confirms=True)
+        self._exchanges = await declare_exchanges(publish_channel, self.config)
+        own = await self._channel(connection, confirms=False)
+        reply_queue = await declare_unit_queue(own, self.config, "reply", self.uuid)
+        await reply_queue.bind(self._exchanges.reply, routing_key=self.uuid)
+        await reply_queue.consume(self._on_reply, no_ack=True)
+        alert_channel = await self._channel(connection, confirms=False)
+        await alert_channel.set_qos(prefetch_count=256)
+        alert_queue = await declare_unit_queue(alert_channel, self.config, "alert", self.uuid)
+        for pattern in sorted({listener.pattern for listener in self.listeners}):
+            await alert_queue.bind(self._exchanges.alert, routing_key=pattern)
+        self._consumers.append((alert_queue, await alert_queue.consume(self._on_alert_message)))
+        for endpoint in self.endpoints.values():
+            channel = await self._channel(connection, confirms=False)
+            await channel.set_qos(prefetch_count=endpoint.options.prefetch)
+            queue = await declare_rpc_queue(
+                channel, self.config, self._exchanges, endpoint.name, exclusive=endpoint.options.exclusive,
+                max_priority=endpoint.options.max_priority, single_active=endpoint.options.single_active,
+            )
+            self._consumers.append((queue, await queue.consume(self._request_consumer(endpoint))))
+        if self.dead_letters is not None:
+            await self.dead_letters.attach(connection)
+        for hook in self._hooks:
+            await hook(connection)
+
+    async def _channel(self, connection: AbstractConnection, *, confirms: bool) -> AbstractChannel:
+        channel = await connection.channel(publisher_confirms=confirms)
+
+        def _channel_closed(_: object, exc: BaseException | None = None) -> None:
+            # A channel the broker closed under us (e.g. a declare conflict) leaves the unit half-wired:
+            # rebuild everything on a fresh connection instead.
+            if exc is not None and self.state == "started" and not connection.is_closed:
+                self.log.warning("channel closed by broker; reconnecting", error=str(exc))
+                self._supervisor.lose(exc)
+
+        channel.close_callbacks.add(_channel_closed)
+        return channel
+
+    async def _on_lost(self, exc: BaseException | None) -> None:
+        self._exchanges = None
+        self.pending.fail_all(ConnectionLost("connection to the broker was lost; the request may be retried"))
+
+    # -- consuming ---------------------------------------------------------------------------------
+
+    def _request_consumer(self, endpoint: Endpoint) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
+        async def consume(message: AbstractIncomingMessage) -> None:
+            await self._track(rpc.serve_request(self, endpoint, message), message)
+
+        return consume
+
+    async def _on_alert_message(self, message: AbstractIncomingMessage) -> None:
+        await self._track(serve_alert(self, self.listeners, message), message)
+
+    async def _track(self, work: Awaitable[None], message: AbstractIncomingMessage) -> None:
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            await work
+        except Exception as exc:  # the connection died mid-reply: the request will be redelivered
+            self.log.warning("message handling interrupted", error=str(exc) or type(exc).__name__,
+                             correlation_id=message.message_id)
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    async def _on_reply(self, message: AbstractIncomingMessage) -> None:
+        reply = parse_reply(message, accept=self.config.accept, max_bytes=self.config.max_body_bytes)
+        if not self.pending.deliver(reply):
+            self.log.debug("reply nobody waits for", correlation_id=message.correlation_id)
+
+    # -- publishing --------------------------------------------------------------------------------
+
+    def make_message(self, body: Any, *, kind: MessageKind, message_id: str, **fields: Any) -> Any:
+        return build_message(body, kind=kind, app_id=self.uuid, app=self.app, message_id=message_id, **fields)
+
+    async def publish(self, role: Literal["rpc", "reply", "alert", "dead"], routing_key: str, message: Any) -> None:
+        exchanges = self._exchanges
+        if exchanges is None:
+            raise ConnectionLost("not connected to a broker")
+        await getattr(exchanges, role).publish(message, routing_key=routing_key, mandatory=False)
+
+    async def send_reply(self, reply_to: str, correlation_id: str | None, body: Any, error: ErrorInfo | None,
+                         *, debug: bool = False, log: Any = None) -> None:
+        """Publish one reply; never raises (a lost connection means the request is redelivered)."""
+        log = log or self.log
+        try:
+            try:
+                message = self.make_message(body, kind="reply", message_id=uuid.uuid4().hex,
+                                            correlation_id=correlation_id, error=error, debug=debug)
+            except CodecError as exc:
+                bad = RequestError("bad_result", f"handler result cannot be encoded: {exc}")
+                message = self.make_message(None, kind="reply", message_id=uuid.uuid4().hex,
+                                            correlation_id=correlation_id, error=bad.to_info())
+            await self.publish("reply", reply_to, message)
+        except Exception as exc:
+            log.warning("reply not sent", error=str(exc) or type(exc).__name__)
+
+    # -- calling and alerting ------------------------------------------------------------------------
+
+    def _check_started(self, what: str) -> None:
+        if self.state != "started":
+            raise NotStarted(f"{what}() on a unit that is {self.state}: call start() first")
+
+    async def call_reply(self, name: str, body: Any = None, *, timeout: float | None = None, debug: bool = False,
+                         priority: int | None = None, retries: int = 0, content_type: str = JSON) -> Reply:
+        """Call ``name``; return the Reply (ok or warn), raise the remote error (error or fail)."""
+        self._check_started("call")
+        timeout = self.config.call_timeout if timeout is None else timeout
+        attempt = 0
+        while True:
+            try:
+                reply = await rpc.call(self, name, body, timeout=timeout, debug=debug, priority=priority,
+                                       content_type=content_type)
+                reply.raise_for_status()
+                if reply.warning is not None:
+                    self.log.warning("call answered with a warning", name=name, warning=reply.warning.message,
+                                     correlation_id=reply.header.correlation_id)
+                return reply
+            except QBrokerError as exc:
+                if not exc.retryable or attempt >= retries or self.state != "started":
+                    raise
+                attempt += 1
+                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+
+    async def call(self, name: str, body: Any = None, *, timeout: float | None = None, debug: bool = False,
+                   priority: int | None = None, retries: int = 0, content_type: str = JSON) -> Any:
+        """Call ``name`` and return the reply body; raise the remote error."""
+        reply = await self.call_reply(name, body, timeout=timeout, debug=debug, priority=priority,
+                                      retries=retries, content_type=content_type)
+        return reply.body
+
+    @overload
+    def alert(self, name: str) -> Callable[[F], F]: ...
+    @overload
+    def alert(self, name: str, body: Any, *, content_type: str = JSON) -> Awaitable[None]: ...
+
+    def alert(self, name: str, body: Any = _NO_BODY, *, content_type: str = JSON) -> Any:
+        """``await unit.alert(name, body)`` broadcasts; ``@unit.alert(pattern)`` is ``on_alert``."""
+        if body is _NO_BODY:
+            return self.on_alert(name)
+        return self._send_alert(name, body, content_type)
+
+    async def _send_alert(self, name: str, body: Any, content_type: str) -> None:
+        self._check_started("alert")
+        message = self.make_message(body, kind="alert", name=name, message_id=uuid.uuid4().hex,
+                                    content_type=content_type)
+        if not await self.wait_connected(self.config.call_timeout):
+            raise ConnectionLost(f"not connected to a broker (alert {name})")
+        await self.publish("alert", name, message)
+
+    def gather(self, name: str, body: Any = None, *, timeout: float | None = None, max_replies: int | None = None,
+               gap: float | None = None, content_type: str = JSON) -> AsyncIterator[Reply]:
+        """Broadcast ``name`` and iterate over the replies (stops on count, deadline or gap)."""
+        self._check_started("gather")
+        return gather(self, name, body, timeout=self.config.call_timeout if timeout is None else timeout,
+                      max_replies=max_replies, gap=gap, content_type=content_type)
+
+    # -- discovery ---------------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "app": self.app, "uuid": self.uuid, "host": self.host, "pid": os.getpid(),
+            "uptime": round(time.time() - self._started_at, 3) if self._started_at else 0.0,
+            "listeners": sorted({listener.pattern for listener in self.listeners}),
+            "endpoints": {name: ep.describe() for name, ep in sorted(self.endpoints.items())},
+            **({"dead_letters": self.dead_letters.stats()} if self.dead_letters is not None else {}),
+        }
+
+    async def _answer_ping(self) -> dict[str, Any]:
+        return self.describe()
+
+    async def _announce(self, name: str) -> None:
+        info = self.describe()
+        body = {k: info[k] for k in ("app", "uuid", "host", "pid", "listeners")}
+        body["endpoints"] = sorted(self.endpoints)
+        with contextlib.suppress(QBrokerError, asyncio.TimeoutError, OSError):
+            message = self.make_message(body, kind="alert", name=name, message_id=uuid.uuid4().hex)
+            await self.publish("alert", name, message)

@@ -1,0 +1,1 @@
+"""Services built on qbroker: TopOSM tiles and the Spark bridge."""

@@ -1,0 +1,114 @@
+"""Pydantic models of the TopOSM messages at the wire boundary (the seed's ``{"command": ...}`` shapes).
+
+Requests are validated here before they reach the queuemaster; field validators turn malformed tile,
+metatile and strategy strings into validation errors, which qbroker answers as ``fail``. Unknown fields are
+forbidden so that a typo (``"tiles"`` for ``"tile"``) is reported instead of silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .strategy import parse_strategy
+from .tilemath import parse_metatile, parse_tile, split_tile_list
+
+HOSTNAME_PATTERN = r"^[A-Za-z0-9_-]{1,63}$"  # one routing-key word: no dots, no wildcards
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RegisterRequest(Message):
+    """renderer -> queuemaster: a render thread offers itself."""
+
+    hostname: str = Field(pattern=HOSTNAME_PATTERN)
+    pid: int = Field(ge=0)
+    threadid: int = Field(ge=0)
+    strategy: str = "by_work_available"
+    metatile: str | None = None  # set when re-registering while rendering (queuemaster restarted)
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy(cls, value: str) -> str:
+        return str(parse_strategy(value))
+
+    @field_validator("metatile")
+    @classmethod
+    def _metatile(cls, value: str | None) -> str | None:
+        return None if value is None else str(parse_metatile(value))
+
+    @property
+    def endpoint(self) -> str:
+        return renderer_endpoint(self.hostname, self.pid, self.threadid)
+
+
+class RenderedRequest(Message):
+    """renderer -> queuemaster: a metatile render finished (ok) or failed (error, with a reason)."""
+
+    metatile: str
+    status: Literal["ok", "error"] = "ok"
+    reason: str | None = None
+    duration: float | None = Field(default=None, ge=0)
+    start: float | None = None
+    hostname: str | None = None
+    pid: int | None = None
+    threadid: int | None = None
+
+    @field_validator("metatile")
+    @classmethod
+    def _metatile(cls, value: str) -> str:
+        return str(parse_metatile(value))
+
+
+class UnregisterRequest(Message):
+    """renderer -> queuemaster: a thread (or, without ids, every thread behind this reply_to) leaves."""
+
+    hostname: str | None = None
+    pid: int | None = None
+    threadid: int | None = None
+
+
+class RenderTileRequest(Message):
+    """requester -> queuemaster: render the metatile holding ``tile`` and answer when it is done."""
+
+    tile: str
+
+    @field_validator("tile")
+    @classmethod
+    def _tile(cls, value: str) -> str:
+        return str(parse_tile(value))
+
+
+class ExpireRequest(Message):
+    """The expiry list as a command (same effect as text on ``expire_toposm``)."""
+
+    tiles: str | list[str]
+
+    @property
+    def text(self) -> str:
+        return self.tiles if isinstance(self.tiles, str) else ";".join(self.tiles)
+
+    @field_validator("tiles")
+    @classmethod
+    def _not_empty(cls, value: str | list[str]) -> str | list[str]:
+        if not split_tile_list(value if isinstance(value, str) else ";".join(value)):
+            raise ValueError("no tiles given")
+        return value
+
+
+class RenderCommand(Message):
+    """queuemaster -> renderer thread."""
+
+    metatile: str
+
+    @field_validator("metatile")
+    @classmethod
+    def _metatile(cls, value: str) -> str:
+        return str(parse_metatile(value))
+
+
+def renderer_endpoint(hostname: str, pid: int, threadid: int) -> str:
+    return f"toposm.render.{hostname}.{pid}.{threadid}"

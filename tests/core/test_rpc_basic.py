@@ -1,0 +1,215 @@
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from pydantic import BaseModel
+
+from qbroker import (
+    HandlerCrashed,
+    InvalidParams,
+    NoServer,
+    NotStarted,
+    RequestContext,
+    RequestError,
+    RequestFailed,
+    UnknownCommand,
+    Warn,
+)
+from tests.conftest import MakeUnit
+
+
+async def test_call_and_reply(make_unit: MakeUnit) -> None:
+    server = await make_unit("test.server")
+
+    @server.rpc("t.echo")
+    async def echo(text: str, times: int = 1) -> dict[str, str]:
+        return {"text": text * times}
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    assert await client.call("t.echo", {"text": "ab", "times": 3}) == {"text": "ababab"}
+    assert await client.call("t.echo", {"text": "x"}) == {"text": "x"}
+
+
+async def test_context_carries_header(make_unit: MakeUnit) -> None:
+    server = await make_unit("test.server")
+    seen: list[RequestContext] = []
+
+    @server.rpc("t.ctx")
+    async def ctx_handler(ctx: RequestContext) -> str:
+        seen.append(ctx)
+        return ctx.app_id or ""
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    assert await client.call("t.ctx", {}, debug=True) == client.uuid
+    assert seen[0].name == "t.ctx"
+    assert seen[0].reply_to == client.uuid
+    assert seen[0].debug is True
+    assert seen[0].deadline is not None and seen[0].deadline > time.time()
+
+
+async def test_500_concurrent_calls_keep_their_correlation(make_unit: MakeUnit) -> None:
+    server = await make_unit("test.server")
+
+    @server.rpc("t.square")
+    async def square(n: int) -> int:
+        await asyncio.sleep(0.001 * (n % 7))  # finish out of order
+        return n * n
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    results = await asyncio.gather(*(client.call("t.square", {"n": n}, timeout=30) for n in range(500)))
+    assert results == [n * n for n in range(500)]
+    assert len(client.pending) == 0
+
+
+async def test_unroutable_request_fails_within_a_second(make_unit: MakeUnit) -> None:
+    client = await make_unit("test.client")
+    await client.start()
+    started = time.perf_counter()
+    with pytest.raises(NoServer) as info:
+        await client.call("t.nobody.serves.this", {}, timeout=10)
+    assert time.perf_counter() - started < 1.0
+    assert info.value.status == "fail"
+    assert "t.nobody.serves.this" in info.value.message
+
+
+async def test_validation_errors_name_the_fields(make_unit: MakeUnit) -> None:
+    server = await make_unit("test.server")
+
+    @server.rpc("t.typed")
+    async def typed(zoom: int, tile: str) -> str:
+        return f"{zoom}/{tile}"
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    with pytest.raises(InvalidParams) as info:
+        await client.call("t.typed", {"zoom": "high"})
+    assert info.value.status == "fail"
+    assert "zoom" in info.value.message and "tile" in info.value.message
+    with pytest.raises(InvalidParams, match="zom"):
+        await client.call("t.typed", {"zom": 1, "zoom": 1, "tile": "a"})
+    with pytest.raises(InvalidParams, match="expected a JSON object"):
+        await client.call("t.typed", [1, 2])
+    assert await client.call("t.typed", {"zoom": 3, "tile": "a"}) == "3/a"
+
+
+class RenderParams(BaseModel):
+    tile: str
+    priority: int = 0
+
+
+async def test_model_and_body_parameters(make_unit: MakeUnit) -> None:
+    server = await make_unit("test.server")
+
+    @server.rpc("t.model")
+    async def model(params: RenderParams) -> dict[str, object]:
+        return params.model_dump()
+
+    @server.rpc("t.body")
+    async def whole(body: list[int]) -> int:
+        return sum(body)
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    assert await client.call("t.model", {"tile": "1/0/0"}) == {"tile": "1/0/0", "priority": 0}
+    assert await client.call("t.body", [1, 2, 3]) == 6
+    with pytest.raises(InvalidParams, match="tile"):
+        await client.call("t.model", {"priority": 1})
+
+
+async def test_command_endpoint(make_unit: MakeUnit) -> None:
+    server = await make_unit("test.server")
+    qm = server.commands("t.queuemaster")
+
+    @qm.command("stats")
+    async def stats() -> dict[str, int]:
+        return {"queued": 4}
+
+    @qm.command("render")
+    async def render(tile: str) -> dict[str, str]:
+        return {"command": "rendered", "tile": tile}
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    assert await client.call("t.queuemaster", {"command": "stats"}) == {"queued": 4}
+    assert await client.call("t.queuemaster", {"command": "render", "tile": "2/1/1"}) == {
+        "command": "rendered", "tile": "2/1/1"}
+    with pytest.raises(UnknownCommand, match="render, stats"):
+        await client.call("t.queuemaster", {"command": "explode"})
+    with pytest.raises(InvalidParams, match="command"):
+        await client.call("t.queuemaster", {"tile": "1/0/0"})
+    with pytest.raises(InvalidParams, match="tile"):
+        await client.call("t.queuemaster", {"command": "render"})
+
+
+class TileOutOfRange(RequestFailed):
+    error_id = "tile_out_of_range"
+
+
+async def test_remote_exceptions_round_trip(make_unit: MakeUnit) -> None:
+    from qbroker import register_error
+
+    register_error(TileOutOfRange)
+    server = await make_unit("test.server")
+
+    @server.rpc("t.raises")
+    async def raises(kind: str) -> None:
+        if kind == "registered":
+            raise TileOutOfRange("tile 3/9/9 is outside zoom 3")
+        if kind == "error":
+            raise RequestError("db_down", "database unavailable")
+        raise ValueError("boom")
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    with pytest.raises(TileOutOfRange) as registered:
+        await client.call("t.raises", {"kind": "registered"})
+    assert registered.value.part == "t.raises"
+    assert registered.value.message == "tile 3/9/9 is outside zoom 3"
+    with pytest.raises(RequestError) as error:
+        await client.call("t.raises", {"kind": "error"})
+    assert (error.value.status, error.value.id) == ("error", "db_down")
+    with pytest.raises(HandlerCrashed) as crashed:
+        await client.call("t.raises", {"kind": "other"})
+    assert crashed.value.message == "unhandled ValueError in t.raises"
+    assert crashed.value.trace is None
+    with pytest.raises(HandlerCrashed) as debugged:
+        await client.call("t.raises", {"kind": "other"}, debug=True)
+    assert debugged.value.trace is not None and "ValueError: boom" in debugged.value.trace
+
+
+async def test_warn_reply_gives_result_and_warning(make_unit: MakeUnit) -> None:
+    server = await make_unit("test.server")
+
+    @server.rpc("t.warns")
+    async def warns() -> Warn:
+        return Warn({"tiles": 3}, "stale_index", "the tile index is being rebuilt")
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    assert await client.call("t.warns") == {"tiles": 3}
+    reply = await client.call_reply("t.warns")
+    assert reply.body == {"tiles": 3}
+    assert reply.warning is not None
+    assert (reply.warning.id, reply.warning.message) == ("stale_index", "the tile index is being rebuilt")
+
+
+async def test_wrong_state_errors(make_unit: MakeUnit) -> None:
+    unit = await make_unit("test.client")
+    with pytest.raises(NotStarted, match="start"):
+        await unit.call("t.echo", {})
+    await unit.start()
+    with pytest.raises(NotStarted):
+        unit.rpc("t.late")

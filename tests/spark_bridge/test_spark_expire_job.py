@@ -1,0 +1,143 @@
+"""Expiry job on a real local Spark, checked against the mercantile oracle."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from spark_helpers import (
+    OscNode,
+    OscWay,
+    oracle_metatiles,
+    oracle_point_tiles,
+    oracle_propagate,
+    per_zoom,
+    write_osc,
+)
+
+from services.spark_bridge.expire_inputs import validate_inputs
+from services.spark_bridge.expire_job import ExpireParams, ExpireTooLarge, run_expire
+from services.spark_bridge.job_context import JobContext
+
+
+def run(spark, paths, min_zoom, max_zoom, **kw):
+    published: list[str] = []
+    ctx = JobContext("test", spark, None, publish=published.append)
+    result = run_expire(validate_inputs([str(p) for p in paths]), ExpireParams(min_zoom, max_zoom, **kw), ctx)
+    return result, published
+
+
+def published_tiles(messages: list[str]) -> list[str]:
+    return [t for m in messages for t in m.split(";")]
+
+
+def test_osc_nodes_match_oracle(spark, tmp_path: Path) -> None:
+    rng = random.Random(5)
+    nodes = [OscNode(i, rng.uniform(-179.9, 179.9), rng.uniform(-84, 84)) for i in range(1, 60)]
+    path = write_osc(tmp_path / "nodes.osc.gz", modify=nodes)
+    result, messages = run(spark, [path], 10, 16)
+    expected: set = set()
+    for n in nodes:
+        expected |= oracle_point_tiles(n.lon, n.lat, 16)
+    expected = oracle_propagate(expected, 10)
+    assert result["tiles_per_zoom"] == per_zoom(expected)
+    tiles = published_tiles(messages)
+    assert len(tiles) == len(set(tiles))
+    assert set(tiles) == oracle_metatiles(expected)
+    assert result["total_metatiles"] == len(tiles)
+    assert result["unresolved_ways"] == {"count": 0, "ids": []}
+
+
+def test_point_near_tile_edge_expires_neighbour(spark, tmp_path: Path) -> None:
+    # 0.05 tile right of the boundary between z12 columns 2047 and 2048 (lon 0): both are expired.
+    lon = 0.05 * 360 / 2**12
+    path = write_osc(tmp_path / "edge.osc", create=[OscNode(1, lon, 29.19, version=1)])  # mid-row 1700
+    result, messages = run(spark, [path], 12, 12)
+    assert result["tiles_per_zoom"] == {"12": 2}
+    assert set(published_tiles(messages)) == {"12/2040/1696", "12/2048/1696"}
+
+
+def test_way_expires_tiles_along_segments_and_reports_unresolved(spark, tmp_path: Path) -> None:
+    # A horizontal way across 20 z14 tiles with only its two end nodes in the diff.
+    lat = 47.123
+    path = write_osc(
+        tmp_path / "ways.osc",
+        modify=[
+            OscNode(1, 8.01, lat),
+            OscNode(2, 8.44, lat),
+            OscWay(100, [1, 2]),
+            OscWay(101, [1, 999]),  # node 999 is not in the diff: unresolved, not guessed
+        ],
+    )
+    result, _ = run(spark, [path], 14, 14, publish=False)
+    a, b = oracle_point_tiles(8.01, lat, 14), oracle_point_tiles(8.44, lat, 14)
+    (_, x0, y), (_, x1, _) = min(a), max(b)
+    along = {(14, x, yy) for x in range(x0, x1 + 1) for _, _, yy in a}
+    assert x1 - x0 >= 19
+    assert result["tiles_per_zoom"] == per_zoom(along | a | b)
+    assert result["unresolved_ways"] == {"count": 1, "ids": [101]}
+
+
+def test_deleted_node_without_location_is_counted(spark, tmp_path: Path) -> None:
+    path = write_osc(
+        tmp_path / "del.osc",
+        delete=[OscNode(1, None, None), OscNode(2, 10.5, 50.5)],
+    )
+    result, _ = run(spark, [path], 10, 10, publish=False)
+    assert result["inputs"]["deleted_nodes_without_location"] == 1
+    assert result["tiles_per_zoom"] == per_zoom(oracle_point_tiles(10.5, 50.5, 10))
+
+
+def test_expire_list_zooms_above_and_below_range(spark, tmp_path: Path) -> None:
+    listing = tmp_path / "expire.list"
+    listing.write_text("18/137000/91000\n\n13/4281/2843\n8/133/88\n")
+    result, messages = run(spark, [listing], 10, 14)
+    base = {
+        (14, 137000 >> 4, 91000 >> 4),  # z18 reduced to max
+        (13, 4281, 2843),  # kept at its zoom, propagated down only
+    }
+    base |= {(10, (133 << 2) + dx, (88 << 2) + dy) for dx in range(4) for dy in range(4)}  # z8 -> its z10 children
+    expected = oracle_propagate(base, 10)
+    assert result["tiles_per_zoom"] == per_zoom(expected)
+    assert set(published_tiles(messages)) == oracle_metatiles(expected)
+
+
+def test_low_zoom_metatiles_and_map_edges(spark, tmp_path: Path) -> None:
+    corners = [OscNode(1, -180.0, 85.3), OscNode(2, 180.0, -89.0), OscNode(3, 179.99999, 0.0001)]
+    path = write_osc(tmp_path / "corners.osc", modify=corners)
+    result, messages = run(spark, [path], 0, 5)
+    tiles = set(published_tiles(messages))
+    for z in (0, 1, 2):
+        assert f"{z}/0/0" in tiles  # one metatile per zoom at z0-2
+    assert {t for t in tiles if t.split("/")[0] in "012"} == {"0/0/0", "1/0/0", "2/0/0"}
+    assert "5/0/0" in tiles and "5/24/24" in tiles  # top-left and bottom-right corners, no wrap-around
+    assert result["tiles_per_zoom"]["5"] == len(
+        oracle_point_tiles(-180.0, 85.3, 5) | oracle_point_tiles(180.0, -89.0, 5) | oracle_point_tiles(179.99999, 0.0001, 5)
+    )
+
+
+def test_csv_points_and_batches_respect_caps(spark, tmp_path: Path) -> None:
+    rng = random.Random(9)
+    pts = [(rng.uniform(5, 15), rng.uniform(45, 55)) for _ in range(300)]
+    csv = tmp_path / "points.csv"
+    csv.write_text("lon,lat\n" + "".join(f"{lo},{la}\n" for lo, la in pts) + "999,0\n")
+    result, messages = run(spark, [csv], 12, 16, batch_max_tiles=50, batch_max_bytes=400)
+    assert result["inputs"]["invalid_points"] == 1
+    assert all(len(m) <= 400 and m.count(";") < 50 for m in messages)
+    expected: set = set()
+    for lo, la in pts:
+        expected |= oracle_point_tiles(lo, la, 16)
+    assert published_tiles(messages) == sorted(
+        oracle_metatiles(oracle_propagate(expected, 12)), key=lambda t: tuple(int(p) for p in t.split("/"))
+    )
+
+
+def test_max_tiles_guard(spark, tmp_path: Path) -> None:
+    listing = tmp_path / "big.list"
+    listing.write_text("\n".join(f"16/{x}/100" for x in range(500)) + "\n")
+    with pytest.raises(ExpireTooLarge, match="max_tiles=100"):
+        run(spark, [listing], 14, 16, max_tiles=100)
+    way = write_osc(tmp_path / "long.osc", modify=[OscNode(1, -170, 0), OscNode(2, 170, 0), OscWay(5, [1, 2])])
+    with pytest.raises(ExpireTooLarge, match="way 5"):
+        run(spark, [way], 18, 18)
