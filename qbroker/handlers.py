@@ -43,12 +43,18 @@ class Handler:
             default = ... if param.default is param.empty else param.default
             fields[param.name] = (annotation, default)
         self.param_names = list(fields)
-        # The whole body goes to the single parameter when it is named ``body`` or is a model.
+        # The whole body goes to a parameter named ``body`` (other parameters keep their defaults),
+        # or to a single parameter annotated with a pydantic model.
         self.whole_body: TypeAdapter[Any] | None = None
-        if len(fields) == 1:
+        self.whole_body_param = ""
+        if "body" in fields:
+            self.whole_body_param = "body"
+        elif len(fields) == 1:
             pname, (annotation, _) = next(iter(fields.items()))
-            if pname == "body" or (inspect.isclass(annotation) and issubclass(annotation, BaseModel)):
-                self.whole_body = TypeAdapter(annotation)
+            if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+                self.whole_body_param = pname
+        if self.whole_body_param:
+            self.whole_body = TypeAdapter(fields[self.whole_body_param][0])
         self.model: type[BaseModel] = create_model(  # type: ignore[call-overload]
             f"{name}.params", __config__=ConfigDict(extra=extra), **fields
         )
@@ -62,7 +68,7 @@ class Handler:
         """Keyword arguments for the handler, or InvalidParams naming the offending fields."""
         try:
             if self.whole_body is not None:
-                return {self.param_names[0]: self.whole_body.validate_python(body)}
+                return {self.whole_body_param: self.whole_body.validate_python(body)}
             if body is None:
                 body = {}
             if not isinstance(body, dict):

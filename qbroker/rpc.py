@@ -41,13 +41,14 @@ async def run_handler(unit: Unit, dispatch: Any, body: Any, ctx: RequestContext,
     """Run a handler and turn whatever happens into (body, error element). Never raises."""
     try:
         if timeout:
-            async with asyncio.timeout(timeout) as scope:
-                try:
+            scope = asyncio.timeout(timeout)
+            try:
+                async with scope:
                     result = await dispatch(body, ctx)
-                except TimeoutError:
-                    if scope.expired():
-                        raise HandlerTimeout(f"{part} did not answer within {timeout}s") from None
-                    raise
+            except TimeoutError:
+                if scope.expired():
+                    raise HandlerTimeout(f"{part} did not answer within {timeout}s") from None
+                raise
         else:
             result = await dispatch(body, ctx)
     except QBrokerError as exc:
@@ -67,7 +68,8 @@ async def serve_request(unit: Unit, endpoint: Endpoint, message: AbstractIncomin
     reply_to = message.reply_to
     ctx: RequestContext | None = None
     try:
-        header = read_header(message, require=("message_id", "reply_to", "name"))
+        # No reply-to is a one-way request (RQ NOREPLY, EventMQ reply-requested=false): run it anyway.
+        header = read_header(message, require=("message_id", "name"))
         body = read_body(message, accept=unit.config.accept, max_bytes=unit.config.max_body_bytes)
         ctx = RequestContext(header=header, kind="rpc", log=log, message=message)
         result, error = await run_handler(unit, endpoint.dispatch, body, ctx, endpoint.name,
@@ -79,7 +81,8 @@ async def serve_request(unit: Unit, endpoint: Endpoint, message: AbstractIncomin
     if reply_to:
         await unit.send_reply(reply_to, message.message_id, result, error, debug=debug, log=log)
     else:
-        log.warning("request without reply-to: nobody to answer", error=error.message if error else None)
+        if error is not None:
+            log.warning("one-way request failed", error=error.message)
     if ctx is None or not ctx.detached:
         await message.ack()
 

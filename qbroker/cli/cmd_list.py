@@ -63,21 +63,24 @@ def render_units(units: list[dict[str, Any]], *, schemas: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(soft_wrap=not sys.stdout.isatty())
+    from rich.markup import escape
+
+    # Piped: wide enough that a uuid is never folded (people grep for it).
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     table = Table(title=f"{len(units)} unit{'s' if len(units) != 1 else ''} on the bus", title_justify="left")
     for column in ("app", "uuid", "host", "pid", "uptime", "endpoints"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column == "uuid")
     for info in units:
         endpoints = info.get("endpoints") or {}
         names = endpoints if isinstance(endpoints, dict) else {name: {} for name in endpoints}
         uptime = info.get("uptime")
         table.add_row(
-            str(info.get("app", "?")),
-            str(info.get("uuid", "?")),
-            str(info.get("host", "?")),
+            escape(str(info.get("app", "?"))),
+            escape(str(info.get("uuid", "?"))),
+            escape(str(info.get("host", "?"))),
             str(info.get("pid", "")),
             f"{uptime:.0f}s" if isinstance(uptime, int | float) else "",
-            "\n".join(endpoint_label(name, names[name]) for name in sorted(names)) or "-",
+            escape("\n".join(endpoint_label(name, names[name]) for name in sorted(names)) or "-"),
         )
     console.print(table)
     if schemas:
@@ -86,6 +89,7 @@ def render_units(units: list[dict[str, Any]], *, schemas: bool) -> None:
 
 def render_schemas(console: Any, units: list[dict[str, Any]]) -> None:
     from rich.json import JSON
+    from rich.markup import escape
     from rich.tree import Tree
 
     from qbroker.cli.output import to_json
@@ -94,14 +98,14 @@ def render_schemas(console: Any, units: list[dict[str, Any]]) -> None:
         endpoints = info.get("endpoints") or {}
         if not isinstance(endpoints, dict) or not endpoints:
             continue
-        tree = Tree(f"[bold]{info.get('app')}[/] {info.get('uuid')}")
+        tree = Tree(f"[bold]{escape(str(info.get('app')))}[/] {escape(str(info.get('uuid')))}")
         for name in sorted(endpoints):
             entry = endpoints[name] if isinstance(endpoints[name], dict) else {}
-            branch = tree.add(f"[cyan]{name}[/]")
+            branch = tree.add(f"[cyan]{escape(name)}[/]")
             commands = entry.get("commands")
             if commands:
                 for command in sorted(commands):
-                    branch.add(f"[green]{command}[/]").add(JSON(to_json(commands[command])))
+                    branch.add(f"[green]{escape(command)}[/]").add(JSON(to_json(commands[command])))
             elif entry.get("schema") is not None:
                 branch.add(JSON(to_json(entry["schema"])))
         console.print(tree)

@@ -47,7 +47,4 @@ def is_unreachable(exc: BaseException) -> bool:
     """True when ``exc`` means no broker answered (connection refused, DNS, auth, ...)."""
     from qbroker import errors
 
-    unreachable = getattr(errors, "BrokerUnreachable", None)
-    if unreachable is not None and isinstance(exc, unreachable):
-        return True
-    return isinstance(exc, ConnectionError | OSError | TimeoutError)
+    return isinstance(exc, errors.BrokerUnavailable | ConnectionError | OSError | TimeoutError)

@@ -5,8 +5,12 @@ from __future__ import annotations
 import sys
 from typing import Annotated, Any
 
-import click
 import typer
+
+try:  # typer >= 0.20 vendors its own copy of click; its exceptions are not click's
+    from typer._click.exceptions import ClickException, UsageError
+except ImportError:  # pragma: no cover - older typer on real click
+    from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
 
 from qbroker.cli import cmd_alert, cmd_call, cmd_list
 from qbroker.cli.exit_codes import ExitCode
@@ -20,19 +24,19 @@ class QBrokerApp(typer.Typer):
         kwargs["standalone_mode"] = False
         try:
             code = super().__call__(*args, **kwargs)
-        except click.UsageError as exc:
+        except UsageError as exc:
             _show_click_error(exc)
             sys.exit(int(ExitCode.USAGE))
-        except click.Abort:
+        except typer.Abort:
             sys.stderr.write("aborted\n")
             sys.exit(int(ExitCode.INTERRUPTED))
-        except click.ClickException as exc:
+        except ClickException as exc:
             _show_click_error(exc)
             sys.exit(exc.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
 
 
-def _show_click_error(exc: click.ClickException) -> None:
+def _show_click_error(exc: ClickException) -> None:
     try:
         from typer import rich_utils
 
@@ -57,8 +61,8 @@ EXAMPLES = """
   qbroker list --schemas
 
 Exit codes: 0 ok (or warn), 1 error, 2 fail, 3 timeout or no broker, 64 usage.
-Environment: QBROKER_URL, QBROKER_EXCHANGE_PREFIX, QBROKER_RPC_EXCHANGE, QBROKER_REPLY_EXCHANGE,
-QBROKER_ALERT_EXCHANGE, QBROKER_DEAD_EXCHANGE, QBROKER_APP, QBROKER_CALL_TIMEOUT.
+
+Environment: QBROKER_URL, QBROKER_EXCHANGE_PREFIX, QBROKER_{RPC,REPLY,ALERT,DEAD}_EXCHANGE, QBROKER_APP, QBROKER_CALL_TIMEOUT.
 """
 
 app = QBrokerApp(
@@ -66,6 +70,7 @@ app = QBrokerApp(
     help="Operate a QBroker bus on RabbitMQ: call endpoints, publish alerts, list running units.",
     epilog=EXAMPLES,
     no_args_is_help=True,
+    add_completion=False,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},

@@ -31,7 +31,9 @@ class GlobalOptions:
     def config(self) -> Config:
         from qbroker import Config
 
-        overrides: dict[str, Any] = {}
+        # A CLI unit is a client: it must not join the dead-letter collectors (that would consume from
+        # the shared `dead` queue, i.e. take messages away from the bus's real collector).
+        overrides: dict[str, Any] = {"dead_letters": False}
         if self.url:
             overrides["url"] = self.url
         if self.exchange_prefix is not None:
@@ -44,14 +46,24 @@ class GlobalOptions:
 
     def app_name(self, config: Config, default: str = DEFAULT_APP) -> str:
         """--app, else QBROKER_APP (Config.app), else the tool's own name."""
-        return self.app or getattr(config, "app", None) or default
+        if self.app:
+            return self.app
+        # Config.app has a library default ("qbroker.unit"); only an explicit QBROKER_APP counts here.
+        return config.app if "app" in config.model_fields_set else default
 
 
 def configure_logging(verbose: bool) -> None:
-    """Library logs go to stderr (stdout carries results) and stay quiet unless --verbose."""
+    """Library logs go to stderr (stdout carries results) and stay quiet unless --verbose.
+
+    Without --verbose the CLI's own one-line messages say everything (the library would otherwise
+    repeat e.g. a warn reply or each unreachable URL as a log line).
+    """
+    import logging
+
     from qbroker.log import configure_logging as configure_core_logging
 
-    configure_core_logging("DEBUG" if verbose else "WARNING")
+    configure_core_logging("DEBUG" if verbose else "CRITICAL")
+    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.CRITICAL)
 
 
 def describe(exc: BaseException) -> str:

@@ -34,9 +34,12 @@ class RequestTracker:
 
     def observe(self, event: Event) -> None:
         """Remember requests and alerts that expect replies; complete replies with name and latency."""
-        if event.kind in ("request", "alert"):
+        if event.kind in ("request", "alert", "dead"):
+            # A dead request (unroutable, expired in its queue) still gets a reply from the dead-letter
+            # collector (no_server / queue_timeout): remember it so that reply is paired too.
             if event.reply_to and event.message_id:
-                self._pending[event.message_id] = Pending(event.time, event.name, event.kind, event.app)
+                kind = "alert" if event.kind == "alert" else "request"
+                self._pending[event.message_id] = Pending(event.time, event.name, kind, event.app)
                 self._expire(event.time)
             return
         if event.kind != "reply" or not event.correlation_id:

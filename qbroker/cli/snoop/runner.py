@@ -146,13 +146,14 @@ async def run_debugger(unit: Unit, config: Config, settings: DebugSettings) -> i
     debugger.install_signal_handlers()
     await unit.start()
     try:
-        if not settings.firehose or True:
-            await debugger.discover()
+        await debugger.discover()
         info = debugger.summary()
-        mode = "firehose (amq.rabbitmq.trace)" if settings.firehose else "own queues"
+        if settings.firehose:
+            following = f"firehose (amq.rabbitmq.trace), {info['units']} unit(s) known"
+        else:
+            following = f"own queues, {info['units']} unit(s), {info['endpoints']} endpoint(s)"
         say(
-            f"qbroker-debug: watching via {mode}: {info['units']} unit(s), {info['endpoints']} endpoint(s); "
-            f"queues {', '.join(info['queues'])}; Ctrl-C to stop",
+            f"qbroker-debug: watching via {following}; queues {', '.join(info['queues'])}; Ctrl-C to stop",
             style="dim",
         )
         await debugger.run()

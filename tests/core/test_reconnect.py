@@ -1,0 +1,120 @@
+"""Broker loss: calls in flight fail fast, units reconnect, re-declare and serve again; failover.
+
+These tests restart a private RabbitMQ node started for them, never the user's broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from qbroker import BrokerUnavailable, Config, QBrokerError, Unit
+from tests.private_node import PrivateNode, start_private_node, stop_private_node
+
+
+@pytest.fixture(scope="module")
+def private_node() -> Iterator[PrivateNode]:
+    node = start_private_node()
+    yield node
+    stop_private_node(node)
+
+
+def _unit(app: str, url: str) -> Unit:
+    return Unit(app, config=Config(url=url, heartbeat=5, reconnect_backoff_max=0.5, connect_timeout=2))
+
+
+async def _echo_server(url: str) -> Unit:
+    server = _unit("test.server", url)
+
+    @server.rpc("t.echo")
+    async def echo(n: int) -> int:
+        await asyncio.sleep(0.005)
+        return n
+
+    await server.start()
+    return server
+
+
+async def _call_until_ok(client: Unit, name: str, n: int, within: float) -> float:
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            assert await client.call(name, {"n": n}, timeout=2) == n
+            return time.monotonic()
+        except QBrokerError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+async def test_broker_restart_mid_traffic(private_node: PrivateNode) -> None:
+    server = await _echo_server(private_node.url)
+    client = _unit("test.client", private_node.url)
+    await client.start()
+    outcomes: Counter[str] = Counter()
+    stop = asyncio.Event()
+
+    async def worker(w: int) -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                # Every call must resolve: a hang would trip this outer bound.
+                result = await asyncio.wait_for(client.call("t.echo", {"n": n}, timeout=3), 10)
+                assert result == n
+                outcomes["ok"] += 1
+            except QBrokerError as exc:
+                outcomes[exc.id] += 1
+                await asyncio.sleep(0.05)
+
+    try:
+        workers = [asyncio.create_task(worker(w)) for w in range(16)]
+        await asyncio.sleep(1.0)
+        before = outcomes["ok"]
+        await asyncio.to_thread(private_node.stop_app)
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(private_node.start_app)
+        back = await _call_until_ok(client, "t.echo", 7, within=30)
+        assert back > 0
+        await asyncio.sleep(1.0)
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*workers), 20)
+        assert before > 0
+        assert outcomes["ok"] > before, outcomes  # traffic flowed again after the restart
+        failures = {k: v for k, v in outcomes.items() if k != "ok"}
+        assert failures, "the restart should have interrupted some calls"
+        assert set(failures) <= {"connection_lost", "call_timeout", "queue_timeout"}, failures
+        assert client.pending.__len__() == 0
+    finally:
+        await client.stop()
+        await server.stop()
+
+
+async def test_failover_to_the_next_broker(private_node: PrivateNode, amqp_url: str) -> None:
+    urls = f"{private_node.url},{amqp_url}"
+    server = await _echo_server(urls)
+    client = _unit("test.client", urls)
+    await client.start()
+    try:
+        assert await client.call("t.echo", {"n": 1}) == 1
+        await asyncio.to_thread(private_node.stop_app)
+        try:
+            await _call_until_ok(client, "t.echo", 2, within=20)
+            assert client._supervisor.url_index == 1
+        finally:
+            await asyncio.to_thread(private_node.start_app)
+    finally:
+        await client.stop()
+        await server.stop()
+
+
+async def test_unreachable_broker_is_a_clear_error() -> None:
+    unit = _unit("test.client", "amqp://guest:secret@127.0.0.1:1/")
+    with pytest.raises(BrokerUnavailable) as info:
+        await unit.start()
+    assert "127.0.0.1:1" in info.value.message
+    assert "secret" not in info.value.message
