@@ -20,6 +20,7 @@ class EndpointOptions:
     single_active: bool = False
     max_priority: int | None = None
     timeout: float | None = None
+    retries: int = 0
 
 
 @dataclass

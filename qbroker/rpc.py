@@ -72,8 +72,16 @@ async def serve_request(unit: Unit, endpoint: Endpoint, message: AbstractIncomin
         header = read_header(message, require=("message_id", "name"))
         body = read_body(message, accept=unit.config.accept, max_bytes=unit.config.max_body_bytes)
         ctx = RequestContext(header=header, kind="rpc", log=log, message=message)
-        result, error = await run_handler(unit, endpoint.dispatch, body, ctx, endpoint.name,
-                                          endpoint.options.timeout)
+        attempt = 0
+        while True:
+            result, error = await run_handler(unit, endpoint.dispatch, body, ctx, endpoint.name,
+                                              endpoint.options.timeout)
+            # EventMQ retry-count: status "error" may pass on a second try; "fail" never does.
+            if error is None or error.status != "error" or attempt >= endpoint.options.retries:
+                break
+            attempt += 1
+            log.info("retrying handler", attempt=attempt, error=error.message)
+            await asyncio.sleep(min(0.05 * 2**attempt, 2.0))
     except QBrokerError as exc:
         log.warning("malformed request", error=str(exc))
         result, error = None, exc.to_info(part=endpoint.name)

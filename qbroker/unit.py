@@ -25,6 +25,7 @@ from qbroker.exchanges import Exchanges, declare_exchanges, declare_rpc_queue, d
 from qbroker.handlers import Extra, Handler
 from qbroker.log import get_logger
 from qbroker.replies import PendingReplies, Reply, parse_reply
+from qbroker.schedule import Schedule, Scheduler
 
 F = TypeVar("F", bound=Callable[..., Any])
 OnConnected = Callable[[AbstractConnection], Awaitable[None]]
@@ -57,6 +58,7 @@ class Unit:
         self._idle = asyncio.Event()
         self._idle.set()
         self._started_at = 0.0
+        self.scheduler = Scheduler(self.log)
         self.on_alert("qbroker.ping")(self._answer_ping)
         if config.dead_letters:
             from qbroker.dead_letter import DeadLetterCollector
@@ -72,10 +74,11 @@ class Unit:
             raise NotStarted(f"register {what} before start()")
 
     def rpc(self, name: str, *, prefetch: int = 64, exclusive: bool = False, single_active: bool = False,
-            max_priority: int | None = None, timeout: float | None = None,
+            max_priority: int | None = None, timeout: float | None = None, retries: int = 0,
             extra: Extra = "forbid") -> Callable[[F], F]:
         """Serve RPC requests named ``name`` with the decorated handler."""
-        endpoint = self._add_endpoint(Endpoint, name, prefetch, exclusive, single_active, max_priority, timeout)
+        endpoint = self._add_endpoint(Endpoint, name, prefetch, exclusive, single_active, max_priority, timeout,
+                                      retries)
 
         def register(fn: F) -> F:
             endpoint.handler = Handler(fn, name, extra=extra)
@@ -84,21 +87,22 @@ class Unit:
         return register
 
     def commands(self, name: str, *, prefetch: int = 64, exclusive: bool = False, single_active: bool = False,
-                 max_priority: int | None = None, timeout: float | None = None) -> CommandEndpoint:
+                 max_priority: int | None = None, timeout: float | None = None, retries: int = 0) -> CommandEndpoint:
         """A TopOSM-style endpoint dispatching on the body's ``command``; add commands with ``.command()``."""
         endpoint = self._add_endpoint(CommandEndpoint, name, prefetch, exclusive, single_active, max_priority,
-                                      timeout)
+                                      timeout, retries)
         assert isinstance(endpoint, CommandEndpoint)
         return endpoint
 
     def _add_endpoint(self, cls: type[Endpoint], name: str, prefetch: int, exclusive: bool,
-                      single_active: bool, max_priority: int | None, timeout: float | None) -> Endpoint:
+                      single_active: bool, max_priority: int | None, timeout: float | None,
+                      retries: int) -> Endpoint:
         self._check_new(f"endpoint {name!r}")
         if name in self.endpoints:
             raise ValueError(f"endpoint {name!r} is already registered")
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
-        options = EndpointOptions(prefetch, exclusive, single_active, max_priority, timeout)
+        options = EndpointOptions(prefetch, exclusive, single_active, max_priority, timeout, retries)
         endpoint = cls(name=name, options=options)
         self.endpoints[name] = endpoint
         return endpoint
@@ -137,6 +141,7 @@ class Unit:
         if self.state != "started":
             return
         self.state = "stopping"
+        await self.scheduler.close()
         for queue, tag in self._consumers:
             with contextlib.suppress(Exception):
                 await queue.cancel(tag)
@@ -155,6 +160,7 @@ class Unit:
             await self._close()
 
     async def _close(self) -> None:
+        await self.scheduler.close()
         await self._supervisor.close()
         self.pending.fail_all(ConnectionLost(f"unit {self.app} stopped"))
         self.state = "stopped"
@@ -210,7 +216,7 @@ class Unit:
             # A channel the broker closed under us (e.g. a declare conflict) leaves the unit half-wired:
             # rebuild everything on a fresh connection instead.
             if exc is not None and self.state == "started" and not connection.is_closed:
-                self.log.warning("channel closed by broker; reconnecting", error=str(exc))
+                self.log.warning("channel closed by broker; reconnecting", error=repr(exc))
                 self._supervisor.lose(exc)
 
         channel.close_callbacks.add(_channel_closed)
@@ -309,6 +315,32 @@ class Unit:
         reply = await self.call_reply(name, body, timeout=timeout, debug=debug, priority=priority,
                                       retries=retries, content_type=content_type)
         return reply.body
+
+    async def cast(self, name: str, body: Any = None, *, priority: int | None = None,
+                   ttl: float | None = None, content_type: str = JSON) -> None:
+        """A one-way request (RQ NOREPLY): one server handles it, nobody is answered."""
+        self._check_started("cast")
+        message = self.make_message(body, kind="rpc", name=name, message_id=uuid.uuid4().hex,
+                                    content_type=content_type, expiration_s=ttl, priority=priority)
+        if not await self.wait_connected(self.config.call_timeout):
+            raise ConnectionLost(f"not connected to a broker (cast {name})")
+        await self.publish("rpc", name, message)
+
+    def schedule(self, name: str, body: Any = None, *, every: float | None = None, cron: str | None = None,
+                 kind: Literal["cast", "alert"] = "cast", nohaste: bool = False) -> Schedule:
+        """Send ``name`` every ``every`` seconds or on a ``cron`` line until unscheduled or stopped."""
+        self._check_started("schedule")
+
+        async def send() -> None:
+            if kind == "alert":
+                await self._send_alert(name, body, JSON)
+            else:
+                await self.cast(name, body, ttl=every)
+
+        return self.scheduler.add(name, kind, send, every=every, cron=cron, nohaste=nohaste)
+
+    def unschedule(self, schedule_id: str) -> bool:
+        return self.scheduler.remove(schedule_id)
 
     @overload
     def alert(self, name: str) -> Callable[[F], F]: ...

@@ -51,7 +51,9 @@ def alert(
         float | None,
         typer.Option("--gap", help="With --gather: stop after this many seconds of silence after a reply."),
     ] = None,
-    raw: Annotated[bool, typer.Option("--raw", "-r", help="Replies as compact JSON lines, strings unquoted.")] = False,
+    raw: Annotated[
+        bool, typer.Option("--raw", "-r", help="Replies as compact JSON lines, strings unquoted.")
+    ] = False,
 ) -> None:
     """Publish an alert (a broadcast); with --gather print each reply as it arrives."""
     options: GlobalOptions = ctx.obj
@@ -86,7 +88,10 @@ def alert(
             count += 1
             error = getattr(reply, "error", None)
             if error is not None and getattr(error, "status", "ok") in ("error", "fail"):
-                say(f"qbroker: reply {count}: {getattr(error, 'status', 'error')}: {to_json(error)}", style="red")
+                say(
+                    f"qbroker: reply {count}: {getattr(error, 'status', 'error')}: {to_json(error)}",
+                    style="red",
+                )
                 continue
             if raw or sys.stdout.isatty():
                 print_result(reply.body, raw=raw)

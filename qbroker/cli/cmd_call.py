@@ -46,7 +46,9 @@ def call(
     ] = None,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", "-t", help="Seconds to wait for the reply (default: QBROKER_CALL_TIMEOUT, else 10)."),
+        typer.Option(
+            "--timeout", "-t", help="Seconds to wait for the reply (default: QBROKER_CALL_TIMEOUT, else 10)."
+        ),
     ] = None,
     debug: Annotated[
         bool,

@@ -26,12 +26,16 @@ EXAMPLES = """
 
 def list_units(
     ctx: typer.Context,
-    schemas: Annotated[bool, typer.Option("--schemas", "-s", help="Show each endpoint's parameter schema.")] = False,
+    schemas: Annotated[
+        bool, typer.Option("--schemas", "-s", help="Show each endpoint's parameter schema.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the ping replies as a JSON array.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", "-t", help="Seconds to wait for replies.")] = 1.5,
     gap: Annotated[
         float | None,
-        typer.Option("--gap", help="Stop after this many seconds without a new reply (default: wait --timeout)."),
+        typer.Option(
+            "--gap", help="Stop after this many seconds without a new reply (default: wait --timeout)."
+        ),
     ] = None,
 ) -> None:
     """Send qbroker.ping and print a table of the running units: app, uuid, host, endpoints."""
@@ -61,9 +65,8 @@ def endpoint_label(name: str, info: Any) -> str:
 
 def render_units(units: list[dict[str, Any]], *, schemas: bool) -> None:
     from rich.console import Console
-    from rich.table import Table
-
     from rich.markup import escape
+    from rich.table import Table
 
     # Piped: wide enough that a uuid is never folded (people grep for it).
     console = Console() if sys.stdout.isatty() else Console(width=200)

@@ -39,15 +39,19 @@ app = QBrokerApp(
 
 @app.command(epilog=EXAMPLES)
 def snoop(
-    names: Annotated[list[str], typer.Option("--name", "-n", help="Only names matching this glob (repeatable).")] = [],  # noqa: B006
+    names: Annotated[
+        list[str], typer.Option("--name", "-n", help="Only names matching this glob (repeatable).")
+    ] = [],  # noqa: B006
     apps: Annotated[
-        list[str], typer.Option("--app", "-a", help="Only messages from/to apps matching this glob (repeatable).")
+        list[str],
+        typer.Option("--app", "-a", help="Only messages from/to apps matching this glob (repeatable)."),
     ] = [],  # noqa: B006
     uuids: Annotated[
         list[str], typer.Option("--uuid", "-u", help="Only messages from/to units with this uuid prefix.")
     ] = [],  # noqa: B006
     kinds: Annotated[
-        list[str], typer.Option("--kind", "-k", help="alert, request, reply, dead (comma-separated or repeated).")
+        list[str],
+        typer.Option("--kind", "-k", help="alert, request, reply, dead (comma-separated or repeated)."),
     ] = [],  # noqa: B006
     statuses: Annotated[
         list[str], typer.Option("--status", "-s", help="Replies with status ok, warn, error, fail.")
@@ -58,31 +62,44 @@ def snoop(
         bool,
         typer.Option(
             "--firehose",
-            help="Read RabbitMQ's amq.rabbitmq.trace instead of binding queues (needs `rabbitmqctl trace_on`).",
+            help="Read RabbitMQ's amq.rabbitmq.trace instead of binding queues "
+            "(needs `rabbitmqctl trace_on -p VHOST`).",
         ),
     ] = False,
     everything: Annotated[
         bool,
         typer.Option(
             "--all",
-            help="Bind '#' on rpc and alert to see requests to unknown names too. Changes routing while running: "
-            "unroutable requests reach this debugger instead of dead (no no_server replies).",
+            help="Bind '#' on rpc and alert to see requests to unknown names too. Changes routing while "
+            "running: unroutable requests reach this debugger instead of dead (no no_server replies).",
         ),
     ] = False,
-    show_own: Annotated[bool, typer.Option("--show-own", help="Also show the debugger's own ping traffic.")] = False,
-    count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Exit after showing N messages.")] = None,
-    duration: Annotated[float | None, typer.Option("--duration", min=0.0, help="Exit after S seconds.")] = None,
+    show_own: Annotated[
+        bool, typer.Option("--show-own", help="Also show the debugger's own ping traffic.")
+    ] = False,
+    count: Annotated[
+        int | None, typer.Option("--count", "-c", min=1, help="Exit after showing N messages.")
+    ] = None,
+    duration: Annotated[
+        float | None, typer.Option("--duration", min=0.0, help="Exit after S seconds.")
+    ] = None,
     url: Annotated[
         str | None,
         typer.Option("--url", envvar="QBROKER_URL", show_envvar=True, help="Broker URL(s), comma-separated."),
     ] = None,
-    exchange_prefix: Annotated[str | None, typer.Option("--exchange-prefix", help="Exchange name prefix.")] = None,
+    exchange_prefix: Annotated[
+        str | None, typer.Option("--exchange-prefix", help="Exchange name prefix.")
+    ] = None,
     rpc_exchange: Annotated[str | None, typer.Option("--rpc-exchange")] = None,
     reply_exchange: Annotated[str | None, typer.Option("--reply-exchange")] = None,
     alert_exchange: Annotated[str | None, typer.Option("--alert-exchange")] = None,
     dead_exchange: Annotated[str | None, typer.Option("--dead-exchange")] = None,
-    app_name: Annotated[str | None, typer.Option("--app-name", help="App name of the debugger's unit.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the library's logs on stderr.")] = False,
+    app_name: Annotated[
+        str | None, typer.Option("--app-name", help="App name of the debugger's unit.")
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show the library's logs on stderr.")
+    ] = False,
 ) -> None:
     """Watch a QBroker bus: alerts, requests, replies (paired, with latency) and dead messages."""
     from qbroker.cli.snoop.filters import EventFilter
@@ -98,7 +115,10 @@ def snoop(
     exchanges = {
         kind: name
         for kind, name in (
-            ("rpc", rpc_exchange), ("reply", reply_exchange), ("alert", alert_exchange), ("dead", dead_exchange)
+            ("rpc", rpc_exchange),
+            ("reply", reply_exchange),
+            ("alert", alert_exchange),
+            ("dead", dead_exchange),
         )
         if name
     }

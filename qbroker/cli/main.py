@@ -62,7 +62,8 @@ EXAMPLES = """
 
 Exit codes: 0 ok (or warn), 1 error, 2 fail, 3 timeout or no broker, 64 usage.
 
-Environment: QBROKER_URL, QBROKER_EXCHANGE_PREFIX, QBROKER_{RPC,REPLY,ALERT,DEAD}_EXCHANGE, QBROKER_APP, QBROKER_CALL_TIMEOUT.
+Environment: QBROKER_URL, QBROKER_EXCHANGE_PREFIX, QBROKER_{RPC,REPLY,ALERT,DEAD}_EXCHANGE,
+QBROKER_APP, QBROKER_CALL_TIMEOUT.
 """
 
 app = QBrokerApp(
@@ -94,7 +95,9 @@ def global_options(
         str | None,
         typer.Option("--exchange-prefix", help="Prefix of all exchange names [env: QBROKER_EXCHANGE_PREFIX]"),
     ] = None,
-    rpc_exchange: Annotated[str | None, typer.Option("--rpc-exchange", help="Name of the rpc exchange.")] = None,
+    rpc_exchange: Annotated[
+        str | None, typer.Option("--rpc-exchange", help="Name of the rpc exchange.")
+    ] = None,
     reply_exchange: Annotated[
         str | None, typer.Option("--reply-exchange", help="Name of the reply exchange.")
     ] = None,
@@ -108,7 +111,9 @@ def global_options(
         str | None,
         typer.Option("--app", help="App name of the CLI's unit (default qbroker.cli) [env: QBROKER_APP]"),
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the library's logs on stderr.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show the library's logs on stderr.")
+    ] = False,
 ) -> None:
     """Global options go before the command: qbroker --url amqp://host/ call NAME ..."""
     exchanges = {

@@ -20,7 +20,7 @@ from qbroker.cli.snoop.directory import Desired
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 # A debugger that falls behind must not grow the broker's memory without bound; the oldest
 # captured messages are dropped first (they are our copies, never the service's).
-QUEUE_ARGUMENTS = {"x-max-length": 100_000, "x-overflow": "drop-head"}
+QUEUE_ARGUMENTS: dict[str, Any] = {"x-max-length": 100_000, "x-overflow": "drop-head"}
 
 Deliver = Callable[[AbstractIncomingMessage, str], Awaitable[None]]
 
@@ -62,7 +62,10 @@ class SnoopQueues:
     async def _declare(self, suffix: str) -> AbstractQueue:
         assert self.channel is not None
         queue = await self.channel.declare_queue(
-            f"{self._prefix}{suffix}", exclusive=True, auto_delete=True, durable=False,
+            f"{self._prefix}{suffix}",
+            exclusive=True,
+            auto_delete=True,
+            durable=False,
             arguments=dict(QUEUE_ARGUMENTS),
         )
         self.queues.append(queue)

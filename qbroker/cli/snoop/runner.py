@@ -82,7 +82,9 @@ class Debugger:
                 break
             getter = asyncio.ensure_future(self.inbox.get())
             stopper = asyncio.ensure_future(self.stopping.wait())
-            done, _ = await asyncio.wait({getter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {getter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
             stopper.cancel()
             if getter not in done:
                 getter.cancel()

@@ -1,0 +1,149 @@
+"""RPC and alert throughput on a real broker; prints JSON.
+
+The echo server runs in its own process (as it would in production); the client measures:
+sequential calls/s, 64-concurrent calls/s, p50/p99 latency of each, and one-way alert msgs/s
+(published and received by a listener in the server process).
+
+    .venv/bin/python bench/rpc.py [--seq 3000] [--conc 20000] [--alerts 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import time
+import uuid
+
+from qbroker import Config, Unit
+
+URL = os.environ.get("QBROKER_URL", "amqp://guest:guest@127.0.0.1:5672/")
+
+
+def _server(prefix: str, ready: multiprocessing.synchronize.Event, stop: multiprocessing.synchronize.Event) -> None:
+    async def main() -> None:
+        unit = Unit("bench.server", config=Config(url=URL, exchange_prefix=prefix))
+        received = 0
+
+        @unit.rpc("bench.echo", prefetch=256)
+        async def echo(body: object) -> object:
+            return body
+
+        @unit.rpc("bench.alerts_received")
+        async def alerts_received() -> int:
+            return received
+
+        @unit.on_alert("bench.tick")
+        async def tick() -> None:
+            nonlocal received
+            received += 1
+
+        await unit.start()
+        ready.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.1)
+        await unit.stop()
+
+    asyncio.run(main())
+
+
+def _percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def _bench(prefix: str, n_seq: int, n_conc: int, n_alerts: int, concurrency: int) -> dict[str, object]:
+    client = Unit("bench.client", config=Config(url=URL, exchange_prefix=prefix))
+    await client.start()
+    payload = {"text": "hello", "n": 1}
+    for _ in range(200):  # warm up
+        await client.call("bench.echo", payload)
+
+    latencies: list[float] = []
+    started = time.perf_counter()
+    for _ in range(n_seq):
+        t0 = time.perf_counter()
+        await client.call("bench.echo", payload)
+        latencies.append(time.perf_counter() - t0)
+    seq_elapsed = time.perf_counter() - started
+
+    conc_latencies: list[float] = []
+    remaining = n_conc
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            t0 = time.perf_counter()
+            await client.call("bench.echo", payload, timeout=30)
+            conc_latencies.append(time.perf_counter() - t0)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    conc_elapsed = time.perf_counter() - started
+
+    base = await client.call("bench.alerts_received")
+    started = time.perf_counter()
+    batch = 256
+    for i in range(0, n_alerts, batch):
+        await asyncio.gather(*(client.alert("bench.tick", {"i": j}) for j in range(i, min(n_alerts, i + batch))))
+    published = time.perf_counter() - started
+    while await client.call("bench.alerts_received") - base < n_alerts:
+        if time.perf_counter() - started > 120:
+            break
+        await asyncio.sleep(0.02)
+    delivered = time.perf_counter() - started
+    await client.stop()
+    ms = 1000.0
+    return {
+        "sequential": {
+            "calls": n_seq, "calls_per_s": round(n_seq / seq_elapsed, 1),
+            "p50_ms": round(_percentile(latencies, 0.5) * ms, 3), "p99_ms": round(_percentile(latencies, 0.99) * ms, 3),
+            "mean_ms": round(statistics.fmean(latencies) * ms, 3),
+        },
+        "concurrent": {
+            "calls": n_conc, "in_flight": concurrency, "calls_per_s": round(n_conc / conc_elapsed, 1),
+            "p50_ms": round(_percentile(conc_latencies, 0.5) * ms, 3),
+            "p99_ms": round(_percentile(conc_latencies, 0.99) * ms, 3),
+        },
+        "alerts": {
+            "messages": n_alerts, "published_per_s": round(n_alerts / published, 1),
+            "delivered_per_s": round(n_alerts / delivered, 1),
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seq", type=int, default=3000)
+    parser.add_argument("--conc", type=int, default=20000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--alerts", type=int, default=20000)
+    args = parser.parse_args()
+    os.environ.setdefault("QBROKER_LOG_LEVEL", "WARNING")
+    from qbroker.log import configure_logging
+
+    configure_logging()
+    prefix = f"bench-{uuid.uuid4().hex[:6]}."
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    server = ctx.Process(target=_server, args=(prefix, ready, stop), daemon=True)
+    server.start()
+    if not ready.wait(30):
+        raise SystemExit("bench server did not start")
+    try:
+        result = asyncio.run(_bench(prefix, args.seq, args.conc, args.alerts, args.concurrency))
+    finally:
+        stop.set()
+        server.join(15)
+    result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
+                         "processor": platform.processor() or platform.machine()}
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""Running a qbroker program: uvloop when installed (about 1.5x the calls/s of the default loop)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)

@@ -1,0 +1,86 @@
+"""Schedules (EventMQ SCHEDULE / UNSCHEDULE): send a request or alert every N seconds or on a cron line.
+
+``nohaste`` (EventMQ's header): do not send at once when scheduled; first send when the interval has
+elapsed. A schedule lives in the unit that made it and stops with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from croniter import croniter
+
+Send = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class Schedule:
+    id: str
+    name: str
+    kind: Literal["cast", "alert"]
+    every: float | None
+    cron: str | None
+    nohaste: bool
+    runs: int = 0
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def next_delay(self, now: float, first: bool) -> float:
+        if self.cron is not None:
+            start = datetime.fromtimestamp(now, tz=timezone.utc)
+            nxt = croniter(self.cron, start).get_next(datetime)
+            return max(0.0, nxt.timestamp() - now)
+        assert self.every is not None
+        return 0.0 if first and not self.nohaste else self.every
+
+
+class Scheduler:
+    def __init__(self, log: Any) -> None:
+        self._schedules: dict[str, Schedule] = {}
+        self._log = log
+
+    def add(self, name: str, kind: Literal["cast", "alert"], send: Send, *, every: float | None,
+            cron: str | None, nohaste: bool) -> Schedule:
+        if (every is None) == (cron is None):
+            raise ValueError("give exactly one of every= or cron=")
+        if every is not None and every <= 0:
+            raise ValueError("every must be positive")
+        if cron is not None and not croniter.is_valid(cron):
+            raise ValueError(f"invalid cron expression {cron!r}")
+        schedule = Schedule(uuid.uuid4().hex, name, kind, every, cron, nohaste)
+        schedule.task = asyncio.create_task(self._loop(schedule, send), name=f"qbroker-schedule-{name}")
+        self._schedules[schedule.id] = schedule
+        return schedule
+
+    async def _loop(self, schedule: Schedule, send: Send) -> None:
+        first = True
+        while True:
+            await asyncio.sleep(schedule.next_delay(time.time(), first))
+            first = False
+            try:
+                await send()
+                schedule.runs += 1
+            except Exception as exc:  # a lost broker must not end the schedule
+                self._log.warning("scheduled send failed", name=schedule.name, error=str(exc))
+
+    def remove(self, schedule_id: str) -> bool:
+        schedule = self._schedules.pop(schedule_id, None)
+        if schedule is None or schedule.task is None:
+            return False
+        schedule.task.cancel()
+        return True
+
+    def list(self) -> list[Schedule]:
+        return list(self._schedules.values())
+
+    async def close(self) -> None:
+        for schedule_id in list(self._schedules):
+            self.remove(schedule_id)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
