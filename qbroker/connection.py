@@ -60,7 +60,7 @@ class ConnectionSupervisor:
                 return await aio_pika.connect(
                     _with_heartbeat(url, self._config.heartbeat), timeout=self._config.connect_timeout
                 )
-            except (OSError, asyncio.TimeoutError, aio_pika.exceptions.AMQPError) as exc:
+            except (TimeoutError, OSError, aio_pika.exceptions.AMQPError) as exc:
                 self._log.warning("broker unreachable", url=redact_url(url), error=str(exc) or type(exc).__name__)
                 # Move the failing broker to the back of the line (RQ's SERVER_FULL rule).
                 self.url_index = (self.url_index + 1) % len(self._urls)
@@ -88,7 +88,7 @@ class ConnectionSupervisor:
     def lose(self, reason: BaseException | None = None) -> None:
         """Declare the connection broken (e.g. a channel died) so the supervisor rebuilds everything."""
         if self.connection is not None and not self.connection.is_closed:
-            asyncio.create_task(self.connection.close(reason))
+            asyncio.create_task(self.connection.close(reason or ConnectionError("connection abandoned")))
 
     async def _supervise(self) -> None:
         while not self._stopping:
@@ -116,7 +116,7 @@ class ConnectionSupervisor:
             return True
         try:
             await asyncio.wait_for(self.ready.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 

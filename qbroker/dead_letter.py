@@ -63,7 +63,7 @@ class DeadLetterCollector:
         kind = message.type or "unknown"
         reason = death_reason(message)
         raw_name = (message.headers or {}).get("name")
-        name = raw_name.decode() if isinstance(raw_name, bytes) else (raw_name or message.routing_key or "?")
+        name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name or message.routing_key or "?")
         self.counts[f"{kind}.{reason}"] += 1
         log = self.log.bind(name=name, correlation_id=message.message_id, reason=reason, kind=kind)
         if kind == "rpc" and message.reply_to and message.message_id:

@@ -92,6 +92,10 @@ def _text(value: Any) -> Any:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+def _deadline(raw: Any) -> float | None:
+    return raw / 1000 if isinstance(raw, int) and not isinstance(raw, bool) else None
+
+
 def read_header(message: AbstractIncomingMessage, *, require: tuple[str, ...] = ()) -> Header:
     """The header of an incoming message; raises BadMessage naming what is wrong."""
     raw = message.headers or {}
@@ -108,7 +112,7 @@ def read_header(message: AbstractIncomingMessage, *, require: tuple[str, ...] = 
             debug=bool(raw.get("debug", False)),
             content_type=message.content_type or JSON,
             type=message.type,
-            deadline=raw["deadline"] / 1000 if isinstance(raw.get("deadline"), int) else None,
+            deadline=_deadline(raw.get("deadline")),
             app=_text(raw.get("app")),
         )
     except ValidationError as exc:

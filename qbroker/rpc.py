@@ -117,7 +117,8 @@ async def call(unit: Unit, name: str, body: Any, *, timeout: float, debug: bool 
         publish = asyncio.ensure_future(unit.publish("rpc", name, message))
         remaining = max(0.0, deadline - loop.time())
         try:
-            done, _ = await asyncio.wait({future, publish}, timeout=remaining,
+            waiting: set[asyncio.Future[Any]] = {future, publish}
+            done, _ = await asyncio.wait(waiting, timeout=remaining,
                                          return_when=asyncio.FIRST_COMPLETED)
             if publish in done and publish.exception() is not None and not future.done():
                 raise ConnectionLost(f"request to {name} was not accepted by the broker: {publish.exception()}")

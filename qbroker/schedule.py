@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from croniter import croniter
@@ -33,7 +33,7 @@ class Schedule:
 
     def next_delay(self, now: float, first: bool) -> float:
         if self.cron is not None:
-            start = datetime.fromtimestamp(now, tz=timezone.utc)
+            start = datetime.fromtimestamp(now, tz=UTC)
             nxt = croniter(self.cron, start).get_next(datetime)
             return max(0.0, nxt.timestamp() - now)
         assert self.every is not None
