@@ -24,6 +24,8 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from qbroker import Config, Unit
 from qbroker.cli.snoop.captured import Captured
@@ -32,13 +34,29 @@ from qbroker.cli.snoop.filters import EventFilter
 from qbroker.cli.snoop.pairing import RequestTracker
 from qbroker.cli.snoop.render import Renderer
 
-URL = os.environ.get("QBROKER_URL", "amqp://guest:guest@127.0.0.1:5672/")
+BASE_URL = os.environ.get("QBROKER_URL", "amqp://guest:guest@127.0.0.1:5672/")
+URL = BASE_URL  # replaced by a throwaway vhost's URL in main()
 BIN = Path(sys.executable).parent
 
 
-def _server(prefix: str, ready: multiprocessing.synchronize.Event, stop: multiprocessing.synchronize.Event) -> None:
+def _rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=60)
+
+
+def _throwaway_vhost() -> tuple[str, str]:
+    """A vhost of our own, so the run leaves no queues or exchanges behind (deleted at the end)."""
+    vhost = f"bench-cli-{uuid.uuid4().hex[:8]}"
+    _rabbitmqctl("add_vhost", vhost)
+    _rabbitmqctl("set_permissions", "-p", vhost, urlsplit(BASE_URL).username or "guest", ".*", ".*", ".*")
+    parts = urlsplit(BASE_URL)
+    return vhost, urlunsplit((parts.scheme, parts.netloc, "/" + vhost, parts.query, ""))
+
+
+def _server(
+    url: str, prefix: str, ready: multiprocessing.synchronize.Event, stop: multiprocessing.synchronize.Event
+) -> None:
     async def main() -> None:
-        unit = Unit("bench.cli.server", config=Config(url=URL, exchange_prefix=prefix))
+        unit = Unit("bench.cli.server", config=Config(url=url, exchange_prefix=prefix))
 
         @unit.rpc("bench.cli.echo", prefetch=256)
         async def echo(body: object) -> object:
@@ -66,6 +84,22 @@ def _wall(args: list[str], prefix: str, runs: int) -> float:
     return round(statistics.median(times) * 1000, 1)
 
 
+async def _until_shown(out: Any, lines: int, limit: float = 60.0) -> None:
+    """Wait until the debugger has printed ``lines`` events (it may lag behind the calls)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with open(out.name, "rb") as current:
+            if sum(1 for _ in current) >= lines:
+                return
+        await asyncio.sleep(0.2)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """user + system CPU time of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _pipeline(n_pairs: int) -> float:
     roles = {"rpc": "rpc", "reply": "reply", "alert": "alert", "dead": "dead"}
     tracker, keep, out = RequestTracker(), EventFilter.build(kinds=["request,reply"]), io.StringIO()
@@ -75,10 +109,28 @@ def _pipeline(n_pairs: int) -> float:
     for i in range(n_pairs):
         mid = f"m{i}"
         for captured in (
-            Captured("traffic", "rpc", "svc.echo", body, {"version": 1, "name": "svc.echo", "app": "c"},
-                     app_id="u1", message_id=mid, reply_to="u1", content_type="application/json"),
-            Captured("traffic", "reply", "u1", body, {"version": 1, "app": "s"}, app_id="u2",
-                     message_id=f"r{i}", correlation_id=mid, content_type="application/json"),
+            Captured(
+                "traffic",
+                "rpc",
+                "svc.echo",
+                body,
+                {"version": 1, "name": "svc.echo", "app": "c"},
+                app_id="u1",
+                message_id=mid,
+                reply_to="u1",
+                content_type="application/json",
+            ),
+            Captured(
+                "traffic",
+                "reply",
+                "u1",
+                body,
+                {"version": 1, "app": "s"},
+                app_id="u2",
+                message_id=f"r{i}",
+                correlation_id=mid,
+                content_type="application/json",
+            ),
         ):
             event = decode(captured, roles)
             assert event is not None
@@ -115,16 +167,20 @@ async def _live(prefix: str, n: int, concurrency: int) -> dict[str, object]:
     try:
         await _calls(client, 200, concurrency)  # warm-up
         without = await _calls(client, n, concurrency)
-        with tempfile.TemporaryFile() as out:
+        with tempfile.NamedTemporaryFile() as out:
             debugger = subprocess.Popen(
                 [str(BIN / "qbroker-debug"), "--json", "--kind", "request,reply"],
-                env=_env(prefix), stdout=out, stderr=subprocess.PIPE,
+                env=_env(prefix),
+                stdout=out,
+                stderr=subprocess.PIPE,
             )
             assert debugger.stderr is not None
             while b"watching" not in debugger.stderr.readline():  # ready: queues bound
                 pass
+            cpu_before = _cpu_seconds(debugger.pid)
             with_debugger = await _calls(client, n, concurrency)
-            await asyncio.sleep(1.0)  # let it drain what is already in its queue
+            await _until_shown(out, 2 * n)  # let it work through the backlog in its queue before Ctrl-C
+            debugger_cpu = _cpu_seconds(debugger.pid) - cpu_before
             debugger.send_signal(2)
             debugger.wait(30)
             out.seek(0)
@@ -137,8 +193,10 @@ async def _live(prefix: str, n: int, concurrency: int) -> dict[str, object]:
             "without_debugger": without,
             "with_debugger": with_debugger,
             "debugger_requests_seen": sum(e["kind"] == "request" for e in events),
+            "debugger_replies_seen": sum(e["kind"] == "reply" for e in events),
             "debugger_replies_paired": len(replies),
             "debugger_observed_p50_ms": seen_latency[len(seen_latency) // 2] if seen_latency else None,
+            "debugger_cpu_ms_per_message": round(1000 * debugger_cpu / max(1, len(events)), 3),
         }
     finally:
         await client.stop()
@@ -151,14 +209,20 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--pipeline-pairs", type=int, default=20000)
     args = parser.parse_args()
-    prefix = f"benchcli{uuid.uuid4().hex[:6]}."
+    global URL
+    vhost, URL = _throwaway_vhost()
+    prefix = ""
     ready, stop = multiprocessing.Event(), multiprocessing.Event()
-    server = multiprocessing.Process(target=_server, args=(prefix, ready, stop), daemon=True)
+    server = multiprocessing.Process(target=_server, args=(URL, prefix, ready, stop), daemon=True)
     server.start()
     ready.wait(30)
     try:
         result = {
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+            },
             "startup_ms": {
                 "qbroker_help_median": _wall([str(BIN / "qbroker"), "--help"], prefix, args.runs),
                 "qbroker_call_median": _wall(
@@ -171,6 +235,7 @@ def main() -> None:
     finally:
         stop.set()
         server.join(15)
+        _rabbitmqctl("delete_vhost", vhost)
     print(json.dumps(result, indent=2))
 
 

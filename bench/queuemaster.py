@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from qbroker import Config, Unit
+from qbroker.log import configure_logging
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -39,8 +40,13 @@ BIN = Path(sys.executable).parent
 
 def start(args: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:
     out = open(log, "ab")  # noqa: SIM115 - lives as long as the process
-    return subprocess.Popen(args, env={**os.environ, "QBROKER_URL": url}, stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    env = {**os.environ, "QBROKER_URL": url}
+    return subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def queuemaster_args(workdir: Path, tiles: str) -> list[str]:
+    return [str(BIN / "toposm-queuemaster"), "--tile-root", str(workdir / tiles), "--state-file",
+            str(workdir / f"q-{uuid.uuid4().hex}.sqlite"), "--render-missing-expired"]
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -74,9 +80,7 @@ def metatile_tiles(n: int, zoom: int = 14) -> list[str]:
 async def bench_dispatch(n_renderers: int, n_metatiles: int, workdir: Path) -> dict[str, Any]:
     vhost = create_vhost("qbroker-bench")
     url = url_for_vhost(vhost)
-    procs = [start([str(BIN / "toposm-queuemaster"), "--tile-root", str(workdir / "tiles"), "--state-file",
-                    str(workdir / f"q-{uuid.uuid4().hex}.sqlite"), "--render-missing-expired"], url,
-                   workdir / "qm.log")]
+    procs = [start(queuemaster_args(workdir, "tiles"), url, workdir / "qm.log")]
     unit = Unit("bench.client", config=Config(url=url))
     try:
         await unit.start()
@@ -122,9 +126,7 @@ def null_renderer(unit: Unit, threadid: int) -> None:
 async def bench_dispatch_null(n_threads: int, n_metatiles: int, workdir: Path) -> dict[str, Any]:
     vhost = create_vhost("qbroker-bench")
     url = url_for_vhost(vhost)
-    procs = [start([str(BIN / "toposm-queuemaster"), "--tile-root", str(workdir / "tiles-null"),
-                    "--state-file", str(workdir / f"q-{uuid.uuid4().hex}.sqlite"), "--render-missing-expired"],
-                   url, workdir / "qm-null.log")]
+    procs = [start(queuemaster_args(workdir, "tiles-null"), url, workdir / "qm-null.log")]
     unit = Unit("bench.null-renderer", config=Config(url=url))
     for i in range(n_threads):
         null_renderer(unit, i)
@@ -149,9 +151,7 @@ async def bench_dispatch_null(n_threads: int, n_metatiles: int, workdir: Path) -
 async def bench_expiry(n_messages: int, per_message: int, workdir: Path) -> dict[str, Any]:
     vhost = create_vhost("qbroker-bench")
     url = url_for_vhost(vhost)
-    procs = [start([str(BIN / "toposm-queuemaster"), "--tile-root", str(workdir / "tiles-exp"),
-                    "--state-file", str(workdir / f"q-{uuid.uuid4().hex}.sqlite"), "--render-missing-expired"],
-                   url, workdir / "qm-exp.log")]
+    procs = [start(queuemaster_args(workdir, "tiles-exp"), url, workdir / "qm-exp.log")]
     unit = Unit("bench.expirer", config=Config(url=url))
     tiles = metatile_tiles(n_messages * per_message, zoom=16)
     bodies = [";".join(tiles[i * per_message:(i + 1) * per_message]) for i in range(n_messages)]
@@ -180,7 +180,8 @@ async def main() -> None:
     p.add_argument("--null-metatiles", type=int, default=3000)
     p.add_argument("--expiry-messages", type=int, default=100)
     a = p.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="toposm-bench-"))
+    configure_logging("WARNING")  # logs to stderr; stdout is the JSON result
+    workdir = Path(tempfile.mkdtemp(prefix="toposm-bench-"))  # service logs are kept there on failure
     try:
         result: dict[str, Any] = {
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -189,8 +190,10 @@ async def main() -> None:
             "dispatch_null": [await bench_dispatch_null(n, a.null_metatiles, workdir) for n in (1, 8)],
             "expiry": await bench_expiry(a.expiry_messages, 1000, workdir),
         }
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    except BaseException:
+        print(f"benchmark failed; service logs in {workdir}", file=sys.stderr)
+        raise
+    shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result, indent=2))
 
 

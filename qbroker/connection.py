@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
@@ -57,6 +58,11 @@ class ConnectionSupervisor:
         for _ in range(len(self._urls)):
             url = self._urls[self.url_index]
             try:
+                if url.startswith("memory://"):
+                    # The in-memory test broker; imported lazily so production never loads it.
+                    from qbroker.testing import memory
+
+                    return cast(AbstractConnection, await memory.connect(url))
                 return await aio_pika.connect(
                     _with_heartbeat(url, self._config.heartbeat), timeout=self._config.connect_timeout
                 )

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
 from qbroker.cli.exit_codes import UsageProblem
-from qbroker.cli.output import print_json_line, print_result, say, to_json
+from qbroker.cli.output import print_json_line, print_result, say
 from qbroker.cli.session import GlobalOptions, run_with_unit, usage_guard
 from qbroker.cli.values import build_body
 
 if TYPE_CHECKING:
-    from qbroker import Unit
+    from collections.abc import AsyncGenerator
+
+    from qbroker import Reply, Unit
 
 EXAMPLES = """
 [bold]Examples[/]
@@ -43,7 +46,9 @@ def alert(
         str | None, typer.Option("--text", help="Send this text as a text/plain body instead of JSON.")
     ] = None,
     gather: Annotated[bool, typer.Option("--gather", "-g", help="Ask for replies and print them.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", "-t", help="With --gather: seconds to wait.")] = 2.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", "-t", min=0.001, help="With --gather: seconds to wait.")
+    ] = 2.0,
     max_replies: Annotated[
         int | None, typer.Option("--max", "-n", min=1, help="With --gather: stop after N replies.")
     ] = None,
@@ -82,21 +87,25 @@ def alert(
                 await unit.alert(name, holder["body"])
             return 0
         count = 0
-        async for reply in unit.gather(
-            name, holder["body"], timeout=timeout, max_replies=max_replies, gap=gap
-        ):
-            count += 1
-            error = getattr(reply, "error", None)
-            if error is not None and getattr(error, "status", "ok") in ("error", "fail"):
-                say(
-                    f"qbroker: reply {count}: {getattr(error, 'status', 'error')}: {to_json(error)}",
-                    style="red",
-                )
-                continue
-            if raw or sys.stdout.isatty():
-                print_result(reply.body, raw=raw)
-            else:
-                print_json_line(reply.body)  # a stream of replies piped: JSON lines
+        # max_replies is counted here, not by gather(): the CLI's own reply must not use up --max.
+        # gather() is an async generator (typed as an iterator): close it at once when we stop early.
+        stream = cast(
+            "AsyncGenerator[Reply, None]", unit.gather(name, holder["body"], timeout=timeout, gap=gap)
+        )
+        async with contextlib.aclosing(stream) as replies:
+            async for reply in replies:
+                if reply.header.app_id == unit.uuid:
+                    continue  # the CLI's own unit answers qbroker.ping too; that is not news
+                count += 1
+                if reply.error is not None and reply.error.status in ("error", "fail"):
+                    info = reply.error
+                    say(f"qbroker: reply {count}: {info.status}: {info.id}: {info.message}", style="red")
+                elif raw or sys.stdout.isatty():
+                    print_result(reply.body, raw=raw)
+                else:
+                    print_json_line(reply.body)  # a stream of replies piped: JSON lines
+                if max_replies is not None and count >= max_replies:
+                    break
         say(f"qbroker: {count} repl{'y' if count == 1 else 'ies'}", style="dim")
         return 0
 

@@ -47,7 +47,10 @@ def call(
     timeout: Annotated[
         float | None,
         typer.Option(
-            "--timeout", "-t", help="Seconds to wait for the reply (default: QBROKER_CALL_TIMEOUT, else 10)."
+            "--timeout",
+            "-t",
+            min=0.001,
+            help="Seconds to wait for the reply (default: QBROKER_CALL_TIMEOUT, else 10).",
         ),
     ] = None,
     debug: Annotated[

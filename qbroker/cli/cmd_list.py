@@ -30,7 +30,9 @@ def list_units(
         bool, typer.Option("--schemas", "-s", help="Show each endpoint's parameter schema.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the ping replies as a JSON array.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", "-t", help="Seconds to wait for replies.")] = 1.5,
+    timeout: Annotated[
+        float, typer.Option("--timeout", "-t", min=0.001, help="Seconds to wait for replies.")
+    ] = 1.5,
     gap: Annotated[
         float | None,
         typer.Option(

@@ -14,7 +14,7 @@ from qbroker.cli.session import GlobalOptions, configure_logging, describe, exit
 EXAMPLES = """
 [bold]Examples[/]
 
-  qbroker-debug                                   [dim]# everything, one line per message[/]
+  qbroker-debug                       [dim]# one line per message[/]
 
   qbroker-debug --name 'toposm.*' --body
 
@@ -25,7 +25,9 @@ EXAMPLES = """
   rabbitmqctl trace_on -p / && qbroker-debug --firehose
 
 Columns: time, kind, name, from app/uuid (-> caller for replies), correlation id, status, size,
-latency (replies, since the request was seen). Exit codes: 0 done, 3 no broker, 64 usage.
+latency (replies, since the request was seen).
+
+Exit codes: 0 done, 3 no broker, 64 usage.
 """
 
 app = QBrokerApp(
@@ -90,10 +92,18 @@ def snoop(
     exchange_prefix: Annotated[
         str | None, typer.Option("--exchange-prefix", help="Exchange name prefix.")
     ] = None,
-    rpc_exchange: Annotated[str | None, typer.Option("--rpc-exchange")] = None,
-    reply_exchange: Annotated[str | None, typer.Option("--reply-exchange")] = None,
-    alert_exchange: Annotated[str | None, typer.Option("--alert-exchange")] = None,
-    dead_exchange: Annotated[str | None, typer.Option("--dead-exchange")] = None,
+    rpc_exchange: Annotated[
+        str | None, typer.Option("--rpc-exchange", help="Name of the rpc exchange.")
+    ] = None,
+    reply_exchange: Annotated[
+        str | None, typer.Option("--reply-exchange", help="Name of the reply exchange.")
+    ] = None,
+    alert_exchange: Annotated[
+        str | None, typer.Option("--alert-exchange", help="Name of the alert exchange.")
+    ] = None,
+    dead_exchange: Annotated[
+        str | None, typer.Option("--dead-exchange", help="Name of the dead exchange.")
+    ] = None,
     app_name: Annotated[
         str | None, typer.Option("--app-name", help="App name of the debugger's unit.")
     ] = None,

@@ -61,7 +61,7 @@ def say(message: str, *, style: str | None = None) -> None:
         from rich.console import Console
         from rich.markup import escape
 
-        Console(stderr=True, highlight=False).print(f"[{style}]{escape(message)}[/]")
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[{style}]{escape(message)}[/]")
         return
     sys.stderr.write(message + "\n")
     sys.stderr.flush()

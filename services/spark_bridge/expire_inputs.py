@@ -90,34 +90,37 @@ def validate_inputs(paths: Iterable[str]) -> list[ExpireInput]:
     return inputs
 
 
-def read_expire_lists(spark: SparkSession, paths: list[Path]) -> DataFrame:
-    """(z, x, y) rows of expire lists; a malformed or out-of-range line fails the job (InputError)."""
+def read_expire_lists(spark: SparkSession, paths: list[Path]) -> tuple[DataFrame, int | None, int]:
+    """(z, x, y) rows of expire lists, the smallest zoom seen and the line count.
+
+    A malformed or out-of-range line fails the job (InputError naming the file and line); checking it
+    costs one pass, shared with the smallest-zoom and line counts.
+    """
     lines = spark.read.text([str(p) for p in paths]).withColumn("source", F.input_file_name())
     lines = lines.where(F.trim("value") != "")
     pattern = _TILE_LINE.pattern
     parsed = lines.select(
         "value",
         "source",
-        F.regexp_extract("value", pattern, 1).alias("zs"),
-        F.regexp_extract("value", pattern, 2).alias("xs"),
-        F.regexp_extract("value", pattern, 3).alias("ys"),
-    ).select(
-        "value",
-        "source",
-        F.when(F.col("zs") != "", F.col("zs").cast("int")).alias("z"),
-        F.col("xs").cast("long").alias("x"),
-        F.col("ys").cast("long").alias("y"),
+        F.when(F.regexp_extract("value", pattern, 1) != "", F.regexp_extract("value", pattern, 1).cast("int")).alias(
+            "z"
+        ),
+        F.regexp_extract("value", pattern, 2).cast("long").alias("x"),
+        F.regexp_extract("value", pattern, 3).cast("long").alias("y"),
     )
-    in_range = (
-        F.col("z").isNotNull()
-        & (F.col("z") <= MAX_ZOOM_LIMIT)
-        & (F.col("x") < shift_left(F.lit(1).cast("long"), F.coalesce(F.col("z"), F.lit(0))))
-        & (F.col("y") < shift_left(F.lit(1).cast("long"), F.coalesce(F.col("z"), F.lit(0))))
-    )
-    bad = parsed.where(~in_range).select("source", "value").limit(1).collect()
-    if bad:
-        raise InputError(f"{bad[0]['source']}: bad expire-list line {bad[0]['value'].strip()[:60]!r}")
-    return parsed.where(in_range).select("z", "x", "y")
+    size = shift_left(F.lit(1).cast("long"), F.coalesce(F.col("z"), F.lit(0)))
+    in_range = F.col("z").isNotNull() & (F.col("z") <= MAX_ZOOM_LIMIT) & (F.col("x") < size) & (F.col("y") < size)
+    check = parsed.agg(
+        F.count(F.lit(1)).alias("lines"),
+        F.min("z").alias("smallest"),
+        F.first(F.when(~in_range, F.concat_ws(": bad expire-list line ", "source", "value")), ignorenulls=True).alias(
+            "bad"
+        ),
+    ).first()
+    assert check is not None  # a global aggregate always has one row
+    if check["bad"] is not None:
+        raise InputError(check["bad"][:300])
+    return parsed.select("z", "x", "y"), check["smallest"], int(check["lines"])
 
 
 def read_points(spark: SparkSession, inputs: list[ExpireInput]) -> DataFrame | None:

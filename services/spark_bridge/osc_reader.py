@@ -38,11 +38,8 @@ class OscTables:
     node_lon: array = field(default_factory=lambda: array("d"))
     node_lat: array = field(default_factory=lambda: array("d"))
     node_action: list[str] = field(default_factory=list)
-    ref_way_id: array = field(default_factory=lambda: array("q"))
-    ref_way_version: array = field(default_factory=lambda: array("q"))
-    ref_seq: array = field(default_factory=lambda: array("q"))
-    ref_node_id: array = field(default_factory=lambda: array("q"))
-    ways: int = 0
+    # (way id, node refs) per way version in the diff
+    ways: list[tuple[int, array]] = field(default_factory=list)
     ways_without_nodes: list[int] = field(default_factory=list)
     deleted_nodes_without_location: int = 0
 
@@ -54,16 +51,6 @@ class OscTables:
                 "lon": pa.array(self.node_lon, pa.float64()),
                 "lat": pa.array(self.node_lat, pa.float64()),
                 "action": pa.array(self.node_action, pa.string()),
-            }
-        )
-
-    def way_refs_table(self) -> pa.Table:
-        return pa.table(
-            {
-                "way_id": pa.array(self.ref_way_id, pa.int64()),
-                "way_version": pa.array(self.ref_way_version, pa.int64()),
-                "seq": pa.array(self.ref_seq, pa.int64()),
-                "node_id": pa.array(self.ref_node_id, pa.int64()),
             }
         )
 
@@ -93,7 +80,7 @@ def read_osc(paths: list[Path], tables: OscTables | None = None) -> OscTables:
     for path in paths:
         try:
             for obj in osmium.FileProcessor(str(path), osmium.osm.NODE | osmium.osm.WAY):
-                if obj.is_node():
+                if isinstance(obj, osmium.osm.Node):
                     if not obj.location.valid():
                         out.deleted_nodes_without_location += 1
                         continue
@@ -102,16 +89,12 @@ def read_osc(paths: list[Path], tables: OscTables | None = None) -> OscTables:
                     out.node_lon.append(obj.location.lon)
                     out.node_lat.append(obj.location.lat)
                     out.node_action.append(_action(obj))
-                else:
-                    out.ways += 1
-                    refs = [n.ref for n in obj.nodes]
-                    if not refs:
+                elif isinstance(obj, osmium.osm.Way):
+                    refs = array("q", (n.ref for n in obj.nodes))
+                    if refs:
+                        out.ways.append((obj.id, refs))
+                    else:
                         out.ways_without_nodes.append(obj.id)
-                        continue
-                    out.ref_way_id.extend([obj.id] * len(refs))
-                    out.ref_way_version.extend([obj.version] * len(refs))
-                    out.ref_seq.extend(range(len(refs)))
-                    out.ref_node_id.extend(refs)
         except RuntimeError as exc:  # libosmium reports XML and format errors as RuntimeError
             raise OscError(f"{path}: unparsable osmChange: {exc}") from exc
     return out

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+
 from qbroker import RequestError, RequestFailed
 
 from .messages import RegisterRequest, RenderedRequest, UnregisterRequest
@@ -62,11 +63,15 @@ class Queuemaster:
         self.work_available = asyncio.Event()  # set whenever a dispatch might now succeed
         self.work_available.set()
 
-    def close(self) -> None:
+    def fail_waiters(self) -> None:
         for futures in self.waiters.values():
             for f in futures:
                 if not f.done():
                     f.set_exception(RequestError("queuemaster_stopped", "the queuemaster is shutting down"))
+        self.waiters.clear()
+
+    def close(self) -> None:
+        self.fail_waiters()
         self.store.close()
 
     # -- parsing with the configured zoom range --------------------------------------------------------
@@ -93,7 +98,8 @@ class Queuemaster:
         """
         tiles, problems = parse_tile_list(text, self.zooms)
         if problems and strict:
-            raise RequestFailed("invalid_tile", "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else ""))
+            more = " ..." if len(problems) > 5 else ""
+            raise RequestFailed("invalid_tile", "; ".join(problems[:5]) + more)
         if problems:
             self.stats.count("invalid_expiry_items", len(problems))
             log.warning("invalid expiry items ignored", count=len(problems), first=problems[0])
@@ -150,14 +156,15 @@ class Queuemaster:
             if status == "ok":
                 future.set_result({})
             else:
-                future.set_exception(RequestError("render_failed", f"metatile {m} failed to render: {reason}"))
+                error = RequestError("render_failed", f"metatile {m} failed to render: {reason}")
+                future.set_exception(error)
 
     # -- renderers --------------------------------------------------------------------------------------
 
     def register(self, req: RegisterRequest, reply_to: str | None) -> dict[str, Any]:
         claimed = self.metatile(req.metatile) if req.metatile is not None else None
-        thread = RenderThread(endpoint=req.endpoint, hostname=req.hostname, pid=req.pid, threadid=req.threadid,
-                              strategy=parse_strategy(req.strategy), reply_to=reply_to)
+        thread = RenderThread(endpoint=req.endpoint, hostname=req.hostname, pid=req.pid,
+                              threadid=req.threadid, strategy=parse_strategy(req.strategy), reply_to=reply_to)
         old = self.renderers.add(thread)
         if old is not None and old.metatile is not None and old.metatile != claimed:
             self.queue.put_back(old.metatile)  # re-registered without the metatile it had: it lost it
@@ -199,6 +206,15 @@ class Queuemaster:
     def rendered(self, req: RenderedRequest) -> dict[str, Any]:
         m = self.metatile(req.metatile)
         thread = self.renderers.rendering(m)
+        reporter = (req.hostname, req.pid, req.threadid)
+        if thread is not None and req.hostname is not None and reporter != (thread.hostname, thread.pid,
+                                                                            thread.threadid):
+            # A thread we had given up on (missed pings) finished after all, while another thread renders
+            # the metatile again: its tiles are good for the waiters; the other thread reports for itself.
+            self.stats.count("rendered_by_replaced_thread")
+            if req.status == "ok":
+                self._answer_waiters(m, "ok", None)
+            return {"command": "ack", "metatile": str(m), "expected": False}
         if self.queue.state_of(m) != "rendering":
             # Not in flight (e.g. given up on as dead, then the renderer came back): nothing to settle
             # except waiters, which a successful render does satisfy.

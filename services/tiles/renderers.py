@@ -23,6 +23,7 @@ class RenderThread:
     # Dispatched but the renderer's answer is not in yet, or the renderer refused: not idle either way.
     pending: bool = False
     missed_pings: int = 0
+    ping_in_flight: bool = False
     rendered: int = 0
     registered_at: float = field(default_factory=time.time)
 
@@ -45,7 +46,8 @@ class RenderThread:
             "strategy": str(self.strategy),
             "state": self.state,
             "metatile": str(self.metatile) if self.metatile else None,
-            "busy_for": round(time.time() - self.busy_since, 3) if self.busy_since and self.metatile else None,
+            "busy_for": (round(time.time() - self.busy_since, 3)
+                         if self.busy_since and self.metatile else None),
             "rendered": self.rendered,
         }
 

@@ -107,7 +107,8 @@ def _check_zoom(z: int, text: str, zooms: ZoomRange | None) -> None:
     if z > MAX_SUPPORTED_ZOOM:
         raise TileError(f"{text!r}: zoom {z} is above {MAX_SUPPORTED_ZOOM}")
     if zooms is not None and z not in zooms:
-        raise TileError(f"{text!r}: zoom {z} is outside the configured range {zooms.min_zoom}-{zooms.max_zoom}")
+        limits = f"{zooms.min_zoom}-{zooms.max_zoom}"
+        raise TileError(f"{text!r}: zoom {z} is outside the configured range {limits}")
 
 
 def parse_tile(text: str, zooms: ZoomRange | None = None) -> Tile:

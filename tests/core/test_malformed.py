@@ -13,6 +13,9 @@ import pytest
 
 from tests.conftest import MakeUnit
 
+# A raw aio-pika client speaks to the broker directly: RabbitMQ only.
+pytestmark = pytest.mark.rabbitmq_only
+
 
 class RawClient:
     """A bare aio-pika client that speaks (or mangles) the wire format by hand."""

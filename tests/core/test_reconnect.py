@@ -15,6 +15,9 @@ import pytest
 from qbroker import BrokerUnavailable, Config, QBrokerError, Unit
 from tests.private_node import PrivateNode, start_private_node, stop_private_node
 
+# Restarts a private RabbitMQ node; tests/core/test_memory_broker.py covers reconnects in memory.
+pytestmark = pytest.mark.rabbitmq_only
+
 
 @pytest.fixture(scope="module")
 def private_node() -> Iterator[PrivateNode]:

@@ -32,6 +32,9 @@ class RequestTracker:
     def __len__(self) -> int:
         return len(self._pending)
 
+    def knows(self, correlation_id: str) -> bool:
+        return correlation_id in self._pending
+
     def observe(self, event: Event) -> None:
         """Remember requests and alerts that expect replies; complete replies with name and latency."""
         if event.kind in ("request", "alert", "dead"):

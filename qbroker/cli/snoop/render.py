@@ -15,6 +15,14 @@ from qbroker.cli.snoop.events import Event
 KIND_STYLE = {"alert": "magenta", "request": "cyan", "reply": "green", "dead": "red"}
 STATUS_STYLE = {"ok": "green", "warn": "yellow", "error": "red", "fail": "bold red"}
 SHORT_ID = 8
+BODY_CHARS = 4000  # a body in a line view is cut here; --json always carries it whole
+
+
+def _body_text(body: Any) -> str:
+    text = to_json(body)
+    if len(text) <= BODY_CHARS:
+        return text
+    return f"{text[:BODY_CHARS]}… ({len(text) - BODY_CHARS} more characters; --json shows all)"
 
 
 def _short(value: str | None) -> str:
@@ -78,9 +86,9 @@ class Renderer:
             line = Text(" ").join(Text(text, style=style or "") for text, style in cols)
             self._console.print(line)
             if self.with_body:
-                self._console.print(Text("    " + to_json(event.body), style="dim"))
+                self._console.print(Text("    " + _body_text(event.body), style="dim"))
             return
         self.stream.write(" ".join(text for text, _ in cols) + "\n")
         if self.with_body:
-            self.stream.write("    " + to_json(event.body) + "\n")
+            self.stream.write("    " + _body_text(event.body) + "\n")
         self.stream.flush()

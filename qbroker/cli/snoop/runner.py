@@ -8,8 +8,10 @@ remembered before its reply is paired.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,7 @@ from qbroker.cli.snoop.events import Event, decode
 from qbroker.cli.snoop.filters import EventFilter
 from qbroker.cli.snoop.pairing import RequestTracker
 from qbroker.cli.snoop.render import Renderer
+from qbroker.errors import QBrokerError
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from qbroker import Config, Unit
 
 ROLES = ("rpc", "reply", "alert", "dead")
+REORDER_WINDOW = 0.25  # seconds a reply waits for its request before it is shown unpaired
 
 
 @dataclass
@@ -53,6 +57,11 @@ class Debugger:
         self.inbox: asyncio.Queue[Captured] = asyncio.Queue()
         self.stopping = asyncio.Event()
         self.shown = 0
+        self.connects = 0
+        self._rediscovery: asyncio.Task[None] | None = None
+        self.held: OrderedDict[str, tuple[float, Event]] = (
+            OrderedDict()
+        )  # reply correlation id -> (until, reply)
         self.queues = SnoopQueues(
             self.exchanges, f"{config.exchange_prefix}debug_{unit.uuid}_", self._deliver
         )
@@ -66,6 +75,17 @@ class Debugger:
     async def _attach(self, connection: AbstractConnection) -> None:
         # Runs on every (re)connect: exclusive queues died with the old connection, so redeclare.
         await self.queues.open(connection, firehose=self.settings.firehose, desired=self.directory.desired())
+        self.connects += 1
+        if self.connects > 1:
+            # Units may have started or stopped while we were away; ask again once the unit is ready
+            # (this hook runs before the unit counts as connected, so not inline).
+            self._rediscovery = asyncio.create_task(self._rediscover())
+
+    async def _rediscover(self) -> None:
+        if await self.unit.wait_connected(30):
+            say("qbroker-debug: reconnected; messages sent meanwhile were not seen", style="yellow")
+            with contextlib.suppress(QBrokerError):
+                await self.discover()
 
     async def discover(self) -> None:
         """Follow the units already running: they all answer ``qbroker.ping``."""
@@ -76,26 +96,60 @@ class Debugger:
 
     async def run(self) -> None:
         deadline = time.monotonic() + self.settings.duration if self.settings.duration else None
-        while not self.stopping.is_set():
-            timeout = None if deadline is None else deadline - time.monotonic()
-            if timeout is not None and timeout <= 0:
-                break
-            getter = asyncio.ensure_future(self.inbox.get())
-            stopper = asyncio.ensure_future(self.stopping.wait())
-            done, _ = await asyncio.wait(
-                {getter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            stopper.cancel()
-            if getter not in done:
-                getter.cancel()
-                continue
-            await self.handle(getter.result())
+        stop_waiter = asyncio.ensure_future(self.stopping.wait())
+        try:
+            while not self.stopping.is_set():
+                await self._release_held(time.monotonic())
+                if not self.inbox.empty():
+                    # Busy bus: take what is queued without creating wait tasks per message.
+                    await self.handle(self.inbox.get_nowait())
+                    continue
+                now = time.monotonic()
+                timeout = None if deadline is None else deadline - now
+                if timeout is not None and timeout <= 0:
+                    break
+                if self.held:
+                    release = next(iter(self.held.values()))[0] - now
+                    timeout = release if timeout is None else min(timeout, release)
+                getter = asyncio.ensure_future(self.inbox.get())
+                done, _ = await asyncio.wait(
+                    {getter, stop_waiter},
+                    timeout=max(0.0, timeout) if timeout is not None else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if getter in done:
+                    await self.handle(getter.result())
+                else:
+                    getter.cancel()
+        finally:
+            stop_waiter.cancel()
+        await self._release_held(None)  # already received: show them rather than drop them
 
     async def handle(self, captured: Captured) -> None:
         event = decode(captured, self.roles)
         if event is None:
             return
         await self._follow(event)
+        if event.kind == "reply" and event.correlation_id and not self.tracker.knows(event.correlation_id):
+            # RabbitMQ orders messages per publishing channel only: on a busy broker a reply can
+            # reach our queue just before the request it answers. Hold it briefly for its request.
+            self.held[event.correlation_id] = (time.monotonic() + REORDER_WINDOW, event)
+            return
+        await self._complete_and_show(event)
+        held = self.held.pop(event.message_id, None) if event.message_id else None
+        if held is not None and event.kind in ("request", "alert", "dead"):
+            await self._complete_and_show(held[1])
+
+    async def _release_held(self, now: float | None) -> None:
+        """Show held replies whose request did not turn up in time (all of them when ``now`` is None)."""
+        while self.held:
+            key, (release_at, event) = next(iter(self.held.items()))
+            if now is not None and release_at > now:
+                return
+            del self.held[key]
+            await self._complete_and_show(event)
+
+    async def _complete_and_show(self, event: Event) -> None:
         self.tracker.observe(event)
         if event.kind == "reply":
             event.to_app = event.to_app or self.directory.app_of(event.to_uuid)
@@ -107,6 +161,8 @@ class Debugger:
         if self._is_own(event) and not self.settings.show_own:
             return
         if not self.settings.event_filter(event):
+            return
+        if self.settings.max_events is not None and self.shown >= self.settings.max_events:
             return
         self.settings.renderer.show(event)
         self.shown += 1

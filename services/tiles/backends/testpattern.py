@@ -28,7 +28,8 @@ class TestPatternBackend:
         x0, y0 = metatile.top_left.x, metatile.top_left.y
         for tile in tiles:
             left, top = (tile.x - x0) * TILE_SIZE, (tile.y - y0) * TILE_SIZE
-            draw.rectangle([left, top, left + TILE_SIZE - 1, top + TILE_SIZE - 1], outline=(200, 0, 0), width=2)
+            box = [left, top, left + TILE_SIZE - 1, top + TILE_SIZE - 1]
+            draw.rectangle(box, outline=(200, 0, 0), width=2)
             draw.text((left + 10, top + 10), str(tile), fill=(0, 0, 0))
             draw.text((left + 10, top + 26), f"meta {metatile}", fill=(90, 90, 90))
         out: dict[Tile, bytes] = {}

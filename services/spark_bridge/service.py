@@ -1,0 +1,190 @@
+"""The bus face of the bridge: ``spark.expire``, ``spark.stats`` and the ``spark.job`` command endpoint.
+
+Submitting answers ``{"job_id", "kind", "state"}`` at once; with ``wait=true`` the handler detaches
+(acks the request so a long job does not hold a prefetch slot) and answers the finished job record.
+Progress goes out as ``spark.progress.<job_id>`` alerts; expirations as text alerts on
+``expire_toposm``. Every invalid request is answered ``fail`` naming the problem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import structlog
+from pyspark.sql import SparkSession
+
+from qbroker import RequestContext, RequestFailed, Unit
+from services.spark_bridge.expire_inputs import InputError, validate_inputs
+from services.spark_bridge.expire_job import ExpireParams, run_expire
+from services.spark_bridge.job_context import JobContext
+from services.spark_bridge.job_state import JobRecord, JobState
+from services.spark_bridge.jobs import JobManager, UnknownJob
+from services.spark_bridge.models import ExpireRequest, StatsRequest
+from services.spark_bridge.stats_job import StatsParams, run_stats
+
+log = structlog.get_logger("spark_bridge")
+
+EXPIRE_TOPIC = "expire_toposm"
+PROGRESS_PREFIX = "spark.progress."
+PUBLISH_TIMEOUT = 60.0
+
+
+def _finished_reply(record: JobRecord) -> dict[str, Any]:
+    if record.state is JobState.FAILED:
+        raise RequestFailed("job_failed", f"job {record.job_id} failed: {record.error}")
+    if record.state is JobState.CANCELLED:
+        raise RequestFailed("job_cancelled", f"job {record.job_id} was cancelled")
+    return record.model_dump(mode="json")
+
+
+class SparkBridge:
+    def __init__(
+        self,
+        unit: Unit,
+        spark: SparkSession,
+        state_dir: Path,
+        *,
+        max_jobs: int = 2,
+        progress_interval: float = 1.0,
+    ) -> None:
+        self.unit = unit
+        self.state_dir = state_dir
+        self.manager = JobManager(
+            spark,
+            state_dir,
+            max_jobs=max_jobs,
+            progress_sink=self._publish_progress,
+            progress_interval=progress_interval,
+        )
+        self._register()
+
+    async def _publish_progress(self, snapshot: dict[str, Any]) -> None:
+        await self.unit.alert(PROGRESS_PREFIX + snapshot["job_id"], snapshot)
+
+    def _expiration_sender(self) -> Any:
+        loop = asyncio.get_running_loop()
+
+        def publish(text: str) -> None:  # called from the job's worker thread
+            async def send() -> None:
+                await self.unit.alert(EXPIRE_TOPIC, text, content_type="text/plain")
+
+            asyncio.run_coroutine_threadsafe(send(), loop).result(timeout=PUBLISH_TIMEOUT)
+
+        return publish
+
+    async def _submitted(
+        self, record: JobRecord, wait: bool, wait_timeout: float | None, ctx: RequestContext
+    ) -> dict[str, Any]:
+        if not wait:
+            return {"job_id": record.job_id, "kind": record.kind, "state": record.state.value}
+        await ctx.detach()
+        try:
+            record = await self.manager.wait(record.job_id, wait_timeout)
+        except TimeoutError:
+            raise RequestFailed(
+                "wait_timeout",
+                f"job {record.job_id} still {record.state.value} after "
+                f"{wait_timeout} s; it keeps running (spark.job status)",
+            ) from None
+        return _finished_reply(record)
+
+    def _job(self, job_id: str) -> JobRecord:
+        try:
+            return self.manager.get(job_id)
+        except UnknownJob:
+            raise RequestFailed("unknown_job", f"no job {job_id!r}") from None
+
+    def _register(self) -> None:
+        unit, manager = self.unit, self.manager
+
+        @unit.rpc("spark.expire", prefetch=16)
+        async def expire(request: ExpireRequest, ctx: RequestContext) -> dict[str, Any]:
+            try:
+                inputs = await asyncio.to_thread(validate_inputs, request.paths)
+            except InputError as exc:
+                raise RequestFailed("bad_input", str(exc)) from None
+            params = ExpireParams(
+                min_zoom=request.min_zoom,
+                max_zoom=request.max_zoom,
+                max_tiles=request.max_tiles,
+                max_tiles_per_geometry=request.max_tiles_per_geometry,
+                publish=request.publish,
+                batch_max_bytes=request.batch_max_bytes,
+                batch_max_tiles=request.batch_max_tiles,
+            )
+
+            def body(job: JobContext) -> dict[str, Any]:
+                return run_expire(inputs, params, job)
+
+            publish = self._expiration_sender() if request.publish else None
+            record = manager.submit("expire", request.model_dump(mode="json"), body, publish=publish)
+            ctx.log.info("expire job submitted", job_id=record.job_id, inputs=len(inputs))
+            return await self._submitted(record, request.wait, request.wait_timeout, ctx)
+
+        @unit.rpc("spark.stats", prefetch=16)
+        async def stats(request: StatsRequest, ctx: RequestContext) -> dict[str, Any]:
+            for raw in [*request.paths, *request.request_paths]:
+                if not Path(raw).expanduser().is_file():
+                    raise RequestFailed("bad_input", f"{raw}: no such file")
+            paths = [Path(p).expanduser().resolve() for p in request.paths]
+            request_paths = [Path(p).expanduser().resolve() for p in request.request_paths]
+            params = StatsParams(
+                window_seconds=request.window_seconds,
+                since=request.since,
+                until=request.until,
+                chart=request.chart,
+            )
+            out_base = Path(request.output_dir).expanduser() if request.output_dir else None
+
+            def body(job: JobContext) -> dict[str, Any]:
+                out_dir = out_base or manager.store.results_dir(job.job_id)
+                return run_stats(paths, request_paths, params, out_dir, job)
+
+            record = manager.submit("stats", request.model_dump(mode="json"), body)
+            ctx.log.info("stats job submitted", job_id=record.job_id)
+            return await self._submitted(record, request.wait, request.wait_timeout, ctx)
+
+        jobs = unit.commands("spark.job", prefetch=32)
+
+        @jobs.command("status")
+        async def status(job_id: str) -> dict[str, Any]:
+            return self._job(job_id).model_dump(mode="json", exclude={"result"})
+
+        @jobs.command("progress")
+        async def progress(job_id: str) -> dict[str, Any]:
+            self._job(job_id)
+            return await asyncio.to_thread(manager.progress, job_id)
+
+        @jobs.command("result")
+        async def result(job_id: str) -> dict[str, Any]:
+            record = self._job(job_id)
+            if not record.state.finished:
+                raise RequestFailed("job_not_finished", f"job {job_id} is {record.state.value}")
+            _finished_reply(record)  # a failed/cancelled job has no result: answer fail with the reason
+            return {"job_id": job_id, "kind": record.kind, "result": record.result}
+
+        @jobs.command("log")
+        async def log_tail(job_id: str, lines: int = 50) -> dict[str, Any]:
+            self._job(job_id)
+            if not 0 <= lines <= 10_000:
+                raise RequestFailed("bad_lines", "lines must be between 0 and 10000")
+            return {"job_id": job_id, "lines": await asyncio.to_thread(manager.log_tail, job_id, lines)}
+
+        @jobs.command("cancel")
+        async def cancel(job_id: str, ctx: RequestContext) -> dict[str, Any]:
+            self._job(job_id)
+            await ctx.detach()  # stopping Spark tasks can take a moment
+            record = await manager.cancel(job_id)
+            return {"job_id": job_id, "state": record.state.value, "error": record.error}
+
+        @jobs.command("list")
+        async def list_jobs(state: JobState | None = None, kind: str | None = None, limit: int = 50) -> dict[str, Any]:
+            if not 1 <= limit <= 1000:
+                raise RequestFailed("bad_limit", "limit must be between 1 and 1000")
+            records = manager.list_jobs(state=state, kind=kind, limit=limit)
+            return {"jobs": [r.summary() for r in records], "max_jobs": manager.max_jobs}
+
+    async def close(self) -> None:
+        await self.manager.close()

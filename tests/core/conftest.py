@@ -1,0 +1,54 @@
+"""The core suite runs twice: on the real RabbitMQ (a per-run vhost) and on the in-memory broker.
+
+``make_unit`` is parametrized over the transport; a test or module marked ``rabbitmq_only`` (it needs a
+real broker: a private node to restart, or a raw aio-pika client) gets the RabbitMQ run only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from qbroker import Config, Unit
+from qbroker.testing import MemoryBroker
+from tests.conftest import MakeUnit
+
+TRANSPORTS = ("rabbitmq", "memory")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "transport" in metafunc.fixturenames:
+        only_rabbitmq = metafunc.definition.get_closest_marker("rabbitmq_only") is not None
+        metafunc.parametrize("transport", ["rabbitmq"] if only_rabbitmq else list(TRANSPORTS))
+
+
+@pytest.fixture
+async def make_unit(transport: str, request: pytest.FixtureRequest) -> AsyncIterator[MakeUnit]:
+    if transport == "rabbitmq":
+        url = request.getfixturevalue("amqp_url")  # only now: the memory run needs no RabbitMQ
+    else:
+        memory_name = f"core-{uuid.uuid4().hex[:12]}"  # a fresh broker per test: isolation without cleanup
+        url = f"memory://{memory_name}"
+    units: list[Unit] = []
+
+    async def factory(app: str = "test.unit", **overrides: Any) -> Unit:
+        unit = Unit(app, config=Config(url=url, **overrides))
+        units.append(unit)
+        return unit
+
+    yield factory
+    # Teardown only: handlers still sleeping (e.g. a deliberately slow responder) are abandoned sooner in
+    # memory, where nothing is left behind on a shared broker anyway.
+    drain_timeout = 2.0 if transport == "rabbitmq" else 0.2
+    for unit in reversed(units):
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(unit.stop(drain_timeout=drain_timeout), 10)
+        with contextlib.suppress(Exception):
+            await unit.kill()
+    if transport == "memory":
+        MemoryBroker.discard(memory_name)

@@ -1,0 +1,112 @@
+"""The seed's literal wire on the ``osm`` exchange, and the Mapnik backend through the bus."""
+
+import asyncio
+import json
+import uuid
+
+import aio_pika
+import mercantile
+from PIL import Image
+
+from services.tiles.tile_store import TileStore
+from services.tiles.tilemath import Tile
+
+from .conftest import eventually, stats, wait_renderers
+
+
+async def _osm_client(url):
+    connection = await aio_pika.connect(url)
+    channel = await connection.channel()
+    exchange = await channel.declare_exchange("osm", aio_pika.ExchangeType.TOPIC, durable=True)
+    replies = await channel.declare_queue("", exclusive=True)
+    return connection, exchange, replies
+
+
+async def _ask(exchange, replies, body: bytes, timeout=20.0):
+    correlation_id = uuid.uuid4().hex
+    await exchange.publish(aio_pika.Message(body, content_type="application/json", reply_to=replies.name,
+                                            correlation_id=correlation_id), routing_key="toposm.queuemaster")
+    async with replies.iterator(timeout=timeout) as it:
+        async for message in it:
+            async with message.process():
+                if message.correlation_id == correlation_id:
+                    return json.loads(message.body)
+
+
+async def test_seed_wire_on_osm_exchange(bus):
+    bus.queuemaster()
+    bus.renderer()
+    client = await bus.client()
+    await wait_renderers(client, 1)
+    connection, exchange, replies = await _osm_client(bus.url)
+    try:
+        s = await _ask(exchange, replies, b'{"command": "stats"}')
+        assert s["command"] == "stats" and len(s["renderers"]) == 1
+        rendered = await _ask(exchange, replies, b'{"command": "render", "tile": "9/10/20"}')
+        assert rendered == {"command": "rendered", "tile": "9/10/20", "metatile": "9/1/2"}
+        bad = await _ask(exchange, replies, b'{"command": "render", "tile": "9/10"}')
+        assert bad["status"] == "fail" and bad["error"] == "invalid_params" and "9/10" in bad["message"]
+        broken = await _ask(exchange, replies, b"{not json")
+        assert broken["status"] == "fail" and broken["error"] == "bad_message"
+        unknown = await _ask(exchange, replies, b'{"command": "dance"}')
+        assert unknown["status"] == "fail" and unknown["error"] == "unknown_command"
+        # expirations as plain text on routing key expire_toposm
+        await exchange.publish(aio_pika.Message(b"9/10/20;9/11/21;9/200/200"), routing_key="expire_toposm")
+
+        async def taken():
+            s = await stats(client)
+            return s["counters"]["expired"] == 3
+
+        await eventually(taken)
+
+        async def rerendered():
+            return len(bus.render_log_lines()) == 2  # 9/1/2 existed: rendered again; 9/25/25 never was
+
+        await eventually(rerendered)
+    finally:
+        await connection.close()
+
+
+async def test_queuemaster_online_reaches_seed_wire_listeners(bus):
+    connection, exchange, _ = await _osm_client(bus.url)
+    try:
+        channel = exchange.channel
+        listen = await channel.declare_queue("", exclusive=True)
+        await listen.bind(exchange, routing_key="toposm")
+        bus.queuemaster()
+        async with listen.iterator(timeout=20) as it:
+            async for message in it:
+                async with message.process():
+                    assert json.loads(message.body) == {"command": "queuemaster online"}
+                    break
+    finally:
+        await connection.close()
+
+
+async def test_mapnik_renderer_draws_map_tiles(bus):
+    bus.queuemaster()
+    bus.renderer(backend="mapnik")
+    client = await bus.client()
+    await wait_renderers(client, 1)
+    t = mercantile.tile(-19.95, 45.04, 15)  # Port Qbroker
+    body = {"command": "render", "tile": f"15/{t.x}/{t.y}"}
+    reply = await client.call("toposm.queuemaster", body, timeout=30)
+    assert reply["command"] == "rendered"
+    image = Image.open(TileStore(bus.tile_root).path(Tile(15, t.x, t.y))).convert("RGB")
+    assert len(image.getcolors(256 * 256)) > 20  # a drawn map, not a flat test fill
+    await asyncio.sleep(0)
+
+
+async def test_osm_exchange_declared_differently_by_a_client_first(bus):
+    connection = await aio_pika.connect(bus.url)
+    try:
+        channel = await connection.channel()
+        exchange = await channel.declare_exchange("osm", aio_pika.ExchangeType.TOPIC, durable=False)
+        replies = await channel.declare_queue("", exclusive=True)
+        bus.queuemaster()
+        client = await bus.client()
+        await eventually(lambda: stats(client))
+        s = await _ask(exchange, replies, b'{"command": "stats"}')
+        assert s["command"] == "stats"
+    finally:
+        await connection.close()

@@ -1,0 +1,155 @@
+"""The queuemaster's decisions without the bus: expiry, requests, waiters, renderer loss."""
+
+import asyncio
+import json
+
+import pytest
+
+from qbroker import RequestError, RequestFailed
+from services.tiles.messages import RegisterRequest, RenderedRequest, UnregisterRequest
+from services.tiles.queuemaster import Queuemaster, QueuemasterSettings
+from services.tiles.render_worker import render_metatile
+from services.tiles.tilemath import Metatile, Tile, ZoomRange
+
+
+def make_qm(tmp_path, **kw):
+    settings = QueuemasterSettings(tile_root=tmp_path / "tiles", state_file=tmp_path / "q.sqlite",
+                                   render_log=tmp_path / "render.log", zooms=ZoomRange(0, 16), seed=1, **kw)
+    return Queuemaster(settings)
+
+
+def register(qm, threadid=0, strategy="by_work_available", metatile=None):
+    req = RegisterRequest(hostname="h", pid=1, threadid=threadid, strategy=strategy, metatile=metatile)
+    qm.register(req, reply_to="renderer-uuid")
+    return qm.renderers.get(req.endpoint)
+
+
+def test_expiry_only_existing_dedup_and_propagation(tmp_path):
+    qm = make_qm(tmp_path, propagate_to_zoom=10)
+    m12 = Tile(12, 2000, 1400).metatile
+    for m in [m12, m12.ancestor(11), m12.ancestor(10)]:
+        render_metatile("testpattern", str(tmp_path / "tiles"), str(m))
+    # three tiles of one metatile, one never-rendered metatile, one invalid item
+    text = "12/2000/1400;12/2001/1400;12/2007/1407;12/0/0;12/99999/0"
+    out = qm.expire(text, strict=False)
+    assert out["tiles"] == 4 and out["invalid"] == 1
+    # 12/0/0's metatile and its ancestors 11/0/0, 10/0/0 were never rendered: skipped
+    assert out["queued"] == 3 and out["not_rendered_yet"] == 3
+    assert qm.queue.background_by_zoom() == {12: 1, 11: 1, 10: 1}
+    assert qm.expire("12/2003/1403", strict=False)["merged"] == 3  # same metatile and ancestors again
+    with pytest.raises(RequestFailed, match="invalid_tile|x and y"):
+        qm.expire(text, strict=True)
+
+
+def test_expiry_can_render_missing(tmp_path):
+    qm = make_qm(tmp_path, render_missing_expired=True)
+    out = qm.expire("12/0/0;12/9/9;5/1/1", strict=False)
+    assert out["queued"] == 3
+    assert qm.queue.background_by_zoom() == {12: 2, 5: 1}
+
+
+async def test_request_waits_and_all_waiters_answered(tmp_path):
+    qm = make_qm(tmp_path)
+    thread = register(qm)
+    waiters = [asyncio.create_task(qm.request(f"9/{x}/3")) for x in (0, 1, 7)]
+    await asyncio.sleep(0)
+    assert qm.queue.missing == 1
+    [(t, m)] = qm.next_assignments()
+    assert t is thread and m == Metatile(9, 0, 0)
+    assert not any(w.done() for w in waiters)
+    render_metatile("testpattern", str(tmp_path / "tiles"), str(m))
+    qm.rendered(RenderedRequest(metatile=str(m), duration=0.5))
+    results = await asyncio.gather(*waiters)
+    assert [r["tile"] for r in results] == ["9/0/3", "9/1/3", "9/7/3"]
+    assert all(r["command"] == "rendered" and r["metatile"] == "9/0/0" for r in results)
+    assert thread.idle
+    # fresh now: answered without queueing
+    assert (await qm.request("9/2/2"))["metatile"] == "9/0/0"
+    assert qm.queue.queued_count() == 0
+    log = [json.loads(line) for line in (tmp_path / "render.log").read_text().splitlines()]
+    assert log[0]["metatile"] == "9/0/0" and log[0]["zoom"] == 9 and log[0]["status"] == "ok"
+    assert log[0]["renderer"] == "toposm.render.h.1.0" and log[0]["duration"] == 0.5
+
+
+async def test_failed_render_answers_error(tmp_path):
+    qm = make_qm(tmp_path)
+    register(qm)
+    waiter = asyncio.create_task(qm.request("4/1/1"))
+    await asyncio.sleep(0)
+    [(_, m)] = qm.next_assignments()
+    qm.rendered(RenderedRequest(metatile=str(m), status="error", reason="disk full"))
+    with pytest.raises(RequestError, match="disk full") as info:
+        await waiter
+    assert info.value.id == "render_failed"
+    assert qm.stats.counters["failed"] == 1
+
+
+async def test_lost_renderer_requeues_at_front_and_waiter_survives(tmp_path):
+    qm = make_qm(tmp_path, render_missing_expired=True)
+    a = register(qm, 0)
+    qm.expire("10/0/0;10/8/0;10/16/0", strict=False)
+    waiter = asyncio.create_task(qm.request("11/0/0"))
+    await asyncio.sleep(0)
+    [(thread, m)] = qm.next_assignments()
+    assert thread is a and m == Metatile(11, 0, 0)  # missing first
+    qm.renderer_lost(a, "test")
+    assert qm.queue.missing == 1 and len(qm.renderers) == 0
+    b = register(qm, 1)
+    [(thread, m2)] = qm.next_assignments()
+    assert thread is b and m2 == m
+    qm.rendered(RenderedRequest(metatile=str(m2)))
+    assert (await waiter)["metatile"] == "11/0/0"
+
+
+def test_unregister_and_reregister_with_metatile(tmp_path):
+    qm = make_qm(tmp_path, render_missing_expired=True)
+    qm.expire("10/0/0;10/8/0", strict=False)
+    t = register(qm, 0)
+    [(_, m)] = qm.next_assignments()
+    # queuemaster "restarts": a new instance on the same state file; the renderer re-registers with m
+    qm2 = make_qm(tmp_path, render_missing_expired=True)
+    assert qm2.queue.state_of(m) == "background"  # back in the queue until claimed
+    t2 = register(qm2, 0, metatile=str(m))
+    assert qm2.queue.state_of(m) == "rendering" and t2.metatile == m
+    assert qm2.unregister(UnregisterRequest(), "renderer-uuid")["renderers"] == [t.endpoint]
+    assert qm2.queue.state_of(m) == "background"
+    assert qm2.unregister(UnregisterRequest(), "someone-else")["renderers"] == []
+
+
+def test_strategy_missing_only_leaves_background(tmp_path):
+    qm = make_qm(tmp_path, render_missing_expired=True)
+    qm.expire("10/0/0", strict=False)
+    register(qm, 0, strategy="missing")
+    assert qm.next_assignments() == []
+    register(qm, 1, strategy="important:1,by_zoom:1")
+    [(t, m)] = qm.next_assignments()
+    assert t.threadid == 1 and m == Metatile(10, 0, 0)
+
+
+def test_stats_shape(tmp_path):
+    qm = make_qm(tmp_path, render_missing_expired=True)
+    register(qm)
+    qm.expire("10/0/0;12/0/0;12/100/100", strict=False)
+    s = qm.describe()
+    assert s["queues"]["by_zoom"] == {"10": 1, "12": 2}
+    assert s["queues"]["missing"] == 0 and s["queues"]["important"] == 0
+    assert s["renderers"][0]["strategy"] == "by_work_available" and s["renderers"][0]["state"] == "idle"
+    assert s["counters"]["expired"] == 3 and "uptime" in s and "render_time" in s
+
+
+async def test_late_report_from_replaced_thread_satisfies_waiters(tmp_path):
+    qm = make_qm(tmp_path)
+    a = register(qm, 0)
+    waiter = asyncio.create_task(qm.request("6/1/1"))
+    await asyncio.sleep(0)
+    [(_, m)] = qm.next_assignments()
+    qm.renderer_lost(a, "missed pings")  # it was only slow
+    b = register(qm, 1)
+    [(thread, again)] = qm.next_assignments()
+    assert thread is b and again == m
+    late = qm.rendered(RenderedRequest(metatile=str(m), hostname="h", pid=1, threadid=0))
+    assert late["expected"] is False
+    assert (await waiter)["metatile"] == "6/0/0"
+    assert b.metatile == m  # b still renders it and reports for itself
+    assert qm.rendered(RenderedRequest(metatile=str(m), hostname="h", pid=1, threadid=1))["expected"]
+    assert b.idle
