@@ -168,21 +168,26 @@ async def _live(prefix: str, n: int, concurrency: int) -> dict[str, object]:
         await _calls(client, 200, concurrency)  # warm-up
         without = await _calls(client, n, concurrency)
         with tempfile.NamedTemporaryFile() as out:
-            debugger = subprocess.Popen(
-                [str(BIN / "qbroker-debug"), "--json", "--kind", "request,reply"],
+            # asyncio, not Popen: the client lives in this event loop and must answer the debugger's
+            # start-up qbroker.ping while we wait for it to be ready.
+            debugger = await asyncio.create_subprocess_exec(
+                str(BIN / "qbroker-debug"),
+                "--json",
+                "--kind",
+                "request,reply",
                 env=_env(prefix),
                 stdout=out,
-                stderr=subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
             )
             assert debugger.stderr is not None
-            while b"watching" not in debugger.stderr.readline():  # ready: queues bound
+            while b"watching" not in await debugger.stderr.readline():  # ready: queues bound
                 pass
             cpu_before = _cpu_seconds(debugger.pid)
             with_debugger = await _calls(client, n, concurrency)
             await _until_shown(out, 2 * n)  # let it work through the backlog in its queue before Ctrl-C
             debugger_cpu = _cpu_seconds(debugger.pid) - cpu_before
             debugger.send_signal(2)
-            debugger.wait(30)
+            await asyncio.wait_for(debugger.wait(), 30)
             out.seek(0)
             events = [json.loads(line) for line in out.read().splitlines()]
         replies = [e for e in events if e["kind"] == "reply" and e["latency_ms"] is not None]

@@ -79,6 +79,12 @@ def snoop(
     show_own: Annotated[
         bool, typer.Option("--show-own", help="Also show the debugger's own ping traffic.")
     ] = False,
+    discover_timeout: Annotated[
+        float,
+        typer.Option(
+            "--discover-timeout", min=0.0, help="Seconds to collect qbroker.ping replies at start-up."
+        ),
+    ] = 1.0,
     count: Annotated[
         int | None, typer.Option("--count", "-c", min=1, help="Exit after showing N messages.")
     ] = None,
@@ -143,6 +149,7 @@ def snoop(
         show_own=show_own,
         max_events=count,
         duration=duration,
+        discover_timeout=discover_timeout,
     )
     raise typer.Exit(_run(options, settings, verbose))
 

@@ -53,17 +53,19 @@ class GlobalOptions:
 
 
 def configure_logging(verbose: bool) -> None:
-    """Library logs go to stderr (stdout carries results) and stay quiet unless --verbose.
+    """Library logs go to stderr (stdout carries results) and stay quiet unless asked for.
 
-    Without --verbose the CLI's own one-line messages say everything (the library would otherwise
-    repeat e.g. a warn reply or each unreachable URL as a log line).
+    Without --verbose (or an explicit QBROKER_LOG_LEVEL) the CLI's own one-line messages say
+    everything; the library would otherwise repeat e.g. a warn reply or each unreachable URL.
     """
     import logging
+    import os
 
     from qbroker.log import configure_logging as configure_core_logging
 
-    configure_core_logging("DEBUG" if verbose else "CRITICAL")
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.CRITICAL)
+    level = "DEBUG" if verbose else os.environ.get("QBROKER_LOG_LEVEL", "CRITICAL").upper()
+    configure_core_logging(level)
+    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level, logging.CRITICAL))
 
 
 def describe(exc: BaseException) -> str:

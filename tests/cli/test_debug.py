@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from qbroker import NoServer, RequestFailed
+from qbroker import CallTimeout, NoServer, RequestFailed
 from tests.broker import list_queues, rabbitmqctl
 from tests.cli.conftest import Example
 from tests.cli.helpers import Snooper, run_cli
@@ -123,6 +123,24 @@ async def test_does_not_change_routing(amqp_url: str, example: Example, make_uni
     assert dead["reason"] == "unroutable" and dead["via"].endswith(":clitest.nobody")
     assert reply["status"] == "fail" and reply["error_id"] == "no_server"
     assert reply["correlation_id"] == dead["message_id"] and reply["latency_ms"] is not None
+
+
+async def test_all_binds_everything_and_says_what_it_costs(amqp_url: str, example: Example,
+                                                         make_unit: Any) -> None:
+    """--all sees requests to names nobody announced, at the documented price: while it runs such a
+    request is routed to the debugger instead of `dead`, so the caller times out instead of no_server."""
+    client = await make_unit("clitest.client")
+    await client.start()
+    snooper = await Snooper.start(amqp_url, "--all", "--json", "--kind", "request")
+    try:
+        with pytest.raises(CallTimeout):
+            await client.call("clitest.unannounced", {"x": 1}, timeout=1)
+        request = await snooper.next_event(name="clitest.unannounced")
+    finally:
+        await snooper.stop()
+    assert request["kind"] == "request" and request["uuid"] == client.uuid
+    with pytest.raises(NoServer):  # debugger gone: routing is back to normal
+        await client.call("clitest.unannounced", {}, timeout=3)
 
 
 async def test_follows_cli_calls_and_usage(amqp_url: str, example: Example) -> None:
