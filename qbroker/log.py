@@ -38,4 +38,8 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
 
 
 def get_logger(**bound: Any) -> Any:
+    # An application that configured structlog keeps its set-up; otherwise structlog's default would
+    # print every debug line to stdout, so qbroker applies its own (INFO, stderr, QBROKER_LOG_LEVEL).
+    if not structlog.is_configured():
+        configure_logging()
     return structlog.get_logger("qbroker").bind(**bound)
