@@ -1,0 +1,159 @@
+"""``bin/demo``: start the TopOSM queuemaster, Mapnik renderers and the Spark bridge on the local broker,
+request map tiles, expire them from an OSM change through Spark, and compute render stats with Spark.
+
+    bin/demo [--workdir var/demo] [--renderers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import qbroker
+from demo.osm_changes import write_town_changes
+from qbroker import QBrokerError, Unit
+from qbroker.log import configure_logging
+from services.tiles.demo import start_stack, town_tile, write_overview
+from services.tiles.tile_store import TileStore
+from services.tiles.tilemath import Metatile
+
+BIN = Path(sys.executable).parent
+QM = "toposm.queuemaster"
+
+
+def step(text: str) -> None:
+    print(f"\n== {text}", flush=True)
+
+
+async def wait_until_answering(unit: Unit, name: str, body: dict[str, Any], within: float) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await unit.call(name, body, timeout=5)
+        except QBrokerError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+async def wait_queue_empty(unit: Unit, within: float = 300) -> dict[str, Any]:
+    deadline = time.monotonic() + within
+    while True:
+        stats: dict[str, Any] = await unit.call(QM, {"command": "stats"})
+        if not stats["queues"]["total"] and not stats["queues"]["rendering"]:
+            return stats
+        if time.monotonic() > deadline:
+            raise TimeoutError("the render queue did not drain")
+        await asyncio.sleep(0.5)
+
+
+async def run(workdir: Path, renderers: int) -> None:
+    async with Unit("qbroker.demo") as unit:
+        step("waiting for the queuemaster, the renderers and the Spark bridge")
+        deadline = time.monotonic() + 120
+        while len((await wait_until_answering(unit, QM, {"command": "stats"}, 60))["renderers"]) < renderers:
+            if time.monotonic() > deadline:
+                raise TimeoutError("renderers did not register")
+            await asyncio.sleep(0.5)
+        await wait_until_answering(unit, "spark.job", {"command": "list"}, 180)
+        async for reply in unit.gather("qbroker.ping", {}, timeout=3, gap=1.0):
+            info = reply.body
+            if info["uuid"] != unit.uuid:
+                print(f"  {info['app']:<22} {info['uuid'][:8]}  pid {info['pid']:<7} {', '.join(info['endpoints'])}")
+
+        step("requesting the Port Qbroker centre tile at zooms 10-16 (answered when drawn)")
+        started = time.monotonic()
+        tiles = [town_tile(z) for z in range(10, 17)]
+        replies = await asyncio.gather(*(unit.call(QM, {"command": "render", "tile": str(t)}, timeout=180)
+                                         for t in tiles))
+        for reply in replies:
+            print(f"  {reply['tile']:<16} rendered (metatile {reply['metatile']})")
+        print(f"  {len(replies)} tiles in {time.monotonic() - started:.1f}s")
+        before = (await unit.call(QM, {"command": "stats"}))["counters"]
+
+        step("an OSM change in the town: Spark turns it into expired metatiles at zooms 12-16")
+        osc = write_town_changes(workdir / "changes.osc.gz")
+        result = await unit.call("spark.expire", {"paths": [str(osc.resolve())], "min_zoom": 12, "max_zoom": 16,
+                                                  "wait": True}, timeout=300)
+        job = result.get("result", result)
+        print(f"  job {result.get('job_id', '?')}: {json.dumps(job.get('tiles_per_zoom', job))}")
+        print(f"  metatiles per zoom: {json.dumps(job.get('metatiles_per_zoom'))}")
+        print(f"  unresolved ways: {job.get('unresolved_ways')}")
+        await asyncio.sleep(1.0)  # the expirations are broadcasts: let the queuemaster take them in
+        after = await wait_queue_empty(unit)
+        print(f"  queuemaster: {after['counters']['expired'] - before['expired']} metatiles expired, "
+              f"{after['counters']['rendered'] - before['rendered']} re-rendered")
+
+        step("render stats from the queuemaster's render log, computed by Spark")
+        stats = await unit.call("spark.stats", {"paths": [str((workdir / "render.log").resolve())], "wait": True,
+                                                "chart": True}, timeout=300)
+        summary = stats.get("result", stats)
+        print(f"  {'zoom':>4} {'renders':>8} {'failures':>8} {'p50 s':>7} {'p95 s':>7} {'p99 s':>7}")
+        for row in summary.get("per_zoom", []):
+            print(f"  {row['zoom']:>4} {row['renders']:>8} {row['failures']:>8} {row['p50']:>7.3f} "
+                  f"{row['p95']:>7.3f} {row['p99']:>7.3f}")
+        for row in summary.get("per_host", []):
+            print(f"  host {row['host']}: {row['renders']} renders by {row['renderers']} renderers, "
+                  f"p95 {row['p95']:.3f}s")
+        outputs = summary.get("outputs") or {}
+        if outputs:
+            print(f"  written: {outputs.get('json')}, {len(outputs.get('parquet') or {})} Parquet tables, "
+                  f"chart {outputs.get('chart')}")
+
+        step("the same from the shell: qbroker call toposm.queuemaster stats")
+        cli = subprocess.run([str(BIN / "qbroker"), "call", QM, "stats"], capture_output=True, text=True,
+                             timeout=60, env=os.environ)
+        print("  $ qbroker call toposm.queuemaster stats")
+        print("\n".join("  " + line for line in cli.stdout.splitlines()[:25]))
+
+        store = TileStore(workdir / "tiles")
+        overviews = []
+        for z in (13, 15, 16):
+            metatile: Metatile = town_tile(z).metatile
+            path = workdir / f"overview-{z}.png"
+            write_overview(store, metatile, path)
+            overviews.append(str(path))
+        step(f"map tiles are in {workdir / 'tiles'}; overview mosaics: {', '.join(overviews)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, default=Path("var/demo"))
+    parser.add_argument("--renderers", type=int, default=2)
+    args = parser.parse_args()
+    # The demo's own corner of the broker: a prefix keeps it out of the way of other traffic on the vhost.
+    os.environ.setdefault("QBROKER_EXCHANGE_PREFIX", "demo.")
+    os.environ.setdefault("QBROKER_LOG_LEVEL", "WARNING")
+    configure_logging()
+    workdir = args.workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"qbroker demo on {qbroker.Config().urls[0].split('@')[-1]} (exchange prefix "
+          f"{os.environ['QBROKER_EXCHANGE_PREFIX']!r}); logs in {workdir}")
+    bridge_log = open(workdir / "spark-bridge.log", "ab")  # noqa: SIM115 - closed with the process
+    bridge = subprocess.Popen(
+        [str(BIN / "qbroker-spark-bridge"), "--master", "local[2]", "--state-dir", str(workdir / "spark-state"),
+         "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"],
+        stdout=bridge_log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        with start_stack(workdir, renderers=args.renderers, backend="mapnik"):
+            qbroker.run(run(workdir, args.renderers))
+    finally:
+        bridge.terminate()
+        try:
+            bridge.wait(30)
+        except subprocess.TimeoutExpired:
+            bridge.kill()
+        bridge_log.close()
+    print("\ndemo finished: services stopped.")
+
+
+if __name__ == "__main__":
+    main()
