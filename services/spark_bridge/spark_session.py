@@ -10,25 +10,26 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
+# pyspark warns about pandas 3 when it loads its pandas helpers; the bridge moves data with Arrow only.
+warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 
 def build_session(
     master: str = DEFAULT_MASTER, app_name: str = "qbroker-spark-bridge", conf: dict[str, str] | None = None
 ) -> SparkSession:
     if master.startswith("sc://"):
-        # The Connect session class directly: the generic builder refuses a remote session in a process
-        # that also holds a classic one (the test-suite does).
-        from pyspark.sql.connect.session import SparkSession as ConnectSession
-
-        connect = ConnectSession.builder.remote(master).appName(app_name)
+        # The generic builder (not the Connect class directly) also switches pyspark.sql.functions to
+        # Connect mode for this process; a process therefore holds either kind of session, not both.
+        remote = SparkSession.builder.remote(master).appName(app_name)
         for key, value in (conf or {}).items():
-            connect = connect.config(key, value)
-        return connect.getOrCreate()  # type: ignore[return-value]
+            remote = remote.config(key, value)
+        return remote.getOrCreate()
     # Executors must run the same Python as the driver (standalone workers would pick their own).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (

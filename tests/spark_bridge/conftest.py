@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
+
+from services.spark_bridge.service import SparkBridge
+
+# pyspark warns about pandas 3 on import of its pandas helpers; the bridge does not use pandas.
+warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("filterwarnings", "ignore:PySpark does not yet fully support pandas:FutureWarning")
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +37,20 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+async def bridge(make_unit, spark, tmp_path):
+    """An in-process bridge on the shared local session: one job at a time, fast progress alerts."""
+    unit = await make_unit("spark.bridge")
+    service = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, progress_interval=0.3)
+    await unit.start()
+    yield service
+    await service.close()
+
+
+@pytest.fixture
+async def client(make_unit):
+    unit = await make_unit("test.spark.client")
+    await unit.start()
+    return unit

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,3 +101,15 @@ def per_zoom(tiles: set[tuple[int, int, int]]) -> dict[str, int]:
 
 def oracle_metatiles(tiles: set[tuple[int, int, int]]) -> set[str]:
     return {f"{z}/{(x // 8) * 8}/{(y // 8) * 8}" for z, x, y in tiles}
+
+
+async def eventually(predicate, timeout: float = 30.0, step: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        await asyncio.sleep(step)
+    raise AssertionError("condition not reached in time")

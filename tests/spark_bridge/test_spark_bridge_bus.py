@@ -2,47 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import time
 from pathlib import Path
 
 import pytest
-from spark_helpers import OscNode, OscWay, oracle_metatiles, oracle_point_tiles, oracle_propagate, write_osc
+from spark_helpers import (
+    OscNode,
+    OscWay,
+    eventually,
+    oracle_metatiles,
+    oracle_point_tiles,
+    oracle_propagate,
+    write_osc,
+)
 
 from qbroker import InvalidParams, RequestFailed
-from services.spark_bridge.service import SparkBridge
 
 CALL = 120.0
-
-
-@pytest.fixture
-async def bridge(make_unit, spark, tmp_path):
-    unit = await make_unit("spark.bridge")
-    service = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, progress_interval=0.3)
-    await unit.start()
-    yield service
-    await service.close()
-
-
-@pytest.fixture
-async def client(make_unit):
-    unit = await make_unit("test.spark.client")
-    await unit.start()
-    return unit
-
-
-async def eventually(predicate, timeout: float = 30.0, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        await asyncio.sleep(step)
-    raise AssertionError("condition not reached in time")
 
 
 async def test_expire_wait_publishes_metatiles_to_listener(bridge, client, make_unit, tmp_path) -> None:
@@ -101,6 +79,12 @@ async def test_submit_then_query_job(bridge, client, tmp_path) -> None:
     with pytest.raises(RequestFailed) as err:
         await client.call("spark.job", {"command": "status", "job_id": "nope"})
     assert err.value.id == "unknown_job"
+    with pytest.raises(RequestFailed) as err:
+        await client.call(
+            "spark.expire",
+            {"paths": [str(listing)], "publish": False, "wait": True, "wait_timeout": 0.001},
+        )
+    assert err.value.id == "wait_timeout" and "keeps running" in err.value.message
 
 
 async def test_cancel_long_job_queue_bound_and_progress(bridge, client, make_unit, spark, tmp_path) -> None:
@@ -117,7 +101,7 @@ async def test_cancel_long_job_queue_bound_and_progress(bridge, client, make_uni
     big = {
         "paths": [str(long_osc)],
         "min_zoom": 0,
-        "max_zoom": 20,
+        "max_zoom": 22,
         "publish": False,
         "max_tiles_per_geometry": 10**9,
         "max_tiles": 10**9,

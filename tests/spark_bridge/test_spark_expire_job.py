@@ -143,3 +143,35 @@ def test_max_tiles_guard(spark, tmp_path: Path) -> None:
     way = write_osc(tmp_path / "long.osc", modify=[OscNode(1, -170, 0), OscNode(2, 170, 0), OscWay(5, [1, 2])])
     with pytest.raises(ExpireTooLarge, match="way 5 would expire up to 77376 tiles at z12"):
         run(spark, [way], 12, 12, max_tiles_per_geometry=4000)
+
+
+def test_mixed_inputs_union_and_parquet_points(spark, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"LON": [13.4, 13.5], "Lat": [52.5, 52.52]}), tmp_path / "points.parquet")
+    listing = tmp_path / "tiles.txt"
+    listing.write_text("15/17602/10748\n")
+    diff = write_osc(tmp_path / "d.osc", create=[OscNode(1, 13.45, 52.51, version=1)], delete=[OscNode(2, None, None)])
+    result, messages = run(spark, [diff, listing, tmp_path / "points.parquet"], 11, 15)
+    expected = oracle_point_tiles(13.4, 52.5, 15) | oracle_point_tiles(13.5, 52.52, 15)
+    expected |= oracle_point_tiles(13.45, 52.51, 15) | {(15, 17602, 10748)}
+    expected = oracle_propagate(expected, 11)
+    assert result["tiles_per_zoom"] == per_zoom(expected)
+    assert set(published_tiles(messages)) == oracle_metatiles(expected)
+    assert result["inputs"]["points"] == 2 and result["inputs"]["deleted_nodes_without_location"] == 1
+
+
+def test_parquet_without_lon_lat_and_bad_list_line_fail(spark, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from services.spark_bridge.expire_inputs import InputError
+
+    pq.write_table(pa.table({"x": [1.0]}), tmp_path / "nolonlat.parquet")
+    with pytest.raises(InputError, match="needs lon and lat columns"):
+        run(spark, [tmp_path / "nolonlat.parquet"], 10, 12)
+    listing = tmp_path / "late-bad.list"
+    listing.write_text("12/1/1\n12/2/2\n12/4096/0\n")  # x out of range at z12, on line 3
+    with pytest.raises(InputError, match="bad expire-list line 12/4096/0"):
+        run(spark, [listing], 10, 12)

@@ -179,6 +179,29 @@ def test_expire_on_standalone_cluster_via_cli(standalone_master, amqp_url, tmp_p
         assert [a["cores"] for a in apps if a["name"] == "qbroker-spark-bridge"] == [1]
         status = cli(amqp_url, "call", "spark.job", "status", f"job_id={reply['job_id']}", "--raw")
         assert json.loads(status.stdout)["state"] == "succeeded"
+        render_log = tmp_path / "render.log"
+        render_log.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "metatile": "12/8/8",
+                        "zoom": 12,
+                        "renderer": "toposm.render.vader.7.1",
+                        "start": 1000.0 + i,
+                        "duration": float(i),
+                        "status": "ok",
+                    }
+                )
+                + "\n"
+                for i in range(1, 5)
+            )
+        )
+        stats = cli(
+            amqp_url, "call", "spark.stats", f'paths=["{render_log}"]', "wait=true", "--timeout", "170", "--raw"
+        )
+        assert stats.returncode == 0, stats.stderr
+        zooms = json.loads(stats.stdout)["result"]["per_zoom"]
+        assert zooms[0]["zoom"] == 12 and zooms[0]["p50"] == 2.5 and zooms[0]["renders"] == 4
         failed = cli(amqp_url, "call", "spark.expire", 'paths=["/nonexistent.osc"]')
         assert failed.returncode == 2 and "no such file" in failed.stdout + failed.stderr
     finally:
