@@ -8,6 +8,16 @@ import typer
 
 from qbroker.cli.exit_codes import UsageProblem
 from qbroker.cli.main import QBrokerApp
+from qbroker.cli.options import (
+    AlertExchangeOption,
+    DeadExchangeOption,
+    ExchangePrefixOption,
+    ReplyExchangeOption,
+    RpcExchangeOption,
+    UrlOption,
+    VerboseOption,
+    make_global_options,
+)
 from qbroker.cli.output import say
 from qbroker.cli.session import GlobalOptions, configure_logging, describe, exit_code_for
 
@@ -91,31 +101,16 @@ def snoop(
     duration: Annotated[
         float | None, typer.Option("--duration", min=0.0, help="Exit after S seconds.")
     ] = None,
-    url: Annotated[
-        str | None,
-        typer.Option("--url", envvar="QBROKER_URL", show_envvar=True, help="Broker URL(s), comma-separated."),
-    ] = None,
-    exchange_prefix: Annotated[
-        str | None, typer.Option("--exchange-prefix", help="Exchange name prefix.")
-    ] = None,
-    rpc_exchange: Annotated[
-        str | None, typer.Option("--rpc-exchange", help="Name of the rpc exchange.")
-    ] = None,
-    reply_exchange: Annotated[
-        str | None, typer.Option("--reply-exchange", help="Name of the reply exchange.")
-    ] = None,
-    alert_exchange: Annotated[
-        str | None, typer.Option("--alert-exchange", help="Name of the alert exchange.")
-    ] = None,
-    dead_exchange: Annotated[
-        str | None, typer.Option("--dead-exchange", help="Name of the dead exchange.")
-    ] = None,
+    url: UrlOption = None,
+    exchange_prefix: ExchangePrefixOption = None,
+    rpc_exchange: RpcExchangeOption = None,
+    reply_exchange: ReplyExchangeOption = None,
+    alert_exchange: AlertExchangeOption = None,
+    dead_exchange: DeadExchangeOption = None,
     app_name: Annotated[
         str | None, typer.Option("--app-name", help="App name of the debugger's unit.")
     ] = None,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show the library's logs on stderr.")
-    ] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Watch a QBroker bus: alerts, requests, replies (paired, with latency) and dead messages."""
     from qbroker.cli.snoop.filters import EventFilter
@@ -128,18 +123,8 @@ def snoop(
         event_filter = EventFilter.build(names, apps, uuids, kinds, statuses)
     except UsageProblem as exc:
         _usage(str(exc))
-    exchanges = {
-        kind: name
-        for kind, name in (
-            ("rpc", rpc_exchange),
-            ("reply", reply_exchange),
-            ("alert", alert_exchange),
-            ("dead", dead_exchange),
-        )
-        if name
-    }
-    options = GlobalOptions(
-        url=url, exchange_prefix=exchange_prefix, exchanges=exchanges, app=app_name, verbose=verbose
+    options = make_global_options(
+        url, exchange_prefix, rpc_exchange, reply_exchange, alert_exchange, dead_exchange, app_name, verbose
     )
     settings = DebugSettings(
         renderer=Renderer(as_json=as_json, with_body=body),

@@ -7,6 +7,17 @@ from typing import Annotated, Any
 
 import typer
 
+from qbroker.cli.options import (
+    AlertExchangeOption,
+    DeadExchangeOption,
+    ExchangePrefixOption,
+    ReplyExchangeOption,
+    RpcExchangeOption,
+    UrlOption,
+    VerboseOption,
+    make_global_options,
+)
+
 try:  # typer >= 0.20 vendors its own copy of click; its exceptions are not click's
     from typer._click.exceptions import ClickException, UsageError
 except ImportError:  # pragma: no cover - older typer on real click
@@ -14,7 +25,6 @@ except ImportError:  # pragma: no cover - older typer on real click
 
 from qbroker.cli import cmd_alert, cmd_call, cmd_list
 from qbroker.cli.exit_codes import ExitCode
-from qbroker.cli.session import GlobalOptions
 
 
 class QBrokerApp(typer.Typer):
@@ -81,53 +91,21 @@ app = QBrokerApp(
 @app.callback()
 def global_options(
     ctx: typer.Context,
-    url: Annotated[
-        str | None,
-        typer.Option(
-            "--url",
-            "-u",
-            envvar="QBROKER_URL",
-            help="Broker URL, or several comma-separated for failover (tried in order).",
-            show_envvar=True,
-        ),
-    ] = None,
-    exchange_prefix: Annotated[
-        str | None,
-        typer.Option("--exchange-prefix", help="Prefix of all exchange names [env: QBROKER_EXCHANGE_PREFIX]"),
-    ] = None,
-    rpc_exchange: Annotated[
-        str | None, typer.Option("--rpc-exchange", help="Name of the rpc exchange.")
-    ] = None,
-    reply_exchange: Annotated[
-        str | None, typer.Option("--reply-exchange", help="Name of the reply exchange.")
-    ] = None,
-    alert_exchange: Annotated[
-        str | None, typer.Option("--alert-exchange", help="Name of the alert exchange.")
-    ] = None,
-    dead_exchange: Annotated[
-        str | None, typer.Option("--dead-exchange", help="Name of the dead exchange.")
-    ] = None,
+    url: UrlOption = None,
+    exchange_prefix: ExchangePrefixOption = None,
+    rpc_exchange: RpcExchangeOption = None,
+    reply_exchange: ReplyExchangeOption = None,
+    alert_exchange: AlertExchangeOption = None,
+    dead_exchange: DeadExchangeOption = None,
     app_name: Annotated[
         str | None,
         typer.Option("--app", help="App name of the CLI's unit (default qbroker.cli) [env: QBROKER_APP]"),
     ] = None,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show the library's logs on stderr.")
-    ] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Global options go before the command: qbroker --url amqp://host/ call NAME ..."""
-    exchanges = {
-        kind: name
-        for kind, name in (
-            ("rpc", rpc_exchange),
-            ("reply", reply_exchange),
-            ("alert", alert_exchange),
-            ("dead", dead_exchange),
-        )
-        if name
-    }
-    ctx.obj = GlobalOptions(
-        url=url, exchange_prefix=exchange_prefix, exchanges=exchanges, app=app_name, verbose=verbose
+    ctx.obj = make_global_options(
+        url, exchange_prefix, rpc_exchange, reply_exchange, alert_exchange, dead_exchange, app_name, verbose
     )
 
 
