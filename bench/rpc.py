@@ -18,13 +18,20 @@ import platform
 import statistics
 import time
 import uuid
+from multiprocessing.synchronize import Event
+from typing import Any
 
+import qbroker
 from qbroker import Config, Unit
 
 URL = os.environ.get("QBROKER_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
 
-def _server(prefix: str, ready: multiprocessing.synchronize.Event, stop: multiprocessing.synchronize.Event) -> None:
+def _run(coro: Any, loop: str) -> Any:
+    return asyncio.run(coro) if loop == "asyncio" else qbroker.run(coro)
+
+
+def _server(prefix: str, loop: str, ready: Event, stop: Event) -> None:
     async def main() -> None:
         unit = Unit("bench.server", config=Config(url=URL, exchange_prefix=prefix))
         received = 0
@@ -48,7 +55,7 @@ def _server(prefix: str, ready: multiprocessing.synchronize.Event, stop: multipr
             await asyncio.sleep(0.1)
         await unit.stop()
 
-    asyncio.run(main())
+    _run(main(), loop)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -123,6 +130,8 @@ def main() -> None:
     parser.add_argument("--conc", type=int, default=20000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--alerts", type=int, default=20000)
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",
+                        help="event loop of both processes (qbroker.run picks uvloop when installed)")
     args = parser.parse_args()
     os.environ.setdefault("QBROKER_LOG_LEVEL", "WARNING")
     from qbroker.log import configure_logging
@@ -131,15 +140,16 @@ def main() -> None:
     prefix = f"bench-{uuid.uuid4().hex[:6]}."
     ctx = multiprocessing.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
-    server = ctx.Process(target=_server, args=(prefix, ready, stop), daemon=True)
+    server = ctx.Process(target=_server, args=(prefix, args.loop, ready, stop), daemon=True)
     server.start()
     if not ready.wait(30):
         raise SystemExit("bench server did not start")
     try:
-        result = asyncio.run(_bench(prefix, args.seq, args.conc, args.alerts, args.concurrency))
+        result = _run(_bench(prefix, args.seq, args.conc, args.alerts, args.concurrency), args.loop)
     finally:
         stop.set()
         server.join(15)
+    result["loop"] = args.loop
     result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
                          "processor": platform.processor() or platform.machine()}
     print(json.dumps(result, indent=2))

@@ -48,25 +48,24 @@ class Listener:
 async def serve_alert(unit: Unit, listeners: list[Listener], message: AbstractIncomingMessage) -> None:
     """Run every listener whose pattern matches; reply per listener when the alert asks for replies."""
     name = message.routing_key or ""
-    log = unit.log.bind(name=name, correlation_id=message.message_id, kind="alert")
     try:
         header = read_header(message)
         body = read_body(message, accept=unit.config.accept, max_bytes=unit.config.max_body_bytes)
     except QBrokerError as exc:
-        log.warning("malformed alert", error=str(exc))
+        unit.log.warning("malformed alert", name=name, correlation_id=message.message_id, error=str(exc))
         if message.reply_to:
-            await unit.send_reply(message.reply_to, message.message_id, None, exc.to_info(part=name), log=log)
+            await unit.send_reply(message.reply_to, message.message_id, None, exc.to_info(part=name))
         await message.ack()
         return
     for listener in listeners:
         if not topic_matches(listener.pattern, name):
             continue
-        ctx = RequestContext(header=header, kind="alert", log=log)
+        ctx = RequestContext(header=header, kind="alert", logger=unit.log)
         result, error = await run_handler(unit, listener.handler.call, body, ctx, name, None)
         if error is not None and error.status in ("error", "fail"):
-            log.warning("alert listener failed", pattern=listener.pattern, error=error.message)
+            ctx.log.warning("alert listener failed", pattern=listener.pattern, error=error.message)
         if header.reply_to and (result is not None or error is not None):
-            await unit.send_reply(header.reply_to, header.message_id, result, error, debug=header.debug, log=log)
+            await unit.send_reply(header.reply_to, header.message_id, result, error, debug=header.debug)
     await message.ack()
 
 

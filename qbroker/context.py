@@ -16,9 +16,19 @@ class RequestContext:
 
     header: Header
     kind: str
-    log: Any
+    logger: Any = field(repr=False)
     message: AbstractIncomingMessage | None = field(default=None, repr=False)
     detached: bool = False
+    _bound: Any = field(default=None, repr=False)
+
+    @property
+    def log(self) -> Any:
+        """The unit's logger bound with this message's name, kind and correlation id (bound on first use:
+        most requests never log)."""
+        if self._bound is None:
+            self._bound = self.logger.bind(name=self.header.name, kind=self.kind,
+                                           correlation_id=self.header.message_id)
+        return self._bound
 
     @property
     def name(self) -> str | None:

@@ -68,7 +68,7 @@ class DeadLetterCollector:
         log = self.log.bind(name=name, correlation_id=message.message_id, reason=reason, kind=kind)
         if kind == "rpc" and message.reply_to and message.message_id:
             error = error_for(name, reason)
-            await self.unit.send_reply(message.reply_to, message.message_id, None, error.to_info(part=PART), log=log)
+            await self.unit.send_reply(message.reply_to, message.message_id, None, error.to_info(part=PART))
             log.info("answered dead request", status=error.status, error=error.id)
         elif kind == "alert":
             log.debug("alert nobody listens to") if reason == "unroutable" else log.info("dead alert")

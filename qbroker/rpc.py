@@ -64,14 +64,13 @@ async def run_handler(unit: Unit, dispatch: Any, body: Any, ctx: RequestContext,
 
 async def serve_request(unit: Unit, endpoint: Endpoint, message: AbstractIncomingMessage) -> None:
     """Handle one request from ``rpc_<endpoint>`` and send exactly one reply."""
-    log = unit.log.bind(name=endpoint.name, correlation_id=message.message_id, kind="rpc")
     reply_to = message.reply_to
     ctx: RequestContext | None = None
     try:
         # No reply-to is a one-way request (RQ NOREPLY, EventMQ reply-requested=false): run it anyway.
         header = read_header(message, require=("message_id", "name"))
         body = read_body(message, accept=unit.config.accept, max_bytes=unit.config.max_body_bytes)
-        ctx = RequestContext(header=header, kind="rpc", log=log, message=message)
+        ctx = RequestContext(header=header, kind="rpc", logger=unit.log, message=message)
         attempt = 0
         while True:
             result, error = await run_handler(unit, endpoint.dispatch, body, ctx, endpoint.name,
@@ -80,19 +79,33 @@ async def serve_request(unit: Unit, endpoint: Endpoint, message: AbstractIncomin
             if error is None or error.status != "error" or attempt >= endpoint.options.retries:
                 break
             attempt += 1
-            log.info("retrying handler", attempt=attempt, error=error.message)
+            ctx.log.info("retrying handler", attempt=attempt, error=error.message)
             await asyncio.sleep(min(0.05 * 2**attempt, 2.0))
     except QBrokerError as exc:
-        log.warning("malformed request", error=str(exc))
+        unit.log.warning("malformed request", name=endpoint.name, correlation_id=message.message_id,
+                         error=str(exc))
         result, error = None, exc.to_info(part=endpoint.name)
     debug = ctx.debug if ctx is not None else False
     if reply_to:
-        await unit.send_reply(reply_to, message.message_id, result, error, debug=debug, log=log)
-    else:
-        if error is not None:
-            log.warning("one-way request failed", error=error.message)
+        await unit.send_reply(reply_to, message.message_id, result, error, debug=debug)
+    elif error is not None:
+        unit.log.warning("one-way request failed", name=endpoint.name, correlation_id=message.message_id,
+                         error=error.message)
     if ctx is None or not ctx.detached:
         await message.ack()
+
+
+def _publish_failed(publish: asyncio.Future[None], future: asyncio.Future[Reply], name: str) -> None:
+    if publish.cancelled() or future.done():
+        return
+    exc = publish.exception()
+    if exc is not None:
+        future.set_exception(ConnectionLost(f"request to {name} was not accepted by the broker: {exc}"))
+
+
+def _expire(future: asyncio.Future[Reply], name: str, timeout: float) -> None:
+    if not future.done():
+        future.set_exception(CallTimeout(f"no reply from {name} within {timeout}s"))
 
 
 async def call(unit: Unit, name: str, body: Any, *, timeout: float, debug: bool = False,
@@ -113,21 +126,15 @@ async def call(unit: Unit, name: str, body: Any, *, timeout: float, debug: bool 
             )
         except CodecError as exc:
             raise RequestError("bad_request_body", f"cannot encode request for {name}: {exc}") from exc
-        # Pipelined confirm: the reply normally arrives before we look at the broker's ack.
+        # Pipelined confirm: the reply normally arrives before the broker's ack; a refused or failed
+        # publish resolves the call instead. One timer handle, no extra tasks: this is the hot path.
         publish = asyncio.ensure_future(unit.publish("rpc", name, message))
-        remaining = max(0.0, deadline - loop.time())
+        publish.add_done_callback(lambda done: _publish_failed(done, future, name))
+        timer = loop.call_at(deadline, _expire, future, name, timeout)
         try:
-            waiting: set[asyncio.Future[Any]] = {future, publish}
-            done, _ = await asyncio.wait(waiting, timeout=remaining,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if publish in done and publish.exception() is not None and not future.done():
-                raise ConnectionLost(f"request to {name} was not accepted by the broker: {publish.exception()}")
-            reply = await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
-        except TimeoutError:
-            raise CallTimeout(f"no reply from {name} within {timeout}s") from None
+            reply = await future
         finally:
-            if not publish.done():
-                publish.add_done_callback(lambda f: f.cancelled() or f.exception())
+            timer.cancel()
     finally:
         unit.pending.forget(message_id)
     return reply

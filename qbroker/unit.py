@@ -267,9 +267,8 @@ class Unit:
         await getattr(exchanges, role).publish(message, routing_key=routing_key, mandatory=False)
 
     async def send_reply(self, reply_to: str, correlation_id: str | None, body: Any, error: ErrorInfo | None,
-                         *, debug: bool = False, log: Any = None) -> None:
+                         *, debug: bool = False) -> None:
         """Publish one reply; never raises (a lost connection means the request is redelivered)."""
-        log = log or self.log
         try:
             try:
                 message = self.make_message(body, kind="reply", message_id=uuid.uuid4().hex,
@@ -280,7 +279,7 @@ class Unit:
                                             correlation_id=correlation_id, error=bad.to_info())
             await self.publish("reply", reply_to, message)
         except Exception as exc:
-            log.warning("reply not sent", error=str(exc) or type(exc).__name__)
+            self.log.warning("reply not sent", correlation_id=correlation_id, error=str(exc) or type(exc).__name__)
 
     # -- calling and alerting ------------------------------------------------------------------------
 
