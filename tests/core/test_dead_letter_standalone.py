@@ -1,0 +1,46 @@
+"""The standalone collector (`python -m qbroker.dead_letter`) answers dead requests and pings."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from qbroker import Config, NoServer, Unit
+
+pytestmark = pytest.mark.rabbitmq_only
+
+
+async def test_standalone_collector_answers_for_units_that_do_not_collect(amqp_url: str) -> None:
+    env = dict(os.environ, QBROKER_URL=amqp_url, QBROKER_EXCHANGE_PREFIX="standalone.")
+    collector = subprocess.Popen([sys.executable, "-m", "qbroker.dead_letter"], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    client = Unit("test.client", config=Config(url=amqp_url, exchange_prefix="standalone.", dead_letters=False))
+    await client.start()
+    try:
+        deadline = time.monotonic() + 30
+        info = None
+        while info is None and time.monotonic() < deadline:
+            async for reply in client.gather("qbroker.ping", {}, timeout=1):
+                if reply.body["app"] == "qbroker.dead_letter":
+                    info = reply.body
+            await asyncio.sleep(0.2)
+        assert info is not None, "the standalone collector never answered qbroker.ping"
+        started = time.perf_counter()
+        with pytest.raises(NoServer, match="no server for t.absent"):
+            await client.call("t.absent", {}, timeout=10)
+        assert time.perf_counter() - started < 1.0
+        counts = {}
+        async for reply in client.gather("qbroker.ping", {}, timeout=2, gap=0.5):
+            if reply.body["app"] == "qbroker.dead_letter":
+                counts = reply.body["dead_letters"]
+        assert counts.get("rpc.unroutable", 0) >= 1
+    finally:
+        await client.stop()
+        collector.send_signal(signal.SIGTERM)
+        assert collector.wait(20) == 0
