@@ -27,18 +27,27 @@ def amqp_url(vhost: str) -> str:
     return url_for_vhost(vhost)
 
 
-@pytest.fixture
-async def make_unit(amqp_url: str) -> AsyncIterator[MakeUnit]:
+@contextlib.asynccontextmanager
+async def units_on(url: str, *, drain_timeout: float = 2.0) -> AsyncIterator[MakeUnit]:
+    """A factory of units on ``url``; every unit it made is stopped (or killed) at exit."""
     units: list[Unit] = []
 
     async def factory(app: str = "test.unit", **overrides: Any) -> Unit:
-        unit = Unit(app, config=Config(url=amqp_url, **overrides))
+        unit = Unit(app, config=Config(url=url, **overrides))
         units.append(unit)
         return unit
 
-    yield factory
-    for unit in reversed(units):
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(unit.stop(drain_timeout=2), 10)
-        with contextlib.suppress(Exception):
-            await unit.kill()
+    try:
+        yield factory
+    finally:
+        for unit in reversed(units):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(unit.stop(drain_timeout=drain_timeout), 10)
+            with contextlib.suppress(Exception):
+                await unit.kill()
+
+
+@pytest.fixture
+async def make_unit(amqp_url: str) -> AsyncIterator[MakeUnit]:
+    async with units_on(amqp_url) as factory:
+        yield factory

@@ -6,17 +6,13 @@ real broker: a private node to restart, or a raw aio-pika client) gets the Rabbi
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
-from qbroker import Config, Unit
 from qbroker.testing import MemoryBroker
-from tests.conftest import MakeUnit
+from tests.conftest import MakeUnit, units_on
 
 TRANSPORTS = ("rabbitmq", "memory")
 
@@ -34,21 +30,9 @@ async def make_unit(transport: str, request: pytest.FixtureRequest) -> AsyncIter
     else:
         memory_name = f"core-{uuid.uuid4().hex[:12]}"  # a fresh broker per test: isolation without cleanup
         url = f"memory://{memory_name}"
-    units: list[Unit] = []
-
-    async def factory(app: str = "test.unit", **overrides: Any) -> Unit:
-        unit = Unit(app, config=Config(url=url, **overrides))
-        units.append(unit)
-        return unit
-
-    yield factory
     # Teardown only: handlers still sleeping (e.g. a deliberately slow responder) are abandoned sooner in
     # memory, where nothing is left behind on a shared broker anyway.
-    drain_timeout = 2.0 if transport == "rabbitmq" else 0.2
-    for unit in reversed(units):
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(unit.stop(drain_timeout=drain_timeout), 10)
-        with contextlib.suppress(Exception):
-            await unit.kill()
+    async with units_on(url, drain_timeout=2.0 if transport == "rabbitmq" else 0.2) as factory:
+        yield factory
     if transport == "memory":
         MemoryBroker.discard(memory_name)

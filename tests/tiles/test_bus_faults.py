@@ -6,12 +6,13 @@ import time
 from .conftest import eventually, stats, wait_renderers
 
 
-async def test_renderer_sigkill_mid_render_is_redispatched(bus):
+async def _slow_render_then_second_renderer(bus, tile):
+    """A queuemaster, a renderer stuck mid-render on ``tile``'s metatile, and a second, fast renderer."""
     bus.queuemaster()
     slow = bus.renderer("--render-delay", "60")
     client = await bus.client()
     await wait_renderers(client, 1)
-    body = {"command": "render", "tile": "13/100/100"}
+    body = {"command": "render", "tile": tile}
     request = asyncio.create_task(client.call("toposm.queuemaster", body, timeout=40))
 
     async def slow_has_it():
@@ -21,6 +22,11 @@ async def test_renderer_sigkill_mid_render_is_redispatched(bus):
     await eventually(slow_has_it)
     fast = bus.renderer()
     await wait_renderers(client, 2)
+    return client, slow, fast, request
+
+
+async def test_renderer_sigkill_mid_render_is_redispatched(bus):
+    client, slow, fast, request = await _slow_render_then_second_renderer(bus, "13/100/100")
     slow.kill()  # SIGKILL: no unregister, its exclusive queues vanish with its connection
     killed_at = time.monotonic()
     reply = await request
@@ -68,20 +74,7 @@ async def test_queuemaster_sigkill_and_restart_loses_nothing(bus):
 
 
 async def test_renderer_sigterm_unregisters_and_puts_work_back(bus):
-    bus.queuemaster()
-    slow = bus.renderer("--render-delay", "60")
-    client = await bus.client()
-    await wait_renderers(client, 1)
-    body = {"command": "render", "tile": "12/7/7"}
-    request = asyncio.create_task(client.call("toposm.queuemaster", body, timeout=40))
-
-    async def slow_has_it():
-        s = await stats(client)
-        return s["renderers"][0]["state"] == "rendering"
-
-    await eventually(slow_has_it)
-    fast = bus.renderer()
-    await wait_renderers(client, 2)
+    client, slow, fast, request = await _slow_render_then_second_renderer(bus, "12/7/7")
     slow.popen.terminate()  # graceful: the renderer sends `unregister` before it exits
     assert (await request)["metatile"] == "12/0/0"
     s = await stats(client)
