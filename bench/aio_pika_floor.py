@@ -13,19 +13,23 @@ import asyncio
 import json
 import multiprocessing
 import os
+import sys
 import time
 import uuid
 from multiprocessing.synchronize import Event
+from pathlib import Path
 
 import aio_pika
 
-URL = os.environ.get("QBROKER_URL", "amqp://guest:guest@127.0.0.1:5672/")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
+
 PREFIX = f"floor-{uuid.uuid4().hex[:6]}."
 
 
-def _server(ready: Event, stop: Event, confirms: bool, prefix: str) -> None:
+def _server(url: str, ready: Event, stop: Event, confirms: bool, prefix: str) -> None:
     async def main() -> None:
-        connection = await aio_pika.connect(URL)
+        connection = await aio_pika.connect(url)
         channel = await connection.channel(publisher_confirms=confirms)
         await channel.set_qos(256)
         requests = await channel.declare_exchange(prefix + "rpc", "topic", auto_delete=True)
@@ -47,8 +51,8 @@ def _server(ready: Event, stop: Event, confirms: bool, prefix: str) -> None:
     asyncio.run(main())
 
 
-async def _client(confirms: bool, prefix: str, n_seq: int, n_conc: int) -> dict[str, float]:
-    connection = await aio_pika.connect(URL)
+async def _client(url: str, confirms: bool, prefix: str, n_seq: int, n_conc: int) -> dict[str, float]:
+    connection = await aio_pika.connect(url)
     channel = await connection.channel(publisher_confirms=confirms)
     requests = await channel.get_exchange(prefix + "rpc")
     replies = await channel.get_exchange(prefix + "reply")
@@ -101,15 +105,18 @@ def main() -> None:
     confirms = not args.no_confirms
     ctx = multiprocessing.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
-    server = ctx.Process(target=_server, args=(ready, stop, confirms, PREFIX), daemon=True)
+    vhost = create_vhost("qbroker-bench")  # a throwaway vhost: nothing is left on the broker
+    url = url_for_vhost(vhost)
+    server = ctx.Process(target=_server, args=(url, ready, stop, confirms, PREFIX), daemon=True)
     server.start()
-    if not ready.wait(30):
-        raise SystemExit("floor server did not start")
     try:
-        result = asyncio.run(_client(confirms, PREFIX, args.seq, args.conc))
+        if not ready.wait(30):
+            raise SystemExit("floor server did not start")
+        result = asyncio.run(_client(url, confirms, PREFIX, args.seq, args.conc))
     finally:
         stop.set()
         server.join(15)
+        delete_vhost(vhost)
     print(json.dumps({"aio_pika_floor": result, "publisher_confirms": confirms, "cpus": os.cpu_count()}))
 
 

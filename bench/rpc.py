@@ -16,24 +16,27 @@ import multiprocessing
 import os
 import platform
 import statistics
+import sys
 import time
 import uuid
 from multiprocessing.synchronize import Event
+from pathlib import Path
 from typing import Any
 
 import qbroker
 from qbroker import Config, Unit
 
-URL = os.environ.get("QBROKER_URL", "amqp://guest:guest@127.0.0.1:5672/")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 
 
 def _run(coro: Any, loop: str) -> Any:
     return asyncio.run(coro) if loop == "asyncio" else qbroker.run(coro)
 
 
-def _server(prefix: str, loop: str, ready: Event, stop: Event) -> None:
+def _server(url: str, prefix: str, loop: str, ready: Event, stop: Event) -> None:
     async def main() -> None:
-        unit = Unit("bench.server", config=Config(url=URL, exchange_prefix=prefix))
+        unit = Unit("bench.server", config=Config(url=url, exchange_prefix=prefix))
         received = 0
 
         @unit.rpc("bench.echo", prefetch=256)
@@ -63,8 +66,8 @@ def _percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def _bench(prefix: str, n_seq: int, n_conc: int, n_alerts: int, concurrency: int) -> dict[str, object]:
-    client = Unit("bench.client", config=Config(url=URL, exchange_prefix=prefix))
+async def _bench(url: str, prefix: str, n_seq: int, n_conc: int, n_alerts: int, concurrency: int) -> dict[str, object]:
+    client = Unit("bench.client", config=Config(url=url, exchange_prefix=prefix))
     await client.start()
     payload = {"text": "hello", "n": 1}
     for _ in range(200):  # warm up
@@ -140,15 +143,18 @@ def main() -> None:
     prefix = f"bench-{uuid.uuid4().hex[:6]}."
     ctx = multiprocessing.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
-    server = ctx.Process(target=_server, args=(prefix, args.loop, ready, stop), daemon=True)
+    vhost = create_vhost("qbroker-bench")  # a throwaway vhost: nothing is left on the broker
+    url = url_for_vhost(vhost)
+    server = ctx.Process(target=_server, args=(url, prefix, args.loop, ready, stop), daemon=True)
     server.start()
-    if not ready.wait(30):
-        raise SystemExit("bench server did not start")
     try:
-        result = _run(_bench(prefix, args.seq, args.conc, args.alerts, args.concurrency), args.loop)
+        if not ready.wait(30):
+            raise SystemExit("bench server did not start")
+        result = _run(_bench(url, prefix, args.seq, args.conc, args.alerts, args.concurrency), args.loop)
     finally:
         stop.set()
         server.join(15)
+        delete_vhost(vhost)
     result["loop"] = args.loop
     result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
                          "processor": platform.processor() or platform.machine()}
