@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -95,5 +95,3 @@ async def gather(unit: Unit, name: str, body: Any, *, timeout: float, max_replie
     finally:
         unit.pending.close_gather(message_id)
 
-
-AlertHandler = Callable[..., Any]

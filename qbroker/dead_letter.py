@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 
 from qbroker.errors import NoServer, QBrokerError, RequestError, RequestFailed, TimedOutInQueue
+from qbroker.exchanges import declare_dead_queue
 
 if TYPE_CHECKING:
     from qbroker.unit import Unit
@@ -53,10 +54,7 @@ class DeadLetterCollector:
     async def attach(self, connection: AbstractConnection) -> None:
         channel = await connection.channel(publisher_confirms=False)
         await channel.set_qos(prefetch_count=256)
-        config = self.unit.config
-        queue = await channel.declare_queue(
-            config.dead_queue_name, durable=True, arguments={"x-message-ttl": config.dead_queue_ttl_ms}
-        )
+        queue = await declare_dead_queue(channel, self.unit.config)
         self.unit._consumers.append((queue, await queue.consume(self._on_dead)))
 
     async def _on_dead(self, message: AbstractIncomingMessage) -> None:

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from aio_pika import ExchangeType
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
@@ -28,10 +28,7 @@ class Exchanges:
 async def declare_exchanges(channel: AbstractChannel, config: Config) -> Exchanges:
     dead_name = config.exchange_name("dead")
     dead = await channel.declare_exchange(dead_name, ExchangeType.FANOUT, durable=True)
-    dead_queue = await channel.declare_queue(
-        config.dead_queue_name, durable=True, arguments={"x-message-ttl": config.dead_queue_ttl_ms}
-    )
-    await dead_queue.bind(dead)
+    await (await declare_dead_queue(channel, config)).bind(dead)
     rpc = await channel.declare_exchange(
         config.exchange_name("rpc"), ExchangeType.TOPIC, durable=True,
         arguments={"alternate-exchange": dead_name},
@@ -42,6 +39,13 @@ async def declare_exchanges(channel: AbstractChannel, config: Config) -> Exchang
         arguments={"alternate-exchange": dead_name},
     )
     return Exchanges(rpc=rpc, reply=reply, alert=alert, dead=dead)
+
+
+async def declare_dead_queue(channel: AbstractChannel, config: Config) -> AbstractQueue:
+    """The shared ``dead`` queue; every declaration must carry the same arguments or the broker refuses it."""
+    return await channel.declare_queue(
+        config.dead_queue_name, durable=True, arguments={"x-message-ttl": config.dead_queue_ttl_ms}
+    )
 
 
 def rpc_queue_arguments(config: Config, *, max_priority: int | None, single_active: bool) -> dict[str, Any]:
@@ -76,8 +80,9 @@ async def declare_rpc_queue(
     return queue
 
 
-async def declare_unit_queue(channel: AbstractChannel, config: Config, kind: str, uuid: str) -> AbstractQueue:
+async def declare_unit_queue(channel: AbstractChannel, config: Config, kind: Literal["reply", "alert"],
+                             uuid: str) -> AbstractQueue:
     """``reply_<uuid>`` / ``alert_<uuid>``: the unit's own non-persistent queues."""
     return await channel.declare_queue(
-        f"{config.exchange_prefix}{kind}_{uuid}", durable=False, exclusive=True, auto_delete=True
+        config.queue_name(kind, uuid), durable=False, exclusive=True, auto_delete=True
     )
