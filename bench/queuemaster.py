@@ -4,6 +4,8 @@
   (one render thread each): expire, dispatch, render 64 tiles, write them, report ``rendered``.
 * ``dispatch_null``: the queuemaster's own dispatch capacity, with in-process "null" render threads that
   answer ``render`` and report ``rendered`` at once without drawing anything.
+* ``pick``: microseconds per background pick from a render queue of 10k and 100k metatiles, half of them
+  raised to important (stale heap entries to skip); a logarithmic pick barely grows with the queue.
 * ``expiry``: expiry tiles ingested per second from ``expire_toposm`` text alerts (1000 tiles per
   message, each a distinct metatile, all queued and persisted).
 
@@ -173,6 +175,20 @@ async def bench_expiry(n_messages: int, per_message: int, workdir: Path) -> dict
         delete_vhost(vhost)
 
 
+def bench_pick(size: int, workdir: Path, picks: int = 2000) -> dict[str, Any]:
+    from services.tiles.queuemaster.queue_store import QueueStore
+    from services.tiles.queuemaster.render_queue import RenderQueue
+    from tests.tiles.queues import fill_half_raised
+
+    q = RenderQueue(QueueStore(workdir / f"pick-{size}.sqlite"))
+    fill_half_raised(q, size)
+    started = time.perf_counter()
+    with q.batch():
+        for _ in range(picks):
+            q.pop(14)
+    return {"queued": size, "picks": picks, "us_per_pick": round((time.perf_counter() - started) / picks * 1e6, 2)}
+
+
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--metatiles", type=int, default=200)
@@ -189,6 +205,7 @@ async def main() -> None:
             "dispatch": [await bench_dispatch(int(n), a.metatiles, workdir) for n in a.renderers.split(",")],
             "dispatch_null": [await bench_dispatch_null(n, a.null_metatiles, workdir) for n in (1, 8)],
             "expiry": await bench_expiry(a.expiry_messages, 1000, workdir),
+            "pick": [bench_pick(size, workdir) for size in (10_000, 100_000)],
         }
     except BaseException:
         print(f"benchmark failed; service logs in {workdir}", file=sys.stderr)

@@ -2,7 +2,8 @@
 
 The echo server runs in its own process (as it would in production); the client measures:
 sequential calls/s, 64-concurrent calls/s, p50/p99 latency of each, and one-way alert msgs/s
-(published and received by a listener in the server process).
+(published and received by a listener in the server process), and how fast a call to a name nobody
+serves fails with ``no_server`` (answered by the dead-letter path, not by the caller's deadline).
 
     .venv/bin/python bench/rpc.py [--seq 3000] [--conc 20000] [--alerts 20000]
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import qbroker
-from qbroker import Config, Unit
+from qbroker import Config, NoServer, Unit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
@@ -66,7 +67,8 @@ def _percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def _bench(url: str, prefix: str, n_seq: int, n_conc: int, n_alerts: int, concurrency: int) -> dict[str, object]:
+async def _bench(url: str, prefix: str, n_seq: int, n_conc: int, n_alerts: int, concurrency: int,
+                 n_no_server: int) -> dict[str, object]:
     client = Unit("bench.client", config=Config(url=url, exchange_prefix=prefix))
     await client.start()
     payload = {"text": "hello", "n": 1}
@@ -107,6 +109,14 @@ async def _bench(url: str, prefix: str, n_seq: int, n_conc: int, n_alerts: int, 
             break
         await asyncio.sleep(0.02)
     delivered = time.perf_counter() - started
+
+    no_server: list[float] = []
+    for _ in range(n_no_server):
+        t0 = time.perf_counter()
+        try:
+            await client.call("bench.nobody_serves_this", payload, timeout=30)
+        except NoServer:
+            no_server.append(time.perf_counter() - t0)
     await client.stop()
     ms = 1000.0
     return {
@@ -124,6 +134,11 @@ async def _bench(url: str, prefix: str, n_seq: int, n_conc: int, n_alerts: int, 
             "messages": n_alerts, "published_per_s": round(n_alerts / published, 1),
             "delivered_per_s": round(n_alerts / delivered, 1),
         },
+        "no_server": {
+            "calls": n_no_server, "answered_no_server": len(no_server),
+            "p50_ms": round(_percentile(no_server, 0.5) * ms, 3) if no_server else None,
+            "p99_ms": round(_percentile(no_server, 0.99) * ms, 3) if no_server else None,
+        },
     }
 
 
@@ -133,6 +148,7 @@ def main() -> None:
     parser.add_argument("--conc", type=int, default=20000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--alerts", type=int, default=20000)
+    parser.add_argument("--no-server", type=int, default=300, help="calls to a name nobody serves")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",
                         help="event loop of both processes (qbroker.run picks uvloop when installed)")
     args = parser.parse_args()
@@ -150,7 +166,8 @@ def main() -> None:
     try:
         if not ready.wait(30):
             raise SystemExit("bench server did not start")
-        result = _run(_bench(url, prefix, args.seq, args.conc, args.alerts, args.concurrency), args.loop)
+        result = _run(_bench(url, prefix, args.seq, args.conc, args.alerts, args.concurrency,
+                                     args.no_server), args.loop)
     finally:
         stop.set()
         server.join(15)

@@ -18,9 +18,9 @@ from typing import Any
 
 import qbroker
 from demo.osm_changes import write_town_changes
+from demo.stack import start_stack, town_tile, write_overview
 from qbroker import QBrokerError, Unit
 from qbroker.log import configure_logging
-from services.tiles.demo import start_stack, town_tile, write_overview
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Metatile
 

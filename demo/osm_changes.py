@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from services.tiles.demo import TOWN_LAT, TOWN_LON
+from demo.stack import TOWN_LAT, TOWN_LON
 
 
 def write_town_changes(path: Path) -> Path:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         register_error,
     )
     from qbroker.replies import Reply
-    from qbroker.runner import run
+    from qbroker.runner import run, serve
     from qbroker.unit import Unit
 
 _ERRORS = (
@@ -44,11 +44,12 @@ _ERRORS = (
 )
 _WHERE = {
     "Config": "qbroker.config", "RequestContext": "qbroker.context", "Reply": "qbroker.replies",
-    "Unit": "qbroker.unit", "run": "qbroker.runner", **{name: "qbroker.errors" for name in _ERRORS},
+    "Unit": "qbroker.unit", "run": "qbroker.runner", "serve": "qbroker.runner",
+    **{name: "qbroker.errors" for name in _ERRORS},
 }
 
 __all__ = [
-    "run", "BadMessage", "BrokerUnavailable", "CallTimeout", "Config", "ConnectionLost", "ErrorInfo",
+    "run", "serve", "BadMessage", "BrokerUnavailable", "CallTimeout", "Config", "ConnectionLost", "ErrorInfo",
     "HandlerCrashed", "HandlerTimeout", "InvalidParams", "NoServer", "NotStarted", "QBrokerError",
     "Reply", "RequestContext", "RequestError", "RequestFailed", "TimedOutInQueue", "UnknownCommand",
     "Unit", "Warn", "register_error",

@@ -10,17 +10,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
-from aio_pika.abc import AbstractConnection
 
 from qbroker.config import Config, redact_url
 from qbroker.errors import BrokerUnavailable
 from qbroker.log import get_logger
+from qbroker.transport import Connection, transport_for
 
-OnConnected = Callable[[AbstractConnection], Awaitable[None]]
+OnConnected = Callable[[Connection], Awaitable[None]]
 OnLost = Callable[[BaseException | None], Awaitable[None]]
 
 
@@ -38,10 +37,12 @@ class ConnectionSupervisor:
         self._on_connected = on_connected
         self._on_lost = on_lost
         self._urls = list(config.urls)
+        for url in self._urls:
+            transport_for(url)  # an unknown scheme is a configuration error: say so before connecting
         self._log = get_logger(**log_ctx)
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self.connection: AbstractConnection | None = None
+        self.connection: Connection | None = None
         self.ready = asyncio.Event()
         self.url_index = 0
 
@@ -54,25 +55,20 @@ class ConnectionSupervisor:
         await self._established(connection)
         self._task = asyncio.create_task(self._supervise(), name="qbroker-connection")
 
-    async def _connect_any(self) -> AbstractConnection | None:
+    async def _connect_any(self) -> Connection | None:
         for _ in range(len(self._urls)):
             url = self._urls[self.url_index]
             try:
-                if url.startswith("memory://"):
-                    # The in-memory test broker; imported lazily so production never loads it.
-                    from qbroker.testing import memory
-
-                    return cast(AbstractConnection, await memory.connect(url))
-                return await aio_pika.connect(
-                    _with_heartbeat(url, self._config.heartbeat), timeout=self._config.connect_timeout
-                )
+                connect = transport_for(url)
+                return await connect(_with_heartbeat(url, self._config.heartbeat),
+                                     timeout=self._config.connect_timeout)
             except (TimeoutError, OSError, aio_pika.exceptions.AMQPError) as exc:
                 self._log.warning("broker unreachable", url=redact_url(url), error=str(exc) or type(exc).__name__)
                 # Move the failing broker to the back of the line (RQ's SERVER_FULL rule).
                 self.url_index = (self.url_index + 1) % len(self._urls)
         return None
 
-    async def _established(self, connection: AbstractConnection) -> None:
+    async def _established(self, connection: Connection) -> None:
         lost: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
 
         def _closed(_: object, exc: BaseException | None = None) -> None:
@@ -94,7 +90,7 @@ class ConnectionSupervisor:
     def lose(self, reason: BaseException | None = None) -> None:
         """Declare the connection broken (e.g. a channel died) so the supervisor rebuilds everything."""
         if self.connection is not None and not self.connection.is_closed:
-            asyncio.create_task(self.connection.close(reason or ConnectionError("connection abandoned")))
+            asyncio.ensure_future(self.connection.close(reason or ConnectionError("connection abandoned")))
 
     async def _supervise(self) -> None:
         while not self._stopping:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
+from structlog.typing import FilteringBoundLogger
 
 from qbroker.envelope import Header
 
@@ -16,13 +17,13 @@ class RequestContext:
 
     header: Header
     kind: str
-    logger: Any = field(repr=False)
+    logger: FilteringBoundLogger = field(repr=False)
     message: AbstractIncomingMessage | None = field(default=None, repr=False)
     detached: bool = False
-    _bound: Any = field(default=None, repr=False)
+    _bound: FilteringBoundLogger | None = field(default=None, repr=False)
 
     @property
-    def log(self) -> Any:
+    def log(self) -> FilteringBoundLogger:
         """The unit's logger bound with this message's name, kind and correlation id (bound on first use:
         most requests never log)."""
         if self._bound is None:

@@ -5,23 +5,21 @@ for the name: nobody serves it) and the ``rpc_<name>`` queues' dead-letter excha
 expiration passed while it waited, or a server rejected it). The caller gets a reply either way, so a
 call to a missing service fails in milliseconds instead of at its deadline.
 
-Run inside any unit with ``Config(dead_letters=True)``, or standalone: ``python -m qbroker.dead_letter``.
+Run inside any unit with ``Config(dead_letters=True)``, or standalone: ``qbroker-dead-letter``
+(``python -m qbroker.cli.dead_letter``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import signal
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
+from aio_pika.abc import AbstractIncomingMessage
 
+from qbroker.bus import Bus
 from qbroker.errors import NoServer, QBrokerError, RequestError, RequestFailed, TimedOutInQueue
 from qbroker.exchanges import declare_dead_queue
-
-if TYPE_CHECKING:
-    from qbroker.unit import Unit
+from qbroker.transport import Connection
 
 PART = "qbroker.dead_letter"
 
@@ -46,16 +44,16 @@ def error_for(name: str, reason: str) -> QBrokerError:
 
 
 class DeadLetterCollector:
-    def __init__(self, unit: Unit) -> None:
-        self.unit = unit
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
         self.counts: Counter[str] = Counter()
-        self.log = unit.log.bind(part=PART)
+        self.log = bus.log.bind(part=PART)
 
-    async def attach(self, connection: AbstractConnection) -> None:
-        channel = await connection.channel(publisher_confirms=False)
+    async def attach(self, connection: Connection) -> None:
+        channel = await self.bus.channel(connection, confirms=False)
         await channel.set_qos(prefetch_count=256)
-        queue = await declare_dead_queue(channel, self.unit.config)
-        self.unit._consumers.append((queue, await queue.consume(self._on_dead)))
+        queue = await declare_dead_queue(channel, self.bus.config)
+        await self.bus.add_consumer(queue, self._on_dead)
 
     async def _on_dead(self, message: AbstractIncomingMessage) -> None:
         kind = message.type or "unknown"
@@ -66,7 +64,7 @@ class DeadLetterCollector:
         log = self.log.bind(name=name, correlation_id=message.message_id, reason=reason, kind=kind)
         if kind == "rpc" and message.reply_to and message.message_id:
             error = error_for(name, reason)
-            await self.unit.send_reply(message.reply_to, message.message_id, None, error.to_info(part=PART))
+            await self.bus.send_reply(message.reply_to, message.message_id, None, error.to_info(part=PART))
             log.info("answered dead request", status=error.status, error=error.id)
         elif kind == "alert":
             log.debug("alert nobody listens to") if reason == "unroutable" else log.info("dead alert")
@@ -77,30 +75,3 @@ class DeadLetterCollector:
     def stats(self) -> dict[str, Any]:
         return dict(sorted(self.counts.items()))
 
-
-async def run_standalone() -> None:
-    from qbroker.log import configure_logging
-    from qbroker.unit import Unit
-
-    configure_logging()
-    unit = Unit("qbroker.dead_letter", dead_letters=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await unit.start()
-    try:
-        await stop.wait()
-    finally:
-        await unit.stop()
-
-
-def main() -> None:
-    try:
-        asyncio.run(run_standalone())
-    except QBrokerError as exc:
-        raise SystemExit(f"qbroker-dead-letter: {exc}") from None
-
-
-if __name__ == "__main__":
-    main()

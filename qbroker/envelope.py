@@ -37,12 +37,6 @@ class Header(BaseModel):
     app: str | None = None
 
 
-class Envelope(BaseModel):
-    header: Header
-    body: Any = None
-    error: ErrorInfo | None = None
-
-
 def build_message(
     body: Any,
     *,

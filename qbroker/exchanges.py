@@ -12,20 +12,20 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from aio_pika import ExchangeType
-from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
 
 from qbroker.config import Config
+from qbroker.transport import Channel, Exchange, Queue
 
 
 @dataclass(frozen=True)
 class Exchanges:
-    rpc: AbstractExchange
-    reply: AbstractExchange
-    alert: AbstractExchange
-    dead: AbstractExchange
+    rpc: Exchange
+    reply: Exchange
+    alert: Exchange
+    dead: Exchange
 
 
-async def declare_exchanges(channel: AbstractChannel, config: Config) -> Exchanges:
+async def declare_exchanges(channel: Channel, config: Config) -> Exchanges:
     dead_name = config.exchange_name("dead")
     dead = await channel.declare_exchange(dead_name, ExchangeType.FANOUT, durable=True)
     await (await declare_dead_queue(channel, config)).bind(dead)
@@ -41,7 +41,7 @@ async def declare_exchanges(channel: AbstractChannel, config: Config) -> Exchang
     return Exchanges(rpc=rpc, reply=reply, alert=alert, dead=dead)
 
 
-async def declare_dead_queue(channel: AbstractChannel, config: Config) -> AbstractQueue:
+async def declare_dead_queue(channel: Channel, config: Config) -> Queue:
     """The shared ``dead`` queue; every declaration must carry the same arguments or the broker refuses it."""
     return await channel.declare_queue(
         config.dead_queue_name, durable=True, arguments={"x-message-ttl": config.dead_queue_ttl_ms}
@@ -59,15 +59,14 @@ def rpc_queue_arguments(config: Config, *, max_priority: int | None, single_acti
 
 
 async def declare_rpc_queue(
-    channel: AbstractChannel,
+    channel: Channel,
     config: Config,
-    exchanges: Exchanges,
     name: str,
     *,
     exclusive: bool = False,
     max_priority: int | None = None,
     single_active: bool = False,
-) -> AbstractQueue:
+) -> Queue:
     """``rpc_<name>``, shared by every server of ``name``; per-instance endpoints are exclusive."""
     queue = await channel.declare_queue(
         config.queue_name("rpc", name),
@@ -76,12 +75,12 @@ async def declare_rpc_queue(
         auto_delete=exclusive,
         arguments=rpc_queue_arguments(config, max_priority=max_priority, single_active=single_active),
     )
-    await queue.bind(exchanges.rpc, routing_key=name)
+    await queue.bind(config.exchange_name("rpc"), routing_key=name)
     return queue
 
 
-async def declare_unit_queue(channel: AbstractChannel, config: Config, kind: Literal["reply", "alert"],
-                             uuid: str) -> AbstractQueue:
+async def declare_unit_queue(channel: Channel, config: Config, kind: Literal["reply", "alert"],
+                             uuid: str) -> Queue:
     """``reply_<uuid>`` / ``alert_<uuid>``: the unit's own non-persistent queues."""
     return await channel.declare_queue(
         config.queue_name(kind, uuid), durable=False, exclusive=True, auto_delete=True

@@ -1,17 +1,22 @@
-"""Turning a handler's signature into a pydantic parameter model, and calling it with a body."""
+"""Handlers: a signature turned into a pydantic parameter model, and running one into (result, error)."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from collections.abc import Callable
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, get_type_hints
 
+import structlog
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from qbroker.context import RequestContext
-from qbroker.errors import InvalidParams
+from qbroker.errors import ErrorInfo, HandlerCrashed, HandlerTimeout, InvalidParams, QBrokerError, Warn
 
 Extra = Literal["forbid", "ignore"]
+Dispatch = Callable[[Any, RequestContext], Awaitable[Any]]
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -29,7 +34,6 @@ class Handler:
     def __init__(self, fn: Callable[..., Any], name: str, *, extra: Extra = "forbid") -> None:
         self.fn = fn
         self.name = name
-        self.is_coroutine = inspect.iscoroutinefunction(fn)
         hints = get_type_hints(fn)
         self.context_param: str | None = None
         fields: dict[str, Any] = {}
@@ -89,3 +93,50 @@ class Handler:
         if inspect.isawaitable(result):
             result = await result
         return result
+
+
+HandlerObserver = Callable[[str, str, str, float], None]
+"""Called after each handler with (part, kind, status, seconds); e.g. qbroker.metrics."""
+
+
+async def run_handler(dispatch: Dispatch, body: Any, ctx: RequestContext, part: str,
+                      timeout: float | None,
+                      observers: Sequence[HandlerObserver] = ()) -> tuple[Any, ErrorInfo | None]:
+    """Run a handler and turn whatever happens into (body, error element). Never raises.
+
+    Every log line of the handler carries the correlation id (structlog contextvars); ``observers``
+    see (part, kind, status, seconds) afterwards."""
+    started = time.perf_counter()
+    with structlog.contextvars.bound_contextvars(correlation_id=ctx.header.message_id):
+        result, error = await _run_guarded(dispatch, body, ctx, part, timeout)
+    for observe in observers:
+        try:
+            observe(part, ctx.kind, "ok" if error is None else error.status, time.perf_counter() - started)
+        except Exception:  # an observer's bug must not turn into a lost reply
+            ctx.log.exception("handler observer failed", part=part)
+    return result, error
+
+
+async def _run_guarded(dispatch: Dispatch, body: Any, ctx: RequestContext, part: str,
+                       timeout: float | None) -> tuple[Any, ErrorInfo | None]:
+    try:
+        if timeout:
+            scope = asyncio.timeout(timeout)
+            try:
+                async with scope:
+                    result = await dispatch(body, ctx)
+            except TimeoutError:
+                if scope.expired():
+                    raise HandlerTimeout(f"{part} did not answer within {timeout}s") from None
+                raise
+        else:
+            result = await dispatch(body, ctx)
+    except QBrokerError as exc:
+        return None, exc.to_info(part=part)
+    except Exception as exc:
+        ctx.log.exception("handler raised", error_type=type(exc).__name__)
+        trace = traceback.format_exc() if ctx.debug else None
+        return None, HandlerCrashed(f"unhandled {type(exc).__name__} in {part}", trace=trace).to_info(part=part)
+    if isinstance(result, Warn):
+        return result.result, result.to_info(part=part)
+    return result, None

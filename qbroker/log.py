@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import structlog
+from structlog.typing import FilteringBoundLogger
 
 _configured = False
 
@@ -19,7 +20,9 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
         return
     _configured = True
     level_name = (level or os.environ.get("QBROKER_LOG_LEVEL", "INFO")).upper()
-    use_json = json if json is not None else os.environ.get("QBROKER_LOG_JSON", "") not in ("", "0")
+    use_json = json if json is not None else (
+        os.environ.get("QBROKER_LOG_FORMAT", "").lower() == "json"
+        or os.environ.get("QBROKER_LOG_JSON", "") not in ("", "0"))
     renderer: Any = (
         structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
     )
@@ -37,9 +40,10 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
     )
 
 
-def get_logger(**bound: Any) -> Any:
+def get_logger(**bound: Any) -> FilteringBoundLogger:
     # An application that configured structlog keeps its set-up; otherwise structlog's default would
     # print every debug line to stdout, so qbroker applies its own (INFO, stderr, QBROKER_LOG_LEVEL).
     if not structlog.is_configured():
         configure_logging()
-    return structlog.get_logger("qbroker").bind(**bound)
+    logger: FilteringBoundLogger = structlog.get_logger("qbroker").bind(**bound)
+    return logger

@@ -4,30 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-import traceback
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
 
+from qbroker.bus import Bus
 from qbroker.codecs import CodecError
 from qbroker.context import RequestContext
 from qbroker.endpoints import Endpoint
 from qbroker.envelope import JSON, read_body, read_header
-from qbroker.errors import (
-    CallTimeout,
-    ConnectionLost,
-    ErrorInfo,
-    HandlerCrashed,
-    HandlerTimeout,
-    QBrokerError,
-    RequestError,
-    Warn,
-)
+from qbroker.errors import CallTimeout, ConnectionLost, QBrokerError, RequestError
+from qbroker.handlers import run_handler
 from qbroker.replies import Reply
-
-if TYPE_CHECKING:
-    from qbroker.unit import Unit
 
 
 def _expiration(timeout: float) -> float:
@@ -36,45 +25,19 @@ def _expiration(timeout: float) -> float:
     return max(0.05, timeout - min(0.25 * timeout, 1.0))
 
 
-async def run_handler(unit: Unit, dispatch: Any, body: Any, ctx: RequestContext,
-                      part: str, timeout: float | None) -> tuple[Any, ErrorInfo | None]:
-    """Run a handler and turn whatever happens into (body, error element). Never raises."""
-    try:
-        if timeout:
-            scope = asyncio.timeout(timeout)
-            try:
-                async with scope:
-                    result = await dispatch(body, ctx)
-            except TimeoutError:
-                if scope.expired():
-                    raise HandlerTimeout(f"{part} did not answer within {timeout}s") from None
-                raise
-        else:
-            result = await dispatch(body, ctx)
-    except QBrokerError as exc:
-        return None, exc.to_info(part=part)
-    except Exception as exc:
-        ctx.log.exception("handler raised", error_type=type(exc).__name__)
-        trace = traceback.format_exc() if ctx.debug else None
-        return None, HandlerCrashed(f"unhandled {type(exc).__name__} in {part}", trace=trace).to_info(part=part)
-    if isinstance(result, Warn):
-        return result.result, result.to_info(part=part)
-    return result, None
-
-
-async def serve_request(unit: Unit, endpoint: Endpoint, message: AbstractIncomingMessage) -> None:
+async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingMessage) -> None:
     """Handle one request from ``rpc_<endpoint>`` and send exactly one reply."""
     reply_to = message.reply_to
     ctx: RequestContext | None = None
     try:
         # No reply-to is a one-way request (RQ NOREPLY, EventMQ reply-requested=false): run it anyway.
         header = read_header(message, require=("message_id", "name"))
-        body = read_body(message, accept=unit.config.accept, max_bytes=unit.config.max_body_bytes)
-        ctx = RequestContext(header=header, kind="rpc", logger=unit.log, message=message)
+        body = read_body(message, accept=bus.config.accept, max_bytes=bus.config.max_body_bytes)
+        ctx = RequestContext(header=header, kind="rpc", logger=bus.log, message=message)
         attempt = 0
         while True:
-            result, error = await run_handler(unit, endpoint.dispatch, body, ctx, endpoint.name,
-                                              endpoint.options.timeout)
+            result, error = await run_handler(endpoint.dispatch, body, ctx, endpoint.name,
+                                              endpoint.options.timeout, bus.handler_observers)
             # EventMQ retry-count: status "error" may pass on a second try; "fail" never does.
             if error is None or error.status != "error" or attempt >= endpoint.options.retries:
                 break
@@ -82,14 +45,14 @@ async def serve_request(unit: Unit, endpoint: Endpoint, message: AbstractIncomin
             ctx.log.info("retrying handler", attempt=attempt, error=error.message)
             await asyncio.sleep(min(0.05 * 2**attempt, 2.0))
     except QBrokerError as exc:
-        unit.log.warning("malformed request", name=endpoint.name, correlation_id=message.message_id,
+        bus.log.warning("malformed request", name=endpoint.name, correlation_id=message.message_id,
                          error=str(exc))
         result, error = None, exc.to_info(part=endpoint.name)
     debug = ctx.debug if ctx is not None else False
     if reply_to:
-        await unit.send_reply(reply_to, message.message_id, result, error, debug=debug)
+        await bus.send_reply(reply_to, message.message_id, result, error, debug=debug)
     elif error is not None:
-        unit.log.warning("one-way request failed", name=endpoint.name, correlation_id=message.message_id,
+        bus.log.warning("one-way request failed", name=endpoint.name, correlation_id=message.message_id,
                          error=error.message)
     if ctx is None or not ctx.detached:
         await message.ack()
@@ -108,19 +71,19 @@ def _expire(future: asyncio.Future[Reply], name: str, timeout: float) -> None:
         future.set_exception(CallTimeout(f"no reply from {name} within {timeout}s"))
 
 
-async def call(unit: Unit, name: str, body: Any, *, timeout: float, debug: bool = False,
+async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = False,
                priority: int | None = None, content_type: str = JSON) -> Reply:
     """Publish one request and wait for its reply (which may carry an error element)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    if not await unit.wait_connected(timeout):
+    if not await bus.wait_connected(timeout):
         raise ConnectionLost(f"not connected to a broker within {timeout}s (calling {name})")
     message_id = uuid.uuid4().hex
-    future = unit.pending.expect(message_id)
+    future = bus.pending.expect(message_id)
     try:
         try:
-            message = unit.make_message(
-                body, kind="rpc", name=name, message_id=message_id, reply_to=unit.uuid, debug=debug,
+            message = bus.make_message(
+                body, kind="rpc", name=name, message_id=message_id, reply_to=bus.uuid, debug=debug,
                 content_type=content_type, deadline=time.time() + timeout,
                 expiration_s=_expiration(timeout), priority=priority,
             )
@@ -128,7 +91,7 @@ async def call(unit: Unit, name: str, body: Any, *, timeout: float, debug: bool 
             raise RequestError("bad_request_body", f"cannot encode request for {name}: {exc}") from exc
         # Pipelined confirm: the reply normally arrives before the broker's ack; a refused or failed
         # publish resolves the call instead. One timer handle, no extra tasks: this is the hot path.
-        publish = asyncio.ensure_future(unit.publish("rpc", name, message))
+        publish = asyncio.ensure_future(bus.publish("rpc", name, message))
         publish.add_done_callback(lambda done: _publish_failed(done, future, name))
         timer = loop.call_at(deadline, _expire, future, name, timeout)
         try:
@@ -136,5 +99,5 @@ async def call(unit: Unit, name: str, body: Any, *, timeout: float, debug: bool 
         finally:
             timer.cancel()
     finally:
-        unit.pending.forget(message_id)
+        bus.pending.forget(message_id)
     return reply

@@ -13,9 +13,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 from croniter import croniter
+from structlog.typing import FilteringBoundLogger
 
 Send = Callable[[], Awaitable[None]]
 
@@ -41,7 +42,7 @@ class Schedule:
 
 
 class Scheduler:
-    def __init__(self, log: Any) -> None:
+    def __init__(self, log: FilteringBoundLogger) -> None:
         self._schedules: dict[str, Schedule] = {}
         self._log = log
 
@@ -75,9 +76,6 @@ class Scheduler:
             return False
         schedule.task.cancel()
         return True
-
-    def list(self) -> list[Schedule]:
-        return list(self._schedules.values())
 
     async def close(self) -> None:
         for schedule_id in list(self._schedules):

@@ -9,27 +9,27 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar
 
-from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractIncomingMessage
 
 from qbroker import rpc
 from qbroker.alerts import Listener, gather, serve_alert
-from qbroker.codecs import CodecError
+from qbroker.bus import Bus
 from qbroker.config import Config
-from qbroker.connection import ConnectionSupervisor
+from qbroker.dead_letter import DeadLetterCollector
 from qbroker.endpoints import CommandEndpoint, Endpoint, EndpointOptions
-from qbroker.envelope import JSON, MessageKind, build_message
-from qbroker.errors import ConnectionLost, ErrorInfo, NotStarted, QBrokerError, RequestError
-from qbroker.exchanges import Exchanges, declare_exchanges, declare_rpc_queue, declare_unit_queue
+from qbroker.envelope import JSON
+from qbroker.errors import ConnectionLost, NotStarted, QBrokerError
+from qbroker.exchanges import declare_rpc_queue, declare_unit_queue
 from qbroker.handlers import Extra, Handler
 from qbroker.log import get_logger
-from qbroker.replies import PendingReplies, Reply, parse_reply
+from qbroker.replies import PendingReplies, Reply
 from qbroker.schedule import Schedule, Scheduler
+from qbroker.transport import Connection
 
 F = TypeVar("F", bound=Callable[..., Any])
-OnConnected = Callable[[AbstractConnection], Awaitable[None]]
-_NO_BODY: Any = object()
+OnConnected = Callable[[Connection], Awaitable[None]]
 State = Literal["new", "started", "stopping", "stopped"]
 
 
@@ -45,27 +45,19 @@ class Unit:
         self.uuid = uuid.uuid4().hex
         self.host = socket.gethostname()
         self.log = get_logger(app=self.app, uuid=self.uuid)
-        self.pending = PendingReplies()
+        self.bus = Bus(config, app=self.app, uuid=self.uuid, log=self.log, on_connected=self._on_connected)
         self.endpoints: dict[str, Endpoint] = {}
         self.listeners: list[Listener] = []
+        self.handler_observers = self.bus.handler_observers  # qbroker.metrics hooks in here
         self.state: State = "new"
         self._hooks: list[OnConnected] = []
-        self._supervisor = ConnectionSupervisor(config, self._on_connected, self._on_lost,
-                                                app=self.app, uuid=self.uuid)
-        self._exchanges: Exchanges | None = None
-        self._consumers: list[tuple[AbstractQueue, str]] = []
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._started_at = 0.0
         self.scheduler = Scheduler(self.log)
         self.on_alert("qbroker.ping")(self._answer_ping)
-        if config.dead_letters:
-            from qbroker.dead_letter import DeadLetterCollector
-
-            self.dead_letters: DeadLetterCollector | None = DeadLetterCollector(self)
-        else:
-            self.dead_letters = None
+        self.dead_letters = DeadLetterCollector(self.bus) if config.dead_letters else None
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -131,7 +123,7 @@ class Unit:
             if endpoint.handler is None and not isinstance(endpoint, CommandEndpoint):
                 raise ValueError(f"endpoint {endpoint.name!r} has no handler")
         self._started_at = time.time()
-        await self._supervisor.start()
+        await self.bus.start()
         self.state = "started"
         self.log.info("unit started", endpoints=sorted(self.endpoints))
         await self._announce("qbroker.start")
@@ -142,10 +134,7 @@ class Unit:
             return
         self.state = "stopping"
         await self.scheduler.close()
-        for queue, tag in self._consumers:
-            with contextlib.suppress(Exception):
-                await queue.cancel(tag)
-        self._consumers.clear()
+        await self.bus.stop_consuming()
         timeout = self.config.drain_timeout if drain_timeout is None else drain_timeout
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
@@ -161,8 +150,7 @@ class Unit:
 
     async def _close(self) -> None:
         await self.scheduler.close()
-        await self._supervisor.close()
-        self.pending.fail_all(ConnectionLost(f"unit {self.app} stopped"))
+        await self.bus.close(f"unit {self.app} stopped")
         self.state = "stopped"
         self.log.info("unit stopped")
 
@@ -174,68 +162,52 @@ class Unit:
         await self.stop()
 
     @property
-    def connection(self) -> AbstractConnection | None:
-        return self._supervisor.connection
+    def connection(self) -> Connection | None:
+        return self.bus.connection
+
+    @property
+    def pending(self) -> PendingReplies:
+        """Calls and gathers waiting for replies."""
+        return self.bus.pending
 
     async def wait_connected(self, timeout: float | None) -> bool:
-        return await self._supervisor.wait_ready(timeout)
+        return await self.bus.wait_connected(timeout)
 
     # -- (re)connecting ---------------------------------------------------------------------------
 
-    async def _on_connected(self, connection: AbstractConnection) -> None:
-        self._consumers = []
-        publish_channel = await self._channel(connection, confirms=True)
-        self._exchanges = await declare_exchanges(publish_channel, self.config)
-        own = await self._channel(connection, confirms=False)
-        reply_queue = await declare_unit_queue(own, self.config, "reply", self.uuid)
-        await reply_queue.bind(self._exchanges.reply, routing_key=self.uuid)
-        await reply_queue.consume(self._on_reply, no_ack=True)
-        alert_channel = await self._channel(connection, confirms=False)
+    async def _on_connected(self, connection: Connection) -> None:
+        """Called by the bus once its exchanges and reply queue are up: our listeners and endpoints."""
+        bus = self.bus
+        alert_channel = await bus.channel(connection, confirms=False)
         await alert_channel.set_qos(prefetch_count=256)
         alert_queue = await declare_unit_queue(alert_channel, self.config, "alert", self.uuid)
+        alert_exchange = self.config.exchange_name("alert")
         for pattern in sorted({listener.pattern for listener in self.listeners}):
-            await alert_queue.bind(self._exchanges.alert, routing_key=pattern)
-        self._consumers.append((alert_queue, await alert_queue.consume(self._on_alert_message)))
+            await alert_queue.bind(alert_exchange, routing_key=pattern)
+        await bus.add_consumer(alert_queue, self._on_alert_message)
         for endpoint in self.endpoints.values():
-            channel = await self._channel(connection, confirms=False)
+            channel = await bus.channel(connection, confirms=False)
             await channel.set_qos(prefetch_count=endpoint.options.prefetch)
             queue = await declare_rpc_queue(
-                channel, self.config, self._exchanges, endpoint.name, exclusive=endpoint.options.exclusive,
+                channel, self.config, endpoint.name, exclusive=endpoint.options.exclusive,
                 max_priority=endpoint.options.max_priority, single_active=endpoint.options.single_active,
             )
-            self._consumers.append((queue, await queue.consume(self._request_consumer(endpoint))))
+            await bus.add_consumer(queue, self._request_consumer(endpoint))
         if self.dead_letters is not None:
             await self.dead_letters.attach(connection)
         for hook in self._hooks:
             await hook(connection)
 
-    async def _channel(self, connection: AbstractConnection, *, confirms: bool) -> AbstractChannel:
-        channel = await connection.channel(publisher_confirms=confirms)
-
-        def _channel_closed(_: object, exc: BaseException | None = None) -> None:
-            # A channel the broker closed under us (e.g. a declare conflict) leaves the unit half-wired:
-            # rebuild everything on a fresh connection instead.
-            if exc is not None and self.state == "started" and not connection.is_closed:
-                self.log.warning("channel closed by broker; reconnecting", error=repr(exc))
-                self._supervisor.lose(exc)
-
-        channel.close_callbacks.add(_channel_closed)
-        return channel
-
-    async def _on_lost(self, exc: BaseException | None) -> None:
-        self._exchanges = None
-        self.pending.fail_all(ConnectionLost("connection to the broker was lost; the request may be retried"))
-
     # -- consuming ---------------------------------------------------------------------------------
 
     def _request_consumer(self, endpoint: Endpoint) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
         async def consume(message: AbstractIncomingMessage) -> None:
-            await self._track(rpc.serve_request(self, endpoint, message), message)
+            await self._track(rpc.serve_request(self.bus, endpoint, message), message)
 
         return consume
 
     async def _on_alert_message(self, message: AbstractIncomingMessage) -> None:
-        await self._track(serve_alert(self, self.listeners, message), message)
+        await self._track(serve_alert(self.bus, self.listeners, message), message)
 
     async def _track(self, work: Awaitable[None], message: AbstractIncomingMessage) -> None:
         self._inflight += 1
@@ -249,37 +221,6 @@ class Unit:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
-
-    async def _on_reply(self, message: AbstractIncomingMessage) -> None:
-        reply = parse_reply(message, accept=self.config.accept, max_bytes=self.config.max_body_bytes)
-        if not self.pending.deliver(reply):
-            self.log.debug("reply nobody waits for", correlation_id=message.correlation_id)
-
-    # -- publishing --------------------------------------------------------------------------------
-
-    def make_message(self, body: Any, *, kind: MessageKind, message_id: str, **fields: Any) -> Any:
-        return build_message(body, kind=kind, app_id=self.uuid, app=self.app, message_id=message_id, **fields)
-
-    async def publish(self, role: Literal["rpc", "reply", "alert", "dead"], routing_key: str, message: Any) -> None:
-        exchanges = self._exchanges
-        if exchanges is None:
-            raise ConnectionLost("not connected to a broker")
-        await getattr(exchanges, role).publish(message, routing_key=routing_key, mandatory=False)
-
-    async def send_reply(self, reply_to: str, correlation_id: str | None, body: Any, error: ErrorInfo | None,
-                         *, debug: bool = False) -> None:
-        """Publish one reply; never raises (a lost connection means the request is redelivered)."""
-        try:
-            try:
-                message = self.make_message(body, kind="reply", message_id=uuid.uuid4().hex,
-                                            correlation_id=correlation_id, error=error, debug=debug)
-            except CodecError as exc:
-                bad = RequestError("bad_result", f"handler result cannot be encoded: {exc}")
-                message = self.make_message(None, kind="reply", message_id=uuid.uuid4().hex,
-                                            correlation_id=correlation_id, error=bad.to_info())
-            await self.publish("reply", reply_to, message)
-        except Exception as exc:
-            self.log.warning("reply not sent", correlation_id=correlation_id, error=str(exc) or type(exc).__name__)
 
     # -- calling and alerting ------------------------------------------------------------------------
 
@@ -295,7 +236,7 @@ class Unit:
         attempt = 0
         while True:
             try:
-                reply = await rpc.call(self, name, body, timeout=timeout, debug=debug, priority=priority,
+                reply = await rpc.call(self.bus, name, body, timeout=timeout, debug=debug, priority=priority,
                                        content_type=content_type)
                 reply.raise_for_status()
                 if reply.warning is not None:
@@ -319,11 +260,11 @@ class Unit:
                    ttl: float | None = None, content_type: str = JSON) -> None:
         """A one-way request (RQ NOREPLY): one server handles it, nobody is answered."""
         self._check_started("cast")
-        message = self.make_message(body, kind="rpc", name=name, message_id=uuid.uuid4().hex,
-                                    content_type=content_type, expiration_s=ttl, priority=priority)
-        if not await self.wait_connected(self.config.call_timeout):
+        message = self.bus.make_message(body, kind="rpc", name=name, message_id=uuid.uuid4().hex,
+                                        content_type=content_type, expiration_s=ttl, priority=priority)
+        if not await self.bus.wait_connected(self.config.call_timeout):
             raise ConnectionLost(f"not connected to a broker (cast {name})")
-        await self.publish("rpc", name, message)
+        await self.bus.publish("rpc", name, message)
 
     def schedule(self, name: str, body: Any = None, *, every: float | None = None, cron: str | None = None,
                  kind: Literal["cast", "alert"] = "cast", nohaste: bool = False) -> Schedule:
@@ -332,7 +273,7 @@ class Unit:
 
         async def send() -> None:
             if kind == "alert":
-                await self._send_alert(name, body, JSON)
+                await self.alert(name, body)
             else:
                 await self.cast(name, body, ttl=every)
 
@@ -341,30 +282,20 @@ class Unit:
     def unschedule(self, schedule_id: str) -> bool:
         return self.scheduler.remove(schedule_id)
 
-    @overload
-    def alert(self, name: str) -> Callable[[F], F]: ...
-    @overload
-    def alert(self, name: str, body: Any, *, content_type: str = JSON) -> Awaitable[None]: ...
-
-    def alert(self, name: str, body: Any = _NO_BODY, *, content_type: str = JSON) -> Any:
-        """``await unit.alert(name, body)`` broadcasts; ``@unit.alert(pattern)`` is ``on_alert``."""
-        if body is _NO_BODY:
-            return self.on_alert(name)
-        return self._send_alert(name, body, content_type)
-
-    async def _send_alert(self, name: str, body: Any, content_type: str) -> None:
+    async def alert(self, name: str, body: Any = None, *, content_type: str = JSON) -> None:
+        """Broadcast the alert ``name`` to every listener whose pattern matches (nobody answers)."""
         self._check_started("alert")
-        message = self.make_message(body, kind="alert", name=name, message_id=uuid.uuid4().hex,
-                                    content_type=content_type)
-        if not await self.wait_connected(self.config.call_timeout):
+        message = self.bus.make_message(body, kind="alert", name=name, message_id=uuid.uuid4().hex,
+                                        content_type=content_type)
+        if not await self.bus.wait_connected(self.config.call_timeout):
             raise ConnectionLost(f"not connected to a broker (alert {name})")
-        await self.publish("alert", name, message)
+        await self.bus.publish("alert", name, message)
 
     def gather(self, name: str, body: Any = None, *, timeout: float | None = None, max_replies: int | None = None,
                gap: float | None = None, content_type: str = JSON) -> AsyncIterator[Reply]:
         """Broadcast ``name`` and iterate over the replies (stops on count, deadline or gap)."""
         self._check_started("gather")
-        return gather(self, name, body, timeout=self.config.call_timeout if timeout is None else timeout,
+        return gather(self.bus, name, body, timeout=self.config.call_timeout if timeout is None else timeout,
                       max_replies=max_replies, gap=gap, content_type=content_type)
 
     # -- discovery ---------------------------------------------------------------------------------
@@ -386,5 +317,5 @@ class Unit:
         body = {k: info[k] for k in ("app", "uuid", "host", "pid", "listeners")}
         body["endpoints"] = sorted(self.endpoints)
         with contextlib.suppress(QBrokerError, asyncio.TimeoutError, OSError):
-            message = self.make_message(body, kind="alert", name=name, message_id=uuid.uuid4().hex)
-            await self.publish("alert", name, message)
+            message = self.bus.make_message(body, kind="alert", name=name, message_id=uuid.uuid4().hex)
+            await self.bus.publish("alert", name, message)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from qbroker.cli.output import print_result, say
+from qbroker.cli.progress import ProgressView
 from qbroker.cli.session import GlobalOptions, run_with_unit, usage_guard
 from qbroker.cli.values import build_body
 
@@ -23,6 +24,8 @@ EXAMPLES = """
   qbroker call example.echo --json '{"text": "hi"}'
 
   jq -n '{text: "hi"}' | qbroker call example.echo --json - --raw
+
+  qbroker call spark.expire paths='["changes.osc.gz"]' wait=true   [dim]# progress bar while it runs[/]
 
 Values parse as JSON when they can (zoom=15, tiles='["1/0/0"]', ok=true), else as strings.
 Exit codes: 0 ok (a warning goes to stderr), 1 error, 2 fail, 3 timeout or no broker, 64 usage.
@@ -60,6 +63,11 @@ def call(
     raw: Annotated[
         bool, typer.Option("--raw", "-r", help="Body only for pipes: strings unquoted, else one JSON line.")
     ] = False,
+    progress: Annotated[
+        bool,
+        typer.Option("--progress/--no-progress",
+                     help="Show <service>.progress.* alerts while waiting (a bar on a terminal, else lines)."),
+    ] = True,
 ) -> None:
     """Send an RPC request and print the reply body."""
     options: GlobalOptions = ctx.obj
@@ -73,18 +81,28 @@ def call(
     if code:
         raise typer.Exit(code)
 
+    view = ProgressView() if progress else None
+
     async def action(unit: Unit) -> int:
         kwargs: dict[str, Any] = {"debug": debug}
         if timeout is not None:
             kwargs["timeout"] = timeout
         reply = await unit.call_reply(name, holder["body"], **kwargs)
+        if view is not None:
+            view.close()  # the bar ends before the result is printed
         print_result(reply.body, raw=raw)
         warning = getattr(reply, "warning", None)
         if warning is not None:
             say(f"qbroker: warning: {describe_warning(warning)}", style="yellow")
         return 0
 
-    raise typer.Exit(run_with_unit(options, action, show_traceback=debug))
+    try:
+        code = run_with_unit(options, action, show_traceback=debug,
+                             prepare=(lambda unit: view.attach(unit, name)) if view else None)
+    finally:
+        if view is not None:
+            view.close()
+    raise typer.Exit(code)
 
 
 def describe_warning(warning: Any) -> str:

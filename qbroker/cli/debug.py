@@ -145,18 +145,17 @@ def _usage(message: str) -> None:
 
 
 def _run(options: GlobalOptions, settings: Any, verbose: bool) -> int:
-    import asyncio
     import sys
     import traceback
 
-    from qbroker import Unit
+    from qbroker import Unit, run
     from qbroker.cli.snoop.runner import run_debugger
 
     configure_logging(verbose)
     config = options.config()
     unit = Unit(options.app_name(config, "qbroker.debug"), config=config)
     try:
-        return asyncio.run(run_debugger(unit, config, settings))
+        return run(run_debugger(unit, config, settings))
     except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
         return 130
     except Exception as exc:

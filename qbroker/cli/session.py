@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -96,11 +95,13 @@ def run_with_unit(
     action: Callable[[Unit], Awaitable[int]],
     *,
     show_traceback: bool = False,
+    prepare: Callable[[Unit], None] | None = None,
 ) -> int:
     """Start a short-lived unit, run ``action`` with it, stop it; return the exit code.
 
     Every failure becomes one line on stderr and the matching exit code; ``show_traceback`` (the
     ``--debug`` flag) adds the local traceback and, when the reply carried one, the remote one.
+    ``prepare(unit)`` runs before the unit starts (to add listeners, e.g. progress alerts).
     """
     configure_logging(options.verbose)
 
@@ -109,14 +110,18 @@ def run_with_unit(
 
         config = options.config()
         unit = Unit(options.app_name(config), config=config)
+        if prepare is not None:  # listeners must be registered before start()
+            prepare(unit)
         await unit.start()
         try:
             return await action(unit)
         finally:
             await unit.stop()
 
+    from qbroker.runner import run  # here, not at the top: `qbroker --help` must not load the library
+
     try:
-        return asyncio.run(main())
+        return run(main())
     except (Exception, KeyboardInterrupt) as exc:
         if show_traceback and not isinstance(exc, UsageProblem | KeyboardInterrupt):
             traceback.print_exc(file=sys.stderr)

@@ -2,7 +2,7 @@
 
 ``connect("memory://name")`` returns a connection to the broker called ``name`` (created on first use;
 the same name is the same broker within the process). ``Config(url="memory://name")`` makes a ``Unit``
-use it: ``qbroker.connection`` routes ``memory://`` URLs here. See docs/testing.md.
+use it once ``qbroker.testing`` is imported (it registers the ``memory`` transport). See docs/testing.md.
 
 Implemented: direct/fanout/topic exchanges, ``alternate-exchange``, the default exchange, queue
 arguments ``x-dead-letter-exchange``/``-routing-key`` (with ``x-death``), ``x-message-ttl``, per-message

@@ -323,6 +323,11 @@ class MemoryQueue:
     async def cancel(self, consumer_tag: str) -> None:
         self.channel.cancel(consumer_tag)
 
+    async def delete(self, *, if_unused: bool = True, if_empty: bool = True) -> None:
+        if if_unused or if_empty:
+            raise UnsupportedFeature("queue.delete with if_unused/if_empty (pass both as False)")
+        self.channel._broker_call(lambda: self.channel.broker.delete_queue(self.name))
+
     def __str__(self) -> str:
         return self.name
 

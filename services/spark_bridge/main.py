@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
 from pathlib import Path
 
 import structlog
+from pyspark.sql import SparkSession
 
-from qbroker import Config, Unit
-from qbroker.log import configure_logging
+from qbroker import Unit, serve
 from services.spark_bridge.service import SparkBridge
 from services.spark_bridge.spark_session import DEFAULT_MASTER, build_session
 
@@ -52,29 +50,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def serve(args: argparse.Namespace) -> None:
-    conf = dict(item.split("=", 1) for item in args.conf)
-    # Session start blocks for seconds (JVM launch): keep it off the event loop.
-    spark = await asyncio.to_thread(build_session, args.master, "qbroker-spark-bridge", conf)
-    unit = Unit(args.app, config=Config())  # type: ignore[call-arg]  # from QBROKER_* env
-    bridge = SparkBridge(unit, spark, args.state_dir, max_jobs=args.max_jobs, progress_interval=args.progress_interval)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await unit.start()
-    log.info("spark bridge online", master=args.master, max_jobs=args.max_jobs, state_dir=str(args.state_dir))
-    try:
-        await stop.wait()
-    finally:
-        await bridge.close()
-        await unit.stop()
-        await asyncio.to_thread(spark.stop)
-
-
 def main(argv: list[str] | None = None) -> None:
-    configure_logging()
-    asyncio.run(serve(parse_args(argv)))
+    args = parse_args(argv)
+    conf = dict(item.split("=", 1) for item in args.conf)
+
+    def make_service(unit: Unit) -> SparkBridge:
+        def build() -> SparkSession:
+            log.info("starting Spark session", master=args.master)
+            return build_session(args.master, "qbroker-spark-bridge", conf)
+
+        return SparkBridge(unit, build, args.state_dir, max_jobs=args.max_jobs,
+                           progress_interval=args.progress_interval)
+
+    serve(args.app, make_service)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,14 @@ Progress goes out as ``spark.progress.<job_id>`` alerts; expirations as text ale
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import structlog
 from pyspark.sql import SparkSession
 
-from qbroker import RequestContext, RequestFailed, Unit
+from qbroker import RequestContext, RequestError, RequestFailed, Unit
 from services.spark_bridge.expire_inputs import InputError, validate_inputs
 from services.spark_bridge.expire_job import ExpireParams, run_expire
 from services.spark_bridge.job_context import JobContext
@@ -40,10 +41,17 @@ def _finished_reply(record: JobRecord) -> dict[str, Any]:
 
 
 class SparkBridge:
+    """The bridge's endpoints on ``unit``; a ``qbroker.runner.Service`` (start/stop).
+
+    ``spark`` is a running session, or a function that builds one: then ``start()`` builds it in a
+    worker thread (a JVM launch takes seconds and must not stall the event loop) and ``stop()`` stops
+    it. Requests that arrive before the session is up are answered ``error`` (retryable).
+    """
+
     def __init__(
         self,
         unit: Unit,
-        spark: SparkSession,
+        spark: SparkSession | Callable[[], SparkSession],
         state_dir: Path,
         *,
         max_jobs: int = 2,
@@ -51,14 +59,42 @@ class SparkBridge:
     ) -> None:
         self.unit = unit
         self.state_dir = state_dir
-        self.manager = JobManager(
-            spark,
-            state_dir,
-            max_jobs=max_jobs,
-            progress_sink=self._publish_progress,
-            progress_interval=progress_interval,
-        )
+        self._build_session = None if isinstance(spark, SparkSession) else spark
+        self._max_jobs = max_jobs
+        self._progress_interval = progress_interval
+        self._manager: JobManager | None = None
+        self._session: SparkSession | None = None
+        if isinstance(spark, SparkSession):
+            self._manager = self._make_manager(spark)
         self._register()
+
+    def _make_manager(self, spark: SparkSession) -> JobManager:
+        return JobManager(
+            spark,
+            self.state_dir,
+            max_jobs=self._max_jobs,
+            progress_sink=self._publish_progress,
+            progress_interval=self._progress_interval,
+        )
+
+    @property
+    def manager(self) -> JobManager:
+        if self._manager is None:
+            raise RequestError("spark_starting", "the Spark session is still starting; try again shortly")
+        return self._manager
+
+    async def start(self) -> None:
+        if self._manager is None and self._build_session is not None:
+            self._session = await asyncio.to_thread(self._build_session)
+            self._manager = self._make_manager(self._session)
+        log.info("spark bridge online", max_jobs=self._max_jobs, state_dir=str(self.state_dir))
+
+    async def stop(self) -> None:
+        """Cancel running jobs, then stop the session if this bridge built it."""
+        await self.close()
+        if self._session is not None:
+            await asyncio.to_thread(self._session.stop)
+            self._session = None
 
     async def _publish_progress(self, snapshot: dict[str, Any]) -> None:
         await self.unit.alert(PROGRESS_PREFIX + snapshot["job_id"], snapshot)
@@ -97,7 +133,7 @@ class SparkBridge:
             raise RequestFailed("unknown_job", f"no job {job_id!r}") from None
 
     def _register(self) -> None:
-        unit, manager = self.unit, self.manager
+        unit = self.unit
 
         @unit.rpc("spark.expire", prefetch=16)
         async def expire(request: ExpireRequest, ctx: RequestContext) -> dict[str, Any]:
@@ -119,7 +155,7 @@ class SparkBridge:
                 return run_expire(inputs, params, job)
 
             publish = self._expiration_sender() if request.publish else None
-            record = manager.submit("expire", request.model_dump(mode="json"), body, publish=publish)
+            record = self.manager.submit("expire", request.model_dump(mode="json"), body, publish=publish)
             ctx.log.info("expire job submitted", job_id=record.job_id, inputs=len(inputs))
             return await self._submitted(record, request.wait, request.wait_timeout, ctx)
 
@@ -139,10 +175,10 @@ class SparkBridge:
             out_base = Path(request.output_dir).expanduser() if request.output_dir else None
 
             def body(job: JobContext) -> dict[str, Any]:
-                out_dir = out_base or manager.store.results_dir(job.job_id)
+                out_dir = out_base or self.manager.store.results_dir(job.job_id)
                 return run_stats(paths, request_paths, params, out_dir, job)
 
-            record = manager.submit("stats", request.model_dump(mode="json"), body)
+            record = self.manager.submit("stats", request.model_dump(mode="json"), body)
             ctx.log.info("stats job submitted", job_id=record.job_id)
             return await self._submitted(record, request.wait, request.wait_timeout, ctx)
 
@@ -155,7 +191,7 @@ class SparkBridge:
         @jobs.command("progress")
         async def progress(job_id: str) -> dict[str, Any]:
             self._job(job_id)
-            return await asyncio.to_thread(manager.progress, job_id)
+            return await asyncio.to_thread(self.manager.progress, job_id)
 
         @jobs.command("result")
         async def result(job_id: str) -> dict[str, Any]:
@@ -170,21 +206,22 @@ class SparkBridge:
             self._job(job_id)
             if not 0 <= lines <= 10_000:
                 raise RequestFailed("bad_lines", "lines must be between 0 and 10000")
-            return {"job_id": job_id, "lines": await asyncio.to_thread(manager.log_tail, job_id, lines)}
+            return {"job_id": job_id, "lines": await asyncio.to_thread(self.manager.log_tail, job_id, lines)}
 
         @jobs.command("cancel")
         async def cancel(job_id: str, ctx: RequestContext) -> dict[str, Any]:
             self._job(job_id)
             await ctx.detach()  # stopping Spark tasks can take a moment
-            record = await manager.cancel(job_id)
+            record = await self.manager.cancel(job_id)
             return {"job_id": job_id, "state": record.state.value, "error": record.error}
 
         @jobs.command("list")
         async def list_jobs(state: JobState | None = None, kind: str | None = None, limit: int = 50) -> dict[str, Any]:
             if not 1 <= limit <= 1000:
                 raise RequestFailed("bad_limit", "limit must be between 1 and 1000")
-            records = manager.list_jobs(state=state, kind=kind, limit=limit)
-            return {"jobs": [r.summary() for r in records], "max_jobs": manager.max_jobs}
+            records = self.manager.list_jobs(state=state, kind=kind, limit=limit)
+            return {"jobs": [r.summary() for r in records], "max_jobs": self.manager.max_jobs}
 
     async def close(self) -> None:
-        await self.manager.close()
+        if self._manager is not None:
+            await self._manager.close()

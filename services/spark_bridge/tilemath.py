@@ -79,20 +79,6 @@ def py_frac_tile(lon: float, lat: float, zoom: int) -> tuple[float, float]:
     return (lon + 180.0) / 360.0 * n, (0.5 - merc) * n
 
 
-def py_tile_key(z: int, x: int, y: int) -> int:
-    def spread(v: int) -> int:
-        for shift, mask in _MORTON_MASKS:
-            v = ((v << shift) | v) & mask
-        return v
-
-    return (z << ZOOM_KEY_SHIFT) | (spread(y) << 1) | spread(x)
-
-
-def metatile_origin(z: int, x: int, y: int) -> str:
-    """Top-left tile of the 8x8 metatile holding z/x/y (z0-2 collapse to z/0/0)."""
-    return f"{z}/{(x >> METATILE_SHIFT) << METATILE_SHIFT}/{(y >> METATILE_SHIFT) << METATILE_SHIFT}"
-
-
 def shift_right(value: Column | str, bits: Column) -> Column:
     """``value >> bits`` with a per-row shift (F.shiftright only takes a constant)."""
     return F.call_function("shiftright", F.col(value) if isinstance(value, str) else value, bits)

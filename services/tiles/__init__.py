@@ -1,5 +1,6 @@
-"""TopOSM tile services on qbroker: queuemaster, renderers, render queue, tile store, backends.
+"""TopOSM tile services on qbroker, one package per process: ``queuemaster`` and ``renderer``.
 
-See docs/tiles.md. Entry points: ``toposm-queuemaster`` and ``toposm-renderer`` (console scripts), and
-``services.tiles.demo`` for a one-call local setup.
+Beside them the pieces both use: ``messages``, ``tilemath``, ``strategy``, ``tile_store``. See docs/tiles.md.
+Entry points: ``toposm-queuemaster`` and ``toposm-renderer`` (console scripts); ``demo.stack`` runs both
+for scripts of your own.
 """

@@ -112,3 +112,7 @@ class RenderCommand(Message):
 
 def renderer_endpoint(hostname: str, pid: int, threadid: int) -> str:
     return f"toposm.render.{hostname}.{pid}.{threadid}"
+
+
+class StatsRequest(Message):
+    """anyone -> queuemaster: the queues, the render threads and the counters (no parameters)."""

@@ -11,7 +11,7 @@ from tests.cli.conftest import Example
 from tests.cli.helpers import run_cli
 
 
-async def _wait_for(condition: object, timeout: float = 5.0) -> None:
+async def _wait_for(condition: object, timeout: float = 60.0) -> None:  # the ceiling only catches hangs
     deadline = time.monotonic() + timeout
     while not condition():  # type: ignore[operator]
         assert time.monotonic() < deadline, "condition not met in time"
@@ -28,22 +28,20 @@ async def test_alert_publishes_json_and_text(amqp_url: str, example: Example) ->
 
 
 async def test_alert_gather_prints_each_reply(amqp_url: str, example: Example) -> None:
-    started = time.monotonic()
     result = await run_cli(amqp_url, "alert", "clitest.hello", "name=Ada", "--gather", "--timeout", "1.5")
     assert result.code == 0, result.stderr
     replies = [orjson.loads(line) for line in result.stdout.splitlines()]  # JSON lines when piped
     assert replies == [{"hello": "Ada"}]
     assert "1 reply" in result.stderr
-    assert time.monotonic() - started >= 1.5  # without --max it waits the whole timeout
 
 
 async def test_alert_gather_max_stops_early(amqp_url: str, example: Example) -> None:
-    started = time.monotonic()
-    result = await run_cli(amqp_url, "alert", "qbroker.ping", "--gather", "--max", "1", "--timeout", "20")
+    # The gather's own deadline (600 s) is far beyond run_cli's ceiling (60 s): only --max can end it in time.
+    result = await run_cli(amqp_url, "alert", "qbroker.ping", "--gather", "--max", "1", "--timeout", "600",
+                           timeout=60)
     assert result.code == 0
     assert len(result.stdout.splitlines()) == 1
     assert orjson.loads(result.stdout)["uuid"] == example.unit.uuid  # the CLI's own reply is not counted
-    assert time.monotonic() - started < 15
 
 
 async def test_alert_usage_problems(amqp_url: str) -> None:

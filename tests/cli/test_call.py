@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 from tests.cli.conftest import Example
-from tests.cli.helpers import QBROKER, run_cli
+from tests.cli.helpers import run_cli
 
 
 async def test_key_value_parsing_and_types(amqp_url: str, example: Example) -> None:
@@ -92,11 +90,9 @@ async def test_fail_exits_two(amqp_url: str, example: Example) -> None:
 
 
 async def test_timeout_exits_three(amqp_url: str, example: Example) -> None:
-    started = time.monotonic()
     result = await run_cli(amqp_url, "call", "clitest.slow", "seconds=1.5", "--timeout", "0.5")
-    assert result.code == 3
+    assert result.code == 3  # had it waited for the late reply, it would exit 0 with "late"
     assert "call_timeout" in result.stderr and "Traceback" not in result.stderr
-    assert time.monotonic() - started < 10
 
 
 async def test_no_broker_exits_three(amqp_url: str) -> None:
@@ -136,15 +132,13 @@ async def test_usage_errors_exit_64_without_connecting(amqp_url: str) -> None:
         assert "no broker" not in result.stderr
 
 
-async def test_help_is_fast_and_has_examples(amqp_url: str) -> None:
-    started = time.monotonic()
+async def test_help_has_examples(amqp_url: str) -> None:
+    """(How fast ``--help`` starts is measured by bench/cli.py.)"""
     result = await run_cli(amqp_url, "--help")
     assert result.code == 0 and "qbroker call toposm.queuemaster stats" in result.stdout
-    assert time.monotonic() - started < 5
     for command in ("call", "alert", "list"):
         sub = await run_cli(amqp_url, command, "--help")
         assert sub.code == 0 and "Examples" in sub.stdout, command
-    assert QBROKER.endswith("qbroker")
 
 
 async def test_exchange_prefix_option_and_environment(amqp_url: str, make_unit: object) -> None:
@@ -155,10 +149,15 @@ async def test_exchange_prefix_option_and_environment(amqp_url: str, make_unit: 
         return "prefixed"
 
     await unit.start()
+    # A dead-letter collector on the plain exchanges (the CLI's own unit does not collect): a call that
+    # misses the prefix is then answered no_server at once, never left to time out.
+    collector = await make_unit("clitest.collector", dead_letters=True)  # type: ignore[operator]
+    await collector.start()
     by_option = await run_cli(amqp_url, "--exchange-prefix", "pfx.", "call", "clitest.where", "--raw")
     assert (by_option.code, by_option.stdout) == (0, "prefixed\n")
     by_env = await run_cli(amqp_url, "call", "clitest.where", "--raw", QBROKER_EXCHANGE_PREFIX="pfx.")
     assert (by_env.code, by_env.stdout) == (0, "prefixed\n")
     # Without the prefix the request goes to the plain `rpc` exchange, where nobody serves it.
-    plain = await run_cli(amqp_url, "call", "clitest.where", "--timeout", "2")
-    assert plain.code in (2, 3) and ("no_server" in plain.stderr or "timeout" in plain.stderr)
+    plain = await run_cli(amqp_url, "call", "clitest.where", "--timeout", "20")
+    assert plain.code == 2, plain.stderr
+    assert "no_server" in plain.stderr

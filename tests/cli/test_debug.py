@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from qbroker import CallTimeout, NoServer, RequestFailed
+from qbroker.testing import eventually
 from tests.broker import list_queues, rabbitmqctl
 from tests.cli.conftest import Example
 from tests.cli.helpers import Snooper, run_cli
@@ -187,8 +188,12 @@ async def test_survives_broker_closing_its_connection(amqp_url: str, vhost: str,
     await client.start()
     snooper = await Snooper.start(amqp_url, "--json", "--kind", "request,reply")
     try:
+        old = client.connection
         rabbitmqctl("close_all_connections", "-p", vhost, "cli reconnect test")
         await snooper.wait_stderr("reconnected")
+        # Our client was cut off too: call once it is back, not on the connection being torn down.
+        await eventually(lambda: client.connection not in (None, old), timeout=60)
+        assert await client.wait_connected(60)
         assert await client.call("clitest.echo", {"text": "again"}, timeout=10) == {"text": "again"}
         request = await snooper.next_event(kind="request")
         reply = await snooper.next_event(kind="reply")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import time
+from collections.abc import AsyncIterator
 
-from qbroker import RequestContext, Unit
+from qbroker import Reply, RequestContext, Unit
 from qbroker.alerts import topic_matches
+from qbroker.testing import eventually
 from tests.conftest import MakeUnit
+
+HANG = 60.0  # a ceiling that only catches a gather that never ends
 
 
 def test_topic_patterns() -> None:
@@ -35,23 +38,24 @@ async def test_fire_and_forget_reaches_every_matching_listener(make_unit: MakeUn
     await sender.alert("toposm.render.vader", {"command": "queuemaster online"})
     await sender.alert("toposm.render.luke", {"command": "queuemaster online"})
     await sender.alert("expire_toposm", "14/5672/3452;14/5673/3452", content_type="text/plain")
-    for _ in range(50):
-        if len(received["a"]) == 2 and received["b"] and received["c"]:
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: len(received["a"]) == 2 and received["b"] and received["c"], timeout=HANG)
     assert received["a"] == [{"command": "queuemaster online"}] * 2
     assert received["b"] == [{"command": "queuemaster online"}]
     assert received["c"] == ["14/5672/3452;14/5673/3452"]
 
 
-async def _responders(make_unit: MakeUnit, delays: list[float]) -> list[Unit]:
+async def _responders(make_unit: MakeUnit, delays: list[float | None], held: asyncio.Event) -> list[Unit]:
+    """One unit per delay answering ``t.census``; a ``None`` delay answers only once ``held`` is set."""
     units = []
     for i, delay in enumerate(delays):
         unit = await make_unit(f"test.responder{i}")
 
         @unit.on_alert("t.census")
-        async def answer(ctx: RequestContext, delay: float = delay, i: int = i) -> dict[str, int]:
-            await asyncio.sleep(delay)
+        async def answer(ctx: RequestContext, delay: float | None = delay, i: int = i) -> dict[str, int]:
+            if delay is None:
+                await held.wait()
+            else:
+                await asyncio.sleep(delay)
             return {"responder": i}
 
         await unit.start()
@@ -60,34 +64,40 @@ async def _responders(make_unit: MakeUnit, delays: list[float]) -> list[Unit]:
 
 
 async def test_gather_stops_on_count(make_unit: MakeUnit) -> None:
-    await _responders(make_unit, [0, 0, 0, 0])
+    held = asyncio.Event()
+    await _responders(make_unit, [0, 0, 0, None], held)
     asker = await make_unit("test.asker")
     await asker.start()
-    started = time.perf_counter()
-    replies = [r async for r in asker.gather("t.census", {}, timeout=5, max_replies=3)]
-    assert len(replies) == 3
-    assert time.perf_counter() - started < 2
+    # The deadline is far beyond the ceiling: only the count can end this gather in time.
+    gathering = asker.gather("t.census", {}, timeout=10 * HANG, max_replies=3)
+    replies = await asyncio.wait_for(_collect(gathering), HANG)
+    assert sorted(r.body["responder"] for r in replies) == [0, 1, 2]
+    held.set()
 
 
 async def test_gather_stops_on_deadline(make_unit: MakeUnit) -> None:
-    await _responders(make_unit, [0, 0.1, 3])
+    held = asyncio.Event()
+    await _responders(make_unit, [0, 0.1, None], held)
     asker = await make_unit("test.asker")
     await asker.start()
-    started = time.perf_counter()
-    replies = [r async for r in asker.gather("t.census", {}, timeout=1)]
-    elapsed = time.perf_counter() - started
-    assert sorted(r.body["responder"] for r in replies) == [0, 1]
-    assert 0.9 < elapsed < 2
+    replies = await asyncio.wait_for(_collect(asker.gather("t.census", {}, timeout=3)), HANG)
+    assert sorted(r.body["responder"] for r in replies) == [0, 1]  # the held one answers only afterwards
+    held.set()
 
 
 async def test_gather_stops_on_gap(make_unit: MakeUnit) -> None:
-    await _responders(make_unit, [0, 0.05, 2])
+    held = asyncio.Event()
+    await _responders(make_unit, [0, 0.05, None], held)
     asker = await make_unit("test.asker")
     await asker.start()
-    started = time.perf_counter()
-    replies = [r async for r in asker.gather("t.census", {}, timeout=10, gap=0.5)]
+    gathering = asker.gather("t.census", {}, timeout=10 * HANG, gap=0.5)
+    replies = await asyncio.wait_for(_collect(gathering), HANG)
     assert sorted(r.body["responder"] for r in replies) == [0, 1]
-    assert time.perf_counter() - started < 1.5
+    held.set()
+
+
+async def _collect(replies: AsyncIterator[Reply]) -> list[Reply]:
+    return [reply async for reply in replies]
 
 
 async def test_discovery_by_ping(make_unit: MakeUnit) -> None:
@@ -135,10 +145,8 @@ async def test_start_and_stop_are_announced(make_unit: MakeUnit) -> None:
 
     await unit.start()
     await unit.stop()
-    for _ in range(40):
-        if any(name == "qbroker.stop" and body["uuid"] == unit.uuid for name, body in seen):
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: any(name == "qbroker.stop" and body["uuid"] == unit.uuid for name, body in seen),
+                     timeout=HANG)
     start = next(body for name, body in seen if name == "qbroker.start" and body["uuid"] == unit.uuid)
     assert start["app"] == "test.announced"
     assert start["endpoints"] == ["t.announced"]

@@ -3,33 +3,36 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from qbroker import CallTimeout, HandlerTimeout, RequestContext, TimedOutInQueue
+from qbroker.testing import eventually
 from tests.conftest import MakeUnit
+from tests.core.waits import HANG, until_ready_messages
 
 
 async def test_request_expiring_in_queue_is_answered_error(make_unit: MakeUnit) -> None:
     server = await make_unit("test.server")
     release = asyncio.Event()
+    busy = asyncio.Event()
 
     @server.rpc("t.slow", prefetch=1)
     async def slow() -> str:
+        busy.set()
         await release.wait()
         return "done"
 
     await server.start()
     client = await make_unit("test.client")
     await client.start()
-    first = asyncio.create_task(client.call("t.slow", timeout=30))
-    await asyncio.sleep(0.2)  # the only prefetch slot is taken: the next request waits in the queue
-    started = time.perf_counter()
+    first = asyncio.create_task(client.call("t.slow", timeout=HANG))
+    await asyncio.wait_for(busy.wait(), HANG)  # the only prefetch slot is taken: the next request waits
+    # The request expires in its queue a second before the caller's deadline: TimedOutInQueue is the
+    # dead-letter path's answer (our own deadline would raise CallTimeout).
     with pytest.raises(TimedOutInQueue) as info:
-        await client.call("t.slow", timeout=1.5)
+        await client.call("t.slow", timeout=4)
     assert info.value.status == "error"
-    assert time.perf_counter() - started < 1.5  # answered by the dead-letter path, not our own timeout
     release.set()
     assert await first == "done"
 
@@ -37,45 +40,49 @@ async def test_request_expiring_in_queue_is_answered_error(make_unit: MakeUnit) 
 async def test_detached_handler_frees_its_slot(make_unit: MakeUnit) -> None:
     server = await make_unit("test.server")
     release = asyncio.Event()
+    detached: list[str | None] = []
 
     @server.rpc("t.wait", prefetch=1)
     async def wait(ctx: RequestContext, quick: bool = False) -> str:
         if quick:
             return "quick"
         await ctx.detach()
+        detached.append(ctx.message_id)
         await release.wait()
         return "waited"
 
     await server.start()
     client = await make_unit("test.client")
     await client.start()
-    waiters = [asyncio.create_task(client.call("t.wait", timeout=20)) for _ in range(5)]
-    await asyncio.sleep(0.3)
-    # Five long waits are running and prefetch is 1, yet a quick request is served at once.
-    assert await client.call("t.wait", {"quick": True}, timeout=2) == "quick"
+    waiters = [asyncio.create_task(client.call("t.wait", timeout=HANG)) for _ in range(5)]
+    await eventually(lambda: len(detached) == 5, timeout=HANG)
+    # Five long waits are running and prefetch is 1, yet a quick request is served.
+    assert await client.call("t.wait", {"quick": True}, timeout=HANG) == "quick"
     release.set()
     assert await asyncio.gather(*waiters) == ["waited"] * 5
 
 
 async def test_handler_timeout_and_call_timeout(make_unit: MakeUnit) -> None:
     server = await make_unit("test.server")
+    never = asyncio.Event()  # set only at the end, so both handlers would wait until then
 
     @server.rpc("t.bounded", timeout=0.2)
     async def bounded() -> None:
-        await asyncio.sleep(5)
+        await never.wait()
 
     @server.rpc("t.sleepy")
-    async def sleepy(seconds: float) -> float:
-        await asyncio.sleep(seconds)
-        return seconds
+    async def sleepy() -> str:
+        await never.wait()
+        return "late"
 
     await server.start()
     client = await make_unit("test.client")
     await client.start()
     with pytest.raises(HandlerTimeout, match="0.2s"):
-        await client.call("t.bounded", timeout=5)
+        await client.call("t.bounded", timeout=HANG)
     with pytest.raises(CallTimeout):
-        await client.call("t.sleepy", {"seconds": 2}, timeout=0.5)
+        await client.call("t.sleepy", timeout=0.5)
+    never.set()
 
 
 async def test_prefetch_bounds_concurrency(make_unit: MakeUnit) -> None:
@@ -102,19 +109,21 @@ async def test_priorities_reorder_waiting_requests(make_unit: MakeUnit) -> None:
     server = await make_unit("test.server")
     order: list[int] = []
     gate = asyncio.Event()
+    busy = asyncio.Event()
 
     @server.rpc("t.prio", prefetch=1, max_priority=9)
     async def prio(n: int) -> None:
+        busy.set()
         await gate.wait()
         order.append(n)
 
     await server.start()
     client = await make_unit("test.client")
     await client.start()
-    first = asyncio.create_task(client.call("t.prio", {"n": -1}, timeout=20))
-    await asyncio.sleep(0.2)
-    calls = [asyncio.create_task(client.call("t.prio", {"n": n}, priority=n, timeout=20)) for n in (1, 5, 9, 3)]
-    await asyncio.sleep(0.3)
+    first = asyncio.create_task(client.call("t.prio", {"n": -1}, timeout=HANG))
+    await asyncio.wait_for(busy.wait(), HANG)
+    calls = [asyncio.create_task(client.call("t.prio", {"n": n}, priority=n, timeout=HANG)) for n in (1, 5, 9, 3)]
+    await until_ready_messages(client, server.config.queue_name("rpc", "t.prio"), 4)  # all four wait
     gate.set()
     await asyncio.gather(first, *calls)
     assert order == [-1, 9, 5, 3, 1]
@@ -142,18 +151,22 @@ async def test_single_active_consumer_is_a_standby(make_unit: MakeUnit) -> None:
 
 async def test_graceful_stop_drains_running_handlers(make_unit: MakeUnit) -> None:
     server = await make_unit("test.server")
-    finished: list[int] = []
+    started: list[int] = []
+    release = asyncio.Event()
 
     @server.rpc("t.drain")
     async def drain(n: int) -> int:
-        await asyncio.sleep(0.3)
-        finished.append(n)
+        started.append(n)
+        await release.wait()
         return n
 
     await server.start()
     client = await make_unit("test.client")
     await client.start()
-    calls = [asyncio.create_task(client.call("t.drain", {"n": n}, timeout=10)) for n in range(5)]
-    await asyncio.sleep(0.1)
-    await server.stop(drain_timeout=5)
+    calls = [asyncio.create_task(client.call("t.drain", {"n": n}, timeout=HANG)) for n in range(5)]
+    await eventually(lambda: len(started) == 5, timeout=HANG)
+    stopping = asyncio.create_task(server.stop(drain_timeout=HANG))
+    await eventually(lambda: server.state == "stopping", timeout=HANG)
+    release.set()  # the handlers finish only now, while the unit is stopping: the drain waits for them
+    await asyncio.wait_for(stopping, HANG)
     assert sorted(await asyncio.gather(*calls)) == list(range(5))

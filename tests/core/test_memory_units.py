@@ -4,7 +4,6 @@ test helpers of ``qbroker.testing``."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -41,10 +40,8 @@ async def test_drop_connections_fails_calls_in_flight_then_units_reconnect() -> 
         await eventually(lambda: broker.queue_info("rpc_m.echo").unacked == 1)
         old_connection = server.connection
         assert broker.drop_connections() == 2
-        started = time.monotonic()
-        with pytest.raises(ConnectionLost):
+        with pytest.raises(ConnectionLost):  # failed by the loss, not at its deadline (CallTimeout)
             await in_flight
-        assert time.monotonic() - started < 0.5  # failed at once, not at its timeout
         release.set()
         await eventually(lambda: _connected(server, client))
         assert server.connection is not old_connection
@@ -79,7 +76,7 @@ async def test_failover_to_the_next_memory_broker() -> None:
         down.available = False
         down.drop_connections()
         await eventually(lambda: _connected(server, client))
-        assert client._supervisor.url_index == 1
+        assert client.bus.supervisor.url_index == 1
         assert await client.call("m.echo", {"n": 2}, timeout=5) == 2
         assert "rpc_m.echo" in MemoryBroker.for_url(secondary.url).queue_names()
 

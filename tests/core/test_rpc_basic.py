@@ -69,13 +69,13 @@ async def test_500_concurrent_calls_keep_their_correlation(make_unit: MakeUnit) 
     assert len(client.pending) == 0
 
 
-async def test_unroutable_request_fails_within_a_second(make_unit: MakeUnit) -> None:
+async def test_unroutable_request_is_answered_no_server(make_unit: MakeUnit) -> None:
+    """The dead-letter path answers at once (bench/rpc.py measures how fast); our own deadline would
+    raise CallTimeout instead, so NoServer proves the answer came from the bus."""
     client = await make_unit("test.client")
     await client.start()
-    started = time.perf_counter()
     with pytest.raises(NoServer) as info:
-        await client.call("t.nobody.serves.this", {}, timeout=10)
-    assert time.perf_counter() - started < 1.0
+        await client.call("t.nobody.serves.this", {}, timeout=60)
     assert info.value.status == "fail"
     assert "t.nobody.serves.this" in info.value.message
 

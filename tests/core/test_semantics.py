@@ -8,21 +8,18 @@ import time
 import pytest
 
 from qbroker import RequestError, RequestFailed
+from qbroker.testing import eventually
 from tests.conftest import MakeUnit
 
-
-async def _wait_for(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
+HANG = 60.0  # ceilings that only catch hangs
 
 
 async def test_cast_is_handled_once_without_reply(make_unit: MakeUnit) -> None:
     handled: list[int] = []
+    servers = []
     for i in range(2):
         server = await make_unit(f"test.server{i}")
+        servers.append(server)
 
         @server.rpc("t.cast")
         async def one_way(n: int) -> int:
@@ -34,8 +31,9 @@ async def test_cast_is_handled_once_without_reply(make_unit: MakeUnit) -> None:
     await client.start()
     for n in range(10):
         await client.cast("t.cast", {"n": n})
-    await _wait_for(lambda: len(handled) == 10)
-    await asyncio.sleep(0.2)
+    await eventually(lambda: len(handled) == 10, timeout=HANG)
+    for server in servers:
+        await server.stop(drain_timeout=HANG)  # whatever was delivered has been handled now
     assert sorted(handled) == list(range(10))  # load-balanced, each exactly once
 
 
@@ -63,13 +61,13 @@ async def test_server_side_retries_for_error_not_fail(make_unit: MakeUnit) -> No
 
 
 async def test_schedule_every_and_nohaste_and_unschedule(make_unit: MakeUnit) -> None:
-    ticks: list[float] = []
+    ticks: list[str] = []
     alerts: list[object] = []
     server = await make_unit("test.server")
 
     @server.rpc("t.tick")
-    async def tick() -> None:
-        ticks.append(time.monotonic())
+    async def tick(source: str) -> None:
+        ticks.append(source)
 
     @server.on_alert("t.scheduled_alert")
     async def on_alert(body: object) -> None:
@@ -78,15 +76,18 @@ async def test_schedule_every_and_nohaste_and_unschedule(make_unit: MakeUnit) ->
     await server.start()
     client = await make_unit("test.client")
     await client.start()
-    started = time.monotonic()
-    schedule = client.schedule("t.tick", every=0.2)
-    client.schedule("t.scheduled_alert", {"x": 1}, every=0.3, kind="alert", nohaste=True)
-    await _wait_for(lambda: len(ticks) >= 4)
-    assert ticks[0] - started < 0.15  # not nohaste: first run at once
-    assert client.unschedule(schedule.id)
-    count = len(ticks)
-    await asyncio.sleep(0.5)
-    assert len(ticks) <= count + 1
-    assert alerts and alerts[0] == {"x": 1}
+    # Not nohaste: the first send goes at once, so "slow" arrives although its interval is never reached.
+    client.schedule("t.tick", {"source": "slow"}, every=10 * HANG)
+    repeating = client.schedule("t.tick", {"source": "fast"}, every=0.2)
+    delayed = client.schedule("t.scheduled_alert", {"x": 1}, every=0.3, kind="alert", nohaste=True)
+    assert delayed.next_delay(time.time(), first=True) == 0.3  # nohaste: the first send waits one interval
+    await eventually(lambda: "slow" in ticks and ticks.count("fast") >= 4 and alerts, timeout=HANG)
+    assert ticks.count("slow") == 1
+    assert client.unschedule(repeating.id)
+    assert repeating.task is not None
+    await asyncio.wait_for(asyncio.gather(repeating.task, return_exceptions=True), HANG)
+    assert repeating.task.cancelled()  # no further sends can happen
+    assert not client.unschedule(repeating.id)
+    assert alerts[0] == {"x": 1}
     with pytest.raises(ValueError, match="cron"):
         client.schedule("t.tick", cron="not a cron line")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from spark_helpers import eventually
 
-from qbroker import Config
-from services.tiles.queuemaster import QueuemasterSettings
-from services.tiles.queuemaster_service import QueuemasterService
+from qbroker import Config, Unit
+from services.tiles.queuemaster.service import APP, QueuemasterService
+from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings
 from services.tiles.tilemath import ZoomRange
 
 
@@ -17,7 +17,10 @@ async def test_queuemaster_queues_published_metatiles(bridge, client, amqp_url, 
         zooms=ZoomRange(10, 14),
         render_missing_expired=True,  # nothing is rendered yet: queue every expired metatile
     )
-    queuemaster = QueuemasterService(settings, config=Config(url=amqp_url))
+    qm = Queuemaster(settings)
+    unit = Unit(APP, config=Config(url=amqp_url))
+    queuemaster = QueuemasterService(unit, qm)
+    await unit.start()
     await queuemaster.start()
     try:
         listing = tmp_path / "expire.list"
@@ -38,3 +41,5 @@ async def test_queuemaster_queues_published_metatiles(bridge, client, amqp_url, 
         assert by_zoom == {"10": 1, "11": 2, "12": 2, "13": 2, "14": 2}
     finally:
         await queuemaster.stop()
+        await unit.stop()
+        qm.close()

@@ -131,6 +131,19 @@ async def wait_renderers(unit: Unit, n: int, timeout: float = 30.0) -> dict[str,
     return result
 
 
+async def render_in_progress(client: Unit, tile: str, timeout: float = 60) -> asyncio.Task[Any]:
+    """Request ``tile`` and return the pending request once the (only) render thread is rendering it."""
+    request = asyncio.create_task(client.call("toposm.queuemaster", {"command": "render", "tile": tile},
+                                              timeout=timeout))
+
+    async def rendering() -> bool:
+        s = await stats(client)
+        return s["renderers"][0]["state"] == "rendering"
+
+    await eventually(rendering)
+    return request
+
+
 @pytest.fixture
 async def bus(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[TileBus]:
     vhost = create_vhost("qbroker-tiles")

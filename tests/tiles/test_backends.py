@@ -5,8 +5,8 @@ import io
 import mercantile
 from PIL import Image
 
-from services.tiles.backends import create_backend
-from services.tiles.render_worker import render_metatile
+from services.tiles.renderer.backends import create_backend
+from services.tiles.renderer.worker import render_metatile
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Metatile, Tile, parse_metatile
 

@@ -1,25 +1,17 @@
 """Crashes: a renderer SIGKILLed mid-render, a queuemaster SIGKILLed with work queued."""
 
 import asyncio
-import time
 
-from .conftest import eventually, stats, wait_renderers
+from .conftest import eventually, render_in_progress, stats, wait_renderers
 
 
 async def _slow_render_then_second_renderer(bus, tile):
     """A queuemaster, a renderer stuck mid-render on ``tile``'s metatile, and a second, fast renderer."""
     bus.queuemaster()
-    slow = bus.renderer("--render-delay", "60")
+    slow = bus.renderer("--render-delay", "60", "--drain-timeout", "0")
     client = await bus.client()
     await wait_renderers(client, 1)
-    body = {"command": "render", "tile": tile}
-    request = asyncio.create_task(client.call("toposm.queuemaster", body, timeout=40))
-
-    async def slow_has_it():
-        s = await stats(client)
-        return s["renderers"][0]["state"] == "rendering"
-
-    await eventually(slow_has_it)
+    request = await render_in_progress(client, tile, timeout=40)
     fast = bus.renderer()
     await wait_renderers(client, 2)
     return client, slow, fast, request
@@ -28,12 +20,8 @@ async def _slow_render_then_second_renderer(bus, tile):
 async def test_renderer_sigkill_mid_render_is_redispatched(bus):
     client, slow, fast, request = await _slow_render_then_second_renderer(bus, "13/100/100")
     slow.kill()  # SIGKILL: no unregister, its exclusive queues vanish with its connection
-    killed_at = time.monotonic()
-    reply = await request
-    detected_in = time.monotonic() - killed_at
+    reply = await request  # the liveness ping's NoServer puts the metatile back for the fast renderer
     assert reply["command"] == "rendered" and reply["metatile"] == "13/12/12"
-    print(f"answered {detected_in:.2f}s after the SIGKILL")
-    assert detected_in < 8, detected_in
     s = await stats(client)
     assert s["counters"]["renderers_lost"] == 1 and s["counters"]["requeued"] == 1
     assert [r["pid"] for r in s["renderers"]] == [fast.pid]
@@ -54,15 +42,13 @@ async def test_queuemaster_sigkill_and_restart_loses_nothing(bus):
 
     await eventually(some_rendered)
     qm.kill()
-    before = await asyncio.to_thread(bus.render_log_lines)
-    await asyncio.sleep(0.5)
     bus.queuemaster("--render-missing-expired")
     # the renderer hears "queuemaster online" and registers again
     await wait_renderers(client, 1)
     s = await stats(client)
-    done_before = {line["metatile"] for line in before}
-    # every metatile is either rendered, queued or being rendered: nothing lost
-    assert s["queues"]["total"] + s["queues"]["rendering"] + len(done_before) >= 20
+    done = {line["metatile"] for line in await asyncio.to_thread(bus.render_log_lines)}  # read after stats
+    # every metatile is rendered, queued or being rendered: nothing lost
+    assert s["queues"]["total"] + s["queues"]["rendering"] + len(done) >= 20
 
     async def all_rendered():
         return {line["metatile"] for line in bus.render_log_lines()} >= {
@@ -80,3 +66,38 @@ async def test_renderer_sigterm_unregisters_and_puts_work_back(bus):
     s = await stats(client)
     assert s["counters"].get("renderers_lost", 0) == 0 and s["counters"]["requeued"] == 1
     assert [r["pid"] for r in s["renderers"]] == [fast.pid]
+
+
+async def test_renderer_sigterm_finishes_the_metatile_in_hand(bus):
+    bus.queuemaster()
+    renderer = bus.renderer("--render-delay", "3", "--drain-timeout", "60")
+    client = await bus.client()
+    await wait_renderers(client, 1)
+    request = await render_in_progress(client, "9/9/9")
+    renderer.popen.terminate()  # graceful: the drain timeout leaves time to finish the render
+    assert (await request)["metatile"] == "9/1/1"
+    assert await asyncio.to_thread(renderer.popen.wait, 30) == 0
+    [line] = bus.render_log_lines()
+    assert line["status"] == "ok" and f".{renderer.pid}." in line["renderer"]
+    s = await stats(client)
+    assert s["renderers"] == [] and "requeued" not in s["counters"]
+
+
+async def test_status_and_shutdown_alerts(bus):
+    bus.queuemaster()
+    renderer = bus.renderer(threads=2)
+    client = await bus.client()
+    await wait_renderers(client, 2)
+    # one process answers a status alert on the level above its threads once, for both threads
+    replies = [r.body async for r in client.gather("toposm.render", {"command": "status"}, timeout=10,
+                                                   max_replies=1)]
+    [status] = replies
+    assert status["pid"] == renderer.pid and [t["threadid"] for t in status["threads"]] == [0, 1]
+    assert {t["state"] for t in status["threads"]} == {"idle"}
+    # `shutdown` takes the same path as SIGTERM: unregister, then exit cleanly
+    [ack] = [r.body async for r in client.gather(f"toposm.render.{status['hostname']}.{renderer.pid}",
+                                                 {"command": "shutdown"}, timeout=10, max_replies=1)]
+    assert ack == {"command": "shutting down", "pid": renderer.pid}
+    assert await asyncio.to_thread(renderer.popen.wait, 30) == 0
+    s = await stats(client)
+    assert s["renderers"] == [] and "renderers_lost" not in s["counters"]

@@ -8,11 +8,11 @@ import pytest
 from PIL import Image
 
 from qbroker import InvalidParams, RequestError, RequestFailed, UnknownCommand
-from services.tiles.render_worker import render_metatile
+from services.tiles.renderer.worker import render_metatile
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Tile
 
-from .conftest import BIN, eventually, stats, wait_renderers
+from .conftest import BIN, eventually, render_in_progress, stats, wait_renderers
 
 
 async def test_register_render_rendered(bus):
@@ -80,8 +80,10 @@ async def test_missing_strategy_leaves_background_work(bus):
     await eventually(lambda: _total(client, 3))
     reply = await client.call("toposm.queuemaster", {"command": "render", "tile": "9/100/100"}, timeout=20)
     assert reply["metatile"] == "9/12/12"
-    await asyncio.sleep(1.0)
+    # `rendered` woke the dispatcher before it answered us, so by now the idle thread has been offered the
+    # background work: still idle means its strategy turned it down.
     s = await stats(client)
+    assert s["renderers"][0]["state"] == "idle"
     assert s["queues"]["by_zoom"] == {"8": 3}  # a `missing` renderer never takes background work
     assert [line["metatile"] for line in bus.render_log_lines()] == ["9/12/12"]
 
@@ -111,14 +113,7 @@ async def test_expiry_during_render_renders_again(bus):
     bus.renderer("--render-delay", "3")
     client = await bus.client()
     await wait_renderers(client, 1)
-    request = asyncio.create_task(client.call("toposm.queuemaster", {"command": "render", "tile": "10/5/5"},
-                                              timeout=30))
-
-    async def rendering():
-        s = await stats(client)
-        return s["renderers"][0]["metatile"] == "10/0/0"
-
-    await eventually(rendering)
+    request = await render_in_progress(client, "10/5/5")
     await client.alert("expire_toposm", "10/3/3", content_type="text/plain")
     assert (await request)["metatile"] == "10/0/0"
     await eventually(lambda: _rendered_count(bus, 2), timeout=15)
@@ -206,8 +201,11 @@ async def test_request_raises_queued_metatile_to_important(bus):
     client = await bus.client()
     await wait_renderers(client, 1)
     await client.alert("expire_toposm", "8/0/0;8/8/8;8/16/16", content_type="text/plain")
+    # The expiry woke the dispatcher before the queue showed 3, so the thread has been offered the work:
+    # still idle means its strategy turned it down.
     await eventually(lambda: _total(client, 3))
-    await asyncio.sleep(0.5)
+    s = await stats(client)
+    assert s["renderers"][0]["state"] == "idle"
     assert bus.render_log_lines() == []  # an `important` renderer leaves background work alone
     reply = await client.call("toposm.queuemaster", {"command": "render", "tile": "8/9/10"}, timeout=20)
     assert reply["metatile"] == "8/1/1"  # queued in background, raised by the request, rendered

@@ -1,13 +1,14 @@
 """The seed's literal wire on the ``osm`` exchange, and the Mapnik backend through the bus."""
 
-import asyncio
 import json
 import uuid
 
 import aio_pika
 import mercantile
+import pytest
 from PIL import Image
 
+from qbroker import RequestFailed
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Tile
 
@@ -20,6 +21,22 @@ async def _osm_client(url):
     exchange = await channel.declare_exchange("osm", aio_pika.ExchangeType.TOPIC, durable=True)
     replies = await channel.declare_queue("", exclusive=True)
     return connection, exchange, replies
+
+
+async def _osm_wire_ready(connection):
+    """The queuemaster consumes its osm queue (it declares it after its qbroker endpoint already answers)."""
+    async def consumed():
+        channel = await connection.channel()
+        try:
+            queue = await channel.declare_queue("toposm.queuemaster.osm", passive=True)
+            return queue.declaration_result.consumer_count > 0
+        except aio_pika.exceptions.ChannelClosed:  # not declared yet
+            return False
+        finally:
+            if not channel.is_closed:
+                await channel.close()
+
+    await eventually(consumed)
 
 
 async def _ask(exchange, replies, body: bytes, timeout=20.0):
@@ -40,6 +57,7 @@ async def test_seed_wire_on_osm_exchange(bus):
     await wait_renderers(client, 1)
     connection, exchange, replies = await _osm_client(bus.url)
     try:
+        await _osm_wire_ready(connection)
         s = await _ask(exchange, replies, b'{"command": "stats"}')
         assert s["command"] == "stats" and len(s["renderers"]) == 1
         rendered = await _ask(exchange, replies, b'{"command": "render", "tile": "9/10/20"}')
@@ -50,6 +68,11 @@ async def test_seed_wire_on_osm_exchange(bus):
         assert broken["status"] == "fail" and broken["error"] == "bad_message"
         unknown = await _ask(exchange, replies, b'{"command": "dance"}')
         assert unknown["status"] == "fail" and unknown["error"] == "unknown_command"
+        # one command table behind both wires: the qbroker endpoint answers the same bad requests alike
+        for body, raw in (({"command": "render", "tile": "9/10"}, bad), ({"command": "dance"}, unknown)):
+            with pytest.raises(RequestFailed) as info:
+                await client.call("toposm.queuemaster", body)
+            assert (info.value.id, info.value.message) == (raw["error"], raw["message"])
         # expirations as plain text on routing key expire_toposm
         await exchange.publish(aio_pika.Message(b"9/10/20;9/11/21;9/200/200"), routing_key="expire_toposm")
 
@@ -94,7 +117,6 @@ async def test_mapnik_renderer_draws_map_tiles(bus):
     assert reply["command"] == "rendered"
     image = Image.open(TileStore(bus.tile_root).path(Tile(15, t.x, t.y))).convert("RGB")
     assert len(image.getcolors(256 * 256)) > 20  # a drawn map, not a flat test fill
-    await asyncio.sleep(0)
 
 
 async def test_osm_exchange_declared_differently_by_a_client_first(bus):
@@ -104,8 +126,7 @@ async def test_osm_exchange_declared_differently_by_a_client_first(bus):
         exchange = await channel.declare_exchange("osm", aio_pika.ExchangeType.TOPIC, durable=False)
         replies = await channel.declare_queue("", exclusive=True)
         bus.queuemaster()
-        client = await bus.client()
-        await eventually(lambda: stats(client))
+        await _osm_wire_ready(connection)
         s = await _ask(exchange, replies, b'{"command": "stats"}')
         assert s["command"] == "stats"
     finally:

@@ -7,8 +7,8 @@ import pytest
 
 from qbroker import RequestError, RequestFailed
 from services.tiles.messages import RegisterRequest, RenderedRequest, UnregisterRequest
-from services.tiles.queuemaster import Queuemaster, QueuemasterSettings
-from services.tiles.render_worker import render_metatile
+from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings
+from services.tiles.renderer.worker import render_metatile
 from services.tiles.tilemath import Metatile, Tile, ZoomRange
 
 
@@ -18,10 +18,18 @@ def make_qm(tmp_path, **kw):
     return Queuemaster(settings)
 
 
+async def requested(qm, tile):
+    """Start a ``render`` request; return its task once its waiter is in place (request() then says so)."""
+    qm.work_available.clear()
+    task = asyncio.create_task(qm.request(tile))
+    await asyncio.wait_for(qm.work_available.wait(), 10)
+    return task
+
+
 def register(qm, threadid=0, strategy="by_work_available", metatile=None):
     req = RegisterRequest(hostname="h", pid=1, threadid=threadid, strategy=strategy, metatile=metatile)
     qm.register(req, reply_to="renderer-uuid")
-    return qm.renderers.get(req.endpoint)
+    return qm.threads.get(req.endpoint)
 
 
 def test_expiry_only_existing_dedup_and_propagation(tmp_path):
@@ -37,8 +45,10 @@ def test_expiry_only_existing_dedup_and_propagation(tmp_path):
     assert out["queued"] == 3 and out["not_rendered_yet"] == 3
     assert qm.queue.background_by_zoom() == {12: 1, 11: 1, 10: 1}
     assert qm.expire("12/2003/1403", strict=False)["merged"] == 3  # same metatile and ancestors again
-    with pytest.raises(RequestFailed, match="invalid_tile|x and y"):
+    with pytest.raises(RequestFailed) as info:
         qm.expire(text, strict=True)
+    assert info.value.id == "invalid_tile"
+    assert info.value.message == "tile '12/99999/0': x and y must be below 2^12 = 4096"
 
 
 def test_expiry_can_render_missing(tmp_path):
@@ -51,8 +61,7 @@ def test_expiry_can_render_missing(tmp_path):
 async def test_request_waits_and_all_waiters_answered(tmp_path):
     qm = make_qm(tmp_path)
     thread = register(qm)
-    waiters = [asyncio.create_task(qm.request(f"9/{x}/3")) for x in (0, 1, 7)]
-    await asyncio.sleep(0)
+    waiters = [await requested(qm, f"9/{x}/3") for x in (0, 1, 7)]
     assert qm.queue.missing == 1
     [(t, m)] = qm.next_assignments()
     assert t is thread and m == Metatile(9, 0, 0)
@@ -74,8 +83,7 @@ async def test_request_waits_and_all_waiters_answered(tmp_path):
 async def test_failed_render_answers_error(tmp_path):
     qm = make_qm(tmp_path)
     register(qm)
-    waiter = asyncio.create_task(qm.request("4/1/1"))
-    await asyncio.sleep(0)
+    waiter = await requested(qm, "4/1/1")
     [(_, m)] = qm.next_assignments()
     qm.rendered(RenderedRequest(metatile=str(m), status="error", reason="disk full"))
     with pytest.raises(RequestError, match="disk full") as info:
@@ -88,12 +96,11 @@ async def test_lost_renderer_requeues_at_front_and_waiter_survives(tmp_path):
     qm = make_qm(tmp_path, render_missing_expired=True)
     a = register(qm, 0)
     qm.expire("10/0/0;10/8/0;10/16/0", strict=False)
-    waiter = asyncio.create_task(qm.request("11/0/0"))
-    await asyncio.sleep(0)
+    waiter = await requested(qm, "11/0/0")
     [(thread, m)] = qm.next_assignments()
     assert thread is a and m == Metatile(11, 0, 0)  # missing first
-    qm.renderer_lost(a, "test")
-    assert qm.queue.missing == 1 and len(qm.renderers) == 0
+    qm.thread_lost(a, "test")
+    assert qm.queue.missing == 1 and len(qm.threads) == 0
     b = register(qm, 1)
     [(thread, m2)] = qm.next_assignments()
     assert thread is b and m2 == m
@@ -140,10 +147,9 @@ def test_stats_shape(tmp_path):
 async def test_late_report_from_replaced_thread_satisfies_waiters(tmp_path):
     qm = make_qm(tmp_path)
     a = register(qm, 0)
-    waiter = asyncio.create_task(qm.request("6/1/1"))
-    await asyncio.sleep(0)
+    waiter = await requested(qm, "6/1/1")
     [(_, m)] = qm.next_assignments()
-    qm.renderer_lost(a, "missed pings")  # it was only slow
+    qm.thread_lost(a, "missed pings")  # it was only slow
     b = register(qm, 1)
     [(thread, again)] = qm.next_assignments()
     assert thread is b and again == m

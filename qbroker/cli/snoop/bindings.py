@@ -13,9 +13,10 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractIncomingMessage
 
 from qbroker.cli.snoop.directory import Desired
+from qbroker.transport import Channel, Connection, Queue
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 # A debugger that falls behind must not grow the broker's memory without bound; the oldest
@@ -32,15 +33,15 @@ class SnoopQueues:
         self._deliver = deliver
         self._lock = asyncio.Lock()
         self._bound: dict[str, set[str]] = {"rpc": set(), "alert": set(), "reply": set()}
-        self.channel: AbstractChannel | None = None
-        self.queues: list[AbstractQueue] = []
-        self.traffic: AbstractQueue | None = None
+        self.channel: Channel | None = None
+        self.queues: list[Queue] = []
+        self.traffic: Queue | None = None
 
     @property
     def names(self) -> list[str]:
         return [q.name for q in self.queues]
 
-    async def open(self, connection: AbstractConnection, *, firehose: bool, desired: Desired) -> None:
+    async def open(self, connection: Connection, *, firehose: bool, desired: Desired) -> None:
         """Declare our queues on a (new) connection and bind what ``desired`` asks for."""
         async with self._lock:
             self.channel = await connection.channel()
@@ -59,7 +60,7 @@ class SnoopQueues:
             await self.traffic.consume(self._consumer("traffic"), no_ack=True)
             await dead.consume(self._consumer("dead"), no_ack=True)
 
-    async def _declare(self, suffix: str) -> AbstractQueue:
+    async def _declare(self, suffix: str) -> Queue:
         assert self.channel is not None
         queue = await self.channel.declare_queue(
             f"{self._prefix}{suffix}",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -24,11 +23,13 @@ from qbroker.cli.snoop.filters import EventFilter
 from qbroker.cli.snoop.pairing import RequestTracker
 from qbroker.cli.snoop.render import Renderer
 from qbroker.errors import QBrokerError
+from qbroker.runner import serve_async
 
 if TYPE_CHECKING:
-    from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
+    from aio_pika.abc import AbstractIncomingMessage
 
     from qbroker import Config, Unit
+    from qbroker.transport import Connection
 
 ROLES = ("rpc", "reply", "alert", "dead")
 REORDER_WINDOW = 0.25  # seconds a reply waits for its request before it is shown unpaired
@@ -72,7 +73,7 @@ class Debugger:
         if captured is not None:
             self.inbox.put_nowait(captured)
 
-    async def _attach(self, connection: AbstractConnection) -> None:
+    async def _attach(self, connection: Connection) -> None:
         # Runs on every (re)connect: exclusive queues died with the old connection, so redeclare.
         await self.queues.open(connection, firehose=self.settings.firehose, desired=self.directory.desired())
         self.connects += 1
@@ -186,11 +187,6 @@ class Debugger:
         own = self.unit.uuid
         return own in (event.uuid, event.to_uuid, event.reply_to)
 
-    def install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.stopping.set)
-
     def summary(self) -> dict[str, Any]:
         return {
             "units": len(self.directory.units),
@@ -199,14 +195,22 @@ class Debugger:
         }
 
 
-async def run_debugger(unit: Unit, config: Config, settings: DebugSettings) -> int:
-    debugger = Debugger(unit, config, settings)
-    debugger.install_signal_handlers()
-    await unit.start()
-    try:
+class DebuggerService:
+    """The debugger as a ``qbroker.runner.Service``: discover, then print until stopped or done.
+
+    ``debugger.stopping`` is the runner's stop event: a signal sets it, and so does the debugger
+    itself when ``--count`` or ``--duration`` is reached.
+    """
+
+    def __init__(self, debugger: Debugger) -> None:
+        self.debugger = debugger
+        self._printing: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        debugger = self.debugger
         await debugger.discover()
         info = debugger.summary()
-        if settings.firehose:
+        if debugger.settings.firehose:
             following = f"firehose (amq.rabbitmq.trace), {info['units']} unit(s) known"
         else:
             following = f"own queues, {info['units']} unit(s), {info['endpoints']} endpoint(s)"
@@ -214,9 +218,22 @@ async def run_debugger(unit: Unit, config: Config, settings: DebugSettings) -> i
             f"qbroker-debug: watching via {following}; queues {', '.join(info['queues'])}; Ctrl-C to stop",
             style="dim",
         )
-        await debugger.run()
-    finally:
-        await debugger.queues.close()
-        await unit.stop()
+        self._printing = asyncio.create_task(debugger.run(), name="qbroker-debug-printer")
+        self._printing.add_done_callback(lambda _: debugger.stopping.set())
+
+    async def stop(self) -> None:
+        self.debugger.stopping.set()
+        try:
+            if self._printing is not None:
+                await self._printing
+        finally:
+            await self.debugger.queues.close()
+
+
+async def run_debugger(unit: Unit, config: Config, settings: DebugSettings) -> int:
+    debugger = Debugger(unit, config, settings)
+    graceful = await serve_async(unit, DebuggerService(debugger), stop=debugger.stopping)
+    if not graceful:
+        return 130  # killed by a second Ctrl-C: the shell's convention for SIGINT
     say(f"qbroker-debug: {debugger.shown} message(s) shown; queues removed", style="dim")
     return 0

@@ -1,0 +1,118 @@
+"""Sea polygons for an extract, from its ``natural=coastline`` ways.
+
+OSM maps no sea area: the sea is whatever lies on the right of the coastline. For a regional extract we
+chain the coastline ways, clip them at the extract's box (their nodes outside it are missing), and close
+each chain along the box edge, walking clockwise to the next chain's start, exactly how a shoreline tool
+closes open coastlines in a bounded region. The result goes into the ``water`` table as ``kind='sea'``
+features with ``osm_type='c'`` and is rebuilt whenever a diff touches a coastline way.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from .render_db import FeatureWriter, get_meta
+from .wkb import BBox, Coord, bbox_of, mercator, multipolygon, polygons_area
+
+SEA_TYPE = "c"  # feature osm_type for computed sea polygons
+
+
+def _chains(ways: list[list[int]]) -> list[list[int]]:
+    """Join ways end to start into the longest node sequences (closed rings end where they start)."""
+    chains = [list(w) for w in ways if len(w) >= 2]
+    merged = True
+    while merged:
+        merged = False
+        by_start = {c[0]: c for c in chains if c[0] != c[-1]}
+        for c in chains:
+            nxt = by_start.get(c[-1])
+            if nxt is not None and nxt is not c and c[0] != c[-1]:
+                c.extend(nxt[1:])
+                chains.remove(nxt)
+                merged = True
+                break
+    return chains
+
+
+def _perimeter_position(p: Coord, box: BBox) -> float:
+    """Distance clockwise along the box edge from its top-left corner to p's nearest edge point."""
+    minx, miny, maxx, maxy = box
+    w, h = maxx - minx, maxy - miny
+    x, y = min(max(p[0], minx), maxx), min(max(p[1], miny), maxy)
+    edges = [(maxy - y, x - minx), (maxx - x, w + (maxy - y)), (y - miny, w + h + (maxx - x)),
+             (x - minx, 2 * w + h + (y - miny))]  # (distance to edge, position) for top, right, bottom, left
+    return min(edges)[1]
+
+
+def _perimeter_point(t: float, box: BBox) -> Coord:
+    minx, miny, maxx, maxy = box
+    w, h = maxx - minx, maxy - miny
+    t %= 2 * (w + h)
+    if t <= w:
+        return minx + t, maxy
+    if t <= w + h:
+        return maxx, maxy - (t - w)
+    if t <= 2 * w + h:
+        return maxx - (t - w - h), miny
+    return minx, miny + (t - 2 * w - h)
+
+
+def sea_polygons(lines: list[list[Coord]], box: BBox) -> list[list[Coord]]:
+    """Close open coastline lines (water on their right) into sea rings along ``box``."""
+    perimeter = 2 * ((box[2] - box[0]) + (box[3] - box[1]))
+    corners = [0.0, box[2] - box[0], perimeter / 2, perimeter / 2 + box[2] - box[0]]
+    open_lines = [ln for ln in lines if len(ln) >= 2 and ln[0] != ln[-1]]
+    starts = sorted((_perimeter_position(ln[0], box), i) for i, ln in enumerate(open_lines))
+    rings, used = [], set()
+    for first in range(len(open_lines)):
+        if first in used:
+            continue
+        ring: list[Coord] = []
+        i = first
+        while i not in used:
+            used.add(i)
+            ring.extend(open_lines[i])
+            t_end = _perimeter_position(open_lines[i][-1], box)
+            ring.append(_perimeter_point(t_end, box))
+            # the next chain start clockwise from here (wrapping around the box)
+            ahead = [(t - t_end) % perimeter for t, _ in starts]
+            nxt = starts[min(range(len(starts)), key=lambda k: ahead[k])]
+            t_next = nxt[0]
+            span = (t_next - t_end) % perimeter
+            passed = sorted((c - t_end) % perimeter for c in corners)
+            ring.extend(_perimeter_point(t_end + d, box) for d in passed if 0 < d < span)
+            ring.append(_perimeter_point(t_next, box))
+            i = nxt[1]
+        ring.append(ring[0])
+        rings.append(ring)
+    return rings
+
+
+def rebuild_sea(conn: sqlite3.Connection, writer: FeatureWriter) -> int:
+    """Replace the sea features from the stored coastline ways; returns how many polygons were written."""
+    extent = get_meta(conn, "extent")
+    for (fid,) in conn.execute("SELECT fid FROM water WHERE osm_type = ?", (SEA_TYPE,)).fetchall():
+        conn.execute("DELETE FROM idx_water_geom WHERE pkid = ?", (fid,))
+    conn.execute("DELETE FROM water WHERE osm_type = ?", (SEA_TYPE,))
+    if extent is None:
+        return 0
+    west, south, east, north = json.loads(extent)
+    box = (*mercator(west, south), *mercator(east, north))
+    ways = [[r[0] for r in conn.execute("SELECT node_id FROM way_nodes WHERE way_id = ? ORDER BY seq", (wid,))]
+            for (wid,) in conn.execute("SELECT id FROM ways WHERE json_extract(tags, '$.natural') = 'coastline'")]
+    lines = []
+    for chain in _chains(ways):
+        coords = []
+        for nid in chain:
+            row = conn.execute("SELECT lon, lat FROM nodes WHERE id = ?", (nid,)).fetchone()
+            if row is not None:  # outside the extract: the line is cut at the box
+                coords.append(mercator(row[0], row[1]))
+        lines.append(coords)
+    written = 0
+    for n, ring in enumerate(sea_polygons(lines, box)):
+        if len(ring) >= 4:
+            writer.add("water", SEA_TYPE, n, {"kind": "sea", "area": polygons_area([[ring]])},
+                       multipolygon([[ring]]), bbox_of(ring))
+            written += 1
+    return written

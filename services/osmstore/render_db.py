@@ -1,0 +1,127 @@
+"""The rendering store's SQLite schema and its writes.
+
+Feature tables hold Web Mercator WKB in ``geom`` and, per table, an R*Tree ``idx_<table>_geom`` whose
+``pkid`` is the feature's ``fid``: exactly the spatial index Mapnik's ``sqlite`` plugin looks for, so a tile
+query reads only the features in its box. Beside them, ``nodes``, ``ways``, ``way_nodes``, ``relations`` and
+``relation_members`` keep what a diff update needs to rebuild a geometry whose nodes the diff does not carry
+(osm2pgsql's "slim" tables, in one file).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from .tags import Attrs
+from .wkb import BBox
+
+RENDER_DB = "render.sqlite"
+FORMAT_VERSION = 1
+
+# table -> attribute columns (every feature table also has fid, osm_type, osm_id, geom).
+FEATURE_TABLES: dict[str, dict[str, str]] = {
+    "roads": {"kind": "TEXT", "class": "TEXT", "name": "TEXT", "ref": "TEXT", "bridge": "INTEGER",
+              "tunnel": "INTEGER", "layer": "INTEGER", "z_order": "INTEGER"},
+    "railways": {"kind": "TEXT", "name": "TEXT", "bridge": "INTEGER", "tunnel": "INTEGER", "layer": "INTEGER"},
+    "waterways": {"kind": "TEXT", "name": "TEXT", "tunnel": "INTEGER"},
+    "coastline": {"kind": "TEXT"},
+    "water": {"kind": "TEXT", "name": "TEXT", "area": "REAL"},
+    "landuse": {"kind": "TEXT", "name": "TEXT", "area": "REAL"},
+    "buildings": {"kind": "TEXT", "name": "TEXT", "housenumber": "TEXT", "area": "REAL"},
+    "places": {"kind": "TEXT", "name": "TEXT", "rank": "INTEGER", "population": "INTEGER"},
+}
+
+_OSM_TABLES = """
+CREATE TABLE nodes (id INTEGER PRIMARY KEY, lon REAL NOT NULL, lat REAL NOT NULL);
+CREATE TABLE ways (id INTEGER PRIMARY KEY, tags TEXT NOT NULL);
+CREATE TABLE way_nodes (way_id INTEGER NOT NULL, seq INTEGER NOT NULL, node_id INTEGER NOT NULL,
+                        PRIMARY KEY (way_id, seq)) WITHOUT ROWID;
+CREATE TABLE relations (id INTEGER PRIMARY KEY, tags TEXT NOT NULL);
+CREATE TABLE relation_members (relation_id INTEGER NOT NULL, seq INTEGER NOT NULL, member_type TEXT NOT NULL,
+                               member_id INTEGER NOT NULL, role TEXT NOT NULL,
+                               PRIMARY KEY (relation_id, seq)) WITHOUT ROWID;
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+# Built after the bulk load (faster than maintaining them row by row during import).
+_OSM_INDEXES = """
+CREATE INDEX way_nodes_by_node ON way_nodes (node_id);
+CREATE INDEX relation_members_by_member ON relation_members (member_type, member_id);
+"""
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    # isolation_level=None: transactions are explicit (BEGIN/COMMIT), so a diff is all-or-nothing.
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = OFF")
+    return conn
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    conn.executescript(_OSM_TABLES)
+    for table, columns in FEATURE_TABLES.items():
+        cols = ", ".join(f'"{c}" {t}' for c, t in columns.items())
+        conn.execute(f"CREATE TABLE {table} (fid INTEGER PRIMARY KEY, osm_type TEXT NOT NULL, "  # noqa: S608
+                     f"osm_id INTEGER NOT NULL, {cols}, geom BLOB NOT NULL)")
+        conn.execute(f"CREATE INDEX {table}_by_osm ON {table} (osm_type, osm_id)")
+        conn.execute(f"CREATE VIRTUAL TABLE idx_{table}_geom USING rtree(pkid, xmin, xmax, ymin, ymax)")
+    set_meta(conn, "format_version", str(FORMAT_VERSION))
+
+
+def create_indexes(conn: sqlite3.Connection) -> None:
+    for statement in _OSM_INDEXES.split(";"):  # not executescript: it would commit the open transaction
+        if statement.strip():
+            conn.execute(statement)
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                 (key, value))
+
+
+def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _insert_sql(table: str, columns: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    names = ", ".join('"' + c + '"' for c in columns)
+    marks = ", ".join("?" for _ in columns)
+    return f"INSERT INTO {table} (osm_type, osm_id, {names}, geom) VALUES (?, ?, {marks}, ?)", columns  # noqa: S608
+
+
+class FeatureWriter:
+    """Inserts and removes rendered features, keeping each table's R*Tree in step."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.written = 0
+        self._insert_sql = {table: _insert_sql(table, tuple(columns)) for table, columns in FEATURE_TABLES.items()}
+
+    def add(self, table: str, osm_type: str, osm_id: int, attrs: Attrs, geom: bytes, bbox: BBox) -> None:
+        sql, columns = self._insert_sql[table]
+        cur = self.conn.execute(sql, (osm_type, osm_id, *(attrs.get(c) for c in columns), geom))
+        minx, miny, maxx, maxy = bbox
+        self.conn.execute(f"INSERT INTO idx_{table}_geom VALUES (?, ?, ?, ?, ?)",  # noqa: S608
+                          (cur.lastrowid, minx, maxx, miny, maxy))
+        self.written += 1
+
+    def remove(self, osm_type: str, osm_id: int) -> int:
+        """Drop every feature made from one OSM object; returns how many went."""
+        removed = 0
+        for table in FEATURE_TABLES:
+            self.conn.execute(f"DELETE FROM idx_{table}_geom WHERE pkid IN "  # noqa: S608
+                              f"(SELECT fid FROM {table} WHERE osm_type = ? AND osm_id = ?)", (osm_type, osm_id))
+            removed += self.conn.execute(f"DELETE FROM {table} WHERE osm_type = ? AND osm_id = ?",  # noqa: S608
+                                         (osm_type, osm_id)).rowcount
+        return removed
+
+
+def tags_json(tags: Iterable[tuple[str, str]] | Mapping[str, str]) -> str:
+    items = tags.items() if isinstance(tags, Mapping) else tags
+    return json.dumps(dict(items), ensure_ascii=False, separators=(",", ":"))
+
+
+def feature_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    return {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in FEATURE_TABLES}  # noqa: S608

@@ -1,0 +1,232 @@
+"""Apply an osmChange to the rendering store, all or nothing.
+
+``apply_osc(store_dir, osc_path)`` updates the OSM tables (nodes, ways and their node lists, relations and
+their members) and then rebuilds every rendered feature the change touches: the changed objects themselves,
+every way using a node that moved, and every multipolygon using a changed or rebuilt way. Geometries are
+rebuilt by running the same feature code as the import over a small OSM file holding those ways and
+relations with their nodes' stored locations, so libosmium assembles the multipolygons exactly as it did at
+import. The whole diff runs in one SQLite transaction: any error (a corrupt or truncated file included)
+rolls it back and the store is as before.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+import tempfile
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import osmium
+
+from . import render_db
+from .coastline import rebuild_sea
+from .features import FeatureExtractor
+
+_CHUNK = 500  # ids per IN (...) query, well under SQLite's variable limit
+
+
+class RenderStoreError(Exception):
+    """The store or the diff is unusable; nothing was applied. The message names the file and the problem."""
+
+
+def _osc_file(osc_path: Path) -> osmium.io.File:
+    with osc_path.open("rb") as fh:
+        compressed = fh.read(2) == b"\x1f\x8b"
+    return osmium.io.File(str(osc_path), "osc.gz" if compressed else "osc")
+
+
+def _chunks(ids: Iterable[int]) -> Iterable[list[int]]:
+    items = sorted(ids)
+    for i in range(0, len(items), _CHUNK):
+        yield items[i:i + _CHUNK]
+
+
+def _tags(obj: osmium.osm.OSMObject) -> str:
+    return render_db.tags_json((t.k, t.v) for t in obj.tags)
+
+
+class _DiffApplier:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.writer = render_db.FeatureWriter(conn)
+        self.stats: Counter[str] = Counter()
+        self.moved_nodes: set[int] = set()
+        self.dirty_ways: set[int] = set()
+        self.deleted_ways: set[int] = set()
+        self.dirty_relations: set[int] = set()
+        self.coastline_changed = False
+
+    def _exists(self, table: str, obj_id: int) -> bool:
+        return self.conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", (obj_id,)).fetchone() is not None  # noqa: S608
+
+    def node(self, n: osmium.osm.Node) -> None:
+        old = self.conn.execute("SELECT lon, lat FROM nodes WHERE id = ?", (n.id,)).fetchone()
+        self.stats["features_removed"] += self.writer.remove("n", n.id)
+        if n.deleted or not n.location.valid():
+            self.conn.execute("DELETE FROM nodes WHERE id = ?", (n.id,))
+            self.stats["nodes_deleted"] += 1
+            if old is not None:
+                self.moved_nodes.add(n.id)
+            return
+        lon, lat = n.location.lon, n.location.lat
+        self.conn.execute("INSERT INTO nodes (id, lon, lat) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE "
+                          "SET lon = excluded.lon, lat = excluded.lat", (n.id, lon, lat))
+        self.stats["nodes_created" if old is None else "nodes_modified"] += 1
+        if old is not None and (old[0], old[1]) != (lon, lat):
+            self.moved_nodes.add(n.id)
+        FeatureExtractor(self.writer).node(n)
+
+    def _is_coastline(self, way_ids: Iterable[int]) -> bool:
+        return bool(self._ids("SELECT osm_id FROM coastline WHERE osm_type = 'w' AND osm_id IN ({})", way_ids))
+
+    def way(self, w: osmium.osm.Way) -> None:
+        existed = self._exists("ways", w.id)
+        if w.tags.get("natural") == "coastline" or self._is_coastline([w.id]):
+            self.coastline_changed = True
+        self.conn.execute("DELETE FROM way_nodes WHERE way_id = ?", (w.id,))
+        if w.deleted:
+            self.conn.execute("DELETE FROM ways WHERE id = ?", (w.id,))
+            self.stats["features_removed"] += self.writer.remove("w", w.id)
+            self.stats["ways_deleted"] += 1
+            self.deleted_ways.add(w.id)
+            self.dirty_ways.discard(w.id)
+            return
+        self.conn.execute("INSERT INTO ways (id, tags) VALUES (?, ?) ON CONFLICT (id) DO UPDATE "
+                          "SET tags = excluded.tags", (w.id, _tags(w)))
+        self.conn.executemany("INSERT INTO way_nodes (way_id, seq, node_id) VALUES (?, ?, ?)",
+                              [(w.id, i, ref.ref) for i, ref in enumerate(w.nodes)])
+        self.stats["ways_modified" if existed else "ways_created"] += 1
+        self.dirty_ways.add(w.id)
+        self.deleted_ways.discard(w.id)
+
+    def relation(self, r: osmium.osm.Relation) -> None:
+        existed = self._exists("relations", r.id)
+        self.conn.execute("DELETE FROM relation_members WHERE relation_id = ?", (r.id,))
+        if r.deleted:
+            self.conn.execute("DELETE FROM relations WHERE id = ?", (r.id,))
+            self.stats["features_removed"] += self.writer.remove("r", r.id)
+            self.stats["relations_deleted"] += 1
+            self.dirty_relations.discard(r.id)
+            return
+        self.conn.execute("INSERT INTO relations (id, tags) VALUES (?, ?) ON CONFLICT (id) DO UPDATE "
+                          "SET tags = excluded.tags", (r.id, _tags(r)))
+        self.conn.executemany(
+            "INSERT INTO relation_members (relation_id, seq, member_type, member_id, role) VALUES (?, ?, ?, ?, ?)",
+            [(r.id, i, m.type, m.ref, m.role) for i, m in enumerate(r.members)])
+        self.stats["relations_modified" if existed else "relations_created"] += 1
+        self.dirty_relations.add(r.id)
+
+    def _ids(self, sql: str, ids: Iterable[int]) -> set[int]:
+        found: set[int] = set()
+        for chunk in _chunks(ids):
+            marks = ", ".join("?" for _ in chunk)
+            found.update(row[0] for row in self.conn.execute(sql.format(marks), chunk))
+        return found
+
+    def rebuild(self) -> None:
+        """Re-derive the features of every way and relation whose geometry or tags may have changed."""
+        self.dirty_ways |= self._ids("SELECT DISTINCT way_id FROM way_nodes WHERE node_id IN ({})", self.moved_nodes)
+        self.dirty_ways -= self.deleted_ways
+        self.dirty_relations |= self._ids(
+            "SELECT DISTINCT relation_id FROM relation_members WHERE member_type = 'w' AND member_id IN ({})",
+            self.dirty_ways | self.deleted_ways)
+        self.dirty_relations = self._ids("SELECT id FROM relations WHERE id IN ({})", self.dirty_relations)
+        if self._is_coastline(self.dirty_ways):
+            self.coastline_changed = True
+        for way_id in self.dirty_ways:
+            self.stats["features_removed"] += self.writer.remove("w", way_id)
+        for rel_id in self.dirty_relations:
+            self.stats["features_removed"] += self.writer.remove("r", rel_id)
+        self.stats["ways_rebuilt"] = len(self.dirty_ways)
+        self.stats["relations_rebuilt"] = len(self.dirty_relations)
+        if self.dirty_ways or self.dirty_relations:
+            with tempfile.TemporaryDirectory(prefix="toposm-rebuild-") as tmp:
+                path = Path(tmp) / "rebuild.osm"
+                self._write_rebuild_file(path)
+                _RebuildHandler(self.writer, self.dirty_ways, self.dirty_relations).apply_file(
+                    str(path), locations=True)
+        if self.coastline_changed:
+            self.stats["sea_polygons"] = rebuild_sea(self.conn, self.writer)
+
+    def _write_rebuild_file(self, path: Path) -> None:
+        member_ways = self._ids("SELECT member_id FROM relation_members WHERE member_type = 'w' "
+                                "AND relation_id IN ({})", self.dirty_relations)
+        way_ids = self._ids("SELECT id FROM ways WHERE id IN ({})", self.dirty_ways | member_ways)
+        writer = osmium.SimpleWriter(str(path))
+        try:
+            node_ids = self._ids("SELECT DISTINCT node_id FROM way_nodes WHERE way_id IN ({})", way_ids)
+            for chunk in _chunks(node_ids):
+                marks = ", ".join("?" for _ in chunk)
+                for nid, lon, lat in self.conn.execute(
+                        f"SELECT id, lon, lat FROM nodes WHERE id IN ({marks}) ORDER BY id", chunk):  # noqa: S608
+                    writer.add_node(osmium.osm.mutable.Node(id=nid, location=(lon, lat), version=1))
+            for chunk in _chunks(way_ids):
+                for way_id in chunk:
+                    tags = json.loads(self.conn.execute("SELECT tags FROM ways WHERE id = ?", (way_id,)).fetchone()[0])
+                    refs = [r[0] for r in self.conn.execute(
+                        "SELECT node_id FROM way_nodes WHERE way_id = ? ORDER BY seq", (way_id,))]
+                    writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=refs, tags=tags, version=1))
+            for rel_id in sorted(self.dirty_relations):
+                tags = json.loads(self.conn.execute("SELECT tags FROM relations WHERE id = ?", (rel_id,)).fetchone()[0])
+                members = [tuple(m) for m in self.conn.execute(
+                    "SELECT member_type, member_id, role FROM relation_members WHERE relation_id = ? ORDER BY seq",
+                    (rel_id,))]
+                writer.add_relation(osmium.osm.mutable.Relation(id=rel_id, members=members, tags=tags, version=1))
+        finally:
+            writer.close()
+
+
+class _RebuildHandler(osmium.SimpleHandler):
+    def __init__(self, writer: render_db.FeatureWriter, ways: set[int], relations: set[int]) -> None:
+        super().__init__()
+        self.features = FeatureExtractor(
+            writer, wanted=lambda t, i: (t == "w" and i in ways) or (t == "r" and i in relations))
+
+    def way(self, w: osmium.osm.Way) -> None:
+        self.features.way(w)
+
+    def area(self, a: osmium.osm.Area) -> None:
+        self.features.area(a)
+
+
+def apply_osc(store_dir: Path, osc_path: Path) -> dict[str, int]:
+    """Apply one osmChange (.osc or .osc.gz) to ``store_dir/render.sqlite``; returns what changed.
+
+    Raises RenderStoreError (and changes nothing) when the store is missing or the diff is unreadable.
+    """
+    db = Path(store_dir) / render_db.RENDER_DB
+    osc_path = Path(osc_path)
+    if not db.is_file():
+        raise RenderStoreError(f"{store_dir}: not a rendering store (no {render_db.RENDER_DB})")
+    if not osc_path.is_file():
+        raise RenderStoreError(f"{osc_path}: no such file")
+    conn = render_db.connect(db)
+    conn.execute("PRAGMA busy_timeout = 30000")  # renderers read while a diff is applied
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            applier = _DiffApplier(conn)
+            for obj in osmium.FileProcessor(_osc_file(osc_path)):
+                if isinstance(obj, osmium.osm.Node):
+                    applier.node(obj)
+                elif isinstance(obj, osmium.osm.Way):
+                    applier.way(obj)
+                elif isinstance(obj, osmium.osm.Relation):
+                    applier.relation(obj)
+            applier.rebuild()
+            applier.stats["features_written"] = applier.writer.written
+            applied = int(render_db.get_meta(conn, "diffs_applied") or 0) + 1
+            render_db.set_meta(conn, "diffs_applied", str(applied))
+            render_db.set_meta(conn, "last_diff", osc_path.name)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    except (RuntimeError, ValueError, OSError, EOFError, gzip.BadGzipFile) as exc:  # what libosmium's parsers raise
+        raise RenderStoreError(f"{osc_path}: could not apply the diff ({exc}); the store is unchanged") from exc
+    finally:
+        conn.close()
+    return dict(applier.stats)

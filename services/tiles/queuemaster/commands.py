@@ -1,0 +1,90 @@
+"""The queuemaster's commands, listed once.
+
+Both ways in read this table: the qbroker command endpoint ``toposm.queuemaster`` (``service``) and the
+seed's raw ``osm`` exchange (``osm_wire``). Each command names its request model (validated at the wire
+boundary) and the state-machine method that answers it, so the two wires cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from qbroker import InvalidParams, UnknownCommand
+
+from ..messages import (
+    ExpireRequest,
+    Message,
+    RegisterRequest,
+    RenderedRequest,
+    RenderTileRequest,
+    StatsRequest,
+    UnregisterRequest,
+)
+from .state_machine import Queuemaster
+
+log = structlog.get_logger("toposm.queuemaster")
+ENDPOINT = "toposm.queuemaster"
+
+Answer = Callable[[Queuemaster, Any, str | None], Any]  # (queuemaster, validated request, reply_to)
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    request: type[Message]
+    answer: Answer
+    # The answer may take minutes (a render): the endpoint must not hold a prefetch slot meanwhile.
+    long_running: bool = False
+
+    async def run(self, qm: Queuemaster, request: Message, reply_to: str | None) -> Any:
+        result = self.answer(qm, request, reply_to)
+        if isinstance(result, Awaitable):
+            result = await result
+        return result
+
+
+async def _render(qm: Queuemaster, req: RenderTileRequest, reply_to: str | None) -> Any:
+    return await qm.request(req.tile)
+
+
+COMMANDS: dict[str, Command] = {c.name: c for c in (
+    Command("register", RegisterRequest, lambda qm, req, reply_to: qm.register(req, reply_to)),
+    Command("rendered", RenderedRequest, lambda qm, req, reply_to: qm.rendered(req)),
+    Command("unregister", UnregisterRequest, lambda qm, req, reply_to: qm.unregister(req, reply_to)),
+    Command("render", RenderTileRequest, _render, long_running=True),
+    Command("expire", ExpireRequest,
+            lambda qm, req, reply_to: {"command": "expired", **qm.expire(req.text, strict=True)}),
+    Command("stats", StatsRequest, lambda qm, req, reply_to: qm.describe()),
+)}
+
+
+def parse_command(name: Any, params: Any) -> tuple[Command, Message]:
+    """The command and its validated request, or UnknownCommand / InvalidParams (status ``fail``)."""
+    command = COMMANDS.get(name) if isinstance(name, str) else None
+    if command is None:
+        known = ", ".join(sorted(COMMANDS))
+        raise UnknownCommand(f"unknown command {name!r} for {ENDPOINT} (known: {known})")
+    try:
+        return command, command.request.model_validate(params)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+        # Worded as qbroker words it on the endpoint, so both wires answer a bad request alike.
+        raise InvalidParams(f"invalid parameters for {ENDPOINT}:{name}: {problems}") from None
+
+
+def expire_broadcast(qm: Queuemaster, body: Any) -> dict[str, Any] | None:
+    """An expiry broadcast (``expire_toposm``): nobody to answer, so invalid items are logged and counted."""
+    if isinstance(body, bytes | bytearray):
+        body = bytes(body).decode("utf-8", "replace")
+    if isinstance(body, list):
+        body = ";".join(str(item) for item in body)
+    if not isinstance(body, str):
+        qm.stats.count("invalid_expiry_messages")
+        log.warning("expiry message is not text", body_type=type(body).__name__)
+        return None
+    return qm.expire(body, strict=False)

@@ -1,0 +1,59 @@
+"""``toposm-queuemaster``: run the TopOSM queuemaster (broker from QBROKER_URL)."""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import closing
+from pathlib import Path
+
+from qbroker import Unit
+from qbroker.runner import serve
+
+from ..tilemath import ZoomRange
+from .service import APP, QueuemasterService
+from .state_machine import Queuemaster, QueuemasterSettings
+
+# Seconds a stopping queuemaster waits for handlers in progress (a `rendered` being recorded).
+DRAIN_TIMEOUT = 5.0
+
+
+def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
+    p = argparse.ArgumentParser(prog="toposm-queuemaster", description=__doc__)
+    p.add_argument("--tile-root", type=Path, default=Path("tiles"), help="tile store root (<root>/z/x/y.png)")
+    p.add_argument("--state-file", type=Path, default=Path("toposm-queue.sqlite"),
+                   help="SQLite file persisting the queue")
+    p.add_argument("--min-zoom", type=int, default=0)
+    p.add_argument("--max-zoom", type=int, default=18)
+    p.add_argument("--render-log", type=Path, default=None, help="append one JSON line per finished render")
+    p.add_argument("--render-missing-expired", action="store_true",
+                   help="also render expired metatiles that were never rendered")
+    p.add_argument("--propagate-to-zoom", type=int, default=None,
+                   help="expire ancestors of expired metatiles down to this zoom")
+    p.add_argument("--seed", type=int, default=None, help="seed the strategy RNG (reproducible picks)")
+    p.add_argument("--ping-interval", type=float, default=1.0, help="seconds between renderer liveness pings")
+    p.add_argument("--ping-misses", type=int, default=3, help="unanswered pings before a renderer is dead")
+    a = p.parse_args(argv)
+    try:
+        zooms = ZoomRange(a.min_zoom, a.max_zoom)
+    except ValueError as exc:
+        p.error(str(exc))
+    return QueuemasterSettings(
+        tile_root=a.tile_root, state_file=a.state_file, zooms=zooms, render_log=a.render_log,
+        render_missing_expired=a.render_missing_expired, propagate_to_zoom=a.propagate_to_zoom, seed=a.seed,
+        ping_interval=a.ping_interval, ping_misses=a.ping_misses,
+    )
+
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = parse_args(argv)
+    # The state machine outlives the unit: handlers still draining after stop() write to its store.
+    with closing(Queuemaster(settings)) as qm:
+        def make_service(unit: Unit) -> QueuemasterService:
+            return QueuemasterService(unit, qm)
+
+        serve(APP, make_service, drain_timeout=DRAIN_TIMEOUT)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""The seed's literal wire: JSON commands and expirations on the topic exchange ``osm``.
+
+A client written against the TopOSM protocol document publishes ``{"command": ...}`` on ``osm`` with
+routing key ``toposm.queuemaster`` and a ``reply_to`` property, and expirations ``z/x/y;...`` with routing
+key ``expire_toposm``. The queuemaster binds one durable queue to those keys (and to ``toposm``, where all
+programs listen) and answers commands on the default exchange with routing key = ``reply_to`` and the
+request's ``correlation_id`` (or ``message_id``) copied. Replies are the same JSON the qbroker endpoint
+returns (both wires run the one command table in ``commands``); errors are
+``{"command": <cmd>, "status": "fail"|"error", "error": <id>, "message": ...}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aio_pika
+import orjson
+import structlog
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, AbstractIncomingMessage
+from aiormq.exceptions import ChannelPreconditionFailed
+
+from qbroker import InvalidParams, QBrokerError, RequestFailed
+
+from .commands import expire_broadcast, parse_command
+from .state_machine import Queuemaster
+
+log = structlog.get_logger("toposm.osm_wire")
+OSM_EXCHANGE = "osm"
+OSM_QUEUE = "toposm.queuemaster.osm"
+BINDINGS = ("toposm.queuemaster", "expire_toposm", "toposm")
+
+
+class OsmWire:
+    def __init__(self, qm: Queuemaster) -> None:
+        self.qm = qm
+        self._channel: AbstractChannel | None = None
+        self._exchange: AbstractExchange | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
+
+    async def declare(self, connection: AbstractConnection) -> None:
+        """on_connected hook: (re)declare the osm exchange and our queue, and consume it."""
+        channel = await connection.channel()
+        try:
+            exchange = await channel.declare_exchange(OSM_EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True)
+        except ChannelPreconditionFailed:
+            # A seed-wire client declared `osm` first with other flags (e.g. not durable): use it as it is.
+            # The failed declare closed the channel, so open another and only check the exchange exists.
+            log.warning("osm exchange exists with other flags; using it as declared")
+            channel = await connection.channel()
+            exchange = await channel.get_exchange(OSM_EXCHANGE, ensure=True)
+        await channel.set_qos(prefetch_count=256)
+        # Durable, so expirations published while the queuemaster restarts wait for it.
+        queue = await channel.declare_queue(OSM_QUEUE, durable=True)
+        for key in BINDINGS:
+            await queue.bind(exchange, routing_key=key)
+        self._channel, self._exchange = channel, exchange
+        await queue.consume(self._on_message)
+
+    async def stop(self) -> None:
+        """Take no more messages from ``osm`` (unacked ones go back to the durable queue) and drop
+        the commands in progress; their waiters were answered by the state machine already."""
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        if self._channel is not None and not self._channel.is_closed:
+            await self._channel.close()
+
+    async def publish_online(self) -> None:
+        if self._exchange is None:
+            return
+        await self._exchange.publish(
+            aio_pika.Message(orjson.dumps({"command": "queuemaster online"}),
+                             content_type="application/json"),
+            routing_key="toposm",
+        )
+
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        if self._stopping:
+            await message.nack(requeue=True)
+            return
+        # Ack first: a `render` may wait minutes, and every outcome is answered (or logged) below.
+        await message.ack()
+        if message.routing_key == "expire_toposm":
+            try:
+                expire_broadcast(self.qm, message.body)
+            except Exception:  # never let one bad message kill the consumer
+                log.exception("expiry on osm failed")
+            return
+        task = asyncio.ensure_future(self._command(message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _command(self, message: AbstractIncomingMessage) -> None:
+        command: Any = None
+        try:
+            try:
+                body = orjson.loads(message.body)
+            except orjson.JSONDecodeError as exc:
+                raise RequestFailed("bad_message", f"body is not valid JSON: {exc}") from None
+            if not isinstance(body, dict) or not isinstance(body.get("command"), str):
+                raise InvalidParams("expected a JSON object with a string 'command' field")
+            command = body.pop("command")
+            if command == "queuemaster online":
+                return  # our own announcement, heard on `toposm`
+            handler, request = parse_command(command, body)
+            result = await handler.run(self.qm, request, message.reply_to)
+        except QBrokerError as exc:
+            result = {"command": command, "status": exc.status, "error": exc.id, "message": exc.message}
+        except Exception as exc:
+            log.exception("osm command crashed", command=command)
+            result = {"command": command, "status": "error", "error": "unhandled",
+                      "message": f"unhandled {type(exc).__name__}"}
+        await self._reply(message, result)
+
+    async def _reply(self, message: AbstractIncomingMessage, result: Any) -> None:
+        if not message.reply_to or self._channel is None:
+            return
+        try:
+            await self._channel.default_exchange.publish(
+                aio_pika.Message(orjson.dumps(result), content_type="application/json",
+                                 correlation_id=message.correlation_id or message.message_id),
+                routing_key=message.reply_to,
+            )
+        except Exception as exc:  # the requester's queue or our channel is gone: nothing to answer
+            log.warning("osm reply not delivered", error=str(exc), reply_to=message.reply_to)
+

@@ -1,0 +1,146 @@
+"""The queuemaster on the bus: endpoint ``toposm.queuemaster``, expirations, dispatch and liveness.
+
+* ``toposm.queuemaster`` is a qbroker command endpoint (register, rendered, unregister, render, expire,
+  stats) built from the command table in ``commands``, which the seed's literal ``osm`` exchange wire
+  (``osm_wire``) reads too.
+* Expirations arrive as text ``z/x/y;...`` alerts on ``expire_toposm``.
+* A dispatch loop sends ``render`` to idle render threads whenever work or a thread becomes available.
+* A liveness loop pings every registered thread; NoServer (its exclusive queue vanished with its process)
+  or ``ping_misses`` unanswered pings in a row mean it died: its metatile goes back to the front.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import structlog
+
+from qbroker import CallTimeout, NoServer, QBrokerError, RequestContext, RequestFailed, Unit
+
+from ..messages import Message
+from ..tilemath import Metatile
+from .commands import COMMANDS, ENDPOINT, Command, expire_broadcast
+from .osm_wire import OsmWire
+from .render_threads import RenderThread
+from .state_machine import Queuemaster
+
+log = structlog.get_logger("toposm.queuemaster")
+APP = ENDPOINT
+EXPIRE_TOPIC = "expire_toposm"
+ONLINE = {"command": "queuemaster online"}
+
+
+class QueuemasterService:
+    """The bus adapter around a ``Queuemaster`` state machine; the caller owns (and closes) the machine."""
+
+    def __init__(self, unit: Unit, qm: Queuemaster) -> None:
+        self.unit = unit
+        self.qm = qm
+        self.settings = qm.settings
+        self.osm = OsmWire(qm)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._calls: set[asyncio.Task[None]] = set()
+        endpoint = unit.commands(ENDPOINT, prefetch=256)
+        for command in COMMANDS.values():
+            endpoint.command(command.name)(self._endpoint_handler(command))
+        unit.on_alert(EXPIRE_TOPIC)(self._on_expire)
+        unit.on_connected(self.osm.declare)
+
+    def _endpoint_handler(self, command: Command) -> Callable[..., Coroutine[Any, Any, Any]]:
+        async def handle(request: Message, ctx: RequestContext) -> Any:
+            if command.long_running:
+                await ctx.detach()
+            return await command.run(self.qm, request, ctx.reply_to)
+
+        # qbroker validates the whole body against the annotated model of the handler's one parameter,
+        # so the annotation must be this command's own model, not the common base class.
+        handle.__annotations__ = {"request": command.request, "ctx": RequestContext, "return": Any}
+        return handle
+
+    async def _on_expire(self, body: Any) -> None:
+        expire_broadcast(self.qm, body)
+
+    # -- dispatch -------------------------------------------------------------------------------------
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            await self.qm.work_available.wait()
+            self.qm.work_available.clear()
+            for thread, metatile in self.qm.next_assignments():
+                self._call_soon(self._send_render(thread, metatile))
+
+    def _call_soon(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _send_render(self, thread: RenderThread, metatile: Metatile) -> None:
+        try:
+            await self.unit.call(thread.endpoint, {"command": "render", "metatile": str(metatile)},
+                                 timeout=self.settings.dispatch_timeout)
+        except NoServer:
+            self.qm.thread_lost(thread, "no_server on render")
+        except RequestFailed as exc:  # refused (busy, stopping): put back, let pings tell its state
+            log.warning("render refused", renderer=thread.endpoint, metatile=str(metatile), error=str(exc))
+            self.qm.dispatch_refused(thread, metatile)
+        except QBrokerError as exc:  # timeout or connection trouble: we cannot know; treat it as gone
+            self.qm.thread_lost(thread, f"render not accepted: {exc}")
+        else:
+            if thread.metatile == metatile:
+                thread.pending = False
+
+    # -- liveness -------------------------------------------------------------------------------------
+
+    async def _liveness_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.ping_interval)
+            for thread in self.qm.threads:
+                if not thread.ping_in_flight:
+                    self._call_soon(self._ping(thread))
+
+    async def _ping(self, thread: RenderThread) -> None:
+        # NoServer (the exclusive queue vanished with the process) is the fast, usual death signal; the
+        # generous timeout only catches hung processes, and must not fire on a merely busy machine.
+        thread.ping_in_flight = True
+        try:
+            reply = await self.unit.call(thread.endpoint, {"command": "ping"},
+                                         timeout=max(self.settings.ping_interval * 3, 5.0))
+        except NoServer:
+            self.qm.thread_lost(thread, "no_server on ping")
+            return
+        except (CallTimeout, QBrokerError) as exc:
+            thread.missed_pings += 1
+            if thread.missed_pings >= self.settings.ping_misses:
+                self.qm.thread_lost(thread, f"{thread.missed_pings} pings unanswered: {exc}")
+            return
+        finally:
+            thread.ping_in_flight = False
+        thread.missed_pings = 0
+        # A thread refused as busy stays out of rotation until it says it is idle.
+        if thread.pending and thread.metatile is None and isinstance(reply, dict) \
+                and reply.get("state") == "idle":
+            thread.pending = False
+            self.qm.work_available.set()
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._dispatch_loop()),
+                       asyncio.create_task(self._liveness_loop())]
+        await self.announce()
+        log.info("queuemaster online", tile_root=str(self.settings.tile_root),
+                 state_file=str(self.settings.state_file), queued=self.qm.queue.queued_count())
+
+    async def announce(self) -> None:
+        """Tell every renderer to (re)register: on `toposm` (qbroker) and on the seed's osm exchange."""
+        await self.unit.alert("toposm", ONLINE)
+        await self.osm.publish_online()
+
+    async def stop(self) -> None:
+        """Stop dispatching and answer every waiting ``render`` while the unit can still reply."""
+        for task in [*self._tasks, *self._calls]:
+            task.cancel()
+        await self.osm.stop()
+        self.qm.fail_waiters()

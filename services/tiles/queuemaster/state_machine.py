@@ -1,0 +1,290 @@
+"""The queuemaster's state machine, independent of the bus.
+
+It owns the render queue, the registered render threads, the waiters of ``render`` requests, the render
+log and the counters. The bus adapter (``service``) feeds it validated messages, sends the
+``render`` commands it decides on (``next_assignments``) and reports dead renderers. Everything here runs
+on the event loop thread; queue mutations are committed to SQLite before the method returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from qbroker import RequestError, RequestFailed
+
+from ..messages import RegisterRequest, RenderedRequest, UnregisterRequest
+from ..strategy import choose_for_mix, parse_strategy
+from ..tile_store import TileStore
+from ..tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile, parse_tile_list
+from .queue_store import QueueStore
+from .render_log import RenderLog, RenderLogRecord
+from .render_queue import RenderQueue
+from .render_threads import RenderThread, RenderThreadRegistry
+from .stats import QueuemasterStats
+
+log = structlog.get_logger("toposm.queuemaster")
+
+
+@dataclass
+class QueuemasterSettings:
+    tile_root: Path
+    state_file: Path
+    zooms: ZoomRange = ZoomRange(0, 18)
+    render_log: Path | None = None
+    # Expirations of never-rendered metatiles are ignored unless this is set (they render on request).
+    render_missing_expired: bool = False
+    # An expired metatile also expires its ancestors down to this zoom; None: no propagation.
+    propagate_to_zoom: int | None = None
+    seed: int | None = None  # strategy RNG seed, for reproducible picks
+    ping_interval: float = 1.0  # liveness: how often each render thread is pinged
+    ping_misses: int = 3  # consecutive unanswered pings (timeouts) before a thread counts as dead
+    dispatch_timeout: float = 5.0
+
+
+class Queuemaster:
+    def __init__(self, settings: QueuemasterSettings) -> None:
+        self.settings = settings
+        self.zooms = settings.zooms
+        self.store = QueueStore(settings.state_file)
+        self.queue = RenderQueue(self.store)
+        self.tiles = TileStore(settings.tile_root)
+        self.render_log = RenderLog(settings.render_log)
+        self.threads = RenderThreadRegistry()
+        self.stats = QueuemasterStats()
+        self.rng = random.Random(settings.seed)
+        self.waiters: dict[Metatile, list[asyncio.Future[dict[str, Any]]]] = {}
+        self.work_available = asyncio.Event()  # set whenever a dispatch might now succeed
+        self.work_available.set()
+
+    def fail_waiters(self) -> None:
+        for futures in self.waiters.values():
+            for f in futures:
+                if not f.done():
+                    f.set_exception(RequestError("queuemaster_stopped", "the queuemaster is shutting down"))
+        self.waiters.clear()
+
+    def close(self) -> None:
+        self.fail_waiters()
+        self.store.close()
+
+    # -- parsing with the configured zoom range --------------------------------------------------------
+
+    def tile(self, text: str) -> Tile:
+        try:
+            return parse_tile(text, self.zooms)
+        except TileError as exc:
+            raise RequestFailed("invalid_tile", str(exc)) from None
+
+    def metatile(self, text: str) -> Metatile:
+        try:
+            return parse_metatile(text, self.zooms)
+        except TileError as exc:
+            raise RequestFailed("invalid_metatile", str(exc)) from None
+
+    # -- expirations ------------------------------------------------------------------------------------
+
+    def expire(self, text: str, *, strict: bool) -> dict[str, Any]:
+        """Queue the metatiles of an expiry list ``z/x/y;...`` (with ancestors as configured).
+
+        ``strict`` (the ``expire`` command) refuses a list with any invalid item; the alert path (nobody to
+        answer) takes the valid items and logs the others.
+        """
+        tiles, problems = parse_tile_list(text, self.zooms)
+        if problems and strict:
+            more = " ..." if len(problems) > 5 else ""
+            raise RequestFailed("invalid_tile", "; ".join(problems[:5]) + more)
+        if problems:
+            self.stats.count("invalid_expiry_items", len(problems))
+            log.warning("invalid expiry items ignored", count=len(problems), first=problems[0])
+        # Spark sends each expired metatile as its top-left tile, so dedup by metatile before anything else.
+        metatiles: dict[Metatile, None] = dict.fromkeys(t.metatile for t in tiles)
+        propagate = self.settings.propagate_to_zoom
+        if propagate is not None:
+            low = max(propagate, self.zooms.min_zoom)
+            for m in list(metatiles):
+                for ancestor in m.ancestors(low):
+                    if ancestor in metatiles:
+                        break  # its ancestors were added already
+                    metatiles[ancestor] = None
+        outcome: dict[str, int] = {"queued": 0, "merged": 0, "raised": 0, "rendering": 0, "marked_dirty": 0,
+                                   "not_rendered_yet": 0}
+        with self.queue.batch():
+            for m in metatiles:
+                if not self.settings.render_missing_expired and self.queue.state_of(m) is None \
+                        and not self.tiles.metatile_exists(m):
+                    outcome["not_rendered_yet"] += 1
+                    continue
+                outcome[self.queue.add(m, "background")] += 1
+        self.stats.count("expired", len(tiles))
+        if outcome["queued"]:
+            self.work_available.set()
+        return {"tiles": len(tiles), "metatiles": len(metatiles), "invalid": len(problems), **outcome}
+
+    # -- render requests --------------------------------------------------------------------------------
+
+    async def request(self, tile_text: str) -> dict[str, Any]:
+        """Answer when the metatile holding the tile is rendered (at once if it is fresh)."""
+        tile = self.tile(tile_text)
+        m = tile.metatile
+        self.stats.count("requested")
+        state = self.queue.state_of(m)
+        answer = {"command": "rendered", "tile": str(tile), "metatile": str(m)}
+        if state is None:
+            if self.tiles.metatile_exists(m):
+                self.stats.count("requested_fresh")
+                return answer
+            self.queue.add(m, "missing")
+        elif state == "background":
+            self.queue.add(m, "missing" if not self.tiles.metatile_exists(m) else "important")
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.waiters.setdefault(m, []).append(future)
+        self.work_available.set()
+        result = await future
+        return {**answer, **result}
+
+    def _answer_waiters(self, m: Metatile, status: str, reason: str | None) -> None:
+        for future in self.waiters.pop(m, []):
+            if future.done():
+                continue
+            if status == "ok":
+                future.set_result({})
+            else:
+                error = RequestError("render_failed", f"metatile {m} failed to render: {reason}")
+                future.set_exception(error)
+
+    # -- render threads ---------------------------------------------------------------------------------
+
+    def register(self, req: RegisterRequest, reply_to: str | None) -> dict[str, Any]:
+        claimed = self.metatile(req.metatile) if req.metatile is not None else None
+        thread = RenderThread(endpoint=req.endpoint, hostname=req.hostname, pid=req.pid,
+                              threadid=req.threadid, strategy=parse_strategy(req.strategy), reply_to=reply_to)
+        old = self.threads.add(thread)
+        if old is not None and old.metatile is not None and old.metatile != claimed:
+            self.queue.put_back(old.metatile)  # re-registered without the metatile it had: it lost it
+        if claimed is not None:
+            holder = self.threads.rendering(claimed)
+            if holder is None or holder is thread:
+                self.queue.claim(claimed)
+                self.threads.assign(thread, claimed)
+        self.stats.count("registrations")
+        log.info("render thread registered", renderer=thread.endpoint, strategy=str(thread.strategy),
+                 rendering=req.metatile)
+        self.work_available.set()
+        return {"command": "registered", "renderer": thread.endpoint, "strategy": str(thread.strategy)}
+
+    def unregister(self, req: UnregisterRequest, reply_to: str | None) -> dict[str, Any]:
+        threads = self.threads.matching(reply_to, req.hostname, req.pid, req.threadid)
+        for thread in threads:
+            self._drop(thread, "unregistered")
+        return {"command": "unregistered", "renderers": [t.endpoint for t in threads]}
+
+    def thread_lost(self, thread: RenderThread, why: str) -> None:
+        """The bus says this thread is gone (queue vanished or pings unanswered)."""
+        if self.threads.get(thread.endpoint) is not thread:
+            return
+        self.stats.count("renderers_lost")
+        log.warning("render thread lost", renderer=thread.endpoint, why=why,
+                    metatile=str(thread.metatile) if thread.metatile else None)
+        self._drop(thread, why)
+
+    def _drop(self, thread: RenderThread, why: str) -> None:
+        m = thread.metatile
+        self.threads.remove(thread)
+        if m is not None:
+            self.queue.put_back(m)  # to the front: it was next in line already; its waiters keep waiting
+            self.stats.count("requeued")
+            self.work_available.set()
+        log.info("render thread removed", renderer=thread.endpoint, why=why)
+
+    def rendered(self, req: RenderedRequest) -> dict[str, Any]:
+        m = self.metatile(req.metatile)
+        thread = self.threads.rendering(m)
+        reporter = (req.hostname, req.pid, req.threadid)
+        if thread is not None and req.hostname is not None and reporter != (thread.hostname, thread.pid,
+                                                                            thread.threadid):
+            # A thread we had given up on (missed pings) finished after all, while another thread renders
+            # the metatile again: its tiles are good for the waiters; the other thread reports for itself.
+            self.stats.count("rendered_by_replaced_thread")
+            if req.status == "ok":
+                self._answer_waiters(m, "ok", None)
+            return {"command": "ack", "metatile": str(m), "expected": False}
+        if self.queue.state_of(m) != "rendering":
+            # Not in flight (e.g. given up on as dead, then the renderer came back): nothing to settle
+            # except waiters, which a successful render does satisfy.
+            self.stats.count("rendered_unexpected")
+            if req.status == "ok":
+                self._answer_waiters(m, "ok", None)
+            return {"command": "ack", "metatile": str(m), "expected": False}
+        again = self.queue.finish(m)
+        renderer = thread.endpoint if thread else (
+            f"toposm.render.{req.hostname}.{req.pid}.{req.threadid}" if req.hostname else "unknown")
+        if thread is not None:
+            self.threads.assign(thread, None)
+            thread.pending = False
+            thread.rendered += 1
+        now = time.time()
+        duration = req.duration if req.duration is not None else (
+            now - thread.busy_since if thread and thread.busy_since else 0.0)
+        self.stats.count("rendered" if req.status == "ok" else "failed")
+        if req.status == "ok":
+            self.stats.rendered(m.z, duration)
+        if again:
+            self.stats.count("rerender_after_expiry")
+        self.render_log.append(RenderLogRecord(
+            metatile=str(m), zoom=m.z, renderer=renderer, start=req.start or now - duration,
+            duration=round(duration, 4), status=req.status, reason=req.reason))
+        self._answer_waiters(m, req.status, req.reason)
+        self.work_available.set()
+        return {"command": "ack", "metatile": str(m), "expected": True, "queued_again": again}
+
+    # -- dispatch ---------------------------------------------------------------------------------------
+
+    def next_assignments(self) -> list[tuple[RenderThread, Metatile]]:
+        """Pair idle threads with metatiles their strategies allow; each thread at most one."""
+        assignments = []
+        for thread in self.threads.idle_in_rotation():
+            source = choose_for_mix(thread.strategy, self.queue.missing, self.queue.important,
+                                    self.queue.background_by_zoom(), self.rng)
+            if source is None:
+                continue
+            m = self.queue.pop(source)
+            if m is None:
+                continue
+            self.threads.assign(thread, m)
+            thread.pending = True
+            assignments.append((thread, m))
+        return assignments
+
+    def dispatch_refused(self, thread: RenderThread, m: Metatile) -> None:
+        """The renderer refused a render (e.g. busy): put the metatile back; the thread stays pending
+        (not idle) until a ping shows what it is doing."""
+        if thread.metatile == m:
+            self.threads.assign(thread, None)
+            self.queue.put_back(m)
+            self.work_available.set()
+
+    # -- stats ------------------------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        by_zoom = self.queue.background_by_zoom()
+        return {
+            "command": "stats",
+            "queues": {
+                "missing": self.queue.missing,
+                "important": self.queue.important,
+                "by_zoom": {str(z): n for z, n in sorted(by_zoom.items())},
+                "total": self.queue.queued_count(),
+                "rendering": len(self.queue.in_flight()),
+            },
+            "renderers": [t.describe() for t in self.threads],
+            "waiting_requests": sum(len(v) for v in self.waiters.values()),
+            "zoom_range": [self.zooms.min_zoom, self.zooms.max_zoom],
+            **self.stats.describe(),
+        }

@@ -1,0 +1,257 @@
+"""A renderer process: N render threads on one qbroker Unit, each rendering in a worker process.
+
+Thread ``i`` is the exclusive command endpoint ``toposm.render.<host>.<pid>.<i>`` (its queue vanishes with
+the process, so a call to a dead renderer fails at once with NoServer: that is how the queuemaster notices a
+SIGKILL). Commands: ``render`` (answered ``accepted`` at once; the result goes to the queuemaster as
+``rendered`` later) and ``ping`` (state and current metatile). The process listens for control alerts on
+every level of the hierarchy: ``toposm``, ``toposm.render``, ``toposm.render.<host>``,
+``toposm.render.<host>.<pid>`` and each thread's own name.
+
+Asked to stop (SIGTERM, or a ``shutdown`` alert, which the process turns into SIGTERM so that both take the
+runner's one path), it refuses new renders, finishes the metatiles in hand if they finish within
+``drain_timeout``, then unregisters: the queuemaster puts whatever is still unfinished back in front.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from qbroker import NoServer, QBrokerError, RequestContext, RequestFailed, Unit
+
+from ..messages import RenderCommand, renderer_endpoint
+from ..strategy import parse_strategy
+from .worker import render_metatile, warm_up
+
+log = structlog.get_logger("toposm.renderer")
+APP = "toposm.renderer"
+QUEUEMASTER = "toposm.queuemaster"
+
+
+def short_hostname() -> str:
+    """The host's name as one routing-key word (dots would add hierarchy levels)."""
+    name = socket.gethostname().split(".")[0]
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name) or "localhost"
+
+
+@dataclass
+class RendererSettings:
+    tile_root: Path
+    threads: int = 1
+    strategy: str = "by_work_available"
+    backend: str = "testpattern"
+    hostname: str = field(default_factory=short_hostname)
+    render_delay: float = 0.0  # extra seconds per render (demos, tests catching a render in progress)
+    report_retry_for: float = 120.0  # keep trying to deliver `rendered` this long (queuemaster restarting)
+    reregister_after: float = 10.0  # not pinged for this long: register again (the queuemaster lost us)
+    drain_timeout: float = 10.0  # on stop: finish the metatiles in hand if they are done within this
+
+
+@dataclass(eq=False)
+class RenderThread:
+    threadid: int
+    endpoint: str
+    metatile: str | None = None
+    task: asyncio.Task[None] | None = None
+    last_contact: float = field(default_factory=time.monotonic)
+
+    def describe(self) -> dict[str, Any]:
+        return {"renderer": self.endpoint, "threadid": self.threadid,
+                "state": "rendering" if self.metatile else "idle", "metatile": self.metatile}
+
+
+def _terminate_self() -> None:
+    signal.raise_signal(signal.SIGTERM)
+
+
+class RendererProcess:
+    """The bus side of a renderer; ``request_stop`` is what a ``shutdown`` alert does (default: SIGTERM
+    to this process, which the runner turns into ``stop()``)."""
+
+    def __init__(self, unit: Unit, settings: RendererSettings,
+                 request_stop: Callable[[], None] = _terminate_self) -> None:
+        parse_strategy(settings.strategy)  # fail fast on a bad --strategy
+        if settings.threads < 1:
+            raise ValueError("threads must be at least 1")
+        self.settings = settings
+        self.pid = os.getpid()
+        self.unit = unit
+        self.request_stop = request_stop
+        self.started = False
+        self.threads = [RenderThread(i, renderer_endpoint(settings.hostname, self.pid, i))
+                      for i in range(settings.threads)]
+        self.stopping = asyncio.Event()
+        self._pool = self._new_pool()
+        self._background: set[asyncio.Task[Any]] = set()
+        for thread in self.threads:
+            self._serve_thread(thread)
+        host_prefix = f"toposm.render.{settings.hostname}"
+        for level in ("toposm", "toposm.render", host_prefix, f"{host_prefix}.{self.pid}"):
+            self.unit.on_alert(level)(self._on_control)
+        for thread in self.threads:
+            self.unit.on_alert(thread.endpoint)(self._on_control)
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        # spawn, not fork: the parent holds an event loop and an AMQP connection that must not be copied.
+        return ProcessPoolExecutor(max_workers=self.settings.threads,
+                                   mp_context=multiprocessing.get_context("spawn"))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- endpoints ------------------------------------------------------------------------------------
+
+    def _serve_thread(self, thread: RenderThread) -> None:
+        endpoint = self.unit.commands(thread.endpoint, exclusive=True, prefetch=8)
+
+        @endpoint.command("render")
+        async def render(command: RenderCommand) -> dict[str, Any]:
+            thread.last_contact = time.monotonic()
+            if thread.metatile is not None:
+                raise RequestFailed("busy", f"{thread.endpoint} is rendering {thread.metatile}")
+            if self.stopping.is_set():
+                raise RequestFailed("stopping", f"{thread.endpoint} is shutting down")
+            thread.metatile = command.metatile
+            thread.task = asyncio.create_task(self._render(thread, command.metatile))
+            return {"command": "accepted", "metatile": command.metatile, "renderer": thread.endpoint}
+
+        @endpoint.command("ping")
+        async def ping() -> dict[str, Any]:
+            thread.last_contact = time.monotonic()
+            return {"command": "pong", **thread.describe()}
+
+    async def _on_control(self, body: Any, ctx: RequestContext) -> dict[str, Any] | None:
+        """Control alerts: ``queuemaster online`` (register again), ``status``, ``shutdown``."""
+        command = body.get("command") if isinstance(body, dict) else None
+        if command == "queuemaster online":
+            if self.started:  # before that, start() registers once the backends are loaded
+                self._spawn(self.register_all())
+            return None
+        if command == "status":
+            threads = [s for s in self.threads if s.endpoint == ctx.name] or self.threads
+            return {"command": "status", "pid": self.pid, "hostname": self.settings.hostname,
+                    "backend": self.settings.backend, "strategy": self.settings.strategy,
+                    "threads": [s.describe() for s in threads]}
+        if command == "shutdown":
+            if not self.stopping.is_set():
+                self.stopping.set()  # refuse renders from now on
+                asyncio.get_running_loop().call_soon(self.request_stop)
+            return {"command": "shutting down", "pid": self.pid}
+        if command is not None:
+            log.debug("control alert ignored", command=command, name=ctx.name)
+        return None
+
+    # -- rendering ------------------------------------------------------------------------------------
+
+    async def _render(self, thread: RenderThread, metatile: str) -> None:
+        started = time.time()
+        loop = asyncio.get_running_loop()
+        s = self.settings
+        try:
+            duration = await loop.run_in_executor(self._pool, render_metatile, s.backend, str(s.tile_root),
+                                                  metatile, s.render_delay)
+            report: dict[str, Any] = {"status": "ok", "duration": round(duration, 4)}
+        except BrokenProcessPool:
+            self._pool = self._new_pool()  # a worker died (OOM, segfault in a backend): start afresh
+            report = {"status": "error", "reason": "render worker process died",
+                      "duration": round(time.time() - started, 4)}
+        except Exception as exc:  # the backend or the tile store failed: report it, keep serving
+            report = {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
+                      "duration": round(time.time() - started, 4)}
+        # Idle before reporting: the queuemaster may dispatch the next metatile before our call returns.
+        thread.metatile, thread.task = None, None
+        await self._report(thread, {"command": "rendered", "metatile": metatile, "start": round(started, 4),
+                                  "hostname": s.hostname, "pid": self.pid, "threadid": thread.threadid,
+                                  **report})
+
+    async def _report(self, thread: RenderThread, body: dict[str, Any]) -> None:
+        deadline = time.monotonic() + self.settings.report_retry_for
+        while True:
+            try:
+                await self.unit.call(QUEUEMASTER, body, timeout=5)
+                return
+            except RequestFailed as exc:
+                if not isinstance(exc, NoServer):
+                    log.error("queuemaster refused rendered", error=str(exc), metatile=body["metatile"])
+                    return
+                failure: Exception = exc
+            except QBrokerError as exc:  # timeout, connection lost: the queuemaster may be restarting
+                failure = exc
+            if time.monotonic() > deadline or self.stopping.is_set():
+                log.error("could not report render", error=str(failure), metatile=body["metatile"])
+                return
+            await asyncio.sleep(1.0)
+
+    # -- registration and lifecycle ---------------------------------------------------------------------
+
+    async def register(self, thread: RenderThread) -> bool:
+        body: dict[str, Any] = {"command": "register", "hostname": self.settings.hostname, "pid": self.pid,
+                                "threadid": thread.threadid, "strategy": self.settings.strategy}
+        if thread.metatile is not None:
+            body["metatile"] = thread.metatile
+        try:
+            await self.unit.call(QUEUEMASTER, body, timeout=5)
+        except QBrokerError as exc:
+            log.info("registration pending: queuemaster not reachable", renderer=thread.endpoint,
+                     error=str(exc))
+            return False
+        thread.last_contact = time.monotonic()
+        return True
+
+    async def register_all(self) -> None:
+        await asyncio.gather(*(self.register(thread) for thread in self.threads))
+
+    async def _watchdog(self) -> None:
+        """Register again when the queuemaster has not pinged a thread for a while (it dropped us)."""
+        while not self.stopping.is_set():
+            await asyncio.sleep(self.settings.reregister_after / 2)
+            for thread in self.threads:
+                if time.monotonic() - thread.last_contact > self.settings.reregister_after:
+                    await self.register(thread)
+
+    async def start(self) -> None:
+        """Load the backends, then offer every render thread to the queuemaster."""
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self._pool, warm_up, self.settings.backend)
+                               for _ in self.threads))
+        self.started = True
+        await self.register_all()
+        self._spawn(self._watchdog())
+        log.info("renderer running", threads=len(self.threads), backend=self.settings.backend,
+                 strategy=self.settings.strategy)
+
+    async def stop(self) -> None:
+        """Finish the renders in hand (and report them) within the drain timeout, then unregister."""
+        self.stopping.set()
+        in_hand = [t.task for t in self.threads if t.task]
+        if in_hand:
+            log.info("finishing renders before stopping", metatiles=[t.metatile for t in self.threads
+                                                                      if t.metatile])
+            await asyncio.wait(in_hand, timeout=self.settings.drain_timeout)
+        try:
+            # Hands back to the queuemaster whatever is still unfinished.
+            await self.unit.call(QUEUEMASTER, {"command": "unregister"}, timeout=3)
+        except QBrokerError as exc:
+            log.info("unregister not delivered", error=str(exc))
+        for task in [*self._background, *(t.task for t in self.threads if t.task)]:
+            task.cancel()
+        # Don't let the interpreter's exit wait for an abandoned render (ProcessPoolExecutor joins its
+        # workers at exit). The executor has no public kill, hence the private process table.
+        workers = list(getattr(self._pool, "_processes", {}).values())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()

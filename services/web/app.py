@@ -1,0 +1,161 @@
+"""The HTTP face of toposm-web (aiohttp): pages, live events, the JSON API, tiles and metrics.
+
+Errors never show a stack trace: HTTP errors answer a short text, anything unexpected is logged with the
+request's correlation id and answered 500 "internal error".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import orjson
+import structlog
+from aiohttp import web
+
+from services.tiles.tilemath import TileError, ZoomRange, parse_tile
+
+from .status import StatusModel
+from .tiles import TileRefused, TileServer
+from .web_metrics import WebMetrics
+
+log = structlog.get_logger("toposm.web")
+STATIC = Path(__file__).parent / "static"
+MAX_OVERLAY = 5000
+MAX_LIVE_CLIENTS = 100
+KEEPALIVE = 15.0
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_response(data: object, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    correlation_id = uuid.uuid4().hex
+    with structlog.contextvars.bound_contextvars(correlation_id=correlation_id):
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status >= 400 and exc.text is None:
+                exc.text = f"{exc.status}: {exc.reason}\n"
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("request failed", path=request.path)
+            return web.Response(status=500, text=f"internal error (correlation id {correlation_id})\n")
+
+
+def client_of(request: web.Request) -> str:
+    # The peer address, not X-Forwarded-For: a header anyone can forge would defeat the per-client cap.
+    return request.remote or "unknown"
+
+
+class WebApp:
+    def __init__(self, status: StatusModel, metrics: WebMetrics, tiles: TileServer, zooms: ZoomRange) -> None:
+        self.status = status
+        self.metrics = metrics
+        self.tiles = tiles
+        self.zooms = zooms
+        self.live_clients = 0
+        self.closing = asyncio.Event()
+        metrics.on_demand.set_function(lambda: tiles.in_flight)
+
+    def build(self) -> web.Application:
+        app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024)
+        app.router.add_get("/", self.page("status.html"))
+        app.router.add_get("/map", self.page("map.html"))
+        app.router.add_get("/events", self.events)
+        app.router.add_get("/api/status", self.api_status)
+        app.router.add_get("/api/overlay", self.api_overlay)
+        app.router.add_post("/api/render", self.api_render)
+        app.router.add_get("/tiles/{z}/{x}/{y}.png", self.tile)
+        app.router.add_get("/metrics", self.prometheus)
+        app.router.add_static("/static/", STATIC, show_index=False, follow_symlinks=False)
+        return app
+
+    def page(self, name: str) -> Handler:
+        async def serve(request: web.Request) -> web.StreamResponse:
+            return web.FileResponse(STATIC / name, headers={"Cache-Control": "no-cache"})
+
+        return serve
+
+    def parse_tile(self, text: str) -> object:
+        try:
+            return parse_tile(text, self.zooms)
+        except TileError as exc:
+            raise web.HTTPBadRequest(text=f"400: {exc}\n") from None
+
+    async def tile(self, request: web.Request) -> web.StreamResponse:
+        m = request.match_info
+        tile = self.parse_tile(f"{m['z']}/{m['x']}/{m['y']}")
+        try:
+            served = await self.tiles.get(tile, client_of(request))  # type: ignore[arg-type]
+        except TileRefused as exc:
+            self.metrics.tile_requests.labels(f"refused_{exc.status}").inc()
+            headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else {}
+            return web.Response(status=exc.status, text=f"{exc.status}: {exc.message}\n", headers=headers)
+        self.metrics.tile_requests.labels(served.state).inc()
+        return web.FileResponse(served.path, headers={"Cache-Control": "no-cache", "X-Tile-State": served.state,
+                                                      "Content-Type": "image/png"})
+
+    async def api_status(self, request: web.Request) -> web.Response:
+        return json_response(self.status.snapshot())
+
+    async def api_overlay(self, request: web.Request) -> web.Response:
+        await asyncio.to_thread(self.status.tracker.prune_rendered, self.tiles.metatile_mtime)
+        items = self.status.tracker.items()[-MAX_OVERLAY:]
+        return json_response({"metatiles": [{"z": m.z, "mx": m.mx, "my": m.my, "side": m.side, "state": state}
+                                            for m, state in items], "total": len(self.status.tracker)})
+
+    async def api_render(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json(loads=orjson.loads)
+        except (ValueError, UnicodeDecodeError):
+            raise web.HTTPBadRequest(text='400: body must be JSON: {"tile": "z/x/y"}\n') from None
+        text = body.get("tile") if isinstance(body, dict) else None
+        if not isinstance(text, str):
+            raise web.HTTPBadRequest(text='400: body must be JSON: {"tile": "z/x/y"}\n')
+        tile = self.parse_tile(text)
+        try:
+            answer = await self.tiles.rerender(tile, client_of(request))  # type: ignore[arg-type]
+        except TileRefused as exc:
+            return json_response({"error": exc.message}, status=exc.status)
+        return json_response(answer, status=202)
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        body = await asyncio.to_thread(self.metrics.render)
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """Server-sent events: the whole snapshot whenever it changes (it is small), keep-alive comments."""
+        if self.live_clients >= MAX_LIVE_CLIENTS:
+            raise web.HTTPServiceUnavailable(text="503: too many live clients\n")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                               "X-Accel-Buffering": "no"})
+        await response.prepare(request)
+        self.live_clients += 1
+        self.metrics.sse_clients.set(self.live_clients)
+        try:
+            seen = -1
+            while not self.closing.is_set():
+                if self.status.version != seen:
+                    seen = self.status.version
+                    await response.write(b"data: " + orjson.dumps(self.status.snapshot()) + b"\n\n")
+                    continue
+                async with self.status.changed:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.status.changed.wait(), KEEPALIVE)
+                if self.status.version == seen:
+                    await response.write(b": keep-alive\n\n")
+        except ConnectionResetError:
+            pass  # the page was closed
+        finally:
+            self.live_clients -= 1
+            self.metrics.sse_clients.set(self.live_clients)
+        return response

@@ -1,0 +1,171 @@
+"""Feeding the status model from the bus: polls (queuemaster stats, Spark job list, unit pings for dead
+letters), alerts (Spark progress, expirations) and the queuemaster's render log when it is readable.
+
+Every call goes through ``call`` so that /metrics counts it by endpoint and status. A poll that fails
+marks its part of the page offline; it never stops the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+
+from qbroker import QBrokerError, RequestContext, RequestError, RequestFailed, Unit
+from services.tiles.tilemath import ZoomRange, parse_tile_list
+
+from .status import StatusModel
+from .web_metrics import WebMetrics
+
+log = structlog.get_logger("toposm.web")
+QUEUEMASTER = "toposm.queuemaster"
+SPARK_JOBS = "spark.job"
+PROGRESS_PATTERN = "spark.progress.#"
+EXPIRE_TOPIC = "expire_toposm"
+MAX_LOG_READ = 1 << 20  # bytes of render log read per poll: a huge backlog is caught up over several polls
+
+
+class Collector:
+    def __init__(self, unit: Unit, status: StatusModel, metrics: WebMetrics, *, zooms: ZoomRange,
+                 poll_interval: float = 1.0, render_log: Path | None = None) -> None:
+        self.unit = unit
+        self.status = status
+        self.metrics = metrics
+        self.zooms = zooms
+        self.poll_interval = poll_interval
+        self.render_log = render_log
+        self._log_offset = 0
+        self._log_inode: int | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.wake = asyncio.Event()  # set to poll at once (after a render request)
+        unit.on_alert(PROGRESS_PATTERN)(self._on_progress)
+        unit.on_alert(EXPIRE_TOPIC)(self._on_expire)
+
+    async def call(self, endpoint: str, body: Any, timeout: float) -> Any:
+        status = "ok"
+        try:
+            return await self.unit.call(endpoint, body, timeout=timeout)
+        except RequestFailed as exc:
+            status = "fail"
+            raise exc
+        except RequestError as exc:
+            status = "error"
+            raise exc
+        except QBrokerError as exc:
+            status = type(exc).__name__
+            raise exc
+        finally:
+            self.metrics.rpc_calls.labels(endpoint, status).inc()
+
+    # -- alerts --------------------------------------------------------------------------------------
+
+    async def _on_progress(self, body: Any, ctx: RequestContext) -> None:
+        if not isinstance(body, dict) or not isinstance(body.get("job_id"), str):
+            ctx.log.info("progress alert without a job_id ignored")
+            return
+        self.status.job_progress(body)
+        await self.status.touch()
+
+    async def _on_expire(self, body: Any) -> None:
+        if isinstance(body, bytes | bytearray):
+            body = bytes(body).decode("utf-8", "replace")
+        if isinstance(body, list):
+            body = ";".join(str(item) for item in body)
+        if not isinstance(body, str):
+            return
+        tiles, _ = parse_tile_list(body[:1_000_000], self.zooms)
+        self.status.mark_expired(tiles)
+        await self.status.touch()
+
+    # -- polls ---------------------------------------------------------------------------------------
+
+    async def poll_queuemaster(self) -> None:
+        try:
+            stats = await self.call(QUEUEMASTER, {"command": "stats"}, timeout=max(2.0, self.poll_interval * 3))
+        except QBrokerError as exc:
+            self.status.set_queuemaster(None, f"{type(exc).__name__}: {exc}")
+            return
+        if isinstance(stats, dict):
+            self.status.set_queuemaster(stats)
+        else:
+            self.status.set_queuemaster(None, "stats answer is not an object")
+
+    async def poll_jobs(self) -> None:
+        try:
+            answer = await self.call(SPARK_JOBS, {"command": "list", "limit": 50}, timeout=5)
+        except QBrokerError as exc:
+            self.status.set_jobs(None, f"{type(exc).__name__}: {exc}")
+            return
+        jobs = answer.get("jobs") if isinstance(answer, dict) else None
+        self.status.set_jobs([j for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else [])
+
+    async def poll_units(self) -> None:
+        units = []
+        with contextlib.suppress(QBrokerError):
+            async for reply in self.unit.gather("qbroker.ping", timeout=3, gap=0.5):
+                if isinstance(reply.body, dict):
+                    units.append(reply.body)
+        self.status.set_units(units)
+
+    def read_render_log(self) -> int:
+        """New lines of the render log since the last read (start over when the file was replaced)."""
+        if self.render_log is None:
+            return 0
+        try:
+            info = os.stat(self.render_log)
+        except OSError:
+            return 0
+        if info.st_ino != self._log_inode or info.st_size < self._log_offset:
+            self._log_inode, self._log_offset = info.st_ino, 0
+        if info.st_size == self._log_offset:
+            return 0
+        with open(self.render_log, "rb") as f:
+            f.seek(self._log_offset)
+            chunk = f.read(MAX_LOG_READ)
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self._log_offset += len(complete)
+        count = 0
+        for line in complete.splitlines():
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                self.status.add_render(record)
+                self.metrics.observe_render(record)
+                count += 1
+        return count
+
+    async def _loop(self, poll: Any, every: float, wake: asyncio.Event) -> None:
+        while True:
+            try:
+                await poll()
+            except Exception:  # a bug in one poll must not blank the whole page
+                log.exception("status poll failed", poll=poll.__name__)
+            await self.status.touch()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), every)
+            wake.clear()
+
+    async def _fast(self) -> None:
+        await self.poll_queuemaster()
+        await asyncio.to_thread(self.read_render_log)
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._loop(self._fast, self.poll_interval, self.wake)),
+            asyncio.create_task(self._loop(self.poll_jobs, max(2.0, self.poll_interval * 2), asyncio.Event())),
+            asyncio.create_task(self._loop(self.poll_units, max(5.0, self.poll_interval * 5), asyncio.Event())),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,57 @@
+"""``toposm-web``: the operator's view (status page, slippy map, tiles on demand, metrics) on the bus."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from qbroker.runner import serve
+from services.tiles.tilemath import ZoomRange
+
+from .service import APP, WebService, WebSettings
+from .tiles import OnDemandLimits
+
+
+def parse_args(argv: list[str] | None = None) -> WebSettings:
+    p = argparse.ArgumentParser(prog="toposm-web", description=__doc__)
+    p.add_argument("--tile-root", type=Path, default=Path("tiles"), help="tile store root (<root>/z/x/y.png)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8080, help="HTTP port (0: any free port)")
+    p.add_argument("--render-log", type=Path, default=None,
+                   help="the queuemaster's render log (recent renders, failures, durations)")
+    p.add_argument("--min-zoom", type=int, default=0)
+    p.add_argument("--max-zoom", type=int, default=18)
+    p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between queuemaster stats polls")
+    p.add_argument("--render-timeout", type=float, default=30.0, help="seconds a tile request waits for a render")
+    p.add_argument("--max-renders-per-client", type=int, default=8)
+    p.add_argument("--max-renders", type=int, default=64, help="on-demand metatile renders in flight in total")
+    a = p.parse_args(argv)
+    try:
+        zooms = ZoomRange(a.min_zoom, a.max_zoom)
+    except ValueError as exc:
+        p.error(str(exc))
+    if not 0 <= a.port <= 65535:
+        p.error("--port must be 0..65535")
+    if a.poll_interval <= 0 or a.render_timeout <= 0 or a.max_renders < 1 or a.max_renders_per_client < 1:
+        p.error("intervals, timeouts and limits must be positive")
+    return WebSettings(tile_root=a.tile_root, host=a.host, port=a.port, render_log=a.render_log, zooms=zooms,
+                       poll_interval=a.poll_interval,
+                       limits=OnDemandLimits(per_client=a.max_renders_per_client, total=a.max_renders,
+                                             timeout=a.render_timeout))
+
+
+class _AnnouncedWebService(WebService):
+    """Prints the page URLs once the HTTP server is bound (the port is known only then with --port 0)."""
+
+    async def start(self) -> None:
+        await super().start()
+        print(f"toposm-web: status {self.url}/  map {self.url}/map  metrics {self.url}/metrics", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = parse_args(argv)
+    serve(APP, lambda unit: _AnnouncedWebService(unit, settings), drain_timeout=2)
+
+
+if __name__ == "__main__":
+    main()

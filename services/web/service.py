@@ -1,0 +1,79 @@
+"""toposm-web as a service on a unit: the constructor registers the bus listeners (before ``unit.start()``),
+``start()`` starts the polls and the HTTP server, ``stop()`` stops both gracefully.
+
+This is the shape ``qbroker.runner.serve(app, make_service)`` expects (``make_service(unit) -> Service``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+from aiohttp import web
+
+from qbroker import Unit
+from qbroker.metrics import instrument
+from services.tiles.tile_store import TileStore
+from services.tiles.tilemath import ZoomRange
+
+from .app import WebApp
+from .collector import Collector
+from .status import StatusModel
+from .tiles import OnDemandLimits, TileServer
+from .web_metrics import WebMetrics
+
+log = structlog.get_logger("toposm.web")
+APP = "toposm.web"
+
+
+@dataclass
+class WebSettings:
+    tile_root: Path
+    host: str = "127.0.0.1"
+    port: int = 8080  # 0: any free port (see WebService.url)
+    render_log: Path | None = None
+    zooms: ZoomRange = ZoomRange(0, 18)
+    poll_interval: float = 1.0
+    limits: OnDemandLimits = field(default_factory=OnDemandLimits)
+
+
+class WebService:
+    def __init__(self, unit: Unit, settings: WebSettings) -> None:
+        self.unit = unit
+        self.settings = settings
+        self.status = StatusModel()
+        self.metrics = WebMetrics(self.status)
+        instrument(unit, self.metrics.library)
+        self.collector = Collector(unit, self.status, self.metrics, zooms=settings.zooms,
+                                   poll_interval=settings.poll_interval, render_log=settings.render_log)
+        self.tiles = TileServer(TileStore(settings.tile_root), self.collector, self.status, settings.limits)
+        self.web = WebApp(self.status, self.metrics, self.tiles, settings.zooms)
+        self._runner: web.AppRunner | None = None
+        self.port = settings.port
+
+    @property
+    def url(self) -> str:
+        host = self.settings.host if self.settings.host not in ("0.0.0.0", "::") else "127.0.0.1"  # noqa: S104
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        """After ``unit.start()``: poll the bus and serve HTTP."""
+        self.collector.start()
+        self._runner = web.AppRunner(self.web.build(), access_log=None, shutdown_timeout=5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        await site.start()
+        server = getattr(site, "_server", None)  # the bound port when asked for port 0
+        if server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+        log.info("toposm-web serving", status_page=f"{self.url}/", map=f"{self.url}/map",
+                 metrics=f"{self.url}/metrics")
+
+    async def stop(self) -> None:
+        self.web.closing.set()
+        await self.status.touch()  # ends the live streams
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.tiles.close()
+        await self.collector.stop()

@@ -1,0 +1,58 @@
+// Slippy map of the tile store; overlay of metatiles expired or requested; click to request a render.
+"use strict";
+
+const params = new URLSearchParams(location.search);
+const map = L.map("map", { worldCopyJump: true }).setView(
+  [Number(params.get("lat") || 20), Number(params.get("lon") || 0)], Number(params.get("zoom") || 2));
+const tiles = L.tileLayer("/tiles/{z}/{x}/{y}.png", {
+  maxZoom: 18, tileSize: 256, attribution: "© OpenStreetMap contributors",
+}).addTo(map);
+// A tile refused for now (429/503: render budget full or still rendering) is asked for again, a few times.
+tiles.on("tileerror", (event) => {
+  const tries = Number(event.tile.dataset.tries || 0);
+  if (tries >= 5) return;
+  event.tile.dataset.tries = String(tries + 1);
+  setTimeout(() => { event.tile.src = event.tile.src.split("?")[0] + "?retry=" + (tries + 1); }, 2000 * (tries + 1));
+});
+const overlay = L.layerGroup().addTo(map);
+const colours = { expired: "#d97706", requested: "#2563eb" };
+
+function tileToLatLng(x, y, z) {
+  const n = Math.PI - (2 * Math.PI * y) / 2 ** z;
+  return [(180 / Math.PI) * Math.atan(0.5 * (Math.exp(n) - Math.exp(-n))), (x / 2 ** z) * 360 - 180];
+}
+
+async function refreshOverlay() {
+  try {
+    const answer = await (await fetch("/api/overlay")).json();
+    overlay.clearLayers();
+    for (const m of answer.metatiles) {
+      const x0 = m.mx * 8, y0 = m.my * 8;
+      const bounds = [tileToLatLng(x0, y0, m.z), tileToLatLng(x0 + m.side, y0 + m.side, m.z)];
+      L.rectangle(bounds, { color: colours[m.state] || "#999", weight: 1, fillOpacity: 0.15 })
+        .bindTooltip(`${m.z}/${m.mx}/${m.my} ${m.state}`).addTo(overlay);
+    }
+    document.getElementById("overlay-count").textContent = `overlay: ${answer.total} metatiles`;
+  } catch (err) {
+    document.getElementById("overlay-count").textContent = "overlay: unavailable";
+  }
+}
+
+map.on("click", async (event) => {
+  const z = map.getZoom();
+  const n = 2 ** z;
+  const lat = event.latlng.lat * Math.PI / 180;
+  const x = Math.floor(((event.latlng.lng + 180) / 360) * n);
+  const y = Math.floor(((1 - Math.log(Math.tan(lat) + 1 / Math.cos(lat)) / Math.PI) / 2) * n);
+  const tile = `${z}/${Math.min(Math.max(x, 0), n - 1)}/${Math.min(Math.max(y, 0), n - 1)}`;
+  const answer = await fetch("/api/render", {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ tile }),
+  });
+  const text = answer.ok ? `render of ${tile} requested` : `render of ${tile} refused (${answer.status})`;
+  L.popup().setLatLng(event.latlng).setContent(text).openOn(map);
+  refreshOverlay();
+  if (answer.ok) setTimeout(() => tiles.redraw(), 3000);
+});
+
+refreshOverlay();
+setInterval(refreshOverlay, 5000);

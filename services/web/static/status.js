@@ -1,0 +1,83 @@
+// Live status page: one EventSource; every event carries the whole snapshot (it is small).
+"use strict";
+
+function cell(text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text === null || text === undefined ? "" : String(text);
+  if (cls) td.className = cls;
+  return td;
+}
+
+function fill(id, rows, empty) {
+  const body = document.getElementById(id);
+  body.replaceChildren();
+  if (!rows.length && empty) rows = [[cell(empty)]];
+  for (const cells of rows) {
+    const tr = document.createElement("tr");
+    tr.append(...cells);
+    body.append(tr);
+  }
+}
+
+function setText(id, value) {
+  document.getElementById(id).textContent = String(value);
+}
+
+function progressCell(job) {
+  const td = document.createElement("td");
+  const spark = job.spark || {};
+  if (spark.tasks) {
+    const bar = document.createElement("progress");
+    bar.max = spark.tasks;
+    bar.value = spark.tasks_completed || 0;
+    td.append(bar, ` ${spark.tasks_completed || 0}/${spark.tasks} tasks`);
+  } else if (job.counters && Object.keys(job.counters).length) {
+    td.textContent = Object.entries(job.counters).map(([k, v]) => `${k} ${v}`).join(", ");
+  }
+  return td;
+}
+
+function render(s) {
+  const q = s.queues;
+  setText("queue-total", q.total);
+  setText("queue-missing", q.missing);
+  setText("queue-important", q.important);
+  setText("queue-expired", q.expired);
+  setText("queue-rendering", q.rendering);
+  const qm = s.queuemaster;
+  const state = document.getElementById("qm-state");
+  state.textContent = qm.online ? "" : `(queuemaster offline: ${qm.error || "no answer yet"})`;
+  state.className = qm.online ? "" : "error";
+  fill("by-zoom", Object.entries(q.expired_by_zoom).map(([z, n]) => [cell(z), cell(n, "num")]), "none");
+  fill("counters", Object.entries(qm.counters || {}).map(([k, v]) => [cell(k), cell(v, "num")]));
+  setText("renderer-count", s.renderers.length);
+  fill("renderers", s.renderers.map((r) => [
+    cell(r.renderer), cell(r.strategy), cell(r.state, "state-" + r.state), cell(r.metatile || "–"),
+    cell(r.rendered, "num"), cell(r.rate_per_minute, "num"), cell(r.failures, "num"),
+  ]), "no render threads registered");
+  fill("recent", s.recent_renders.map((r) => [cell(r.metatile), cell(r.renderer), cell(r.duration, "num")]),
+       "none yet");
+  fill("failures", s.recent_failures.map((r) => [cell(r.metatile), cell(r.renderer), cell(r.reason)]), "none");
+  const spark = document.getElementById("spark-state");
+  spark.textContent = s.spark.error ? "(bridge not answering)" : "";
+  spark.title = s.spark.error || "";
+  fill("jobs", s.spark.jobs.map((j) => [
+    cell((j.job_id || "").slice(0, 12)), cell(j.kind), cell(j.state), cell(j.phase), progressCell(j),
+  ]), "no jobs");
+  fill("dead-letters", Object.entries(s.dead_letters).map(([k, v]) => [cell(k), cell(v, "num")]), "none");
+  fill("units", s.units.map((u) => [cell(u.app), cell(u.host), cell(u.pid, "num")]));
+  document.querySelectorAll("#counters tr").forEach((tr) => {
+    tr.dataset.counter = tr.firstChild.textContent;
+  });
+  document.body.dataset.version = String(s.version);
+}
+
+function connect() {
+  const live = document.getElementById("live");
+  const events = new EventSource("/events");
+  events.onopen = () => { live.textContent = "live"; live.className = "live"; };
+  events.onmessage = (event) => render(JSON.parse(event.data));
+  events.onerror = () => { live.textContent = "reconnecting…"; live.className = "live off"; };
+}
+
+connect();

@@ -1,0 +1,169 @@
+"""Serving ``/tiles/z/x/y.png`` from the tile store with render on demand, like mod_tile.
+
+* a fresh tile is served from the store;
+* a stale tile (its metatile expired after the file was written) is served at once and a render queued;
+* a missing tile is requested from the queuemaster (``render``) and served when rendered, within a timeout.
+
+On-demand renders are bounded: one ``render`` call per metatile however many requests want it, at most
+``per_client`` metatiles in flight per client address (HTTP 429 beyond) and ``total`` metatiles in flight
+(HTTP 503 beyond). Nothing queues without bound here; the queuemaster's own queue is the only queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qbroker import NoServer, QBrokerError, RequestError, RequestFailed
+from services.tiles.tile_store import TileStore
+from services.tiles.tilemath import Metatile, Tile
+
+from .collector import QUEUEMASTER, Collector
+from .status import StatusModel
+
+
+class TileRefused(Exception):
+    """The tile cannot be served now: ``status`` is the HTTP status, the message says why."""
+
+    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.retry_after = retry_after
+
+
+@dataclass
+class ServedTile:
+    path: Path
+    state: str  # fresh | stale | rendered
+
+
+@dataclass
+class OnDemandLimits:
+    per_client: int = 8
+    total: int = 64
+    timeout: float = 30.0
+
+
+class TileServer:
+    def __init__(self, store: TileStore, collector: Collector, status: StatusModel, limits: OnDemandLimits) -> None:
+        self.store = store
+        self.collector = collector
+        self.status = status
+        self.limits = limits
+        self.renders: dict[Metatile, asyncio.Task[Any]] = {}
+        # client -> metatiles it waits for (with a count of its requests for each): the budget is renders,
+        # so the 64 tiles of one metatile that a map view asks for at once cost one slot, not 64.
+        self.per_client: dict[str, Counter[Metatile]] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.renders)
+
+    def metatile_mtime(self, metatile: Metatile) -> float | None:
+        return self._mtime(metatile.top_left)  # a render writes all of a metatile's tiles together
+
+    def _mtime(self, tile: Tile) -> float | None:
+        try:
+            return self.store.path(tile).stat().st_mtime
+        except OSError:
+            return None
+
+    async def get(self, tile: Tile, client: str) -> ServedTile:
+        metatile = tile.metatile
+        mtime = self._mtime(tile)
+        if mtime is not None:
+            expired_at = self.status.tracker.expired_at(metatile)
+            if expired_at is None or mtime >= expired_at:
+                if expired_at is not None:
+                    self.status.tracker.done(metatile)
+                return ServedTile(self.store.path(tile), "fresh")
+            with contextlib.suppress(TileRefused):  # a full render budget must not hide the stale tile
+                self.start(tile, client)
+            return ServedTile(self.store.path(tile), "stale")
+        task = self.start(tile, client, waiting=True)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.limits.timeout)
+        except TimeoutError:
+            raise TileRefused(503, f"tile {tile} is queued but not rendered within {self.limits.timeout:g}s",
+                              retry_after=5) from None
+        except NoServer:
+            raise TileRefused(503, "no queuemaster is running", retry_after=10) from None
+        except (RequestFailed, RequestError) as exc:
+            raise TileRefused(502, f"render of {tile} failed: {exc.message}") from None
+        except QBrokerError as exc:
+            raise TileRefused(503, f"render of {tile} not confirmed: {type(exc).__name__}", retry_after=5) from None
+        finally:
+            self._release(client, metatile)
+        if self._mtime(tile) is None:
+            raise TileRefused(404, f"tile {tile} was rendered but is not in the tile store")
+        return ServedTile(self.store.path(tile), "rendered")
+
+    def start(self, tile: Tile, client: str, *, waiting: bool = False) -> asyncio.Task[Any]:
+        """Join the render of the tile's metatile, or start one if the budgets allow. A waiting request
+        holds its client's slot until it returns; a background render until it finishes."""
+        metatile = tile.metatile
+        mine = self.per_client.setdefault(client, Counter())
+        if metatile not in mine and len(mine) >= self.limits.per_client:
+            raise TileRefused(429, f"too many renders in flight for this client (limit {self.limits.per_client})",
+                              retry_after=5)
+        task = self.renders.get(metatile)
+        if task is None:
+            if len(self.renders) >= self.limits.total:
+                raise TileRefused(503, f"render budget exhausted ({self.limits.total} metatiles in flight)",
+                                  retry_after=5)
+            task = asyncio.create_task(self._render(tile))
+            self.renders[metatile] = task
+            task.add_done_callback(lambda done: self._finished(metatile, done))
+            self.status.tracker.mark(metatile, "requested")
+            self.collector.wake.set()
+        mine[metatile] += 1
+        if not waiting:
+            task.add_done_callback(lambda _: self._release(client, metatile))
+        return task
+
+    async def _render(self, tile: Tile) -> Any:
+        # The call's own deadline is the render timeout: a longer render keeps its place in the queue.
+        return await self.collector.call(QUEUEMASTER, {"command": "render", "tile": str(tile)},
+                                         timeout=self.limits.timeout)
+
+    def _finished(self, metatile: Metatile, task: asyncio.Task[Any]) -> None:
+        if self.renders.get(metatile) is task:
+            del self.renders[metatile]
+        if not task.cancelled() and task.exception() is None:
+            self.status.tracker.done(metatile)
+        self.collector.wake.set()
+
+    def _release(self, client: str, metatile: Metatile) -> None:
+        mine = self.per_client.get(client)
+        if mine is None:
+            return
+        mine[metatile] -= 1
+        if mine[metatile] <= 0:
+            del mine[metatile]
+        if not mine:
+            del self.per_client[client]
+
+    async def rerender(self, tile: Tile, client: str) -> dict[str, Any]:
+        """A click on the map: expire the tile's metatile (so a fresh one renders again) and queue it."""
+        try:
+            await self.collector.call(QUEUEMASTER, {"command": "expire", "tiles": str(tile)}, timeout=5)
+        except NoServer:
+            raise TileRefused(503, "no queuemaster is running", retry_after=10) from None
+        except QBrokerError as exc:
+            raise TileRefused(502, f"expire of {tile} refused: {exc}") from None
+        if self._mtime(tile) is not None:
+            self.status.tracker.mark(tile.metatile, "expired")
+        self.start(tile, client)
+        return {"tile": str(tile), "metatile": str(tile.metatile), "state": "queued"}
+
+    async def close(self) -> None:
+        for task in list(self.renders.values()):
+            task.cancel()
+        for task in list(self.renders.values()):
+            with contextlib.suppress(BaseException):
+                await task

@@ -1,0 +1,149 @@
+"""apply_osc on a store imported from the real Helsinki extract: each kind of edit, and all-or-nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from services.osmstore.render_store import RenderStoreError, apply_osc
+from services.osmstore.wkb import mercator
+from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml, write_osc
+
+
+@pytest.fixture(scope="module")
+def extract(helsinki: Path) -> Extract:
+    return read_extract(helsinki)
+
+
+def _db(store: Path) -> sqlite3.Connection:
+    return sqlite3.connect(store / "render.sqlite")
+
+
+def _bbox(db: sqlite3.Connection, table: str, osm_type: str, osm_id: int) -> tuple[float, float, float, float]:
+    row = db.execute(f"SELECT i.xmin, i.ymin, i.xmax, i.ymax FROM {table} t JOIN idx_{table}_geom i "
+                     f"ON i.pkid = t.fid WHERE t.osm_type = ? AND t.osm_id = ?", (osm_type, osm_id)).fetchone()
+    assert row is not None, f"{table} has no feature for {osm_type}{osm_id}"
+    return row
+
+
+def _street(extract: Extract, name: str) -> tuple[int, list[int], dict[str, str]]:
+    for wid, (refs, tags) in extract.ways.items():
+        if tags.get("name") == name and tags.get("highway"):
+            return wid, refs, tags
+    raise AssertionError(f"no street {name} in the extract")
+
+
+def _complete_building(extract: Extract, used_by_relations: bool = False) -> tuple[int, list[int], dict[str, str]]:
+    members = {ref for refs, _ in extract.relations.values() for t, ref, _r in refs if t == "w"}
+    for wid, (refs, tags) in sorted(extract.ways.items()):
+        if (tags.get("building") and refs[0] == refs[-1] and all(r in extract.nodes for r in refs)
+                and (wid in members) == used_by_relations):
+            return wid, refs, tags
+    raise AssertionError("no complete building in the extract")
+
+
+def test_renamed_street_shows_its_new_name(store: Path, extract: Extract, tmp_path: Path) -> None:
+    wid, refs, tags = _street(extract, "Mikonkatu")
+    diff = write_osc(tmp_path / "rename.osc", osc(modify=[way_xml(wid, refs, {**tags, "name": "Qbrokerinkatu"})]))
+    stats = apply_osc(store, diff)
+    assert stats["ways_modified"] == 1 and stats["ways_rebuilt"] == 1
+    db = _db(store)
+    assert db.execute("SELECT name FROM roads WHERE osm_type = 'w' AND osm_id = ?", (wid,)).fetchall() == [
+        ("Qbrokerinkatu",)]
+    assert db.execute("SELECT json_extract(tags, '$.name') FROM ways WHERE id = ?", (wid,)).fetchone()[0] == (
+        "Qbrokerinkatu")
+
+
+def test_moved_node_rebuilds_the_way_not_in_the_diff(store: Path, extract: Extract, tmp_path: Path) -> None:
+    wid, refs, _tags = _complete_building(extract)
+    db = _db(store)
+    before = _bbox(db, "buildings", "w", wid)
+    nid = refs[0]
+    lon, lat = extract.nodes[nid]
+    new_lon, new_lat = lon + 0.002, lat + 0.001  # pulls one corner well outside the old outline
+    stats = apply_osc(store, write_osc(tmp_path / "move.osc.gz", osc(modify=[node_xml(nid, new_lon, new_lat)])))
+    assert stats["nodes_modified"] == 1 and stats["ways_rebuilt"] >= 1
+    after = _bbox(_db(store), "buildings", "w", wid)
+    x, y = mercator(new_lon, new_lat)
+    assert after != before
+    assert after[2] == pytest.approx(max(before[2], x), abs=1.0)
+    assert after[3] == pytest.approx(max(before[3], y), abs=1.0)
+
+
+def test_moved_member_node_rebuilds_the_multipolygon(store: Path, extract: Extract, tmp_path: Path) -> None:
+    db = _db(store)
+    rel_id = db.execute("SELECT osm_id FROM buildings WHERE osm_type = 'r' ORDER BY osm_id LIMIT 1").fetchone()[0]
+    members, _tags = extract.relations[rel_id]
+    outer = next(ref for t, ref, role in members if t == "w" and role == "outer")
+    nid = extract.ways[outer][0][1]
+    lon, lat = extract.nodes[nid]
+    before = _bbox(db, "buildings", "r", rel_id)
+    stats = apply_osc(store, write_osc(tmp_path / "mp.osc", osc(modify=[node_xml(nid, lon - 0.003, lat)])))
+    assert stats["relations_rebuilt"] >= 1
+    after = _bbox(_db(store), "buildings", "r", rel_id)
+    assert after[0] == pytest.approx(mercator(lon - 0.003, lat)[0], abs=1.0) and after[0] < before[0]
+
+
+def test_new_building(store: Path, tmp_path: Path) -> None:
+    corners = [(24.9440, 60.1700), (24.9444, 60.1700), (24.9444, 60.1702), (24.9440, 60.1702)]
+    nodes = [node_xml(9_000_000_001 + i, lon, lat, version=1) for i, (lon, lat) in enumerate(corners)]
+    refs = [9_000_000_001 + i for i in range(4)] + [9_000_000_001]
+    way = way_xml(9_000_000_100, refs, {"building": "yes", "name": "Qbroker House"}, version=1)
+    stats = apply_osc(store, write_osc(tmp_path / "new.osc", osc(create=[*nodes, way])))
+    assert stats["nodes_created"] == 4 and stats["ways_created"] == 1
+    db = _db(store)
+    assert db.execute("SELECT name FROM buildings WHERE osm_id = 9000000100").fetchone() == ("Qbroker House",)
+    minx, miny, maxx, maxy = _bbox(db, "buildings", "w", 9_000_000_100)
+    assert (minx, miny) == pytest.approx(mercator(24.9440, 60.1700), abs=1.0)
+    assert (maxx, maxy) == pytest.approx(mercator(24.9444, 60.1702), abs=1.0)
+
+
+def test_deleted_way(store: Path, extract: Extract, tmp_path: Path) -> None:
+    wid, refs, tags = _street(extract, "Aleksanterinkatu")
+    db = _db(store)
+    assert db.execute("SELECT count(*) FROM roads WHERE osm_id = ?", (wid,)).fetchone()[0] == 1
+    stats = apply_osc(store, write_osc(tmp_path / "del.osc", osc(delete=[way_xml(wid, refs, tags, version=3)])))
+    assert stats["ways_deleted"] == 1
+    db = _db(store)
+    assert db.execute("SELECT count(*) FROM roads WHERE osm_id = ?", (wid,)).fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM way_nodes WHERE way_id = ?", (wid,)).fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM roads").fetchone()[0] == db.execute(
+        "SELECT count(*) FROM idx_roads_geom").fetchone()[0]
+
+
+def _digest(store: Path) -> str:
+    db = _db(store)
+    h = hashlib.sha256()
+    for table in ("nodes", "ways", "way_nodes", "roads", "buildings", "idx_buildings_geom", "meta"):
+        for row in db.execute(f"SELECT * FROM {table} ORDER BY 1, 2"):
+            h.update(repr(row).encode())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["osc", "osc.gz"])
+def test_failure_midway_changes_nothing(store: Path, extract: Extract, tmp_path: Path, compressed: bool) -> None:
+    """Every node moves, then the file breaks: the moves already read must be rolled back."""
+    before = _digest(store)
+    moves = [node_xml(nid, lon + 0.001, lat) for nid, (lon, lat) in extract.nodes.items()]
+    wid, refs, tags = _street(extract, "Mikonkatu")
+    text = osc(modify=[*moves, way_xml(wid, refs, {**tags, "name": "Never"})])
+    if compressed:  # a download cut short
+        data = write_osc(tmp_path / "full.osc.gz", text).read_bytes()
+        diff = tmp_path / "cut.osc.gz"
+        diff.write_bytes(data[: len(data) * 3 // 4])
+    else:  # a corrupt element after thousands of good ones
+        bad = text.replace("</modify>", '<node id="not-a-number" lat="1" lon="1"/></modify>')
+        diff = write_osc(tmp_path / "bad.osc", bad)
+    with pytest.raises(RenderStoreError, match="the store is unchanged"):
+        apply_osc(store, diff)
+    assert _digest(store) == before
+
+
+def test_missing_inputs(store: Path, tmp_path: Path) -> None:
+    with pytest.raises(RenderStoreError, match="no such file"):
+        apply_osc(store, tmp_path / "nothing.osc")
+    with pytest.raises(RenderStoreError, match="not a rendering store"):
+        apply_osc(tmp_path, write_osc(tmp_path / "empty.osc", osc()))

@@ -1,0 +1,52 @@
+"""Queuemaster and a ``toposm-renderer --store`` on real RabbitMQ render real Helsinki data, and re-render
+a street renamed by an osmChange applied to the store."""
+
+import subprocess
+from pathlib import Path
+
+import mercantile
+
+from services.osmstore.importer import import_extract
+from services.osmstore.render_store import apply_osc
+from services.tiles.tile_store import TileStore
+from services.tiles.tilemath import Tile
+from tests.osmstore.osm_fixtures import osc, read_extract, way_xml, write_osc
+
+from .conftest import BIN, eventually, wait_renderers
+
+ROOT = BIN.parent.parent
+
+
+async def test_renderer_store_renders_real_data_and_a_diff(bus, tmp_path: Path):
+    data = subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert data.returncode == 0, data.stderr
+    extract_path = ROOT / data.stdout.strip() / "Helsinki.osm.pbf"
+    store = tmp_path / "helsinki"
+    import_extract(extract_path, store)
+    extract = read_extract(extract_path)
+    streets = {wid: (refs, tags) for wid, (refs, tags) in extract.ways.items()
+               if tags.get("name") == "Mikonkatu" and tags.get("highway") == "unclassified"}
+    refs = max((refs for refs, _ in streets.values()), key=len)
+    lon, lat = extract.nodes[refs[len(refs) // 2]]
+    t = mercantile.tile(lon, lat, 17)
+    tile = Tile(17, t.x, t.y)
+
+    bus.queuemaster()
+    bus.renderer("--store", str(store), backend="mapnik")
+    client = await bus.client()
+    await wait_renderers(client, 1, timeout=60)
+    reply = await client.call("toposm.queuemaster", {"command": "render", "tile": str(tile)}, timeout=120)
+    assert reply["metatile"] == str(tile.metatile)
+    tiles = TileStore(bus.tile_root)
+    before = tiles.path(tile).read_bytes()
+
+    diff = osc(modify=[way_xml(wid, r, {**tags, "name": "Qbrokerinkatu"}) for wid, (r, tags) in streets.items()])
+    assert apply_osc(store, write_osc(tmp_path / "rename.osc", diff))["ways_modified"] == len(streets)
+    await client.alert("expire_toposm", str(tile), content_type="text/plain")
+
+    async def rerendered() -> bool:
+        await client.call("toposm.queuemaster", {"command": "render", "tile": str(tile)}, timeout=120)
+        return tiles.path(tile).read_bytes() != before
+
+    await eventually(rerendered, timeout=120)

@@ -1,0 +1,97 @@
+"""``toposm-web`` on a fresh vhost, with the real queuemaster and test-pattern renderers as
+subprocesses (the tiles harness), and a real headless Chromium driven by Selenium."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.tiles.conftest import BIN, Proc, TileBus, bus, pytest_runtest_makereport  # noqa: F401 - fixtures reused
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts" / "web"
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=1280,900")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Web:
+    url: str
+    proc: Proc
+
+
+def start_web(tb: TileBus, *extra: str) -> Web:
+    """``toposm-web`` as a subprocess, like an operator runs it."""
+    port = free_port()
+    args = [str(BIN / "toposm-web"), "--tile-root", str(tb.tile_root), "--render-log", str(tb.render_log),
+            "--port", str(port), "--poll-interval", "0.3", *extra]
+    proc = Proc(args, tb.url, tb.tmp / "web.log")
+    tb.procs.append(proc)  # stopped by the bus fixture
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            raise AssertionError("toposm-web exited:\n" + proc.log.read_text())
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(url + "/api/status", timeout=2).read()  # noqa: S310 - our own server
+            return Web(url, proc)
+        time.sleep(0.2)
+    raise AssertionError("toposm-web did not answer within 30s:\n" + proc.log.read_text())
+
+
+@pytest.fixture
+def web(bus: TileBus) -> Web:  # noqa: F811
+    return start_web(bus, "--render-timeout", "20")
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[object]:
+    if not shutil.which("chromium") or not shutil.which("chromedriver"):
+        pytest.fail("chromium and chromedriver are missing: run bin/ensure-chromium (bin/test does)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or ""
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=shutil.which("chromedriver")))
+    try:
+        yield driver
+    finally:
+        with contextlib.suppress(Exception):
+            driver.quit()
+
+
+async def wait_for(browser: Any, script: str, timeout: float = 30.0) -> Any:
+    """Wait for a DOM condition (a JS expression) without blocking the event loop."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def until() -> Any:
+        return WebDriverWait(browser, timeout, poll_frequency=0.1).until(
+            lambda driver: driver.execute_script(f"return {script}"))
+
+    return await asyncio.to_thread(until)

@@ -1,0 +1,90 @@
+"""The pages in a real headless Chromium: the live status page and the slippy map (pixels, not only DOM)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from PIL import Image
+
+from tests.tiles.conftest import TileBus, eventually, wait_renderers
+from tests.web.conftest import Web, wait_for
+
+ZOOM2_BACKGROUND = (230, 255, 230)  # the test-pattern backend's colour for zoom 2
+OUTLINE = (200, 0, 0)
+
+
+async def test_status_page_is_live(bus: TileBus, web: Web, browser: Any, artifacts: Path) -> None:
+    bus.queuemaster()
+    bus.renderer(threads=2)
+    await wait_renderers(await bus.client(), 2)
+    await asyncio.to_thread(browser.get, web.url + "/")
+    await wait_for(browser, "document.querySelectorAll('#renderers tr td:first-child').length === 2 && "
+                            "[...document.querySelectorAll('#renderers td:first-child')]"
+                            ".every(td => td.textContent.startsWith('toposm.render.'))")
+    assert await wait_for(browser, "document.getElementById('live').textContent") == "live"
+    before = await wait_for(browser, "document.querySelector('#counters tr[data-counter=requested]')"
+                                     " && document.querySelector('#counters tr[data-counter=requested]')"
+                                     ".lastChild.textContent")
+    async with aiohttp.ClientSession() as session:
+        async with session.post(web.url + "/api/render", json={"tile": "7/3/3"}) as response:
+            assert response.status == 202
+    # Wait on the DOM: the page must change without a reload.
+    after = await wait_for(browser, "(() => { const c = document.querySelector("
+                                    "'#counters tr[data-counter=requested]').lastChild.textContent;"
+                                    f" return c !== '{before}' && c; }})()")
+    assert int(after) > int(before)
+    await wait_for(browser, "[...document.querySelectorAll('#recent td:first-child')]"
+                            ".some(td => td.textContent === '7/0/0')")
+    await asyncio.to_thread(browser.save_screenshot, str(artifacts / "status.png"))
+
+
+async def test_map_shows_tiles_from_the_store(bus: TileBus, web: Web, browser: Any, artifacts: Path) -> None:
+    bus.queuemaster()
+    bus.renderer()
+    await wait_renderers(await bus.client(), 1)
+    await asyncio.to_thread(browser.get, web.url + "/map?zoom=2&lat=0&lon=0")
+    # The tiles are missing at first: each is rendered on demand, then shown.
+    await wait_for(browser, "document.querySelectorAll('img.leaflet-tile-loaded').length >= 4", timeout=60)
+    assert "© OpenStreetMap contributors" in await wait_for(
+        browser, "document.querySelector('.leaflet-control-attribution').textContent")
+    assert await wait_for(browser, "typeof L === 'object' && L.version") == "1.9.4"  # the vendored copy
+    # The on-demand renders are over: the overlay (refreshed every 5 s) drops their metatiles.
+    await wait_for(browser, "document.getElementById('overlay-count').textContent === 'overlay: 0 metatiles'")
+    png = await asyncio.to_thread(browser.get_screenshot_as_png)
+    (artifacts / "map.png").write_bytes(png)
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    width, height = image.size
+    area = image.crop((0, height // 6, width, height))  # below the header
+    colours = area.getcolors(maxcolors=1 << 20) or []
+    counts = {colour: n for n, colour in colours}
+    total = area.size[0] * area.size[1]
+    assert counts.get(ZOOM2_BACKGROUND, 0) > total * 0.3, "the test-pattern tiles are not on screen"
+    assert counts.get(OUTLINE, 0) > 100, "the tile outlines of the test pattern are not on screen"
+
+
+async def test_a_click_on_the_map_requests_a_render(bus: TileBus, web: Web, browser: Any) -> None:
+    bus.queuemaster()
+    bus.renderer()
+    await wait_renderers(await bus.client(), 1)
+    await asyncio.to_thread(browser.get, web.url + "/map?zoom=3&lat=0&lon=0")
+    await wait_for(browser, "document.querySelectorAll('img.leaflet-tile-loaded').length >= 4", timeout=60)
+    before = (bus.tile_root / "3/4/4.png").stat().st_mtime_ns  # the tile under the map's centre
+    # A real click (the WebDriver's mouse), just below and right of the centre: tile 3/4/4.
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    element = browser.find_element(By.ID, "map")
+    click = ActionChains(browser).move_to_element_with_offset(element, 40, 40).click()
+    await asyncio.to_thread(click.perform)
+    popup = await wait_for(browser, "document.querySelector('.leaflet-popup-content') && "
+                                    "document.querySelector('.leaflet-popup-content').textContent")
+    assert popup == "render of 3/4/4 requested", popup
+
+    async def rerendered() -> bool:
+        return (bus.tile_root / "3/4/4.png").stat().st_mtime_ns > before
+
+    await eventually(rerendered)

@@ -1,0 +1,51 @@
+"""The Spark bridge's jobs on the live status page and in /metrics (a real bridge on local Spark)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.spark_bridge.conftest import bridge, spark  # noqa: F401 - the bridge's own fixtures
+from tests.tiles.conftest import TileBus, eventually
+from tests.web.conftest import start_web, wait_for
+
+pytestmark = pytest.mark.usefixtures("bridge")
+
+
+async def test_jobs_show_on_the_page_and_in_metrics(amqp_url: str, make_unit: Any, browser: Any,
+                                                    tmp_path: Path) -> None:
+    tb = TileBus(amqp_url, tmp_path)  # toposm-web on the bridge's vhost; no tile services needed here
+    web = start_web(tb)
+    try:
+        await asyncio.to_thread(browser.get, web.url + "/")
+        await wait_for(browser, "document.body.dataset.version !== '-1'")
+        log = tmp_path / "render.log"
+        log.write_text("".join(json.dumps({"metatile": "9/0/0", "zoom": 9, "renderer": "toposm.render.h.1.1",
+                                           "start": 1000.0 + i, "duration": 1.0, "status": "ok"}) + "\n"
+                               for i in range(10)))
+        client = await make_unit("test.web.spark.client")
+        await client.start()
+        job = await client.call("spark.stats", {"paths": [str(log)], "wait": True, "window_seconds": 5},
+                                timeout=120)
+        short = job["job_id"][:12]
+        row = await wait_for(browser, "[...document.querySelectorAll('#jobs tr')].map(tr => tr.textContent)"
+                                      f".find(t => t.startsWith('{short}') && t.includes('succeeded'))")
+        assert "stats" in row
+
+        async def scraped() -> bool:
+            async with aiohttp.ClientSession() as session, session.get(web.url + "/metrics") as response:
+                text = await response.text()
+            return any(line.startswith('spark_jobs{state="succeeded"}') and not line.endswith(" 0.0")
+                       for line in text.splitlines())
+
+        await eventually(scraped)
+    finally:
+        for proc in tb.procs:
+            with contextlib.suppress(Exception):
+                proc.stop()
