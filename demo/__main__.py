@@ -1,7 +1,10 @@
 """``bin/demo``: start the TopOSM queuemaster, Mapnik renderers and the Spark bridge on the local broker,
 request map tiles, expire them from an OSM change through Spark, and compute render stats with Spark.
 
-    bin/demo [--workdir var/demo] [--renderers 2]
+    bin/demo [--workdir var/demo] [--renderers 2] [--web-port 8080] [--keep-running]
+
+The live status page and the slippy map (toposm-web) run beside the services from the start; their URLs
+are printed first, and ``--keep-running`` leaves everything up after the demo until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 import qbroker
 from demo.osm_changes import write_town_changes
-from demo.stack import start_stack, town_tile, write_overview
+from demo.stack import free_port, start_stack, town_tile, write_overview
 from qbroker import QBrokerError, Unit
 from qbroker.log import configure_logging
 from services.tiles.tile_store import TileStore
@@ -54,8 +57,28 @@ async def wait_queue_empty(unit: Unit, within: float = 300) -> dict[str, Any]:
         await asyncio.sleep(0.5)
 
 
-async def run(workdir: Path, renderers: int) -> None:
+async def wait_web(url: str, within: float = 60) -> None:
+    """Until toposm-web answers its JSON status (it starts beside the other services)."""
+    import aiohttp
+
+    deadline = time.monotonic() + within
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.get(url + "/api/status") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"toposm-web did not answer at {url}")
+            await asyncio.sleep(0.3)
+
+
+async def run(workdir: Path, renderers: int, web_url: str, keep_running: bool) -> None:
     async with Unit("qbroker.demo") as unit:
+        await wait_web(web_url)
+        step(f"live status page {web_url}/   slippy map {web_url}/map   metrics {web_url}/metrics")
         step("waiting for the queuemaster, the renderers and the Spark bridge")
         deadline = time.monotonic() + 120
         while len((await wait_until_answering(unit, QM, {"command": "stats"}, 60))["renderers"]) < renderers:
@@ -121,12 +144,17 @@ async def run(workdir: Path, renderers: int) -> None:
             write_overview(store, metatile, path)
             overviews.append(str(path))
         step(f"map tiles are in {workdir / 'tiles'}; overview mosaics: {', '.join(overviews)}")
+        if keep_running:
+            step(f"still running: status {web_url}/  map {web_url}/map  (Ctrl-C stops)")
+            await asyncio.Event().wait()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("var/demo"))
     parser.add_argument("--renderers", type=int, default=2)
+    parser.add_argument("--web-port", type=int, default=8080, help="toposm-web's port (another if taken)")
+    parser.add_argument("--keep-running", action="store_true", help="leave the services up until Ctrl-C")
     args = parser.parse_args()
     # The demo's own corner of the broker: a prefix keeps it out of the way of other traffic on the vhost.
     os.environ.setdefault("QBROKER_EXCHANGE_PREFIX", "demo.")
@@ -143,8 +171,11 @@ def main() -> None:
         stdout=bridge_log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
-        with start_stack(workdir, renderers=args.renderers, backend="mapnik"):
-            qbroker.run(run(workdir, args.renderers))
+        port = free_port(args.web_port)
+        with start_stack(workdir, renderers=args.renderers, backend="mapnik", web_port=port):
+            qbroker.run(run(workdir, args.renderers, f"http://127.0.0.1:{port}", args.keep_running))
+    except KeyboardInterrupt:
+        pass
     finally:
         bridge.terminate()
         try:

@@ -1,13 +1,15 @@
 """The demo's TopOSM stack: a queuemaster and renderer subprocesses, the town they draw, overview mosaics.
 
-``start_stack`` is the reusable part for scripts of your own: it runs ``toposm-queuemaster`` and
-``renderers`` single-thread ``toposm-renderer`` processes until the block exits (SIGTERM, then SIGKILL).
+``start_stack`` is the reusable part for scripts of your own: it runs ``toposm-queuemaster``,
+``renderers`` single-thread ``toposm-renderer`` processes and, given a port, ``toposm-web`` until the block
+exits (SIGTERM, then SIGKILL).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -37,14 +39,18 @@ def town_tile(zoom: int) -> Tile:
 
 @contextmanager
 def start_stack(workdir: Path, *, renderers: int = 2, backend: str = "mapnik",
-                strategy: str = "by_work_available") -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Run a queuemaster and ``renderers`` single-thread renderer processes until the block exits."""
+                strategy: str = "by_work_available",
+                web_port: int | None = None) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Run a queuemaster, ``renderers`` single-thread renderers and (``web_port``) toposm-web until the block exits."""
     workdir.mkdir(parents=True, exist_ok=True)
     common = ["--tile-root", str(workdir / "tiles")]
     commands = [[str(BIN / "toposm-queuemaster"), *common, "--state-file", str(workdir / "queue.sqlite"),
                  "--render-log", str(workdir / "render.log"), "--propagate-to-zoom", "12"]]
     commands += [[str(BIN / "toposm-renderer"), *common, "--backend", backend, "--strategy", strategy]
                  for _ in range(renderers)]
+    if web_port is not None:
+        commands.append([str(BIN / "toposm-web"), *common, "--render-log", str(workdir / "render.log"),
+                         "--port", str(web_port)])
     procs = []
     for i, command in enumerate(commands):
         log = open(workdir / f"service-{i}.log", "ab")  # noqa: SIM115 - closed with the process
@@ -60,6 +66,18 @@ def start_stack(workdir: Path, *, renderers: int = 2, backend: str = "mapnik",
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+
+
+def free_port(preferred: int = 8080) -> int:
+    """``preferred`` when nothing listens there (the URL an operator expects), else any free port."""
+    for port in (preferred, 0):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(probe.getsockname()[1])
+    raise OSError("no free TCP port on 127.0.0.1")
 
 
 def write_overview(store: TileStore, metatile: Metatile, path: Path) -> None:

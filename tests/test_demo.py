@@ -16,6 +16,8 @@ def test_demo_runs_end_to_end(amqp_url: str, tmp_path: Path) -> None:
                             text=True, timeout=600, env=env, cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
+    # The operator's view runs from the start: the demo waited for toposm-web to answer before printing this.
+    assert "live status page http://127.0.0.1:" in out and "/map" in out
     assert "16/29136/23564   rendered" in out
     assert "unresolved ways: {'count': 1, 'ids': [-202]}" in out
     expired_line = next(line for line in out.splitlines() if "metatiles expired" in line)
