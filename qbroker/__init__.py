@@ -19,13 +19,17 @@ if TYPE_CHECKING:
         BrokerUnavailable,
         CallTimeout,
         ConnectionLost,
+        DeadlinePassed,
         ErrorInfo,
         HandlerCrashed,
         HandlerTimeout,
+        InternalError,
         InvalidParams,
         NoServer,
         NotStarted,
+        PoisonRequest,
         QBrokerError,
+        ReplyTooLarge,
         RequestError,
         RequestFailed,
         TimedOutInQueue,
@@ -41,6 +45,7 @@ _ERRORS = (
     "BadMessage", "BrokerUnavailable", "CallTimeout", "ConnectionLost", "ErrorInfo", "HandlerCrashed",
     "HandlerTimeout", "InvalidParams", "NoServer", "NotStarted", "QBrokerError", "RequestError",
     "RequestFailed", "TimedOutInQueue", "UnknownCommand", "Warn", "register_error",
+    "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge",
 )
 _WHERE = {
     "Config": "qbroker.config", "RequestContext": "qbroker.context", "Reply": "qbroker.replies",
@@ -52,7 +57,7 @@ __all__ = [
     "run", "serve", "BadMessage", "BrokerUnavailable", "CallTimeout", "Config", "ConnectionLost", "ErrorInfo",
     "HandlerCrashed", "HandlerTimeout", "InvalidParams", "NoServer", "NotStarted", "QBrokerError",
     "Reply", "RequestContext", "RequestError", "RequestFailed", "TimedOutInQueue", "UnknownCommand",
-    "Unit", "Warn", "register_error",
+    "Unit", "Warn", "register_error", "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge",
 ]
 
 

@@ -21,9 +21,9 @@ from qbroker.codecs import CodecError
 from qbroker.config import Config
 from qbroker.connection import ConnectionSupervisor
 from qbroker.envelope import MessageKind, build_message
-from qbroker.errors import ConnectionLost, ErrorInfo, RequestError
+from qbroker.errors import BadMessage, ConnectionLost, ErrorInfo, InternalError, ReplyTooLarge, RequestError
 from qbroker.exchanges import Exchanges, declare_exchanges, declare_unit_queue
-from qbroker.replies import PendingReplies, parse_reply
+from qbroker.replies import PendingReplies, Reply, failed_reply, parse_reply
 from qbroker.transport import Channel, Connection, Consumer, Queue
 
 Role = Literal["rpc", "reply", "alert", "dead"]
@@ -101,14 +101,50 @@ class Bus:
         channel.close_callbacks.add(_channel_closed)
         return channel
 
-    async def add_consumer(self, queue: Queue, consumer: Consumer) -> None:
-        """Consume ``queue`` until stop_consuming() (or the connection ends)."""
-        self._consumers.append((queue, await queue.consume(consumer)))
+    async def add_consumer(self, queue: Queue, consumer: Consumer, *, part: str, answer: bool = True) -> None:
+        """Consume ``queue`` until stop_consuming() (or the connection ends).
+
+        Whatever ``consumer`` raises, the message is settled (see ``settle_failed``), so no bug or
+        forged message can hold a prefetch slot until the connection closes."""
+        self._consumers.append((queue, await queue.consume(self.guarded(consumer, part=part, answer=answer))))
+
+    def guarded(self, consumer: Consumer, *, part: str, answer: bool = True) -> Consumer:
+        async def guarded(message: AbstractIncomingMessage) -> None:
+            try:
+                await consumer(message)
+            except Exception as exc:
+                await self.settle_failed(message, exc, part=part, answer=answer)
+
+        return guarded
+
+    async def settle_failed(self, message: AbstractIncomingMessage, exc: BaseException, *, part: str,
+                            answer: bool = True) -> None:
+        """A consumer failed on ``message``: answer ``fail`` if it asks for a reply, then ack it."""
+        if getattr(message, "processed", False):
+            # Acked already (e.g. a detached request): its reply is the handler's business.
+            self.log.warning("message handling failed after ack", part=part, error=repr(exc),
+                             correlation_id=_text(message.message_id))
+            return
+        self.log.error("message handling failed; acking it", part=part, error=repr(exc),
+                       correlation_id=_text(message.message_id))
+        reply_to, message_id = message.reply_to, message.message_id
+        if answer and isinstance(reply_to, str) and reply_to and isinstance(message_id, str) and message_id:
+            error = InternalError(f"{part} could not process the message ({type(exc).__name__})")
+            await self.send_reply(reply_to, message_id, None, error.to_info(part=part))
+        with contextlib.suppress(Exception):  # a lost connection requeues it: nothing more to do
+            await message.ack()
 
     async def _on_reply(self, message: AbstractIncomingMessage) -> None:
-        reply = parse_reply(message, accept=self.config.accept, max_bytes=self.config.max_body_bytes)
+        try:
+            reply = parse_reply(message, accept=self.config.accept, max_bytes=self.config.max_body_bytes)
+        except Exception as exc:  # the reply consumer is no-ack: a caller may still be waiting for it
+            self.log.warning("unreadable reply", error=repr(exc), correlation_id=_text(message.correlation_id))
+            reply = failed_reply(message, InternalError(f"unreadable reply ({type(exc).__name__})"))
+        self._deliver(reply, message)
+
+    def _deliver(self, reply: Reply, message: AbstractIncomingMessage) -> None:
         if not self.pending.deliver(reply):
-            self.log.debug("reply nobody waits for", correlation_id=message.correlation_id)
+            self.log.debug("reply nobody waits for", correlation_id=_text(message.correlation_id))
 
     # -- publishing ---------------------------------------------------------------------------------
 
@@ -116,10 +152,19 @@ class Bus:
         return build_message(body, kind=kind, app_id=self.uuid, app=self.app, message_id=message_id, **fields)
 
     async def publish(self, role: Role, routing_key: str, message: aio_pika.Message) -> None:
+        """Publish, refusing here what the broker would refuse by closing our shared channel."""
         exchanges = self._exchanges
         if exchanges is None:
             raise ConnectionLost("not connected to a broker")
+        self.check_size(message)
         await getattr(exchanges, role).publish(message, routing_key=routing_key, mandatory=False)
+
+    def check_size(self, message: aio_pika.Message) -> None:
+        """A body over the broker's max_message_size makes it close the channel, failing every publish
+        in flight on it (and, through our reconnect, every call): refuse it before it leaves."""
+        limit = self.config.max_body_bytes
+        if len(message.body) > limit:
+            raise BadMessage("too_large", f"message body of {len(message.body)} bytes exceeds the limit of {limit}")
 
     async def send_reply(self, reply_to: str, correlation_id: str | None, body: Any, error: ErrorInfo | None,
                          *, debug: bool = False) -> None:
@@ -132,6 +177,17 @@ class Bus:
                 bad = RequestError("bad_result", f"handler result cannot be encoded: {exc}")
                 message = self.make_message(None, kind="reply", message_id=uuid.uuid4().hex,
                                             correlation_id=correlation_id, error=bad.to_info())
+            if len(message.body) > self.config.max_body_bytes:
+                big = ReplyTooLarge(f"the reply of {len(message.body)} bytes exceeds the limit of "
+                                    f"{self.config.max_body_bytes} bytes")
+                self.log.warning("reply too large; answering with an error", correlation_id=correlation_id,
+                                 size=len(message.body))
+                message = self.make_message(None, kind="reply", message_id=uuid.uuid4().hex,
+                                            correlation_id=correlation_id, error=big.to_info())
             await self.publish("reply", reply_to, message)
         except Exception as exc:
             self.log.warning("reply not sent", correlation_id=correlation_id, error=str(exc) or type(exc).__name__)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None

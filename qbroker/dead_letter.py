@@ -5,6 +5,12 @@ for the name: nobody serves it) and the ``rpc_<name>`` queues' dead-letter excha
 expiration passed while it waited, or a server rejected it). The caller gets a reply either way, so a
 call to a missing service fails in milliseconds instead of at its deadline.
 
+What a dead message was is read from where it was published, never from the optional AMQP ``type``
+(the seed does not define it, so a client written to the seed leaves it out): a message delivered
+from an exchange other than ``dead`` came through that exchange's alternate exchange, and one
+dead-lettered by the broker names its original exchange in ``x-death``. Every header is untrusted: a
+forged ``x-death`` of the wrong shape is treated as "unknown", never raises.
+
 Run inside any unit with ``Config(dead_letters=True)``, or standalone: ``qbroker-dead-letter``
 (``python -m qbroker.cli.dead_letter``).
 """
@@ -12,25 +18,54 @@ Run inside any unit with ``Config(dead_letters=True)``, or standalone: ``qbroker
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
 
 from qbroker.bus import Bus
+from qbroker.config import Config
 from qbroker.errors import NoServer, QBrokerError, RequestError, RequestFailed, TimedOutInQueue
 from qbroker.exchanges import declare_dead_queue
 from qbroker.transport import Connection
 
 PART = "qbroker.dead_letter"
+_MAX_TEXT = 256  # names and reasons from headers end up in logs and replies: keep them short
 
 
-def death_reason(message: AbstractIncomingMessage) -> str:
-    """``unroutable`` (alternate exchange), or the broker's x-death reason: expired, rejected, maxlen."""
-    deaths = (message.headers or {}).get("x-death")
-    if not deaths or not isinstance(deaths, list | tuple):
-        return "unroutable"
-    reason = deaths[0].get("reason", "unknown") if isinstance(deaths[0], dict) else "unknown"
-    return reason.decode() if isinstance(reason, bytes) else str(reason)
+def _text(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return value[:_MAX_TEXT] if isinstance(value, str) else None
+
+
+def _first_death(headers: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    deaths = headers.get("x-death")
+    if isinstance(deaths, list | tuple) and deaths and isinstance(deaths[0], Mapping):
+        return deaths[0]
+    return None
+
+
+def kind_of_exchange(config: Config, exchange: str | None) -> str:
+    """``rpc``, ``alert`` or ``reply`` for one of our exchanges, else ``unknown``."""
+    for role in ("rpc", "alert", "reply"):
+        if exchange == config.exchange_name(role):  # type: ignore[arg-type]
+            return role
+    return "unknown"
+
+
+def classify(message: AbstractIncomingMessage, config: Config) -> tuple[str, str]:
+    """(kind, reason) of a dead message, from where it was published; never raises."""
+    exchange = _text(message.exchange) or ""
+    if exchange != config.exchange_name("dead"):
+        # Delivered from the exchange it was published to: it went through that exchange's
+        # alternate exchange because no queue was bound for its routing key.
+        return kind_of_exchange(config, exchange), "unroutable"
+    headers = message.headers if isinstance(message.headers, Mapping) else {}
+    death = _first_death(headers)
+    if death is None:
+        return "unknown", "unknown"  # published straight to `dead`: nothing says what it was
+    return kind_of_exchange(config, _text(death.get("exchange"))), _text(death.get("reason")) or "unknown"
 
 
 def error_for(name: str, reason: str) -> QBrokerError:
@@ -53,13 +88,13 @@ class DeadLetterCollector:
         channel = await self.bus.channel(connection, confirms=False)
         await channel.set_qos(prefetch_count=256)
         queue = await declare_dead_queue(channel, self.bus.config)
-        await self.bus.add_consumer(queue, self._on_dead)
+        await self.bus.add_consumer(queue, self._on_dead, part=PART)
 
     async def _on_dead(self, message: AbstractIncomingMessage) -> None:
-        kind = message.type or "unknown"
-        reason = death_reason(message)
-        raw_name = (message.headers or {}).get("name")
-        name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name or message.routing_key or "?")
+        kind, reason = classify(message, self.bus.config)
+        # The routing key is the request's name (seed: headers.name matches it), and unlike a header
+        # it is always a string.
+        name = _text(message.routing_key) or "?"
         self.counts[f"{kind}.{reason}"] += 1
         log = self.log.bind(name=name, correlation_id=message.message_id, reason=reason, kind=kind)
         if kind == "rpc" and message.reply_to and message.message_id:
@@ -74,4 +109,3 @@ class DeadLetterCollector:
 
     def stats(self) -> dict[str, Any]:
         return dict(sorted(self.counts.items()))
-

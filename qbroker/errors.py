@@ -104,6 +104,31 @@ class HandlerTimeout(RequestError):
     retryable = True
 
 
+class ReplyTooLarge(RequestFailed):
+    """The handler's result is larger than a message may be; the caller gets this instead."""
+
+    error_id = "reply_too_large"
+
+
+class InternalError(RequestFailed):
+    """A message made qbroker's own consumer code fail (not the handler): answered instead of lost."""
+
+    error_id = "internal_error"
+
+
+class DeadlinePassed(RequestError):
+    """The request's ``deadline`` header had passed when a server took it: it was not run."""
+
+    error_id = "deadline_passed"
+    retryable = True
+
+
+class PoisonRequest(RequestFailed):
+    """The request crashed or hung its servers too many times; it went to ``dead`` instead of looping."""
+
+    error_id = "poison_request"
+
+
 class NotStarted(QBrokerError):
     """The unit is used in the wrong state (e.g. ``call()`` before ``start()``). Never sent."""
 
@@ -134,7 +159,8 @@ def register_error(cls: type[QBrokerError]) -> type[QBrokerError]:
 
 
 for _cls in (NoServer, InvalidParams, UnknownCommand, BadMessage, TimedOutInQueue, CallTimeout,
-             ConnectionLost, HandlerCrashed, HandlerTimeout):
+             ConnectionLost, HandlerCrashed, HandlerTimeout, ReplyTooLarge, InternalError, DeadlinePassed,
+             PoisonRequest):
     register_error(_cls)
 
 

@@ -40,12 +40,21 @@ def parse_reply(message: AbstractIncomingMessage, *, accept: list[str], max_byte
         error = read_error(message)
         body = read_body(message, accept=accept, max_bytes=max_bytes)
     except QBrokerError as exc:
-        header = Header(
-            version=0, message_id=message.message_id, correlation_id=message.correlation_id,
-            app_id=message.app_id, content_type=message.content_type or "application/json",
-        )
-        return Reply(body=None, error=exc.to_info(part="qbroker.reply"), header=header)
+        return failed_reply(message, exc)
     return Reply(body=body, error=error, header=header)
+
+
+def failed_reply(message: AbstractIncomingMessage, exc: QBrokerError) -> Reply:
+    """A reply whose problem is its error element, for the call its correlation id names."""
+
+    def text(value: object) -> str | None:
+        return value if isinstance(value, str) else None
+
+    header = Header(
+        version=0, message_id=text(message.message_id), correlation_id=text(message.correlation_id),
+        app_id=text(message.app_id), content_type=text(message.content_type) or "application/json",
+    )
+    return Reply(body=None, error=exc.to_info(part="qbroker.reply"), header=header)
 
 
 class PendingReplies:

@@ -184,7 +184,7 @@ class Unit:
         alert_exchange = self.config.exchange_name("alert")
         for pattern in sorted({listener.pattern for listener in self.listeners}):
             await alert_queue.bind(alert_exchange, routing_key=pattern)
-        await bus.add_consumer(alert_queue, self._on_alert_message)
+        await bus.add_consumer(alert_queue, self._on_alert_message, part="qbroker.alert")
         for endpoint in self.endpoints.values():
             channel = await bus.channel(connection, confirms=False)
             await channel.set_qos(prefetch_count=endpoint.options.prefetch)
@@ -192,7 +192,7 @@ class Unit:
                 channel, self.config, endpoint.name, exclusive=endpoint.options.exclusive,
                 max_priority=endpoint.options.max_priority, single_active=endpoint.options.single_active,
             )
-            await bus.add_consumer(queue, self._request_consumer(endpoint))
+            await bus.add_consumer(queue, self._request_consumer(endpoint), part=endpoint.name)
         if self.dead_letters is not None:
             await self.dead_letters.attach(connection)
         for hook in self._hooks:
@@ -213,10 +213,7 @@ class Unit:
         self._inflight += 1
         self._idle.clear()
         try:
-            await work
-        except Exception as exc:  # the connection died mid-reply: the request will be redelivered
-            self.log.warning("message handling interrupted", error=str(exc) or type(exc).__name__,
-                             correlation_id=message.message_id)
+            await work  # what it raises, the bus's consumer guard answers and acks (Bus.settle_failed)
         finally:
             self._inflight -= 1
             if self._inflight == 0:
