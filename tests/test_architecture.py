@@ -1,4 +1,5 @@
-"""The import contracts in .importlinter hold: qbroker's layers, no circles, no test double in production."""
+"""House rules the test command checks: the import contracts in .importlinter (qbroker's layers, no circles,
+no test double in production), mypy over the library and the services, and ruff."""
 
 from __future__ import annotations
 
@@ -16,3 +17,21 @@ def test_import_contracts_are_kept() -> None:
     result = subprocess.run([lint_imports, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    assert found is not None, f"{name} not installed: pip install -e '.[test]'"
+    return found
+
+
+def test_library_and_services_type_check() -> None:
+    result = subprocess.run([_tool("mypy"), "qbroker", "services"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+
+
+def test_code_is_lint_clean() -> None:
+    result = subprocess.run([_tool("ruff"), "check", "qbroker", "services", "tests", "demo", "bench"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]

@@ -12,7 +12,7 @@ returns (both wires run the one command table in ``commands``); errors are
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import aio_pika
 import orjson
@@ -21,6 +21,7 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, 
 from aiormq.exceptions import ChannelPreconditionFailed
 
 from qbroker import InvalidParams, QBrokerError, RequestFailed
+from qbroker.transport import Connection
 
 from .commands import expire_broadcast, parse_command
 from .state_machine import Queuemaster
@@ -39,8 +40,11 @@ class OsmWire:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
 
-    async def declare(self, connection: AbstractConnection) -> None:
+    async def declare(self, transport_connection: Connection) -> None:
         """on_connected hook: (re)declare the osm exchange and our queue, and consume it."""
+        # The seed's osm wire is plain AMQP (exchange flags, get_exchange, qos), beyond qbroker's narrow
+        # transport protocol: it needs the aio-pika connection of an amqp:// unit.
+        connection = cast(AbstractConnection, transport_connection)
         channel = await connection.channel()
         try:
             exchange = await channel.declare_exchange(OSM_EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True)
