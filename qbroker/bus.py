@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
+from aio_pika.exceptions import ChannelNotFoundEntity
 from structlog.typing import FilteringBoundLogger
 
 from qbroker.codecs import CodecError
@@ -88,6 +89,25 @@ class Bus:
         self._exchanges = None
         self.pending.fail_all(ConnectionLost("connection to the broker was lost; the request may be retried"))
 
+    async def dead_letter_consumers(self) -> int | None:
+        """Consumers on the ``dead`` queue (units collecting dead letters), or None if unknown."""
+        connection = self.connection
+        if connection is None:
+            return None
+        try:
+            # A throwaway channel: a passive declare of a missing queue closes the channel it runs on.
+            channel = await connection.channel(publisher_confirms=False)
+            try:
+                queue = await channel.declare_queue(self.config.dead_queue_name, passive=True)
+                return int(queue.declaration_result.consumer_count)  # type: ignore[attr-defined]
+            finally:
+                with contextlib.suppress(Exception):
+                    await channel.close()
+        except ChannelNotFoundEntity:
+            return 0
+        except Exception:
+            return None
+
     async def channel(self, connection: Connection, *, confirms: bool) -> Channel:
         """A channel whose closing by the broker (e.g. a declare conflict) rebuilds the whole connection."""
         channel = await connection.channel(publisher_confirms=confirms)
@@ -149,7 +169,9 @@ class Bus:
     # -- publishing ---------------------------------------------------------------------------------
 
     def make_message(self, body: Any, *, kind: MessageKind, message_id: str, **fields: Any) -> aio_pika.Message:
-        return build_message(body, kind=kind, app_id=self.uuid, app=self.app, message_id=message_id, **fields)
+        # user-id is the connection's own account: RabbitMQ checks it, so receivers may trust it.
+        return build_message(body, kind=kind, app_id=self.uuid, app=self.app, message_id=message_id,
+                             user_id=self.supervisor.user, **fields)
 
     async def publish(self, role: Role, routing_key: str, message: aio_pika.Message) -> None:
         """Publish, refusing here what the broker would refuse by closing our shared channel."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ExchangeRole = Literal["rpc", "reply", "alert", "dead"]
@@ -21,6 +22,17 @@ class Config(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="QBROKER_", extra="ignore")
 
     url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    # The account apart from the URL, so that a password need not sit in a URL, on a command line or in
+    # a process title: QBROKER_USERNAME, QBROKER_PASSWORD or (better) QBROKER_PASSWORD_FILE, read at each
+    # connect. They override the URL's user and password, for every URL of the list.
+    username: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    # TLS for amqps:// URLs: the CA that signed the broker's certificate, and this client's certificate
+    # and key when the broker asks for one (QBROKER_TLS_CA_FILE, QBROKER_TLS_CERT_FILE, QBROKER_TLS_KEY_FILE).
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
     app: str = "qbroker.unit"
     exchange_prefix: str = ""
     rpc_exchange: str = "rpc"
@@ -40,6 +52,14 @@ class Config(BaseSettings):
     dead_letters: bool = True
     # Dead messages nobody collects should not pile up forever in the shared `dead` queue.
     dead_queue_ttl_ms: int = Field(24 * 3600 * 1000, gt=0)
+    # Grace after the last server of a name is gone: then RabbitMQ deletes ``rpc_<name>`` (x-expires),
+    # its binding goes, and requests fall through the alternate exchange to `dead`, answered
+    # ``no_server`` at once. Requests queued during a shorter restart are still served. None: never.
+    rpc_queue_expiry: float | None = Field(30.0, gt=0)
+    # Casts (and scheduled casts) expire after this long unserved instead of running as a stale burst.
+    cast_ttl: float = Field(300.0, gt=0)
+    # A server drops a request whose ``deadline`` header passed more than this long ago (clock skew).
+    deadline_slack: float = Field(1.0, ge=0)
 
     @field_validator("url")
     @classmethod

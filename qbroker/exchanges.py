@@ -8,13 +8,15 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from aio_pika import ExchangeType
+from aio_pika.exceptions import ChannelPreconditionFailed
 
 from qbroker.config import Config
-from qbroker.transport import Channel, Exchange, Queue
+from qbroker.transport import Channel, Connection, Exchange, Queue
 
 
 @dataclass(frozen=True)
@@ -48,9 +50,13 @@ async def declare_dead_queue(channel: Channel, config: Config) -> Queue:
     )
 
 
-def rpc_queue_arguments(config: Config, *, max_priority: int | None, single_active: bool) -> dict[str, Any]:
-    """Arguments of ``rpc_<name>``: expired or rejected requests are dead-lettered to ``dead``."""
+def rpc_queue_arguments(config: Config, *, max_priority: int | None, single_active: bool,
+                        expires: bool = True) -> dict[str, Any]:
+    """Arguments of ``rpc_<name>``: expired or rejected requests are dead-lettered to ``dead``; the
+    queue itself goes ``rpc_queue_expiry`` seconds after its last consumer (see Config)."""
     args: dict[str, Any] = {"x-dead-letter-exchange": config.exchange_name("dead")}
+    if expires and config.rpc_queue_expiry is not None:
+        args["x-expires"] = max(1, round(config.rpc_queue_expiry * 1000))
     if max_priority:
         args["x-max-priority"] = max_priority
     if single_active:
@@ -66,6 +72,7 @@ async def declare_rpc_queue(
     exclusive: bool = False,
     max_priority: int | None = None,
     single_active: bool = False,
+    expires: bool = True,
 ) -> Queue:
     """``rpc_<name>``, shared by every server of ``name``; per-instance endpoints are exclusive."""
     queue = await channel.declare_queue(
@@ -73,7 +80,8 @@ async def declare_rpc_queue(
         durable=not exclusive,
         exclusive=exclusive,
         auto_delete=exclusive,
-        arguments=rpc_queue_arguments(config, max_priority=max_priority, single_active=single_active),
+        arguments=rpc_queue_arguments(config, max_priority=max_priority, single_active=single_active,
+                                      expires=expires and not exclusive),
     )
     await queue.bind(config.exchange_name("rpc"), routing_key=name)
     return queue
@@ -85,3 +93,27 @@ async def declare_unit_queue(channel: Channel, config: Config, kind: Literal["re
     return await channel.declare_queue(
         config.queue_name(kind, uuid), durable=False, exclusive=True, auto_delete=True
     )
+
+
+async def rpc_queue_takes_expiry(connection: Connection, config: Config, name: str, *,
+                                 max_priority: int | None, single_active: bool) -> bool:
+    """Whether ``rpc_<name>`` can be declared with ``x-expires``: False when it exists already without
+    it (declared by an older qbroker). The broker refuses a re-declare with other arguments by closing
+    the channel, so this probes on a throwaway channel rather than the unit's own."""
+    if config.rpc_queue_expiry is None:
+        return False
+    for expires in (True, False):
+        channel = await connection.channel(publisher_confirms=False)
+        try:
+            await channel.declare_queue(
+                config.queue_name("rpc", name), durable=True,
+                arguments=rpc_queue_arguments(config, max_priority=max_priority, single_active=single_active,
+                                              expires=expires),
+            )
+        except ChannelPreconditionFailed:
+            continue  # the broker closed this channel
+        with contextlib.suppress(Exception):
+            await channel.close()
+        return expires
+    # Some other argument conflicts too: the real declaration (with expiry) reports it.
+    return True

@@ -14,7 +14,7 @@ from qbroker.codecs import CodecError
 from qbroker.context import RequestContext
 from qbroker.endpoints import Endpoint
 from qbroker.envelope import JSON, read_body, read_header
-from qbroker.errors import CallTimeout, ConnectionLost, QBrokerError, RequestError
+from qbroker.errors import CallTimeout, ConnectionLost, DeadlinePassed, QBrokerError, RequestError
 from qbroker.handlers import run_handler
 from qbroker.replies import Reply
 
@@ -32,6 +32,9 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
     try:
         # No reply-to is a one-way request (RQ NOREPLY, EventMQ reply-requested=false): run it anyway.
         header = read_header(message, require=("message_id", "name"))
+        if header.deadline is not None and time.time() > header.deadline + bus.config.deadline_slack:
+            # The caller has given up: running it would only do work nobody waits for.
+            raise DeadlinePassed(f"request {endpoint.name} reached its server after its deadline; not run")
         body = read_body(message, accept=bus.config.accept, max_bytes=bus.config.max_body_bytes)
         ctx = RequestContext(header=header, kind="rpc", logger=bus.log, message=message)
         attempt = 0
@@ -45,7 +48,7 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
             ctx.log.info("retrying handler", attempt=attempt, error=error.message)
             await asyncio.sleep(min(0.05 * 2**attempt, 2.0))
     except QBrokerError as exc:
-        bus.log.warning("malformed request", name=endpoint.name, correlation_id=message.message_id,
+        bus.log.warning("request refused", name=endpoint.name, correlation_id=message.message_id,
                          error=str(exc))
         result, error = None, exc.to_info(part=endpoint.name)
     debug = ctx.debug if ctx is not None else False

@@ -20,8 +20,8 @@ from qbroker.config import Config
 from qbroker.dead_letter import DeadLetterCollector
 from qbroker.endpoints import CommandEndpoint, Endpoint, EndpointOptions
 from qbroker.envelope import JSON
-from qbroker.errors import ConnectionLost, NotStarted, QBrokerError
-from qbroker.exchanges import declare_rpc_queue, declare_unit_queue
+from qbroker.errors import CallTimeout, ConnectionLost, NotStarted, QBrokerError
+from qbroker.exchanges import declare_rpc_queue, declare_unit_queue, rpc_queue_takes_expiry
 from qbroker.handlers import Extra, Handler
 from qbroker.log import get_logger
 from qbroker.replies import PendingReplies, Reply
@@ -186,11 +186,19 @@ class Unit:
             await alert_queue.bind(alert_exchange, routing_key=pattern)
         await bus.add_consumer(alert_queue, self._on_alert_message, part="qbroker.alert")
         for endpoint in self.endpoints.values():
+            options = endpoint.options
+            expires = not options.exclusive and await rpc_queue_takes_expiry(
+                connection, self.config, endpoint.name, max_priority=options.max_priority,
+                single_active=options.single_active)
+            if not expires and not options.exclusive and self.config.rpc_queue_expiry is not None:
+                self.log.warning("rpc queue exists without x-expires (declared by an older qbroker): a stopped "
+                                 "service will time out instead of answering no_server until it is deleted",
+                                 queue=self.config.queue_name("rpc", endpoint.name))
             channel = await bus.channel(connection, confirms=False)
-            await channel.set_qos(prefetch_count=endpoint.options.prefetch)
+            await channel.set_qos(prefetch_count=options.prefetch)
             queue = await declare_rpc_queue(
-                channel, self.config, endpoint.name, exclusive=endpoint.options.exclusive,
-                max_priority=endpoint.options.max_priority, single_active=endpoint.options.single_active,
+                channel, self.config, endpoint.name, exclusive=options.exclusive,
+                max_priority=options.max_priority, single_active=options.single_active, expires=expires,
             )
             await bus.add_consumer(queue, self._request_consumer(endpoint), part=endpoint.name)
         if self.dead_letters is not None:
@@ -242,9 +250,20 @@ class Unit:
                 return reply
             except QBrokerError as exc:
                 if not exc.retryable or attempt >= retries or self.state != "started":
+                    if isinstance(exc, CallTimeout):
+                        raise await self._explain_timeout(exc) from None
                     raise
                 attempt += 1
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+
+    async def _explain_timeout(self, exc: CallTimeout) -> CallTimeout:
+        """A bare timeout hides the likeliest cause when nobody collects dead letters: say so."""
+        if await self.bus.dead_letter_consumers() != 0:
+            return exc
+        queue = self.config.dead_queue_name
+        return CallTimeout(f"{exc.message}; nobody on the bus collects dead letters (no consumer on queue "
+                           f"{queue!r}), so a missing or stopped server cannot be reported: run "
+                           "qbroker-dead-letter or a unit with dead_letters=True", part=exc.part)
 
     async def call(self, name: str, body: Any = None, *, timeout: float | None = None, debug: bool = False,
                    priority: int | None = None, retries: int = 0, content_type: str = JSON) -> Any:
@@ -257,8 +276,11 @@ class Unit:
                    ttl: float | None = None, content_type: str = JSON) -> None:
         """A one-way request (RQ NOREPLY): one server handles it, nobody is answered."""
         self._check_started("cast")
+        # Unserved casts expire (to `dead`, counted) instead of running as a stale burst on restart.
+        ttl = self.config.cast_ttl if ttl is None else ttl
         message = self.bus.make_message(body, kind="rpc", name=name, message_id=uuid.uuid4().hex,
-                                        content_type=content_type, expiration_s=ttl, priority=priority)
+                                        content_type=content_type, expiration_s=ttl, priority=priority,
+                                        deadline=time.time() + ttl)
         if not await self.bus.wait_connected(self.config.call_timeout):
             raise ConnectionLost(f"not connected to a broker (cast {name})")
         await self.bus.publish("rpc", name, message)
@@ -268,13 +290,18 @@ class Unit:
         """Send ``name`` every ``every`` seconds or on a ``cron`` line until unscheduled or stopped."""
         self._check_started("schedule")
 
+        made: list[Schedule] = []
+
         async def send() -> None:
             if kind == "alert":
                 await self.alert(name, body)
             else:
-                await self.cast(name, body, ttl=every)
+                # A send is stale once the next one is due: that is its TTL (at most cast_ttl).
+                due = made[0].next_delay(time.time(), first=False) if made else self.config.cast_ttl
+                await self.cast(name, body, ttl=max(0.001, min(due, self.config.cast_ttl)))
 
-        return self.scheduler.add(name, kind, send, every=every, cron=cron, nohaste=nohaste)
+        made.append(self.scheduler.add(name, kind, send, every=every, cron=cron, nohaste=nohaste))
+        return made[0]
 
     def unschedule(self, schedule_id: str) -> bool:
         return self.scheduler.remove(schedule_id)

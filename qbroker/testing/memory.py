@@ -6,7 +6,7 @@ use it once ``qbroker.testing`` is imported (it registers the ``memory`` transpo
 
 Implemented: direct/fanout/topic exchanges, ``alternate-exchange``, the default exchange, queue
 arguments ``x-dead-letter-exchange``/``-routing-key`` (with ``x-death``), ``x-message-ttl``, per-message
-expiration, ``x-max-priority``, ``x-single-active-consumer``, ``x-max-length`` (drop-head); exclusive and
+expiration, ``x-expires``, ``x-max-priority``, ``x-single-active-consumer``, ``x-max-length`` (drop-head); exclusive and
 auto-delete queues, per-consumer prefetch, round-robin, redelivery of unacked messages, and
 PRECONDITION_FAILED / NOT_FOUND / RESOURCE_LOCKED errors. Anything else raises ``UnsupportedFeature``.
 """
@@ -181,10 +181,12 @@ class MemoryBroker:
                 queue.check_equivalent(durable=durable, auto_delete=auto_delete, arguments=arguments)
                 if exclusive != (queue.exclusive_owner is not None):
                     raise _locked(name)
+                queue.touch()  # redeclaring renews an x-expires lease
             return queue
         queue = QueueState.create(self, name, durable=durable, exclusive_owner=connection_id if exclusive else None,
                                   auto_delete=auto_delete, arguments=arguments)
         self.queues[name] = queue
+        queue.touch()
         return queue
 
     def queue_for(self, name: str, connection_id: int) -> QueueState:
@@ -207,6 +209,7 @@ class MemoryBroker:
         queue = self.queues.pop(name, None)
         if queue is None:
             return
+        queue.cancel_expiry()
         queue.drop_messages()  # stops their expiry timers
         for exchange in self.exchanges.values():
             exchange.forget_queue(name)

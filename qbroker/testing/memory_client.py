@@ -15,6 +15,7 @@ import logging
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aio_pika import ExchangeType
@@ -301,6 +302,13 @@ class MemoryExchange:
         return f"<MemoryExchange {self.name!r}>"
 
 
+@dataclass(frozen=True)
+class DeclareOk:
+    queue: str
+    message_count: int
+    consumer_count: int
+
+
 class MemoryQueue:
     def __init__(self, channel: MemoryChannel, name: str) -> None:
         self.channel = channel
@@ -322,6 +330,14 @@ class MemoryQueue:
 
     async def cancel(self, consumer_tag: str) -> None:
         self.channel.cancel(consumer_tag)
+
+    @property
+    def declaration_result(self) -> DeclareOk:
+        """What aio-pika keeps of queue.declare-ok: counts at the time of asking (here: now)."""
+        state = self.channel.broker.queues.get(self.name)
+        if state is None:
+            return DeclareOk(self.name, 0, 0)
+        return DeclareOk(self.name, state.message_count, len(state.consumers))
 
     async def delete(self, *, if_unused: bool = True, if_empty: bool = True) -> None:
         if if_unused or if_empty:

@@ -19,7 +19,7 @@ ConsumerCallback = Callable[[DeliveredMessage], Awaitable[Any]]
 # Arguments whose semantics the memory broker implements, plus ones that change nothing a test sees.
 QUEUE_ARGUMENTS = frozenset({
     "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-message-ttl", "x-max-priority",
-    "x-single-active-consumer", "x-max-length", "x-overflow", "x-queue-type",
+    "x-single-active-consumer", "x-max-length", "x-overflow", "x-queue-type", "x-expires",
 })
 
 
@@ -80,6 +80,7 @@ class QueueState:
     _round_robin: int = 0
     _had_consumer: bool = False
     _dispatching: bool = False
+    _expiry: asyncio.TimerHandle | None = None
 
     @classmethod
     def create(cls, broker: MemoryBroker, name: str, *, durable: bool, exclusive_owner: int | None,
@@ -209,6 +210,7 @@ class QueueState:
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
         self._had_consumer = True
+        self.touch()
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -217,7 +219,26 @@ class QueueState:
         if self.auto_delete and self._had_consumer and not self.consumers:
             self.broker.delete_queue(self.name)
         else:
+            self.touch()
             self.dispatch()  # with single-active-consumer, the next consumer takes over
+
+    def touch(self) -> None:
+        """``x-expires``: (re)start the lease; an unused queue (no consumers, not redeclared) is deleted
+        when it runs out, its messages with it (RabbitMQ does not dead-letter them either)."""
+        self.cancel_expiry()
+        expires = self.arguments.get("x-expires")
+        if expires is not None and not self.consumers:
+            self._expiry = asyncio.get_running_loop().call_later(int(expires) / 1000, self._expired)
+
+    def cancel_expiry(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+    def _expired(self) -> None:
+        self._expiry = None
+        if not self.consumers and self.broker.queues.get(self.name) is self:
+            self.broker.delete_queue(self.name)
 
     def _next_consumer(self) -> Consumer | None:
         candidates = [c for c in self.consumers[:1 if self.single_active else None] if not c.sink.is_closed]
