@@ -17,10 +17,13 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from services.spark_bridge.confine import InputRefused, InputRoots
 from services.spark_bridge.osc_reader import OSC_SUFFIXES, OscError, sniff_osc
 from services.spark_bridge.tilemath import MAX_ZOOM_LIMIT, shift_left
 
 _TILE_LINE = re.compile(r"^\s*(\d{1,2})/(\d{1,8})/(\d{1,8})\s*$")
+FIRST_LINE_SCAN = 1000
+FIRST_LINE_CHARS = 4096
 
 
 class InputKind(StrEnum):
@@ -54,37 +57,46 @@ def classify(path: Path) -> InputKind:
 def _first_data_line(path: Path) -> str | None:
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
-        for line in handle:
+        # Bounded: a file of one endless line (or endless blank lines) is not read whole at submit time.
+        for _ in range(FIRST_LINE_SCAN):
+            line = handle.readline(FIRST_LINE_CHARS)
+            if not line:
+                return None
             if line.strip():
                 return line
     return None
 
 
-def validate_inputs(paths: Iterable[str]) -> list[ExpireInput]:
-    """Submit-time checks: every file exists and its head parses. Raises InputError."""
+def validate_inputs(paths: Iterable[str], roots: InputRoots) -> list[ExpireInput]:
+    """Submit-time checks: every path is an allowed input (see confine) and its head parses.
+
+    Raises InputRefused (path not allowed, missing, wrong type) or InputError (content). Messages name
+    the caller's path and the problem, never the file's contents.
+    """
     inputs: list[ExpireInput] = []
     for raw in paths:
-        path = Path(raw).expanduser()
-        if not path.exists():
-            raise InputError(f"{raw}: no such file or directory")
+        path = roots.file_or_parquet_dir(raw)
         kind = classify(path)
+        if path.is_dir() and kind is not InputKind.PARQUET:
+            raise InputRefused("bad_input_type", f"{raw!r} is a directory but not named .parquet")
         try:
             if kind is InputKind.OSC:
                 sniff_osc(path)
             elif kind is InputKind.EXPIRE_LIST:
                 first = _first_data_line(path)
                 if first is not None and not _TILE_LINE.match(first):
-                    raise InputError(f"{raw}: not an expire list (first line {first.strip()[:60]!r})")
+                    raise InputError(f"{raw}: not an expire list (its first line is not z/x/y)")
             elif kind is InputKind.CSV:
                 header = _first_data_line(path) or ""
                 columns = {c.strip().lower() for c in header.split(",")}
                 if not {"lon", "lat"} <= columns:
                     raise InputError(f"{raw}: CSV needs a header with lon and lat columns")
-        except OscError as exc:
-            raise InputError(str(exc)) from exc
+        except OscError:
+            raise InputError(f"{raw}: not an osmChange document") from None
         except (OSError, EOFError, UnicodeError) as exc:
-            raise InputError(f"{raw}: cannot read: {exc}") from exc
-        inputs.append(ExpireInput(path=path.resolve(), kind=kind))
+            # The exception's text may quote bytes of the file (gzip, codecs): name the kind only.
+            raise InputError(f"{raw}: cannot read ({type(exc).__name__})") from None
+        inputs.append(ExpireInput(path=path, kind=kind))
     if not inputs:
         raise InputError("paths is empty: give at least one input file")
     return inputs
@@ -105,21 +117,21 @@ def read_expire_lists(spark: SparkSession, paths: list[Path]) -> tuple[DataFrame
         F.when(F.regexp_extract("value", pattern, 1) != "", F.regexp_extract("value", pattern, 1).cast("int")).alias(
             "z"
         ),
-        F.regexp_extract("value", pattern, 2).cast("long").alias("x"),
-        F.regexp_extract("value", pattern, 3).cast("long").alias("y"),
+        # try_cast: an unmatched line extracts '' and Spark's ANSI cast error would quote the line.
+        F.regexp_extract("value", pattern, 2).try_cast("long").alias("x"),
+        F.regexp_extract("value", pattern, 3).try_cast("long").alias("y"),
     )
     size = shift_left(F.lit(1).cast("long"), F.coalesce(F.col("z"), F.lit(0)))
     in_range = F.col("z").isNotNull() & (F.col("z") <= MAX_ZOOM_LIMIT) & (F.col("x") < size) & (F.col("y") < size)
     check = parsed.agg(
         F.count(F.lit(1)).alias("lines"),
         F.min("z").alias("smallest"),
-        F.first(F.when(~in_range, F.concat_ws(": bad expire-list line ", "source", "value")), ignorenulls=True).alias(
-            "bad"
-        ),
+        F.first(F.when(~in_range, F.col("source")), ignorenulls=True).alias("bad"),
     ).first()
     assert check is not None  # a global aggregate always has one row
     if check["bad"] is not None:
-        raise InputError(check["bad"][:300])
+        # The file, not the line: error messages never quote input contents.
+        raise InputError(f"{check['bad']}: a line is not z/x/y within the zoom limit")
     return parsed.select("z", "x", "y"), check["smallest"], int(check["lines"])
 
 
@@ -135,7 +147,7 @@ def read_points(spark: SparkSession, inputs: list[ExpireInput]) -> DataFrame | N
             continue
         columns = {c.lower(): c for c in frame.columns}
         if "lon" not in columns or "lat" not in columns:
-            raise InputError(f"{item.path}: needs lon and lat columns, has {sorted(frame.columns)}")
+            raise InputError(f"{item.path.name}: needs lon and lat columns")
         frames.append(
             frame.select(
                 F.col(columns["lon"]).cast("double").alias("lon"),

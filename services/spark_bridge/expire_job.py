@@ -159,6 +159,7 @@ def expire_base_tiles(
                     f"expire-list tile at z{smallest_zoom} expands to {per_tile} tiles at "
                     f"min_zoom={params.min_zoom}, over max_tiles_per_geometry={params.max_tiles_per_geometry}"
                 )
+            _check_list_expansion(listed, params, ctx)
         parts.append(normalise_list_tiles(listed, params))
     ctx.check_cancelled()
     if not parts:
@@ -169,10 +170,42 @@ def expire_base_tiles(
     return base, unresolved
 
 
+def _check_list_expansion(listed: DataFrame, params: ExpireParams, ctx: JobContext) -> None:
+    """List tiles below min_zoom become 4^dz tiles each: refuse before that explosion is ever planned.
+
+    The sum is over distinct list tiles, so it over-counts only a list naming a tile and its own
+    descendants; that errs on the side of refusing.
+    """
+    dz = F.lit(params.min_zoom) - F.col("z")
+    low = listed.where(F.col("z") < params.min_zoom).select("z", "x", "y").distinct()
+    row = low.agg(F.sum(shift_left(F.lit(1).cast("long"), dz * 2)).alias("tiles")).first()
+    expanded = int(row["tiles"] or 0) if row is not None else 0
+    ctx.count("estimated_list_expansion", expanded)
+    if expanded > params.max_tiles:
+        raise ExpireTooLarge(
+            f"expire-list tiles below min_zoom={params.min_zoom} expand to {expanded} tiles (estimated before "
+            f"expanding), over max_tiles={params.max_tiles}"
+        )
+
+
+def check_base_estimate(base: DataFrame, params: ExpireParams, ctx: JobContext) -> None:
+    """Distinct base tiles are a lower bound of the expired tiles (propagation only adds ancestors): one
+    pass over them refuses an oversized job before propagation and the metatile aggregation run."""
+    estimate = base.select("z", "x", "y").distinct().count()
+    ctx.count("estimated_tiles", estimate)
+    if estimate > params.max_tiles:
+        raise ExpireTooLarge(
+            f"at least {estimate} expired tiles (estimated before propagation) exceed max_tiles={params.max_tiles}"
+        )
+
+
 def run_expire(inputs: list[ExpireInput], params: ExpireParams, ctx: JobContext) -> dict[str, Any]:
     ctx.set_phase("reading")
     base, unresolved = expire_base_tiles(ctx.spark, inputs, params, ctx)
     ctx.count("unresolved_ways", len(unresolved))
+    if base is not None:
+        ctx.set_phase("estimating")
+        check_base_estimate(base, params, ctx)
     tiles_per_zoom: dict[str, int] = {}
     metatiles_per_zoom: dict[str, int] = {}
     published = {"messages": 0, "metatiles": 0}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -87,6 +88,16 @@ class JobStore:
                     self.save(record)
             records.append(record)
         return records
+
+    def delete(self, job_id: str) -> None:
+        """Remove a job's record, log and default results dir (pruning)."""
+        for path in (self.root / f"{job_id}.json", self.log_path(job_id)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        results = self.results_dir(job_id)
+        # Only a real directory the bridge made: never follow a symlink out of the state dir.
+        if results.is_dir() and not results.is_symlink():
+            shutil.rmtree(results, ignore_errors=True)
 
     def read_log_tail(self, job_id: str, lines: int) -> list[str]:
         path = self.log_path(job_id)

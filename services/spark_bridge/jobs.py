@@ -36,6 +36,10 @@ class UnknownJob(KeyError):
     """No job with that id."""
 
 
+class JobsBusy(RuntimeError):
+    """As many jobs as allowed are queued or running already."""
+
+
 @dataclass
 class _LiveJob:
     record: JobRecord
@@ -62,9 +66,15 @@ class JobManager:
         max_jobs: int = 2,
         progress_sink: ProgressSink | None = None,
         progress_interval: float = 1.0,
+        max_pending: int | None = None,
+        keep_jobs: int = 1000,
+        keep_seconds: float = 7 * 86_400.0,
     ) -> None:
         if max_jobs < 1:
             raise ValueError("max_jobs must be at least 1")
+        self.max_pending = max(max_pending or 8 * max_jobs, max_jobs)
+        self.keep_jobs = keep_jobs
+        self.keep_seconds = keep_seconds
         self.spark = spark
         self.store = JobStore(state_dir)
         self.max_jobs = max_jobs
@@ -73,12 +83,16 @@ class JobManager:
         self._live: dict[str, _LiveJob] = {}
         self._progress_sink = progress_sink
         self._progress_interval = progress_interval
+        self.prune()
 
     # -- submitting and running ------------------------------------------------------------------
 
     def submit(
         self, kind: str, params: dict[str, Any], body: JobBody, publish: Callable[[str], None] | None = None
     ) -> JobRecord:
+        if len(self._live) >= self.max_pending:
+            raise JobsBusy(f"{len(self._live)} jobs are queued or running (the limit is {self.max_pending})")
+        self.prune()
         job_id = uuid.uuid4().hex[:16]
         record = JobRecord(job_id=job_id, kind=kind, params=params, submitted_at=time.time())
         ctx = JobContext(job_id, self.spark, self.store.log_path(job_id), publish=publish)
@@ -165,6 +179,29 @@ class JobManager:
             await self._progress_sink(snapshot)
         except Exception as exc:  # noqa: BLE001 - progress is best effort, never kills a job
             log.warning("progress alert failed", job_id=live.record.job_id, error=str(exc)[:200])
+
+    # -- retention ---------------------------------------------------------------------------------
+
+    def prune(self, now: float | None = None) -> list[str]:
+        """Forget finished jobs older than ``keep_seconds`` and all but the newest ``keep_jobs`` finished
+        ones (record, log and default results dir); returns the job ids dropped."""
+        now = time.time() if now is None else now
+        finished = sorted(
+            (r for r in self._records.values() if r.state.finished and r.job_id not in self._live),
+            key=lambda r: r.finished_at or r.submitted_at,
+            reverse=True,
+        )
+        dropped = [
+            r.job_id
+            for i, r in enumerate(finished)
+            if i >= self.keep_jobs or now - (r.finished_at or r.submitted_at) > self.keep_seconds
+        ]
+        for job_id in dropped:
+            del self._records[job_id]
+            self.store.delete(job_id)
+        if dropped:
+            log.info("finished jobs pruned", count=len(dropped))
+        return dropped
 
     # -- queries and control ---------------------------------------------------------------------
 

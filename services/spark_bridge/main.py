@@ -10,6 +10,7 @@ import structlog
 from pyspark.sql import SparkSession
 
 from qbroker import Unit, serve
+from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
 from services.spark_bridge.spark_session import DEFAULT_MASTER, build_session
 
@@ -30,6 +31,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=Path("spark-bridge-state"),
         help="job records, logs and stats outputs (survive restarts)",
     )
+    p.add_argument(
+        "--input-root",
+        action="append",
+        type=Path,
+        default=[Path(r) for r in os.environ.get("SPARK_BRIDGE_INPUT_ROOTS", "").split(os.pathsep) if r],
+        metavar="DIR",
+        help="directory requests may read inputs from (repeatable; env SPARK_BRIDGE_INPUT_ROOTS, "
+        "os.pathsep-separated); default <state-dir>/inputs. Nothing outside these is ever read.",
+    )
+    limits = BridgeLimits()
+    p.add_argument("--max-pending", type=int, default=limits.max_pending_jobs,
+                   help="jobs queued or running at once; past it requests are answered `busy`")
+    p.add_argument("--max-tiles-ceiling", type=int, default=limits.max_tiles,
+                   help="no expire job may expire more tiles than this, whatever it asks")
+    p.add_argument("--max-tiles-per-geometry-ceiling", type=int, default=limits.max_tiles_per_geometry)
+    p.add_argument("--keep-jobs", type=int, default=limits.keep_jobs, help="finished job records kept")
+    p.add_argument("--keep-days", type=float, default=limits.keep_seconds / 86_400,
+                   help="finished job records older than this are deleted")
+    p.add_argument("--spark-ui", action="store_true",
+                   help="serve the Spark web UI (off by default: it shows job details to anyone who can connect)")
     p.add_argument("--app", default="spark.bridge", help="qbroker app name of this unit")
     p.add_argument("--progress-interval", type=float, default=1.0, help="seconds between progress alerts")
     p.add_argument(
@@ -47,6 +68,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for item in args.conf:
         if "=" not in item:
             p.error(f"--conf {item!r}: expected KEY=VALUE")
+    try:
+        args.limits = BridgeLimits(
+            max_tiles=args.max_tiles_ceiling,
+            max_tiles_per_geometry=args.max_tiles_per_geometry_ceiling,
+            max_pending_jobs=args.max_pending,
+            keep_jobs=args.keep_jobs,
+            keep_seconds=args.keep_days * 86_400,
+        )
+    except ValueError as exc:
+        p.error(str(exc))
+    for root in args.input_root:
+        if not root.is_dir():
+            p.error(f"--input-root {root}: not a directory")
     return args
 
 
@@ -57,10 +91,11 @@ def main(argv: list[str] | None = None) -> None:
     def make_service(unit: Unit) -> SparkBridge:
         def build() -> SparkSession:
             log.info("starting Spark session", master=args.master)
-            return build_session(args.master, "qbroker-spark-bridge", conf)
+            return build_session(args.master, "qbroker-spark-bridge", conf, ui=args.spark_ui)
 
         return SparkBridge(unit, build, args.state_dir, max_jobs=args.max_jobs,
-                           progress_interval=args.progress_interval)
+                           progress_interval=args.progress_interval, input_roots=args.input_root,
+                           limits=args.limits)
 
     serve(args.app, make_service)
 

@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.spark_bridge.tilemath import MAX_ZOOM_LIMIT
 
+MAX_PATHS = 1000  # inputs per request: each is checked at submit time on the event loop's worker thread
+
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -22,14 +24,16 @@ class ExpireRequest(_Request):
     paths: list[str] = Field(
         ...,
         min_length=1,
+        max_length=MAX_PATHS,
         description="osmChange (.osc/.osc.gz), expire lists (z/x/y "
-        "per line), Parquet or CSV with lon/lat columns; paths on the bridge host.",
+        "per line), Parquet or CSV with lon/lat columns; paths under the bridge's input roots.",
     )
     min_zoom: int = Field(10, ge=0, le=MAX_ZOOM_LIMIT)
     max_zoom: int = Field(18, ge=0, le=MAX_ZOOM_LIMIT)
     publish: bool = Field(True, description="Publish expirations on expire_toposm; false = result only.")
-    max_tiles: int = Field(50_000_000, ge=1, description="Fail the job above this many expired tiles.")
-    max_tiles_per_geometry: int = Field(10_000_000, ge=1)
+    # None: the bridge's own ceiling (BridgeLimits); a value above the ceiling is refused, never obeyed.
+    max_tiles: int | None = Field(None, ge=1, description="Fail the job above this many expired tiles.")
+    max_tiles_per_geometry: int | None = Field(None, ge=1)
     batch_max_tiles: int = Field(2_000, ge=1, le=100_000, description="Metatiles per expire_toposm message.")
     batch_max_bytes: int = Field(65_536, ge=64, le=8_000_000, description="Bytes per expire_toposm message.")
 
@@ -41,16 +45,20 @@ class ExpireRequest(_Request):
 
 
 class StatsRequest(_Request):
-    paths: list[str] = Field(..., min_length=1, description="Render logs (JSON lines, optionally .gz).")
+    paths: list[str] = Field(..., min_length=1, max_length=MAX_PATHS, description="Render logs (JSON lines, .gz ok).")
     request_paths: list[str] = Field(
-        default_factory=list, description="Optional request logs (JSON lines with tile or zoom and time)."
+        default_factory=list,
+        max_length=MAX_PATHS,
+        description="Optional request logs (JSON lines with tile or zoom and time).",
     )
     window_seconds: int = Field(60, ge=1, le=86_400 * 31)
     since: float | None = Field(None, description="Only renders started at or after this epoch time.")
     until: float | None = Field(None, description="Only renders started before this epoch time.")
     chart: bool = Field(False, description="Also write chart.png.")
     output_dir: str | None = Field(
-        None, description="Where to write stats.json/*.parquet; default <state-dir>/results/<job_id>."
+        None,
+        description="A name: outputs go to <state-dir>/outputs/<name> (default <state-dir>/results/<job_id>); "
+        "never a path.",
     )
 
     @model_validator(mode="after")

@@ -9,7 +9,7 @@ Progress goes out as ``spark.progress.<job_id>`` alerts; expirations as text ale
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +17,13 @@ import structlog
 from pyspark.sql import SparkSession
 
 from qbroker import RequestContext, RequestError, RequestFailed, Unit
+from services.spark_bridge.confine import InputRefused, InputRoots, output_dir
 from services.spark_bridge.expire_inputs import InputError, validate_inputs
 from services.spark_bridge.expire_job import ExpireParams, run_expire
 from services.spark_bridge.job_context import JobContext
 from services.spark_bridge.job_state import JobRecord, JobState
-from services.spark_bridge.jobs import JobManager, UnknownJob
+from services.spark_bridge.jobs import JobManager, JobsBusy, UnknownJob
+from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.models import ExpireRequest, StatsRequest
 from services.spark_bridge.stats_job import StatsParams, run_stats
 
@@ -56,9 +58,19 @@ class SparkBridge:
         *,
         max_jobs: int = 2,
         progress_interval: float = 1.0,
+        input_roots: Sequence[Path] | None = None,
+        limits: BridgeLimits | None = None,
     ) -> None:
         self.unit = unit
         self.state_dir = state_dir
+        self.limits = limits or BridgeLimits()
+        # No roots given: a directory of the bridge's own, never "anywhere the bridge user can read".
+        if not input_roots:
+            default_root = state_dir / "inputs"
+            default_root.mkdir(parents=True, exist_ok=True)
+            input_roots = [default_root]
+        self.input_roots = InputRoots.of(input_roots)
+        self.outputs_root = state_dir / "outputs"
         self._build_session = None if isinstance(spark, SparkSession) else spark
         self._max_jobs = max_jobs
         self._progress_interval = progress_interval
@@ -75,6 +87,9 @@ class SparkBridge:
             max_jobs=self._max_jobs,
             progress_sink=self._publish_progress,
             progress_interval=self._progress_interval,
+            max_pending=self.limits.max_pending_jobs,
+            keep_jobs=self.limits.keep_jobs,
+            keep_seconds=self.limits.keep_seconds,
         )
 
     @property
@@ -137,15 +152,19 @@ class SparkBridge:
 
         @unit.rpc("spark.expire", prefetch=16)
         async def expire(request: ExpireRequest, ctx: RequestContext) -> dict[str, Any]:
+            max_tiles = self.limits.guard("max_tiles", request.max_tiles)
+            per_geometry = self.limits.guard("max_tiles_per_geometry", request.max_tiles_per_geometry)
             try:
-                inputs = await asyncio.to_thread(validate_inputs, request.paths)
+                inputs = await asyncio.to_thread(validate_inputs, request.paths, self.input_roots)
+            except InputRefused as exc:
+                raise RequestFailed(exc.id, exc.message) from None
             except InputError as exc:
                 raise RequestFailed("bad_input", str(exc)) from None
             params = ExpireParams(
                 min_zoom=request.min_zoom,
                 max_zoom=request.max_zoom,
-                max_tiles=request.max_tiles,
-                max_tiles_per_geometry=request.max_tiles_per_geometry,
+                max_tiles=max_tiles,
+                max_tiles_per_geometry=per_geometry,
                 publish=request.publish,
                 batch_max_bytes=request.batch_max_bytes,
                 batch_max_tiles=request.batch_max_tiles,
@@ -155,30 +174,28 @@ class SparkBridge:
                 return run_expire(inputs, params, job)
 
             publish = self._expiration_sender() if request.publish else None
-            record = self.manager.submit("expire", request.model_dump(mode="json"), body, publish=publish)
+            record = self._submit("expire", request.model_dump(mode="json"), body, publish=publish)
             ctx.log.info("expire job submitted", job_id=record.job_id, inputs=len(inputs))
             return await self._submitted(record, request.wait, request.wait_timeout, ctx)
 
         @unit.rpc("spark.stats", prefetch=16)
         async def stats(request: StatsRequest, ctx: RequestContext) -> dict[str, Any]:
-            for raw in [*request.paths, *request.request_paths]:
-                if not Path(raw).expanduser().is_file():
-                    raise RequestFailed("bad_input", f"{raw}: no such file")
-            paths = [Path(p).expanduser().resolve() for p in request.paths]
-            request_paths = [Path(p).expanduser().resolve() for p in request.request_paths]
+            try:
+                paths, request_paths, out_base = await asyncio.to_thread(self._stats_paths, request)
+            except InputRefused as exc:
+                raise RequestFailed(exc.id, exc.message) from None
             params = StatsParams(
                 window_seconds=request.window_seconds,
                 since=request.since,
                 until=request.until,
                 chart=request.chart,
             )
-            out_base = Path(request.output_dir).expanduser() if request.output_dir else None
 
             def body(job: JobContext) -> dict[str, Any]:
                 out_dir = out_base or self.manager.store.results_dir(job.job_id)
                 return run_stats(paths, request_paths, params, out_dir, job)
 
-            record = self.manager.submit("stats", request.model_dump(mode="json"), body)
+            record = self._submit("stats", request.model_dump(mode="json"), body)
             ctx.log.info("stats job submitted", job_id=record.job_id)
             return await self._submitted(record, request.wait, request.wait_timeout, ctx)
 
@@ -221,6 +238,20 @@ class SparkBridge:
                 raise RequestFailed("bad_limit", "limit must be between 1 and 1000")
             records = self.manager.list_jobs(state=state, kind=kind, limit=limit)
             return {"jobs": [r.summary() for r in records], "max_jobs": self.manager.max_jobs}
+
+    def _stats_paths(self, request: StatsRequest) -> tuple[list[Path], list[Path], Path | None]:
+        """Inputs (regular files under the roots) and the output dir (a name under the state dir)."""
+        paths = [self.input_roots.regular_file(p) for p in request.paths]
+        request_paths = [self.input_roots.regular_file(p) for p in request.request_paths]
+        out = output_dir(self.outputs_root, request.output_dir) if request.output_dir is not None else None
+        return paths, request_paths, out
+
+    def _submit(self, kind: str, params: dict[str, Any], body: Any, publish: Any = None) -> JobRecord:
+        try:
+            return self.manager.submit(kind, params, body, publish=publish)
+        except JobsBusy as exc:
+            # Status error, not fail: the same request succeeds once jobs finish.
+            raise RequestError("busy", f"the bridge is busy: {exc}; try again later") from None
 
     async def close(self) -> None:
         if self._manager is not None:

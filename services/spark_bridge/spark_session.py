@@ -20,8 +20,27 @@ DEFAULT_MASTER = "local[*]"
 warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 
+def classic_conf(conf: dict[str, str] | None = None, *, ui: bool = False) -> dict[str, str]:
+    """The configuration of a classic session: ours, then the caller's ``conf`` on top.
+
+    The Spark UI is off unless asked for: it listens on every interface and shows job descriptions,
+    SQL plans (input paths) and environment to anyone who can reach the port.
+    """
+    return {
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.scheduler.mode": "FAIR",  # concurrent jobs share executors instead of queueing
+        **(conf or {}),
+    }
+
+
 def build_session(
-    master: str = DEFAULT_MASTER, app_name: str = "qbroker-spark-bridge", conf: dict[str, str] | None = None
+    master: str = DEFAULT_MASTER,
+    app_name: str = "qbroker-spark-bridge",
+    conf: dict[str, str] | None = None,
+    *,
+    ui: bool = False,
 ) -> SparkSession:
     if master.startswith("sc://"):
         # The generic builder (not the Connect class directly) also switches pyspark.sql.functions to
@@ -32,14 +51,8 @@ def build_session(
         return remote.getOrCreate()
     # Executors must run the same Python as the driver (standalone workers would pick their own).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.scheduler.mode", "FAIR")  # concurrent jobs share executors instead of queueing
-    )
-    for key, value in (conf or {}).items():
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in classic_conf(conf, ui=ui).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

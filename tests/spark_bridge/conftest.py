@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
 
 # pyspark warns about pandas 3 on import of its pandas helpers; the bridge does not use pandas.
@@ -43,7 +44,10 @@ def spark() -> Iterator[SparkSession]:
 async def bridge(make_unit, spark, tmp_path):
     """An in-process bridge on the shared local session: one job at a time, fast progress alerts."""
     unit = await make_unit("spark.bridge")
-    service = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, progress_interval=0.3)
+    # Inputs come from the test's own directory; the big cancel test needs ceilings above the defaults.
+    limits = BridgeLimits(max_tiles=10**10, max_tiles_per_geometry=10**10)
+    service = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, progress_interval=0.3,
+                          input_roots=[tmp_path], limits=limits)
     await unit.start()
     yield service
     await service.close()

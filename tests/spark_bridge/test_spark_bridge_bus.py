@@ -107,7 +107,8 @@ async def test_cancel_long_job_queue_bound_and_progress(bridge, client, make_uni
         "max_tiles": 10**9,
     }
     first = await client.call("spark.expire", big)
-    await eventually(lambda: bridge.manager.get(first["job_id"]).phase == "expiring", timeout=60)
+    # The tile estimate runs first (phase "estimating"): the job is cancellable from there on.
+    await eventually(lambda: bridge.manager.get(first["job_id"]).phase in ("estimating", "expiring"), timeout=60)
     second = await client.call("spark.expire", {**big, "max_zoom": 10})
     assert (await client.call("spark.job", {"command": "status", "job_id": second["job_id"]}))["state"] == "queued"
     listed = await client.call("spark.job", {"command": "list"})
@@ -116,7 +117,7 @@ async def test_cancel_long_job_queue_bound_and_progress(bridge, client, make_uni
     live = await eventually(
         lambda: [p for p in progress if p["job_id"] == first["job_id"] and p["spark"] and p["spark"]["tasks"] > 0]
     )
-    assert live[-1]["state"] == "running" and live[-1]["phase"] == "expiring"
+    assert live[-1]["state"] == "running" and live[-1]["phase"] in ("estimating", "expiring")
     queued_cancel = await client.call("spark.job", {"command": "cancel", "job_id": second["job_id"]})
     assert queued_cancel["state"] == "cancelled"
     started = time.monotonic()
@@ -134,7 +135,8 @@ async def test_cancel_long_job_queue_bound_and_progress(bridge, client, make_uni
 @pytest.mark.parametrize(
     ("body", "error_id", "text"),
     [
-        ({"paths": ["/nonexistent/diff.osc"]}, "bad_input", "no such file"),
+        ({"paths": ["/nonexistent/diff.osc"]}, "input_not_allowed", "outside the bridge's input roots"),
+        ({"paths": ["MISSING"]}, "no_such_input", "no such file"),
         ({"paths": ["X"], "min_zoom": 15, "max_zoom": 12}, "invalid_params", "min_zoom (15) is greater"),
         ({"paths": ["X"], "max_zoom": 23}, "invalid_params", "max_zoom"),
         ({"paths": []}, "invalid_params", "paths"),
@@ -151,6 +153,7 @@ async def test_bad_expire_requests_fail_at_submit(bridge, client, tmp_path, body
         "X": str(tmp_path / "x.list"),
         "NOT_OSC": str(tmp_path / "bad.osc"),
         "NOT_LIST": str(tmp_path / "bad.list"),
+        "MISSING": str(tmp_path / "missing.osc"),
     }
     body = {**body, "paths": [subst.get(p, p) for p in body["paths"]]}
     with pytest.raises(RequestFailed) as err:
@@ -196,4 +199,4 @@ async def test_stats_over_bus_writes_outputs(bridge, client, tmp_path) -> None:
     assert Path(result["outputs"]["json"]).parent == bridge.state_dir / "results" / reply["job_id"]
     with pytest.raises(RequestFailed) as err:
         await client.call("spark.stats", {"paths": [str(tmp_path / "missing.log")]})
-    assert err.value.id == "bad_input"
+    assert err.value.id == "no_such_input"

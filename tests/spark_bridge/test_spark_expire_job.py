@@ -16,6 +16,7 @@ from spark_helpers import (
     write_osc,
 )
 
+from services.spark_bridge.confine import InputRoots
 from services.spark_bridge.expire_inputs import validate_inputs
 from services.spark_bridge.expire_job import ExpireParams, ExpireTooLarge, run_expire
 from services.spark_bridge.job_context import JobContext
@@ -24,7 +25,8 @@ from services.spark_bridge.job_context import JobContext
 def run(spark, paths, min_zoom, max_zoom, **kw):
     published: list[str] = []
     ctx = JobContext("test", spark, None, publish=published.append)
-    result = run_expire(validate_inputs([str(p) for p in paths]), ExpireParams(min_zoom, max_zoom, **kw), ctx)
+    roots = InputRoots.of(sorted({Path(p).parent for p in paths}))  # the test's own directory
+    result = run_expire(validate_inputs([str(p) for p in paths], roots), ExpireParams(min_zoom, max_zoom, **kw), ctx)
     return result, published
 
 
@@ -173,5 +175,6 @@ def test_parquet_without_lon_lat_and_bad_list_line_fail(spark, tmp_path: Path) -
         run(spark, [tmp_path / "nolonlat.parquet"], 10, 12)
     listing = tmp_path / "late-bad.list"
     listing.write_text("12/1/1\n12/2/2\n12/4096/0\n")  # x out of range at z12, on line 3
-    with pytest.raises(InputError, match="bad expire-list line 12/4096/0"):
+    # The file is named, its contents never quoted (issue 10).
+    with pytest.raises(InputError, match="late-bad.list: a line is not z/x/y"):
         run(spark, [listing], 10, 12)

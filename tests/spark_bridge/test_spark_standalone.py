@@ -132,6 +132,8 @@ def test_expire_on_standalone_cluster_via_cli(standalone_master, amqp_url, tmp_p
             "1",
             "--state-dir",
             str(state),
+            "--input-root",
+            str(tmp_path),
             "--app",
             "spark.bridge.standalone",
             "--conf",
@@ -203,7 +205,7 @@ def test_expire_on_standalone_cluster_via_cli(standalone_master, amqp_url, tmp_p
         zooms = json.loads(stats.stdout)["result"]["per_zoom"]
         assert zooms[0]["zoom"] == 12 and zooms[0]["p50"] == 2.5 and zooms[0]["renders"] == 4
         failed = cli(amqp_url, "call", "spark.expire", 'paths=["/nonexistent.osc"]')
-        assert failed.returncode == 2 and "no such file" in failed.stdout + failed.stderr
+        assert failed.returncode == 2 and "outside the bridge's input roots" in failed.stdout + failed.stderr
     finally:
         stop(bridge)
     # Clean shutdown on SIGTERM; the finished job is still on disk for the next bridge.
