@@ -54,6 +54,12 @@ async def test_map_shows_tiles_from_the_store(bus: TileBus, web: Web, browser: A
     assert await wait_for(browser, "typeof L === 'object' && L.version") == "1.9.4"  # the vendored copy
     # The on-demand renders are over: the overlay (refreshed every 5 s) drops their metatiles.
     await wait_for(browser, "document.getElementById('overlay-count').textContent === 'overlay: 0 metatiles'")
+    # Leaflet fades each tile in over a few animation frames, which a loaded headless browser may draw late:
+    # wait until every tile on the page is loaded and opaque, so the pixels below are the tiles' own.
+    await wait_for(browser, "(() => { const t = [...document.querySelectorAll('img.leaflet-tile')];"
+                            " return t.length >= 4 && !document.querySelector('.leaflet-zoom-anim') && t.every("
+                            "i => i.classList.contains('leaflet-tile-loaded') && getComputedStyle(i).opacity === '1'"
+                            " && getComputedStyle(i.parentElement).opacity === '1'); })()")
     png = await asyncio.to_thread(browser.get_screenshot_as_png)
     (artifacts / "map.png").write_bytes(png)
     image = Image.open(io.BytesIO(png)).convert("RGB")
