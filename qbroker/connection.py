@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import aio_pika
 
@@ -29,6 +29,51 @@ def _with_heartbeat(url: str, heartbeat: int) -> str:
         return url
     query = f"{parts.query}&heartbeat={heartbeat}" if parts.query else f"heartbeat={heartbeat}"
     return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+
+
+def read_password(config: Config) -> str | None:
+    """The password from ``password_file`` (read at every connect, so a rotated file is picked up) or
+    ``password``; None when neither is set (the URL's own password, if any, is used)."""
+    if config.password_file is not None:
+        try:
+            return config.password_file.read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as exc:
+            # The path is configuration, not a secret; the file's contents never appear in the message.
+            raise ValueError(f"password file {config.password_file}: cannot read ({type(exc).__name__})") from None
+    return config.password.get_secret_value() if config.password is not None else None
+
+
+def broker_url(url: str, config: Config) -> str:
+    """``url`` with the configured account and, for ``amqps``, TLS files. Holds the password: never log
+    it (``redact_url``) and never put it on a command line."""
+    parts = urlsplit(url)
+    user = config.username if config.username is not None else unquote(parts.username or "") or None
+    password = read_password(config)
+    if password is None and parts.password is not None:
+        password = unquote(parts.password)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    if user is not None:
+        auth = quote(user, safe="") + (f":{quote(password, safe='')}" if password is not None else "")
+        host = f"{auth}@{host}"
+    query = parts.query
+    if parts.scheme.lower() == "amqps":
+        # aiormq builds its TLS context from these query parameters (verifying the server by default).
+        given = dict(parse_qsl(query))
+        tls = {"cafile": config.tls_ca_file, "certfile": config.tls_cert_file, "keyfile": config.tls_key_file}
+        extra = {k: str(v) for k, v in tls.items() if v is not None and k not in given}
+        if extra:
+            query = f"{query}&{urlencode(extra)}" if query else urlencode(extra)
+    return urlunsplit((parts.scheme, host, parts.path, query, parts.fragment))
+
+
+def url_user(url: str, config: Config) -> str:
+    """The account a connection to ``url`` logs in as (aiormq's default is guest)."""
+    if config.username is not None:
+        return config.username
+    return unquote(urlsplit(url).username or "") or "guest"
 
 
 class ConnectionSupervisor:
@@ -60,7 +105,7 @@ class ConnectionSupervisor:
             url = self._urls[self.url_index]
             try:
                 connect = transport_for(url)
-                return await connect(_with_heartbeat(url, self._config.heartbeat),
+                return await connect(_with_heartbeat(broker_url(url, self._config), self._config.heartbeat),
                                      timeout=self._config.connect_timeout)
             except (TimeoutError, OSError, aio_pika.exceptions.AMQPError) as exc:
                 self._log.warning("broker unreachable", url=redact_url(url), error=str(exc) or type(exc).__name__)
@@ -86,6 +131,11 @@ class ConnectionSupervisor:
             raise
         self.ready.set()
         self._log.info("connected", url=redact_url(self._urls[self.url_index]))
+
+    @property
+    def user(self) -> str:
+        """The account of the current (or next) connection: qbroker sets it as every message's user-id."""
+        return url_user(self._urls[self.url_index], self._config)
 
     def lose(self, reason: BaseException | None = None) -> None:
         """Declare the connection broken (e.g. a channel died) so the supervisor rebuilds everything."""

@@ -48,6 +48,11 @@ class RequestContext:
         return self.header.reply_to
 
     @property
+    def user_id(self) -> str | None:
+        """The sender's broker account as RabbitMQ validated it (None if the sender did not set it)."""
+        return self.header.user_id
+
+    @property
     def app_id(self) -> str | None:
         return self.header.app_id
 

@@ -35,6 +35,9 @@ class Header(BaseModel):
     type: str | None = None
     deadline: float | None = None
     app: str | None = None
+    # AMQP user-id: RabbitMQ refuses a message whose user-id is not the publishing connection's user,
+    # so on a broker that enforces it this names the sender's account, which the body cannot forge.
+    user_id: str | None = None
 
 
 def build_message(
@@ -53,6 +56,7 @@ def build_message(
     deadline: float | None = None,
     expiration_s: float | None = None,
     priority: int | None = None,
+    user_id: str | None = None,
     codecs: CodecRegistry = default_codecs,
 ) -> aio_pika.Message:
     headers: dict[str, Any] = {"version": PROTOCOL_VERSION, "app": app}
@@ -77,6 +81,7 @@ def build_message(
         type=kind,
         expiration=expiration_s,
         priority=priority,
+        user_id=user_id,
         timestamp=time.time(),
         delivery_mode=aio_pika.DeliveryMode.NOT_PERSISTENT,
     )
@@ -108,6 +113,7 @@ def read_header(message: AbstractIncomingMessage, *, require: tuple[str, ...] = 
             type=message.type,
             deadline=_deadline(raw.get("deadline")),
             app=_text(raw.get("app")),
+            user_id=_text(getattr(message, "user_id", None)),
         )
     except ValidationError as exc:
         fields = ", ".join(".".join(str(p) for p in err["loc"]) for err in exc.errors())
