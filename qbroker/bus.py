@@ -8,6 +8,7 @@ listeners on top, so a request goes straight down: unit -> rpc -> bus -> envelop
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,7 @@ class Bus:
         self.supervisor = ConnectionSupervisor(config, self._connected, self._lost, app=app, uuid=uuid)
         self._on_connected = on_connected
         self._exchanges: Exchanges | None = None
+        self._reopening: asyncio.Future[None] | None = None
         self._consumers: list[tuple[Queue, str]] = []
         # Between start() and stop_consuming(): a channel the broker closes under us means "reconnect".
         self._serving = False
@@ -77,13 +79,35 @@ class Bus:
 
     async def _connected(self, connection: Connection) -> None:
         self._consumers = []
-        publish_channel = await self.channel(connection, confirms=True)
-        self._exchanges = await declare_exchanges(publish_channel, self.config)
+        self._exchanges = await self._open_publisher(connection)
         own = await self.channel(connection, confirms=False)
         reply_queue = await declare_unit_queue(own, self.config, "reply", self.uuid)
         await reply_queue.bind(self._exchanges.reply, routing_key=self.uuid)
         await reply_queue.consume(self._on_reply, no_ack=True)
         await self._on_connected(connection)
+
+    async def _open_publisher(self, connection: Connection) -> Exchanges:
+        """The publishing channel. The broker closes it when it refuses one publish (a message over its
+        max_message_size, a forged user-id): then only it is reopened, so consumers and the calls in
+        flight carry on; only publishes unconfirmed on it at that moment fail."""
+        channel = await connection.channel(publisher_confirms=True)
+        exchanges = await declare_exchanges(channel, self.config)
+
+        def _closed(_: object, exc: BaseException | None = None) -> None:
+            if exc is None or not self._serving or connection.is_closed or self._exchanges is not exchanges:
+                return
+            self.log.warning("publish channel closed by broker; reopening it", error=repr(exc))
+            self._exchanges = None
+            self._reopening = asyncio.ensure_future(self._reopen_publisher(connection))
+
+        channel.close_callbacks.add(_closed)
+        return exchanges
+
+    async def _reopen_publisher(self, connection: Connection) -> None:
+        try:
+            self._exchanges = await self._open_publisher(connection)
+        except Exception as exc:  # the connection is going too: the supervisor starts over
+            self.supervisor.lose(exc)
 
     async def _lost(self, exc: BaseException | None) -> None:
         self._exchanges = None
@@ -176,6 +200,10 @@ class Bus:
     async def publish(self, role: Role, routing_key: str, message: aio_pika.Message) -> None:
         """Publish, refusing here what the broker would refuse by closing our shared channel."""
         exchanges = self._exchanges
+        if exchanges is None and self._reopening is not None and not self._reopening.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._reopening)
+            exchanges = self._exchanges
         if exchanges is None:
             raise ConnectionLost("not connected to a broker")
         self.check_size(message)

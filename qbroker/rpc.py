@@ -65,7 +65,9 @@ def _publish_failed(publish: asyncio.Future[None], future: asyncio.Future[Reply]
     if publish.cancelled() or future.done():
         return
     exc = publish.exception()
-    if exc is not None:
+    if isinstance(exc, QBrokerError):
+        future.set_exception(exc)
+    elif exc is not None:
         future.set_exception(ConnectionLost(f"request to {name} was not accepted by the broker: {exc}"))
 
 
@@ -92,6 +94,7 @@ async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = 
             )
         except CodecError as exc:
             raise RequestError("bad_request_body", f"cannot encode request for {name}: {exc}") from exc
+        bus.check_size(message)  # what the broker would refuse fails this call only, here
         # Pipelined confirm: the reply normally arrives before the broker's ack; a refused or failed
         # publish resolves the call instead. One timer handle, no extra tasks: this is the hot path.
         publish = asyncio.ensure_future(bus.publish("rpc", name, message))

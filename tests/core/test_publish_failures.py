@@ -1,0 +1,82 @@
+"""A reply or request that cannot be published fails alone: the caller gets an error, other calls go on."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from qbroker import BadMessage, ReplyTooLarge
+from tests.conftest import MakeUnit
+
+LIMIT = 64 * 1024
+
+
+async def test_oversized_reply_answers_reply_too_large_and_spares_other_calls(make_unit: MakeUnit) -> None:
+    server = await make_unit("test.server", max_body_bytes=LIMIT)
+    gate = asyncio.Event()
+    started = asyncio.Event()
+
+    @server.rpc("t.big")
+    async def big(n: int) -> str:
+        return "x" * n
+
+    @server.rpc("t.gated")
+    async def gated() -> str:
+        started.set()
+        await gate.wait()
+        return "still here"
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    in_flight = asyncio.ensure_future(client.call("t.gated", timeout=60))
+    await asyncio.wait_for(started.wait(), 60)
+    with pytest.raises(ReplyTooLarge, match="exceeds the limit"):
+        await client.call("t.big", {"n": 2 * LIMIT}, timeout=60)
+    gate.set()
+    assert await in_flight == "still here"  # the call in flight on the same connection survived
+    assert await client.call("t.big", {"n": 10}) == "x" * 10
+
+
+async def test_oversized_request_is_refused_before_it_leaves(make_unit: MakeUnit) -> None:
+    server = await make_unit("test.server")
+
+    @server.rpc("t.echo")
+    async def echo(text: str) -> str:
+        return text
+
+    await server.start()
+    client = await make_unit("test.client", max_body_bytes=LIMIT)
+    await client.start()
+    with pytest.raises(BadMessage, match="exceeds the limit"):
+        await client.call("t.echo", {"text": "y" * (2 * LIMIT)}, timeout=60)
+    assert await client.call("t.echo", {"text": "ok"}) == "ok"
+
+
+@pytest.mark.rabbitmq_only
+async def test_publish_the_broker_refuses_fails_alone(make_unit: MakeUnit) -> None:
+    """RabbitMQ closes the publishing channel on a refused publish (here a user-id that is not ours):
+    the bus reopens that channel only, so the call in flight and the consumers carry on."""
+    server = await make_unit("test.server")
+    gate = asyncio.Event()
+    started = asyncio.Event()
+
+    @server.rpc("t.gated")
+    async def gated() -> str:
+        started.set()
+        await gate.wait()
+        return "still here"
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    in_flight = asyncio.ensure_future(client.call("t.gated", timeout=60))
+    await asyncio.wait_for(started.wait(), 60)
+    forged = client.bus.make_message({}, kind="alert", name="t.forged", message_id="forged-1")
+    forged.user_id = "somebody-else"
+    with pytest.raises(Exception):  # noqa: B017 - aio-pika's channel error, whatever its class
+        await client.bus.publish("alert", "t.forged", forged)
+    gate.set()
+    assert await in_flight == "still here"
+    assert await client.call("t.gated", timeout=60) == "still here"
