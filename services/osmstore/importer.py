@@ -1,7 +1,7 @@
 """``toposm-import EXTRACT.osm.pbf --store DIR``: build the stores for one OSM extract in one pyosmium pass.
 
-The pass writes ``DIR/render.sqlite`` (the rendering store Mapnik reads) and, when the geometry-store writer
-is present (``services.osmstore.geometry``), ``DIR/geometry/`` for expiry. pyosmium reads the relations first
+The pass writes ``DIR/render.sqlite`` (the rendering store Mapnik reads) and ``DIR/geometry/`` (the geometry
+store for expiry, ``services.osmstore.geometry``). pyosmium reads the relations first
 (its multipolygon assembler needs them before the ways) and then streams the file once, handing each object to
 both writers. Everything is built in a temporary directory beside DIR and renamed into place at the end, so a
 corrupt or non-OSM input leaves nothing half-built behind.
@@ -24,14 +24,11 @@ from . import render_db
 from .coastline import rebuild_sea
 from .errors import ImportFailed
 from .features import FeatureExtractor
+from .geometry import GeometryStoreWriter, partition_bits
 from .progress import ImportProgress
 
 __all__ = ["ImportFailed", "import_extract", "main"]
 
-try:  # the geometry store (Parquet, for expiry) is built by another part of the project
-    from .geometry import GeometryStoreWriter  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # pragma: no cover - depends on what is installed
-    GeometryStoreWriter = None
 
 STORE_JSON = "store.json"
 _FLUSH = 20_000
@@ -126,10 +123,8 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
     conn.execute("PRAGMA journal_mode = OFF")  # a failed import throws the whole directory away
     conn.execute("PRAGMA synchronous = OFF")
     render_db.create_schema(conn)
-    geometry = None
-    if GeometryStoreWriter is not None:
-        (work / "geometry").mkdir()
-        geometry = GeometryStoreWriter(work / "geometry")
+    (work / "geometry").mkdir()
+    geometry = GeometryStoreWriter(work / "geometry", partition_bits(extract.stat().st_size))
     handler = _ImportHandler(conn, geometry, progress)
     conn.execute("BEGIN")
     try:
@@ -151,7 +146,7 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
     conn.close()
     if sum(handler.counts.values()) == 0:
         raise ImportFailed(f"{extract}: holds no OSM nodes, ways or relations")
-    geometry_counts = geometry.close(sequence) if geometry is not None else None
+    geometry_counts = geometry.close(sequence)
     west, south, east, north = extent
     return {
         "format_version": render_db.FORMAT_VERSION,

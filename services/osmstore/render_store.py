@@ -192,9 +192,21 @@ class _RebuildHandler(osmium.SimpleHandler):
         self.features.area(a)
 
 
-def apply_osc(store_dir: Path, osc_path: Path) -> dict[str, int]:
+def _already_applied(conn: sqlite3.Connection, sequence: int | None, sha256: str | None) -> bool:
+    if sha256 is not None and render_db.get_meta(conn, "last_diff_sha256") == sha256:
+        return True
+    stored = render_db.get_meta(conn, "sequence")
+    return sequence is not None and stored is not None and stored.isdigit() and int(stored) >= sequence
+
+
+def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
+              sha256: str | None = None) -> dict[str, int]:
     """Apply one osmChange (.osc or .osc.gz) to ``store_dir/render.sqlite``; returns what changed.
 
+    With ``sequence`` (a replication diff) or ``sha256`` (its digest), a diff the store already holds is
+    not applied again: ``{"skipped": 1}``. Both are recorded in the same transaction as the changes, so
+    the store and its sequence never disagree (a follower that died after this commit but before the
+    geometry store's can simply run the diff again).
     Raises RenderStoreError (and changes nothing) when the store is missing or the diff is unreadable.
     """
     db = Path(store_dir) / render_db.RENDER_DB
@@ -208,6 +220,9 @@ def apply_osc(store_dir: Path, osc_path: Path) -> dict[str, int]:
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if _already_applied(conn, sequence, sha256):
+                conn.execute("ROLLBACK")
+                return {"skipped": 1}
             applier = _DiffApplier(conn)
             for obj in osmium.FileProcessor(_osc_file(osc_path)):
                 if isinstance(obj, osmium.osm.Node):
@@ -221,6 +236,10 @@ def apply_osc(store_dir: Path, osc_path: Path) -> dict[str, int]:
             applied = int(render_db.get_meta(conn, "diffs_applied") or 0) + 1
             render_db.set_meta(conn, "diffs_applied", str(applied))
             render_db.set_meta(conn, "last_diff", osc_path.name)
+            if sequence is not None:
+                render_db.set_meta(conn, "sequence", str(sequence))
+            if sha256 is not None:
+                render_db.set_meta(conn, "last_diff_sha256", sha256)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
