@@ -1,0 +1,242 @@
+"""The RPC contenders of bench/peers.py: an echo server and a client for each, on one broker URL.
+
+Every contender echoes ``{"text": "hello", "n": 1}``. Each gets its own vhost (its URL), so names never
+collide and nothing is left behind. ``serve(url)`` starts an echo server and returns its stop function;
+``connect(url)`` returns a client's ``call()`` and its stop function. The driver in bench/peers.py times
+the calls the same way for everyone (same workers, same clock), so only the client and server differ.
+
+- ``qbroker``: ``Unit.call`` to ``@unit.rpc`` (prefetch 256), the library as users get it.
+- ``aio_pika_rpc``: ``aio_pika.patterns.RPC`` (its own reply queue, confirms on, pickle bodies).
+- ``faststream``: ``RabbitBroker.request()`` to a ``@broker.subscriber`` (direct reply-to).
+- ``floor_seed``: raw aiormq with the seed's structure: a topic request exchange, a direct reply exchange
+  and a reply queue per client, publisher confirms on requests (pipelined: the reply is awaited, the
+  confirm checked by a callback), the server acks each request after publishing its reply.
+- ``floor_direct``: raw aiormq, direct reply-to, no acks, no confirms: the physical floor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aio_pika
+import aiormq
+import orjson
+from aio_pika.patterns import RPC
+from aiormq.abc import DeliveredMessage
+from pamqp.commands import Basic
+
+from qbroker import Config, Unit
+
+PAYLOAD: dict[str, Any] = {"text": "hello", "n": 1}
+PAYLOAD_BYTES = orjson.dumps(PAYLOAD)
+Stop = Callable[[], Awaitable[object]]
+Call = Callable[[], Awaitable[object]]
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    serve: Callable[[str], Awaitable[Stop]]
+    connect: Callable[[str], Awaitable[tuple[Call, Stop]]]
+
+
+# -- qbroker -------------------------------------------------------------------------------------------
+
+async def _qbroker_serve(url: str) -> Stop:
+    unit = Unit("bench.server", config=Config(url=url))
+
+    @unit.rpc("bench.echo", prefetch=256)
+    async def echo(body: object) -> object:
+        return body
+
+    await unit.start()
+    return unit.stop
+
+
+async def _qbroker_connect(url: str) -> tuple[Call, Stop]:
+    unit = Unit("bench.client", config=Config(url=url))
+    await unit.start()
+
+    def call() -> Awaitable[object]:
+        return unit.call("bench.echo", PAYLOAD, timeout=60)
+
+    return call, unit.stop
+
+
+# -- aio-pika patterns.RPC ---------------------------------------------------------------------------
+
+async def _aio_pika_serve(url: str) -> Stop:
+    connection = await aio_pika.connect(url)
+    channel = await connection.channel()
+    await channel.set_qos(prefetch_count=256)
+    rpc = await RPC.create(channel)
+
+    async def echo(text: str, n: int) -> dict[str, Any]:
+        return {"text": text, "n": n}
+
+    await rpc.register("bench_echo", echo, auto_delete=True)
+    return connection.close
+
+
+async def _aio_pika_connect(url: str) -> tuple[Call, Stop]:
+    connection = await aio_pika.connect(url)
+    channel = await connection.channel()
+    rpc = await RPC.create(channel)
+
+    def call() -> Awaitable[object]:
+        return rpc.call("bench_echo", kwargs=PAYLOAD)
+
+    return call, connection.close
+
+
+# -- FastStream ------------------------------------------------------------------------------------------
+
+def _faststream_broker(url: str) -> Any:
+    from faststream.rabbit import RabbitBroker  # optional (the bench extra): imported only when run
+
+    return RabbitBroker(url, logger=None, log_level=logging.WARNING)
+
+
+async def _faststream_serve(url: str) -> Stop:
+    broker = _faststream_broker(url)
+
+    @broker.subscriber("bench-echo")  # type: ignore[misc]
+    async def echo(body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+    await broker.start()
+    return broker.stop  # type: ignore[no-any-return]
+
+
+async def _faststream_connect(url: str) -> tuple[Call, Stop]:
+    broker = _faststream_broker(url)
+    await broker.connect()
+
+    async def call() -> object:
+        response = await broker.request(PAYLOAD, "bench-echo", timeout=60)
+        return await response.decode()
+
+    return call, broker.stop  # type: ignore[no-any-return]
+
+
+# -- raw aiormq floors ---------------------------------------------------------------------------------
+
+class _Replies:
+    """Futures by correlation id, resolved by a no-ack reply consumer."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, asyncio.Future[bytes]] = {}
+
+    async def on_reply(self, message: DeliveredMessage) -> None:
+        future = self.pending.pop(message.header.properties.correlation_id or "", None)
+        if future is not None and not future.done():
+            future.set_result(message.body)
+
+    def expect(self) -> tuple[str, asyncio.Future[bytes]]:
+        message_id = uuid.uuid4().hex
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self.pending[message_id] = future
+        return message_id, future
+
+
+def _confirm_failed(future: asyncio.Future[bytes]) -> Callable[[asyncio.Future[Any]], None]:
+    def check(publish: asyncio.Future[Any]) -> None:
+        if publish.cancelled() or future.done():
+            return
+        exc = publish.exception()
+        if exc is not None:
+            future.set_exception(exc)
+        elif not isinstance(publish.result(), Basic.Ack):
+            future.set_exception(RuntimeError(f"request not confirmed: {publish.result()!r}"))
+
+    return check
+
+
+async def _declare_seed(channel: aiormq.abc.AbstractChannel) -> None:
+    await channel.exchange_declare("rpc", exchange_type="topic")
+    await channel.exchange_declare("reply", exchange_type="direct")
+
+
+async def _floor_seed_serve(url: str) -> Stop:
+    connection = await aiormq.connect(url)
+    channel = await connection.channel(publisher_confirms=False)
+    await channel.basic_qos(prefetch_count=256)
+    await _declare_seed(channel)
+    await channel.queue_declare("rpc_bench.echo")
+    await channel.queue_bind("rpc_bench.echo", "rpc", routing_key="bench.echo")
+
+    async def on_request(message: DeliveredMessage) -> None:
+        props = message.header.properties
+        await channel.basic_publish(message.body, exchange="reply", routing_key=props.reply_to or "",
+                                    properties=Basic.Properties(correlation_id=props.message_id,
+                                                                content_type="application/json"))
+        await channel.basic_ack(message.delivery_tag or 0)  # after the reply, as the seed does
+
+    await channel.basic_consume("rpc_bench.echo", on_request, no_ack=False)
+    return connection.close
+
+
+async def _floor_seed_connect(url: str) -> tuple[Call, Stop]:
+    connection = await aiormq.connect(url)
+    channel = await connection.channel(publisher_confirms=True)
+    await _declare_seed(channel)
+    me = uuid.uuid4().hex
+    queue = (await channel.queue_declare("", exclusive=True, auto_delete=True)).queue or ""
+    await channel.queue_bind(queue, "reply", routing_key=me)
+    replies = _Replies()
+    await channel.basic_consume(queue, replies.on_reply, no_ack=True)
+
+    async def call() -> object:
+        message_id, future = replies.expect()
+        properties = Basic.Properties(message_id=message_id, reply_to=me, content_type="application/json")
+        publish = asyncio.ensure_future(channel.basic_publish(PAYLOAD_BYTES, exchange="rpc", routing_key="bench.echo",
+                                                             properties=properties))
+        publish.add_done_callback(_confirm_failed(future))
+        return await future
+
+    return call, connection.close
+
+
+async def _floor_direct_serve(url: str) -> Stop:
+    connection = await aiormq.connect(url)
+    channel = await connection.channel(publisher_confirms=False)
+    await channel.queue_declare("bench-echo")
+
+    async def on_request(message: DeliveredMessage) -> None:
+        props = message.header.properties
+        await channel.basic_publish(message.body, routing_key=props.reply_to or "",
+                                    properties=Basic.Properties(correlation_id=props.message_id))
+
+    await channel.basic_consume("bench-echo", on_request, no_ack=True)
+    return connection.close
+
+
+async def _floor_direct_connect(url: str) -> tuple[Call, Stop]:
+    connection = await aiormq.connect(url)
+    channel = await connection.channel(publisher_confirms=False)
+    replies = _Replies()
+    await channel.basic_consume("amq.rabbitmq.reply-to", replies.on_reply, no_ack=True)
+
+    async def call() -> object:
+        message_id, future = replies.expect()
+        properties = Basic.Properties(message_id=message_id, reply_to="amq.rabbitmq.reply-to")
+        await channel.basic_publish(PAYLOAD_BYTES, routing_key="bench-echo", properties=properties)
+        return await future
+
+    return call, connection.close
+
+
+CONTENDERS: dict[str, Contender] = {
+    c.name: c for c in (
+        Contender("qbroker", _qbroker_serve, _qbroker_connect),
+        Contender("aio_pika_rpc", _aio_pika_serve, _aio_pika_connect),
+        Contender("faststream", _faststream_serve, _faststream_connect),
+        Contender("floor_seed", _floor_seed_serve, _floor_seed_connect),
+        Contender("floor_direct", _floor_direct_serve, _floor_direct_connect),
+    )
+}
