@@ -18,13 +18,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from qbroker.config import Config
+from qbroker.testing.clock import ManualClock
 from qbroker.testing.memory import SCHEME, MemoryBroker, connect
 from qbroker.transport import register_transport
 
 if TYPE_CHECKING:
     from qbroker.unit import Unit
 
-__all__ = ["MemoryBroker", "broker_of", "eventually", "memory_config", "running"]
+__all__ = ["ManualClock", "MemoryBroker", "broker_of", "eventually", "memory_config", "running"]
 
 # Importing the testing package is what makes ``memory://`` URLs work; production never imports it.
 register_transport(SCHEME, connect)
