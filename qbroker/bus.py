@@ -145,12 +145,15 @@ class Bus:
         channel.close_callbacks.add(_channel_closed)
         return channel
 
-    async def add_consumer(self, queue: Queue, consumer: Consumer, *, part: str, answer: bool = True) -> None:
-        """Consume ``queue`` until stop_consuming() (or the connection ends).
+    async def add_consumer(self, queue: Queue, consumer: Consumer, *, part: str, answer: bool = True,
+                           priority: int | None = None) -> None:
+        """Consume ``queue`` until stop_consuming() (or the connection ends), at consumer ``priority``.
 
         Whatever ``consumer`` raises, the message is settled (see ``settle_failed``), so no bug or
         forged message can hold a prefetch slot until the connection closes."""
-        self._consumers.append((queue, await queue.consume(self.guarded(consumer, part=part, answer=answer))))
+        arguments = {"x-priority": priority} if priority is not None else None
+        tag = await queue.consume(self.guarded(consumer, part=part, answer=answer), arguments=arguments)
+        self._consumers.append((queue, tag))
 
     def guarded(self, consumer: Consumer, *, part: str, answer: bool = True) -> Consumer:
         async def guarded(message: AbstractIncomingMessage) -> None:
@@ -208,6 +211,20 @@ class Bus:
             raise ConnectionLost("not connected to a broker")
         self.check_size(message)
         await getattr(exchanges, role).publish(message, routing_key=routing_key, mandatory=False)
+
+    @staticmethod
+    def copy_message(message: AbstractIncomingMessage, headers: dict[str, Any], *, reply: bool = True,
+                     ttl: float | None = None) -> aio_pika.Message:
+        """A re-publishable copy of a received message with ``headers`` added. Its user-id is left out:
+        the broker refuses one that is not our own account, so the copy is ours, not the original
+        sender's."""
+        return aio_pika.Message(
+            message.body, headers={**(message.headers or {}), **headers}, content_type=message.content_type,
+            content_encoding=message.content_encoding, app_id=message.app_id, message_id=message.message_id,
+            reply_to=message.reply_to if reply else None, correlation_id=message.correlation_id,
+            type=message.type, priority=message.priority, expiration=max(0.001, ttl) if ttl is not None else None,
+            timestamp=message.timestamp, delivery_mode=message.delivery_mode,
+        )
 
     def check_size(self, message: aio_pika.Message) -> None:
         """A body over the broker's max_message_size makes it close the channel, failing every publish

@@ -60,6 +60,11 @@ class Config(BaseSettings):
     cast_ttl: float = Field(300.0, gt=0)
     # A server drops a request whose ``deadline`` header passed more than this long ago (clock skew).
     deadline_slack: float = Field(1.0, ge=0)
+    # Plain ``def`` handlers run in a thread pool of this size (one per unit), never on the event loop.
+    sync_handler_threads: int = Field(8, ge=1)
+    # A request whose deliveries ended this many times without an answer (its server crashed, hung until
+    # the broker dropped it, or was killed) is answered ``poison_request`` and sent to `dead`.
+    max_redeliveries: int = Field(3, ge=1)
 
     @field_validator("url")
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -21,6 +22,9 @@ class EndpointOptions:
     max_priority: int | None = None
     timeout: float | None = None
     retries: int = 0
+    # RabbitMQ consumer priority (x-priority): a higher one gets work first, a lower one only when
+    # every higher consumer is at its prefetch limit (EventMQ worker weights, RQ consume PRIORITY).
+    priority: int | None = None
 
 
 @dataclass
@@ -30,6 +34,7 @@ class Endpoint:
     name: str
     options: EndpointOptions
     handler: Handler | None = None
+    executor: Executor | None = field(default=None, repr=False)  # the unit's pool for sync handlers
 
     async def dispatch(self, body: Any, ctx: RequestContext) -> Any:
         assert self.handler is not None
@@ -49,7 +54,7 @@ class CommandEndpoint(Endpoint):
         def register(fn: F) -> F:
             if command in self.commands:
                 raise ValueError(f"command {command!r} is already registered on {self.name}")
-            self.commands[command] = Handler(fn, f"{self.name}:{command}", extra=extra)
+            self.commands[command] = Handler(fn, f"{self.name}:{command}", extra=extra, executor=self.executor)
             return fn
 
         return register

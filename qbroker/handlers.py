@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Executor
 from typing import Any, Literal, get_type_hints
 
 import structlog
@@ -31,9 +34,14 @@ def describe_validation_error(exc: ValidationError) -> str:
 class Handler:
     """A registered callable plus the model that validates its parameters."""
 
-    def __init__(self, fn: Callable[..., Any], name: str, *, extra: Extra = "forbid") -> None:
+    def __init__(self, fn: Callable[..., Any], name: str, *, extra: Extra = "forbid",
+                 executor: Executor | None = None) -> None:
         self.fn = fn
         self.name = name
+        # A plain ``def`` handler may block (time.sleep, a DB driver): it runs in the unit's bounded
+        # thread pool, so the event loop, the AMQP heartbeats and the handler timeout keep going.
+        self.sync = not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__))
+        self.executor = executor
         hints = get_type_hints(fn)
         self.context_param: str | None = None
         fields: dict[str, Any] = {}
@@ -89,7 +97,12 @@ class Handler:
         kwargs = self.bind(body)
         if self.context_param is not None:
             kwargs[self.context_param] = ctx
-        result = self.fn(**kwargs)
+        if self.sync and self.executor is not None:
+            # contextvars (structlog's correlation id) follow the call into the thread.
+            run = functools.partial(contextvars.copy_context().run, self.fn, **kwargs)
+            result = await asyncio.get_running_loop().run_in_executor(self.executor, run)
+        else:
+            result = self.fn(**kwargs)
         if inspect.isawaitable(result):
             result = await result
         return result

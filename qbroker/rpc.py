@@ -13,8 +13,8 @@ from qbroker.bus import Bus
 from qbroker.codecs import CodecError
 from qbroker.context import RequestContext
 from qbroker.endpoints import Endpoint
-from qbroker.envelope import JSON, read_body, read_header
-from qbroker.errors import CallTimeout, ConnectionLost, DeadlinePassed, QBrokerError, RequestError
+from qbroker.envelope import JSON, Header, read_body, read_header
+from qbroker.errors import CallTimeout, ConnectionLost, DeadlinePassed, PoisonRequest, QBrokerError, RequestError
 from qbroker.handlers import run_handler
 from qbroker.replies import Reply
 
@@ -32,6 +32,8 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
     try:
         # No reply-to is a one-way request (RQ NOREPLY, EventMQ reply-requested=false): run it anyway.
         header = read_header(message, require=("message_id", "name"))
+        if message.redelivered and await _count_failure(bus, endpoint, message, header):
+            return  # re-queued with its failure count; that copy gets the one reply
         if header.deadline is not None and time.time() > header.deadline + bus.config.deadline_slack:
             # The caller has given up: running it would only do work nobody waits for.
             raise DeadlinePassed(f"request {endpoint.name} reached its server after its deadline; not run")
@@ -59,6 +61,32 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
                          error=error.message)
     if ctx is None or not ctx.detached:
         await message.ack()
+
+
+FAILURES = "x-qbroker-failures"
+
+
+async def _count_failure(bus: Bus, endpoint: Endpoint, message: AbstractIncomingMessage, header: Header) -> bool:
+    """A redelivered request: the delivery before ended without an answer (its server crashed, hung
+    until the broker dropped it, or was killed). Classic queues only flag a redelivery, so the count
+    travels in a header of a re-published copy; at ``max_redeliveries`` the request is poison: a copy
+    goes to ``dead`` and PoisonRequest is raised for the caller instead of handing it to the next server.
+
+    True when the request was re-queued (ack the original, do not run it)."""
+    raw = (message.headers or {}).get(FAILURES, 0)
+    failures = (raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else 0) + 1
+    remaining = header.deadline - time.time() if header.deadline is not None else None
+    if failures >= bus.config.max_redeliveries:
+        await bus.publish("dead", endpoint.name, bus.copy_message(message, {FAILURES: failures}, reply=False))
+        raise PoisonRequest(f"request {endpoint.name} ended {failures} deliveries without an answer (server "
+                            "crashed, hung or was killed); sent to dead instead of retrying")
+    if remaining is not None and remaining <= 0:
+        return False  # the deadline check answers it
+    bus.log.warning("redelivered request re-queued with its failure count", name=endpoint.name,
+                    correlation_id=header.message_id, failures=failures)
+    await bus.publish("rpc", endpoint.name, bus.copy_message(message, {FAILURES: failures}, ttl=remaining))
+    await message.ack()
+    return True
 
 
 def _publish_failed(publish: asyncio.Future[None], future: asyncio.Future[Reply], name: str) -> None:

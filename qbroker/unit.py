@@ -9,6 +9,7 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypeVar
 
 from aio_pika.abc import AbstractIncomingMessage
@@ -56,6 +57,10 @@ class Unit:
         self._idle.set()
         self._started_at = 0.0
         self.scheduler = Scheduler(self.log)
+        # Bounded: a handler stuck in a thread holds one slot; once all are held, further sync requests
+        # wait (and their endpoint timeout still answers the caller), the loop never does.
+        self.sync_pool = ThreadPoolExecutor(max_workers=config.sync_handler_threads,
+                                            thread_name_prefix=f"qbroker-{self.app}")
         self.on_alert("qbroker.ping")(self._answer_ping)
         self.dead_letters = DeadLetterCollector(self.bus) if config.dead_letters else None
 
@@ -67,35 +72,39 @@ class Unit:
 
     def rpc(self, name: str, *, prefetch: int = 64, exclusive: bool = False, single_active: bool = False,
             max_priority: int | None = None, timeout: float | None = None, retries: int = 0,
-            extra: Extra = "forbid") -> Callable[[F], F]:
-        """Serve RPC requests named ``name`` with the decorated handler."""
+            extra: Extra = "forbid", priority: int | None = None) -> Callable[[F], F]:
+        """Serve RPC requests named ``name`` with the decorated handler.
+
+        ``priority`` is this server's consumer priority among the servers of ``name``: higher ones get
+        work first, lower ones (standbys, light machines) only when the higher ones are at ``prefetch``."""
         endpoint = self._add_endpoint(Endpoint, name, prefetch, exclusive, single_active, max_priority, timeout,
-                                      retries)
+                                      retries, priority)
 
         def register(fn: F) -> F:
-            endpoint.handler = Handler(fn, name, extra=extra)
+            endpoint.handler = Handler(fn, name, extra=extra, executor=self.sync_pool)
             return fn
 
         return register
 
     def commands(self, name: str, *, prefetch: int = 64, exclusive: bool = False, single_active: bool = False,
-                 max_priority: int | None = None, timeout: float | None = None, retries: int = 0) -> CommandEndpoint:
+                 max_priority: int | None = None, timeout: float | None = None, retries: int = 0,
+                 priority: int | None = None) -> CommandEndpoint:
         """A TopOSM-style endpoint dispatching on the body's ``command``; add commands with ``.command()``."""
         endpoint = self._add_endpoint(CommandEndpoint, name, prefetch, exclusive, single_active, max_priority,
-                                      timeout, retries)
+                                      timeout, retries, priority)
         assert isinstance(endpoint, CommandEndpoint)
         return endpoint
 
     def _add_endpoint(self, cls: type[Endpoint], name: str, prefetch: int, exclusive: bool,
                       single_active: bool, max_priority: int | None, timeout: float | None,
-                      retries: int) -> Endpoint:
+                      retries: int, priority: int | None = None) -> Endpoint:
         self._check_new(f"endpoint {name!r}")
         if name in self.endpoints:
             raise ValueError(f"endpoint {name!r} is already registered")
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
-        options = EndpointOptions(prefetch, exclusive, single_active, max_priority, timeout, retries)
-        endpoint = cls(name=name, options=options)
+        options = EndpointOptions(prefetch, exclusive, single_active, max_priority, timeout, retries, priority)
+        endpoint = cls(name=name, options=options, executor=self.sync_pool)
         self.endpoints[name] = endpoint
         return endpoint
 
@@ -104,7 +113,7 @@ class Unit:
         self._check_new(f"listener {pattern!r}")
 
         def register(fn: F) -> F:
-            self.listeners.append(Listener(pattern, Handler(fn, pattern, extra=extra)))
+            self.listeners.append(Listener(pattern, Handler(fn, pattern, extra=extra, executor=self.sync_pool)))
             return fn
 
         return register
@@ -150,6 +159,9 @@ class Unit:
 
     async def _close(self) -> None:
         await self.scheduler.close()
+        # Threads cannot be stopped: abandon the ones still running (their requests were answered by
+        # their timeout, or are redelivered) and drop the queued ones.
+        self.sync_pool.shutdown(wait=False, cancel_futures=True)
         await self.bus.close(f"unit {self.app} stopped")
         self.state = "stopped"
         self.log.info("unit stopped")
@@ -200,7 +212,8 @@ class Unit:
                 channel, self.config, endpoint.name, exclusive=options.exclusive,
                 max_priority=options.max_priority, single_active=options.single_active, expires=expires,
             )
-            await bus.add_consumer(queue, self._request_consumer(endpoint), part=endpoint.name)
+            await bus.add_consumer(queue, self._request_consumer(endpoint), part=endpoint.name,
+                                   priority=options.priority)
         if self.dead_letters is not None:
             await self.dead_letters.attach(connection)
         for hook in self._hooks:
