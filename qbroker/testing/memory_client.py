@@ -204,12 +204,13 @@ class MemoryChannel:
 
     # -- consuming -----------------------------------------------------------------------------------
 
-    def consume(self, queue_name: str, callback: ConsumerCallback, *, no_ack: bool, consumer_tag: str | None) -> str:
+    def consume(self, queue_name: str, callback: ConsumerCallback, *, no_ack: bool, consumer_tag: str | None,
+                priority: int = 0) -> str:
         queue: QueueState = self._broker_call(lambda: self.broker.queue_for(queue_name, self.connection.id))
         tag = consumer_tag or f"amq.ctag-{uuid.uuid4().hex}"
         if tag in self._consumers:
             self._broker_call(lambda: _raise(DuplicateConsumerTag(tag)))
-        consumer = Consumer(tag, queue, self, callback, no_ack, self.prefetch_count)
+        consumer = Consumer(tag, queue, self, callback, no_ack, self.prefetch_count, priority=priority)
         self._consumers[tag] = consumer
         queue.add_consumer(consumer)
         return tag
@@ -325,8 +326,10 @@ class MemoryQueue:
         key = self.name if routing_key is None else routing_key
         self.channel._broker_call(lambda: self.channel.broker.unbind(self.name, exchange_name, key))
 
-    async def consume(self, callback: ConsumerCallback, no_ack: bool = False, consumer_tag: str | None = None) -> str:
-        return self.channel.consume(self.name, callback, no_ack=no_ack, consumer_tag=consumer_tag)
+    async def consume(self, callback: ConsumerCallback, no_ack: bool = False, consumer_tag: str | None = None, *,
+                      arguments: dict[str, Any] | None = None) -> str:
+        priority = int((arguments or {}).get("x-priority", 0))
+        return self.channel.consume(self.name, callback, no_ack=no_ack, consumer_tag=consumer_tag, priority=priority)
 
     async def cancel(self, consumer_tag: str) -> None:
         self.channel.cancel(consumer_tag)

@@ -57,6 +57,7 @@ class Consumer:
     no_ack: bool
     prefetch: int  # 0 = unlimited, as in basic.qos
     unacked: int = 0
+    priority: int = 0  # x-priority: higher first; lower only while every higher one is full
 
     @property
     def has_capacity(self) -> bool:
@@ -242,6 +243,10 @@ class QueueState:
 
     def _next_consumer(self) -> Consumer | None:
         candidates = [c for c in self.consumers[:1 if self.single_active else None] if not c.sink.is_closed]
+        ready = [c for c in candidates if c.has_capacity]
+        if ready:  # RabbitMQ: round-robin among the highest-priority consumers that can take a message
+            top = max(c.priority for c in ready)
+            candidates = [c for c in candidates if c.priority == top]
         for i in range(len(candidates)):
             consumer = candidates[(self._round_robin + i) % len(candidates)]
             if consumer.has_capacity:

@@ -1,0 +1,42 @@
+"""Weighted workers (EventMQ worker weights, RQ consume PRIORITY) as RabbitMQ consumer priorities."""
+
+from __future__ import annotations
+
+import asyncio
+
+from qbroker.testing import eventually
+from tests.conftest import MakeUnit
+
+HANG = 60.0
+
+
+async def test_a_heavier_server_gets_work_first_and_a_lighter_one_only_when_it_is_full(
+        make_unit: MakeUnit, transport: str) -> None:
+    heavy, light, client = (await make_unit("test.heavy"), await make_unit("test.light"),
+                            await make_unit("test.client"))
+    release = asyncio.Event()
+    served: list[str] = []
+
+    def server(unit_name: str) -> object:
+        async def handle(block: bool = False) -> str:
+            served.append(unit_name)
+            if block:
+                await release.wait()
+            return unit_name
+
+        return handle
+
+    heavy.rpc("test.weighted", prefetch=1, priority=10)(server("heavy"))
+    light.rpc("test.weighted", prefetch=1)(server("light"))  # the default priority, 0: a standby
+    for unit in (light, heavy, client):
+        await unit.start()
+
+    for _ in range(10):  # the heavy server is never full between sequential calls: it takes them all
+        assert await client.call("test.weighted", {}) == "heavy"
+
+    held = asyncio.create_task(client.call("test.weighted", {"block": True}, timeout=HANG))
+    await eventually(lambda: served.count("heavy") == 11, timeout=HANG)  # heavy holds it: at its prefetch
+    assert await client.call("test.weighted", {}) == "light"  # so the standby gets the next one
+    release.set()
+    assert await held == "heavy"
+    assert await client.call("test.weighted", {}) == "heavy"  # free again: back to the heavy one
