@@ -87,6 +87,9 @@ async def gather(bus: Bus, name: str, body: Any, *, timeout: float, max_replies:
                 reply = await asyncio.wait_for(replies.get(), wait)
             except TimeoutError:
                 return
+            if isinstance(reply, QBrokerError):
+                bus.log.info("gather ended early", name=name, replies=count, reason=reply.message)
+                return
             count += 1
             yield reply
     finally:

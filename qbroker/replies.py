@@ -62,7 +62,8 @@ class PendingReplies:
 
     def __init__(self) -> None:
         self._calls: dict[str, asyncio.Future[Reply]] = {}
-        self._gathers: dict[str, asyncio.Queue[Reply]] = {}
+        # A gather's queue gets its replies, then the QBrokerError that ended it early (connection lost).
+        self._gathers: dict[str, asyncio.Queue[Reply | QBrokerError]] = {}
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -75,8 +76,8 @@ class PendingReplies:
     def forget(self, message_id: str) -> None:
         self._calls.pop(message_id, None)
 
-    def open_gather(self, message_id: str) -> asyncio.Queue[Reply]:
-        queue: asyncio.Queue[Reply] = asyncio.Queue()
+    def open_gather(self, message_id: str) -> asyncio.Queue[Reply | QBrokerError]:
+        queue: asyncio.Queue[Reply | QBrokerError] = asyncio.Queue()
         self._gathers[message_id] = queue
         return queue
 
@@ -105,3 +106,6 @@ class PendingReplies:
         for future in calls.values():
             if not future.done():
                 future.set_exception(exc)
+        # Gathers end now with what they have: no further reply can reach a closed reply queue.
+        for queue in self._gathers.values():
+            queue.put_nowait(exc)

@@ -41,3 +41,12 @@ def url_for_vhost(vhost: str) -> str:
 def list_queues(vhost: str) -> list[str]:
     out = rabbitmqctl("list_queues", "-p", vhost, "-q", "--no-table-headers", "name").stdout
     return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def close_connections(vhost: str, reason: str = "closed by the test") -> int:
+    """Close every client connection to ``vhost`` from the broker's side (a network drop, as clients see it)."""
+    out = rabbitmqctl("list_connections", "-q", "--no-table-headers", "pid", "vhost").stdout
+    pids = [line.split("\t")[0] for line in out.splitlines() if line.strip().endswith("\t" + vhost)]
+    for pid in pids:
+        rabbitmqctl("close_connection", pid, reason, check=False)
+    return len(pids)
