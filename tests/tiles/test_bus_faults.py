@@ -85,7 +85,7 @@ async def test_renderer_sigterm_finishes_the_metatile_in_hand(bus):
 
 async def test_status_and_shutdown_alerts(bus):
     bus.queuemaster()
-    renderer = bus.renderer(threads=2)
+    renderer = bus.renderer("--operator-users", "guest", threads=2)  # the test's account may shut it down
     client = await bus.client()
     await wait_renderers(client, 2)
     # one process answers a status alert on the level above its threads once, for both threads

@@ -30,7 +30,8 @@ from .state_machine import Queuemaster
 log = structlog.get_logger("toposm.queuemaster")
 ENDPOINT = "toposm.queuemaster"
 
-Answer = Callable[[Queuemaster, Any, str | None], Any]  # (queuemaster, validated request, reply_to)
+# (queuemaster, validated request, reply_to, the sender's broker-validated account or None)
+Answer = Callable[[Queuemaster, Any, str | None, str | None], Any]
 
 
 @dataclass(frozen=True)
@@ -41,25 +42,28 @@ class Command:
     # The answer may take minutes (a render): the endpoint must not hold a prefetch slot meanwhile.
     long_running: bool = False
 
-    async def run(self, qm: Queuemaster, request: Message, reply_to: str | None) -> Any:
-        result = self.answer(qm, request, reply_to)
+    async def run(self, qm: Queuemaster, request: Message, reply_to: str | None, user: str | None = None) -> Any:
+        # Both wires come through here, so neither can skip the account check.
+        qm.settings.access.check(self.name, user)
+        result = self.answer(qm, request, reply_to, user)
         if isinstance(result, Awaitable):
             result = await result
         return result
 
 
-async def _render(qm: Queuemaster, req: RenderTileRequest, reply_to: str | None) -> Any:
+async def _render(qm: Queuemaster, req: RenderTileRequest, reply_to: str | None, user: str | None) -> Any:
     return await qm.request(req.tile)
 
 
 COMMANDS: dict[str, Command] = {c.name: c for c in (
-    Command("register", RegisterRequest, lambda qm, req, reply_to: qm.register(req, reply_to)),
-    Command("rendered", RenderedRequest, lambda qm, req, reply_to: qm.rendered(req)),
-    Command("unregister", UnregisterRequest, lambda qm, req, reply_to: qm.unregister(req, reply_to)),
+    Command("register", RegisterRequest, lambda qm, req, reply_to, user: qm.register(req, reply_to, user=user)),
+    Command("rendered", RenderedRequest, lambda qm, req, reply_to, user: qm.rendered(req, user=user)),
+    Command("unregister", UnregisterRequest,
+            lambda qm, req, reply_to, user: qm.unregister(req, reply_to, user=user)),
     Command("render", RenderTileRequest, _render, long_running=True),
     Command("expire", ExpireRequest,
-            lambda qm, req, reply_to: {"command": "expired", **qm.expire(req.text, strict=True)}),
-    Command("stats", StatsRequest, lambda qm, req, reply_to: qm.describe()),
+            lambda qm, req, reply_to, user: {"command": "expired", **qm.expire(req.text, strict=True)}),
+    Command("stats", StatsRequest, lambda qm, req, reply_to, user: qm.describe()),
 )}
 
 

@@ -10,6 +10,7 @@ from qbroker import Unit
 from qbroker.runner import serve
 
 from ..tilemath import ZoomRange
+from .access import AccessPolicy
 from .service import APP, QueuemasterService
 from .state_machine import Queuemaster, QueuemasterSettings
 
@@ -32,6 +33,12 @@ def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
     p.add_argument("--seed", type=int, default=None, help="seed the strategy RNG (reproducible picks)")
     p.add_argument("--ping-interval", type=float, default=1.0, help="seconds between renderer liveness pings")
     p.add_argument("--ping-misses", type=int, default=3, help="unanswered pings before a renderer is dead")
+    env = AccessPolicy.from_env()
+    p.add_argument("--renderer-users", default=",".join(sorted(env.renderers or ())),
+                   help="broker accounts of renderers (comma-separated; env TOPOSM_RENDERER_USERS): only they may "
+                   "register, report and unregister threads, each only its own. Empty: no checks (development)")
+    p.add_argument("--expire-users", default=",".join(sorted(env.expirers or ())),
+                   help="accounts that may send `expire` (env TOPOSM_EXPIRE_USERS); empty: anyone who may call")
     a = p.parse_args(argv)
     try:
         zooms = ZoomRange(a.min_zoom, a.max_zoom)
@@ -41,6 +48,8 @@ def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
         tile_root=a.tile_root, state_file=a.state_file, zooms=zooms, render_log=a.render_log,
         render_missing_expired=a.render_missing_expired, propagate_to_zoom=a.propagate_to_zoom, seed=a.seed,
         ping_interval=a.ping_interval, ping_misses=a.ping_misses,
+        access=AccessPolicy.from_env({"TOPOSM_RENDERER_USERS": a.renderer_users,
+                                      "TOPOSM_EXPIRE_USERS": a.expire_users}),
     )
 
 

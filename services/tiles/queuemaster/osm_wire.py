@@ -109,7 +109,8 @@ class OsmWire:
             if command == "queuemaster online":
                 return  # our own announcement, heard on `toposm`
             handler, request = parse_command(command, body)
-            result = await handler.run(self.qm, request, message.reply_to)
+            # user_id is RabbitMQ-validated when set; a seed client that sets none is no renderer.
+            result = await handler.run(self.qm, request, message.reply_to, message.user_id)
         except QBrokerError as exc:
             result = {"command": command, "status": exc.status, "error": exc.id, "message": exc.message}
         except Exception as exc:

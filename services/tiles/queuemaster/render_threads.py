@@ -18,6 +18,7 @@ class RenderThread:
     threadid: int
     strategy: StrategyMix
     reply_to: str | None  # the renderer process's queue: identifies it for a bare `unregister`
+    user: str | None = None  # the broker account that registered it: only it may report or unregister
     metatile: Metatile | None = None  # what it renders now
     busy_since: float | None = None
     # Dispatched but the renderer's answer is not in yet, or the renderer refused: not idle either way.

@@ -52,7 +52,7 @@ class QueuemasterService:
         async def handle(request: Message, ctx: RequestContext) -> Any:
             if command.long_running:
                 await ctx.detach()
-            return await command.run(self.qm, request, ctx.reply_to)
+            return await command.run(self.qm, request, ctx.reply_to, ctx.user_id)
 
         # qbroker validates the whole body against the annotated model of the handler's one parameter,
         # so the annotation must be this command's own model, not the common base class.

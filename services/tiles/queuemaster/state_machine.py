@@ -23,6 +23,7 @@ from ..messages import RegisterRequest, RenderedRequest, UnregisterRequest
 from ..strategy import choose_for_mix, parse_strategy
 from ..tile_store import TileStore
 from ..tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile, parse_tile_list
+from .access import AccessPolicy, Forbidden
 from .queue_store import QueueStore
 from .render_log import RenderLog, RenderLogRecord
 from .render_queue import RenderQueue
@@ -46,6 +47,7 @@ class QueuemasterSettings:
     ping_interval: float = 1.0  # liveness: how often each render thread is pinged
     ping_misses: int = 3  # consecutive unanswered pings (timeouts) before a thread counts as dead
     dispatch_timeout: float = 5.0
+    access: AccessPolicy = AccessPolicy()  # who may send renderer commands (checked against user_id)
 
 
 class Queuemaster:
@@ -161,10 +163,18 @@ class Queuemaster:
 
     # -- render threads ---------------------------------------------------------------------------------
 
-    def register(self, req: RegisterRequest, reply_to: str | None) -> dict[str, Any]:
+    def _owned(self, thread: RenderThread, user: str | None) -> bool:
+        return not self.settings.access.strict or thread.user == user
+
+    def register(self, req: RegisterRequest, reply_to: str | None, *, user: str | None = None) -> dict[str, Any]:
         claimed = self.metatile(req.metatile) if req.metatile is not None else None
+        existing = self.threads.get(req.endpoint)
+        if existing is not None and not self._owned(existing, user):
+            # Taking over another account's thread would hand its work (and its reports) to us.
+            raise Forbidden(f"{req.endpoint} is registered by another account")
         thread = RenderThread(endpoint=req.endpoint, hostname=req.hostname, pid=req.pid,
-                              threadid=req.threadid, strategy=parse_strategy(req.strategy), reply_to=reply_to)
+                              threadid=req.threadid, strategy=parse_strategy(req.strategy), reply_to=reply_to,
+                              user=user)
         old = self.threads.add(thread)
         if old is not None and old.metatile is not None and old.metatile != claimed:
             self.queue.put_back(old.metatile)  # re-registered without the metatile it had: it lost it
@@ -179,8 +189,12 @@ class Queuemaster:
         self.work_available.set()
         return {"command": "registered", "renderer": thread.endpoint, "strategy": str(thread.strategy)}
 
-    def unregister(self, req: UnregisterRequest, reply_to: str | None) -> dict[str, Any]:
+    def unregister(self, req: UnregisterRequest, reply_to: str | None, *, user: str | None = None) -> dict[str, Any]:
         threads = self.threads.matching(reply_to, req.hostname, req.pid, req.threadid)
+        others = [t.endpoint for t in threads if not self._owned(t, user)]
+        if others:
+            # e.g. `unregister threadid: 0` naming every host's thread 0: refuse it whole, drop nothing.
+            raise Forbidden(f"not this account's render threads: {', '.join(others[:5])}")
         for thread in threads:
             self._drop(thread, "unregistered")
         return {"command": "unregistered", "renderers": [t.endpoint for t in threads]}
@@ -203,9 +217,11 @@ class Queuemaster:
             self.work_available.set()
         log.info("render thread removed", renderer=thread.endpoint, why=why)
 
-    def rendered(self, req: RenderedRequest) -> dict[str, Any]:
+    def rendered(self, req: RenderedRequest, *, user: str | None = None) -> dict[str, Any]:
         m = self.metatile(req.metatile)
         thread = self.threads.rendering(m)
+        if self.settings.access.strict:
+            self._check_reporter(m, thread, req, user)
         reporter = (req.hostname, req.pid, req.threadid)
         if thread is not None and req.hostname is not None and reporter != (thread.hostname, thread.pid,
                                                                             thread.threadid):
@@ -244,11 +260,21 @@ class Queuemaster:
         self.work_available.set()
         return {"command": "ack", "metatile": str(m), "expected": True, "queued_again": again}
 
+    def _check_reporter(self, m: Metatile, thread: RenderThread | None, req: RenderedRequest,
+                        user: str | None) -> None:
+        """Only the exact thread the metatile was dispatched to may report it (its account, its ids): a
+        forged `rendered` would answer waiters though no tile was written."""
+        if thread is None:
+            raise Forbidden(f"metatile {m} is not being rendered by any thread")
+        reporter = (req.hostname, req.pid, req.threadid)
+        if thread.user != user or reporter != (thread.hostname, thread.pid, thread.threadid):
+            raise Forbidden(f"metatile {m} was dispatched to another render thread")
+
     # -- dispatch ---------------------------------------------------------------------------------------
 
     def next_assignments(self) -> list[tuple[RenderThread, Metatile]]:
         """Pair idle threads with metatiles their strategies allow; each thread at most one."""
-        assignments = []
+        assignments: list[tuple[RenderThread, Metatile]] = []
         for thread in self.threads.idle_in_rotation():
             source = choose_for_mix(thread.strategy, self.queue.missing, self.queue.important,
                                     self.queue.background_by_zoom(), self.rng)

@@ -30,6 +30,11 @@ def parse_args(argv: list[str] | None = None) -> RendererSettings:
                    help="extra seconds per render (demos and tests that need a render in progress)")
     p.add_argument("--drain-timeout", type=float, default=10.0,
                    help="on SIGTERM, seconds to finish the metatiles in hand before handing them back")
+    p.add_argument("--operator-users", default=os.environ.get("TOPOSM_OPERATOR_USERS", ""),
+                   help="broker accounts that may send the `shutdown` alert (comma-separated; env "
+                   "TOPOSM_OPERATOR_USERS). Empty: nobody (stop renderers with SIGTERM)")
+    p.add_argument("--queuemaster-users", default=os.environ.get("TOPOSM_QUEUEMASTER_USERS", ""),
+                   help="accounts that may send `render` (env TOPOSM_QUEUEMASTER_USERS); empty: no check")
     a = p.parse_args(argv)
     if a.drain_timeout < 0:
         p.error("--drain-timeout must not be negative")
@@ -51,7 +56,13 @@ def parse_args(argv: list[str] | None = None) -> RendererSettings:
         p.error("--hostname must be one routing-key word (no '.', '*', '#')")
     return RendererSettings(tile_root=a.tile_root, threads=a.threads, strategy=a.strategy, backend=backend,
                             hostname=a.hostname, render_delay=a.render_delay,
-                            drain_timeout=a.drain_timeout)
+                            drain_timeout=a.drain_timeout, operator_users=_users(a.operator_users) or frozenset(),
+                            queuemaster_users=_users(a.queuemaster_users))
+
+
+def _users(raw: str) -> frozenset[str] | None:
+    users = frozenset(u.strip() for u in raw.split(",") if u.strip())
+    return users or None
 
 
 

@@ -57,6 +57,10 @@ class RendererSettings:
     report_retry_for: float = 120.0  # keep trying to deliver `rendered` this long (queuemaster restarting)
     reregister_after: float = 10.0  # not pinged for this long: register again (the queuemaster lost us)
     drain_timeout: float = 10.0  # on stop: finish the metatiles in hand if they are done within this
+    # Broker accounts (checked against the broker-validated user_id): who may send `render`/`ping`
+    # (None: anyone the broker lets publish there) and who may send `shutdown` (None: nobody; SIGTERM).
+    queuemaster_users: frozenset[str] | None = None
+    operator_users: frozenset[str] = frozenset()
 
 
 @dataclass(eq=False)
@@ -119,7 +123,10 @@ class RendererProcess:
         endpoint = self.unit.commands(thread.endpoint, exclusive=True, prefetch=8)
 
         @endpoint.command("render")
-        async def render(command: RenderCommand) -> dict[str, Any]:
+        async def render(command: RenderCommand, ctx: RequestContext) -> dict[str, Any]:
+            allowed = self.settings.queuemaster_users
+            if allowed is not None and ctx.user_id not in allowed:
+                raise RequestFailed("forbidden", "only the queuemaster sends render")
             thread.last_contact = time.monotonic()
             if thread.metatile is not None:
                 raise RequestFailed("busy", f"{thread.endpoint} is rendering {thread.metatile}")
@@ -147,6 +154,10 @@ class RendererProcess:
                     "backend": self.settings.backend, "strategy": self.settings.strategy,
                     "threads": [s.describe() for s in threads]}
         if command == "shutdown":
+            # Not in the seed, and it stops real work: only an operator account may ask (user_id is
+            # validated by RabbitMQ); everyone else gets `forbidden` and the renderer keeps running.
+            if ctx.user_id not in self.settings.operator_users:
+                raise RequestFailed("forbidden", "shutdown is for operator accounts")
             if not self.stopping.is_set():
                 self.stopping.set()  # refuse renders from now on
                 asyncio.get_running_loop().call_soon(self.request_stop)

@@ -1,0 +1,165 @@
+"""A deployment's accounts and what the broker lets each do: the model behind ``qbroker provision``.
+
+One description file (TOML) names the vhost, the exchange prefix and the accounts, each with a role.
+A role is a set of RabbitMQ permissions: configure/write/read regexes over exchange and queue names, and
+**topic permissions** (write/read regexes over routing keys) on the topic exchanges ``rpc``, ``alert`` and
+the seed's ``osm``. Topic write is checked on every publish; topic read when a queue is bound to the
+exchange, so an account cannot bind its own queue to overhear (or serve) a name it may not serve.
+
+What the broker cannot see (the command word inside a ``toposm.queuemaster`` body, the ``shutdown`` word
+inside a control alert) is checked by the receiver against the message's broker-validated ``user_id``;
+the env lines printed for each service (``TOPOSM_RENDERER_USERS`` ...) configure those checks.
+docs/security.md explains every rule below.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Role = Literal["queuemaster", "renderer", "spark_bridge", "operator", "client"]
+NOTHING = "^$"  # RabbitMQ has no "deny" pattern: a regex only the empty name matches grants nothing
+UUID = "[0-9a-f]{32}"
+ACCOUNT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
+
+
+class Account(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=ACCOUNT_NAME)
+    role: Role
+
+
+class Deployment(BaseModel):
+    """The description file (TOML)::
+
+        vhost = "toposm"
+        exchange_prefix = ""          # the deployment's QBROKER_EXCHANGE_PREFIX
+        secrets_dir = "secrets"       # generated passwords, one file per account (relative to this file)
+
+        [[account]]
+        name = "toposm-queuemaster"
+        role = "queuemaster"          # queuemaster | renderer | spark_bridge | operator | client
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    vhost: str = Field(min_length=1)
+    exchange_prefix: str = ""
+    secrets_dir: Path = Path("secrets")
+    account: list[Account] = Field(min_length=1)
+
+    def users(self, role: Role) -> list[str]:
+        return [a.name for a in self.account if a.role == role]
+
+
+class DescriptionError(ValueError):
+    """The description file is unreadable or invalid."""
+
+
+def load_deployment(path: Path) -> Deployment:
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        deployment = Deployment.model_validate(raw)
+    except OSError as exc:
+        raise DescriptionError(f"{path}: cannot read ({type(exc).__name__})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise DescriptionError(f"{path}: not TOML: {exc}") from None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise DescriptionError(f"{path}: {problems}") from None
+    names = [a.name for a in deployment.account]
+    if len(names) != len(set(names)):
+        raise DescriptionError(f"{path}: an account name appears twice")
+    if not deployment.secrets_dir.is_absolute():
+        deployment.secrets_dir = path.parent / deployment.secrets_dir
+    return deployment
+
+
+@dataclass(frozen=True)
+class Permissions:
+    configure: str
+    write: str
+    read: str
+    topics: dict[str, tuple[str, str]]  # exchange -> (write, read) routing-key regexes
+
+
+def _any(*alternatives: str) -> str:
+    return "^(" + "|".join(alternatives) + ")$"
+
+
+def permissions_for(role: Role, prefix: str) -> Permissions:
+    """The broker permissions of one role (``prefix`` is the deployment's exchange prefix)."""
+    p = re.escape(prefix)
+    exchanges = f"{p}(rpc|reply|alert|dead)"
+    # Every unit declares the four exchanges (with ``dead`` as alternate exchange: write on it, read on
+    # the declared one), the shared ``dead`` queue (name = the dead exchange's), and its own exclusive
+    # reply_/alert_ queues. Exclusive queues cannot be consumed by another connection, so a pattern over
+    # every uuid does not let one unit read another's replies.
+    base = [exchanges, f"{p}(reply|alert)_{UUID}"]
+    served = {
+        "queuemaster": [rf"{p}rpc_toposm\.queuemaster", "osm", r"toposm\.queuemaster\.osm"],
+        "renderer": [rf"{p}rpc_toposm\.render\.[^.]+\.[0-9]+\.[0-9]+"],
+        "spark_bridge": [rf"{p}rpc_spark\.(expire|stats|job)"],
+        # The seed wire: a client declares `osm` and a server-named reply queue of its own.
+        "client": ["osm", r"amq\.gen-[A-Za-z0-9_-]+"],
+        "operator": [],
+    }[role]
+    if role == "operator":
+        # A person with the CLI (call, alert, list, debug snooping): any resource, limited by topic rules.
+        return Permissions(".*", ".*", ".*", _topics(role))
+    resources = _any(*base, *served)
+    write = _any(*base, *served, "amq\\.default") if role == "queuemaster" else resources
+    return Permissions(resources, write, resources, _topics(role))
+
+
+def _topics(role: Role) -> dict[str, tuple[str, str]]:
+    """(write, read) routing-key patterns on each topic exchange (the prefix does not change names)."""
+    lifecycle = r"qbroker\.(start|stop|ping)"  # every unit announces itself and answers qbroker.ping
+    every_listen = r"qbroker\.ping"
+    render_thread = r"toposm\.render\.[^.]+\.[0-9]+\.[0-9]+"
+    table: dict[Role, dict[str, tuple[str, str]]] = {
+        "queuemaster": {
+            "rpc": (_any(render_thread), _any(r"toposm\.queuemaster")),
+            "alert": (_any(lifecycle, "toposm"), _any(every_listen, "toposm", "expire_toposm")),
+            "osm": (_any("toposm"), _any(r"toposm\.queuemaster", "expire_toposm", "toposm")),
+        },
+        "renderer": {
+            "rpc": (_any(r"toposm\.queuemaster"), _any(render_thread)),
+            # listens on every level of toposm.render.<host>.<pid>.<thread> (the seed's hierarchy)
+            "alert": (_any(lifecycle), _any(every_listen, r"toposm(\.render(\.[^.]+){0,3})?")),
+            "osm": (NOTHING, NOTHING),
+        },
+        "spark_bridge": {
+            "rpc": (NOTHING, _any(r"spark\.(expire|stats|job)")),
+            "alert": (_any(lifecycle, "expire_toposm", r"spark\.progress\.[0-9a-f]+"), _any(every_listen)),
+            "osm": (NOTHING, NOTHING),
+        },
+        "client": {
+            "rpc": (_any(r"toposm\.queuemaster", r"spark\.(expire|stats|job)"), NOTHING),
+            "alert": (_any(lifecycle), _any(every_listen, r"spark\.progress\..+", r"qbroker\..+")),
+            "osm": (_any(r"toposm\.queuemaster"), NOTHING),
+        },
+        "operator": {
+            # Everything but what only the queuemaster sends: `render`/`ping` to render threads.
+            "rpc": (r"^(?!toposm\.render\.).*$", ".*"),
+            "alert": (".*", ".*"),
+            "osm": (".*", ".*"),
+        },
+    }
+    return table[role]
+
+
+def service_env(deployment: Deployment) -> dict[str, str]:
+    """What the receivers check against ``user_id`` (the part the broker cannot see)."""
+    return {
+        "TOPOSM_RENDERER_USERS": ",".join(deployment.users("renderer")),
+        "TOPOSM_QUEUEMASTER_USERS": ",".join(deployment.users("queuemaster")),
+        "TOPOSM_OPERATOR_USERS": ",".join(deployment.users("operator")),
+        "TOPOSM_EXPIRE_USERS": ",".join(deployment.users("spark_bridge") + deployment.users("operator")),
+    }

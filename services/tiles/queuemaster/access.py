@@ -1,0 +1,59 @@
+"""Who may give the queuemaster which command: the check the broker cannot make.
+
+The broker's topic permissions decide who may publish to ``toposm.queuemaster`` at all (renderers and
+clients both must), but the command word is inside the body. So the queuemaster checks the message's
+AMQP ``user_id``, which RabbitMQ validates against the publishing connection's account (a client cannot
+claim to be a renderer), against this policy. ``qbroker provision --env`` prints the settings.
+
+A policy without renderer accounts (``renderers is None``) checks nothing: a development bus where every
+program shares one account. docs/security.md says why production must not run that way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from qbroker import RequestFailed
+
+RENDERER_COMMANDS = frozenset({"register", "rendered", "unregister"})
+
+
+def _users(raw: str | None) -> frozenset[str] | None:
+    if raw is None or not raw.strip():
+        return None
+    return frozenset(u.strip() for u in raw.split(",") if u.strip())
+
+
+class Forbidden(RequestFailed):
+    """The sender's account may not do this (status ``fail``, id ``forbidden``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("forbidden", message)
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    renderers: frozenset[str] | None = None  # accounts whose threads may register/report/unregister
+    expirers: frozenset[str] | None = None  # accounts that may send `expire` (None: anyone who may call)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> AccessPolicy:
+        env = os.environ if environ is None else environ
+        return cls(renderers=_users(env.get("TOPOSM_RENDERER_USERS")),
+                   expirers=_users(env.get("TOPOSM_EXPIRE_USERS")))
+
+    @property
+    def strict(self) -> bool:
+        return self.renderers is not None
+
+    def check(self, command: str, user: str | None) -> None:
+        """Raise Forbidden unless ``user`` may send ``command`` at all (threads are checked later)."""
+        if command in RENDERER_COMMANDS and self.renderers is not None and user not in self.renderers:
+            raise Forbidden(f"{command!r} is for renderer accounts; {_who(user)} is not one")
+        if command == "expire" and self.expirers is not None and user not in self.expirers:
+            raise Forbidden(f"{_who(user)} may not expire tiles")
+
+
+def _who(user: str | None) -> str:
+    return f"account {user!r}" if user else "a message without a user_id"

@@ -1,0 +1,118 @@
+"""What the broker itself refuses, per account (issue 10): each attack is tried and must fail.
+
+These use raw aio-pika where a well-behaved qbroker unit would never even try (binding a queue to
+overhear a name, consuming another service's queue, forging user_id): a hostile client is not obliged
+to use qbroker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import aio_pika
+import pytest
+from aiormq.exceptions import ChannelAccessRefused, ChannelClosed, ChannelPreconditionFailed
+
+from qbroker import QBrokerError
+
+HANG = 30.0
+
+
+@contextlib.asynccontextmanager
+async def raw(provisioned, role: str):
+    connection = await aio_pika.connect(provisioned.url_with_password(role), timeout=HANG)
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+async def _refused_publish(connection, exchange: str, routing_key: str, **props) -> BaseException:
+    channel = await connection.channel(publisher_confirms=True)
+    ex = await channel.get_exchange(exchange, ensure=False)
+    with pytest.raises((ChannelAccessRefused, ChannelClosed, ChannelPreconditionFailed)) as info:
+        await asyncio.wait_for(ex.publish(aio_pika.Message(b"{}", **props), routing_key=routing_key), HANG)
+    return info.value
+
+
+async def test_wrong_password_and_password_in_errors(provisioned, as_role) -> None:
+    from qbroker import BrokerUnavailable, Config, Unit
+
+    config = Config(url=f"amqp://{provisioned.names['client']}:wrong-secret@127.0.0.1:5672/"
+                    f"{provisioned.deployment.vhost}", connect_timeout=5)
+    unit = Unit("test.badpw", config=config)
+    with pytest.raises(BrokerUnavailable) as info:
+        await unit.start()
+    assert "wrong-secret" not in str(info.value) and "***" in str(info.value)
+    # the provisioned password file works (the password is never in the URL)
+    client = await as_role("client")
+    assert client.bus.supervisor.user == provisioned.names["client"]
+
+
+async def test_client_cannot_publish_where_it_may_not(provisioned) -> None:
+    async with raw(provisioned, "client") as conn:
+        # `render` straight to a render thread: only the queuemaster may
+        await _refused_publish(conn, "rpc", "toposm.render.vader.1.0")
+        # control alerts on the render hierarchy and on `toposm` (shutdown): only the operator
+        await _refused_publish(conn, "alert", "toposm.render")
+        await _refused_publish(conn, "alert", "toposm")
+        # expirations: only the Spark bridge (and the operator)
+        await _refused_publish(conn, "alert", "expire_toposm")
+        # the seed wire's expirations and all-programs topic
+        await _refused_publish(conn, "osm", "toposm")
+        # pretending to be another account: RabbitMQ checks user_id against the connection's user
+        err = await _refused_publish(conn, "rpc", "toposm.queuemaster", user_id=provisioned.names["renderer"])
+        assert "user_id" in str(err)
+
+
+async def test_client_cannot_overhear_or_serve_other_names(provisioned) -> None:
+    async with raw(provisioned, "client") as conn:
+        channel = await conn.channel()
+        queue = await channel.declare_queue(exclusive=True)  # a server-named amq.gen-* queue: allowed
+        rpc = await channel.get_exchange("rpc", ensure=False)
+        for key in ("#", "toposm.queuemaster", "toposm.render.#", "spark.expire"):
+            with pytest.raises((ChannelAccessRefused, ChannelClosed)):
+                await asyncio.wait_for(queue.bind(rpc, routing_key=key), HANG)
+            channel = await conn.channel()
+            queue = await channel.declare_queue(exclusive=True)
+            rpc = await channel.get_exchange("rpc", ensure=False)
+        # consuming the queuemaster's own request queue (taking its requests): refused
+        channel = await conn.channel()
+        with pytest.raises((ChannelAccessRefused, ChannelClosed)):
+            q = await channel.declare_queue("rpc_toposm.queuemaster", passive=True)
+            await asyncio.wait_for(q.consume(lambda m: None), HANG)
+
+
+async def test_renderer_account_cannot_act_as_queuemaster_or_operator(provisioned) -> None:
+    async with raw(provisioned, "renderer") as conn:
+        await _refused_publish(conn, "rpc", "toposm.render.vader.1.0")  # render to another thread
+        await _refused_publish(conn, "alert", "toposm")  # queuemaster online / shutdown
+        await _refused_publish(conn, "alert", "expire_toposm")
+        channel = await conn.channel()
+        with pytest.raises((ChannelAccessRefused, ChannelClosed)):
+            await channel.declare_queue("rpc_toposm.queuemaster", durable=True)
+
+
+async def test_spark_bridge_account_cannot_call_the_queuemaster(provisioned) -> None:
+    async with raw(provisioned, "spark_bridge") as conn:
+        await _refused_publish(conn, "rpc", "toposm.queuemaster")
+        await _refused_publish(conn, "alert", "toposm")
+
+
+async def test_each_role_runs_a_qbroker_unit(provisioned, as_role) -> None:
+    """The permissions are not so tight that the legitimate programs break: every role connects, declares
+    its exchanges and queues, and the client reaches a Spark-named endpoint served by the bridge account."""
+    bridge = await as_role("spark_bridge", app="spark.bridge", start=False)
+
+    @bridge.rpc("spark.stats")
+    async def stats(paths: list[str]) -> dict:
+        return {"paths": paths}
+
+    await bridge.start()
+    client = await as_role("client")
+    assert await client.call("spark.stats", {"paths": ["a"]}, timeout=HANG) == {"paths": ["a"]}
+    for role in ("queuemaster", "renderer", "operator"):
+        await as_role(role)
+    with pytest.raises(QBrokerError):  # a name the client may not call: the broker refuses the publish
+        await client.call("toposm.render.vader.1.0", {"command": "ping"}, timeout=5)
