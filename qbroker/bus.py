@@ -115,6 +115,10 @@ class Bus:
 
     async def dead_letter_consumers(self) -> int | None:
         """Consumers on the ``dead`` queue (units collecting dead letters), or None if unknown."""
+        return await self.queue_consumers(self.config.dead_queue_name)
+
+    async def queue_consumers(self, queue_name: str) -> int | None:
+        """Consumers on ``queue_name`` (0 if it does not exist), or None if unknown."""
         connection = self.connection
         if connection is None:
             return None
@@ -122,7 +126,7 @@ class Bus:
             # A throwaway channel: a passive declare of a missing queue closes the channel it runs on.
             channel = await connection.channel(publisher_confirms=False)
             try:
-                queue = await channel.declare_queue(self.config.dead_queue_name, passive=True)
+                queue = await channel.declare_queue(queue_name, passive=True)
                 return int(queue.declaration_result.consumer_count)  # type: ignore[attr-defined]
             finally:
                 with contextlib.suppress(Exception):

@@ -135,7 +135,22 @@ class Unit:
         await self.bus.start()
         self.state = "started"
         self.log.info("unit started", endpoints=sorted(self.endpoints))
-        await self._announce("qbroker.start")
+        await self._announce_start()
+
+    async def _announce_start(self) -> None:
+        """``qbroker.start``; with debuggers listening, wait (briefly) until each has followed our uuid.
+
+        Without this a short-lived client (``qbroker call``) gets its reply before a debugger has bound
+        its reply key, and the debugger never shows the reply (the seed's design has this race)."""
+        debuggers = await self.bus.queue_consumers(self.config.debuggers_queue_name) if self.config.debugger_wait else 0
+        if not debuggers:
+            await self._announce("qbroker.start")
+            return
+        with contextlib.suppress(QBrokerError, asyncio.TimeoutError, OSError):
+            replies = self.gather("qbroker.start", self._announcement(), timeout=self.config.debugger_wait,
+                                  max_replies=debuggers)
+            async for _ in replies:
+                pass
 
     async def stop(self, drain_timeout: float | None = None) -> None:
         """Stop taking work, let running handlers finish (up to the drain timeout), then close."""
@@ -349,10 +364,14 @@ class Unit:
     async def _answer_ping(self) -> dict[str, Any]:
         return self.describe()
 
-    async def _announce(self, name: str) -> None:
+    def _announcement(self) -> dict[str, Any]:
         info = self.describe()
         body = {k: info[k] for k in ("app", "uuid", "host", "pid", "listeners")}
         body["endpoints"] = sorted(self.endpoints)
+        return body
+
+    async def _announce(self, name: str) -> None:
+        body = self._announcement()
         with contextlib.suppress(QBrokerError, asyncio.TimeoutError, OSError):
             message = self.bus.make_message(body, kind="alert", name=name, message_id=uuid.uuid4().hex)
             await self.bus.publish("alert", name, message)

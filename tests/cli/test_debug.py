@@ -157,6 +157,22 @@ async def test_follows_cli_calls_and_usage(amqp_url: str, example: Example) -> N
     assert bad.code == 64 and "--kind" in bad.stderr
 
 
+async def test_sees_the_replies_of_short_lived_cli_calls(amqp_url: str, example: Example) -> None:
+    """A CLI unit waits at start until the debugger has followed its uuid, so its reply is never missed."""
+    snooper = await Snooper.start(amqp_url, "--json", "--body")
+    try:
+        for n in range(3):
+            result = await run_cli(amqp_url, "call", "clitest.echo", f"text=call{n}")
+            assert result.code == 0, result.stderr
+            request = await snooper.next_event(kind="request", name="clitest.echo")
+            assert request["app"] == "qbroker.cli" and request["body"] == {"text": f"call{n}"}
+            reply = await snooper.next_event(kind="reply", correlation_id=request["message_id"])
+            assert reply["status"] == "ok" and reply["to_app"] == "qbroker.cli"
+    finally:
+        code, _, _ = await snooper.stop()
+    assert code == 0
+
+
 def snooper_exe() -> str:
     from tests.cli.helpers import QBROKER_DEBUG
 

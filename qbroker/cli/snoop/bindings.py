@@ -27,9 +27,11 @@ Deliver = Callable[[AbstractIncomingMessage, str], Awaitable[None]]
 
 
 class SnoopQueues:
-    def __init__(self, exchange_names: dict[str, str], queue_prefix: str, deliver: Deliver) -> None:
+    def __init__(self, exchange_names: dict[str, str], queue_prefix: str, deliver: Deliver,
+                 debuggers_queue: str | None = None) -> None:
         self._exchange = exchange_names  # role -> real (prefixed) exchange name
         self._prefix = queue_prefix
+        self._debuggers_queue = debuggers_queue
         self._deliver = deliver
         self._lock = asyncio.Lock()
         self._bound: dict[str, set[str]] = {"rpc": set(), "alert": set(), "reply": set()}
@@ -59,6 +61,12 @@ class SnoopQueues:
             await self._sync(desired)
             await self.traffic.consume(self._consumer("traffic"), no_ack=True)
             await dead.consume(self._consumer("dead"), no_ack=True)
+            if self._debuggers_queue:
+                # Shared by every debugger, never deleted by us (auto-delete when the last one goes):
+                # its consumer count tells a starting unit how many debuggers to wait for.
+                roll_call = await self.channel.declare_queue(self._debuggers_queue, durable=False,
+                                                             auto_delete=True)
+                await roll_call.consume(_ignore, no_ack=True)
 
     async def _declare(self, suffix: str) -> Queue:
         assert self.channel is not None
@@ -113,6 +121,10 @@ class SnoopQueues:
                 with contextlib.suppress(Exception):
                     await self.channel.close()
             self.channel = None
+
+
+async def _ignore(message: AbstractIncomingMessage) -> None:
+    """Nothing is ever sent to the roll-call queue; consuming it is the point."""
 
 
 def describe_bindings(queues: SnoopQueues) -> dict[str, Any]:

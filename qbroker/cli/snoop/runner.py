@@ -64,7 +64,8 @@ class Debugger:
             OrderedDict()
         )  # reply correlation id -> (until, reply)
         self.queues = SnoopQueues(
-            self.exchanges, f"{config.exchange_prefix}debug_{unit.uuid}_", self._deliver
+            self.exchanges, f"{config.exchange_prefix}debug_{unit.uuid}_", self._deliver,
+            debuggers_queue=None if settings.firehose else config.debuggers_queue_name,
         )
         unit.on_connected(self._attach)
 
@@ -182,6 +183,9 @@ class Debugger:
             changed = self.directory.follow_caller(event.reply_to)
         if changed:
             await self.queues.sync(self.directory.desired())
+        if event.kind == "alert" and event.name == "qbroker.start" and event.reply_to and event.message_id:
+            # The unit waits for this before it goes on: from now on its replies reach our queue.
+            await self.unit.bus.send_reply(event.reply_to, event.message_id, {"debugger": self.unit.uuid}, None)
 
     def _is_own(self, event: Event) -> bool:
         own = self.unit.uuid
