@@ -91,6 +91,11 @@ def _text(value: Any) -> Any:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+def _optional_text(value: Any) -> str | None:
+    value = _text(value)
+    return value if isinstance(value, str) else None
+
+
 def _deadline(raw: Any) -> float | None:
     return raw / 1000 if isinstance(raw, int) and not isinstance(raw, bool) else None
 
@@ -112,7 +117,8 @@ def read_header(message: AbstractIncomingMessage, *, require: tuple[str, ...] = 
             content_type=message.content_type or JSON,
             type=message.type,
             deadline=_deadline(raw.get("deadline")),
-            app=_text(raw.get("app")),
+            # Not a seed field (our own, informative): a foreign client's odd value must not cost the request.
+            app=_optional_text(raw.get("app")),
             user_id=_text(getattr(message, "user_id", None)),
         )
     except ValidationError as exc:
