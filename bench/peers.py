@@ -262,8 +262,9 @@ def main() -> None:
     if args.plot:
         from bench.peers_plot import plot
 
-        plot(result, Path(args.plot))
-        result["plot"] = str(Path(args.plot).resolve().relative_to(ROOT))
+        out = Path(args.plot).resolve()
+        plot(result, out)
+        result["plot"] = str(out.relative_to(ROOT)) if out.is_relative_to(ROOT) else str(out)
     text = json.dumps(result, indent=2)
     if args.output:
         Path(args.output).write_text(text + "\n")

@@ -1,55 +1,76 @@
-"""SQLite persistence of the render queue, so a killed queuemaster loses no queued metatile.
+"""SQLite storage of the render queue: every queued or in-flight metatile, and the pick order.
+
+The database *is* the queue (the queuemaster keeps only per-queue counts and the few metatiles in flight
+in memory), so 10 million queued metatiles cost disk and SQLite's bounded page cache, not Python objects.
+One row per metatile, keyed by its packed address; a partial index on ``(src, seq)`` over the queued rows
+makes "first of a queue" a B-tree descent: O(log n), with no stale entries to skip.
 
 WAL journal with ``synchronous=NORMAL``: a committed transaction survives the process being SIGKILLed
-(only an OS crash or power loss could drop the last commits). Every queue mutation is committed before the
-queuemaster acts on it; bulk expirations are committed as one transaction per message.
+(only an OS crash or power loss could drop the last commits). Outside ``batch()`` each write commits on
+its own; ``batch()`` groups writes into one transaction (one expiry message, one dispatch round).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..tilemath import Metatile
 
+# src: which queue a row is in: a background row's zoom (0-30), or one of these.
+SRC_MISSING = -1
+SRC_IMPORTANT = -2
+# state
+QUEUED, RENDERING, RENDERING_DIRTY = 0, 1, 2  # dirty: expired again while rendering: render once more
+
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS metatiles (
-    z INTEGER NOT NULL,
-    mx INTEGER NOT NULL,
-    my INTEGER NOT NULL,
-    cls TEXT NOT NULL,          -- missing | important | background
-    seq INTEGER NOT NULL,       -- order within its queue (negative = put back at the front)
-    rendering INTEGER NOT NULL, -- 1 while a renderer has it
-    dirty INTEGER NOT NULL,     -- expired again while rendering: render once more afterwards
-    PRIMARY KEY (z, mx, my)
-) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS queue (
+    key INTEGER PRIMARY KEY,  -- z << 56 | mx << 28 | my
+    src INTEGER NOT NULL,
+    seq INTEGER NOT NULL,     -- order within its queue (negative = put back at the front)
+    state INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_order ON queue (src, seq) WHERE state = 0;
+"""
+
+# The layout before the queue lived in SQLite only (one TEXT class per row, no pick index): migrated once.
+_OLD_TABLE_MIGRATION = """
+INSERT OR REPLACE INTO queue (key, src, seq, state)
+SELECT (z << 56) | (mx << 28) | my,
+       CASE cls WHEN 'missing' THEN -1 WHEN 'important' THEN -2 ELSE z END,
+       seq,
+       CASE WHEN dirty THEN 2 WHEN rendering THEN 1 ELSE 0 END
+FROM metatiles;
+DROP TABLE metatiles;
 """
 
 
-@dataclass(slots=True)
-class StoredMetatile:
-    metatile: Metatile
-    cls: str
-    seq: int
-    rendering: bool
-    dirty: bool
+def pack(m: Metatile) -> int:
+    return (m.z << 56) | (m.mx << 28) | m.my
+
+
+def unpack(key: int) -> Metatile:
+    return Metatile(key >> 56, (key >> 28) & 0xFFFFFFF, key & 0xFFFFFFF)
 
 
 class QueueStore:
     """One SQLite file holding every queued or in-flight metatile."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, cache_mb: int = 64) -> None:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit mode; batch() opens explicit transactions so one expiry message is one commit.
+        # Autocommit mode; batch() opens explicit transactions.
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(f"PRAGMA cache_size=-{int(cache_mb) * 1024}")  # bounded, whatever the queue size
         self._db.executescript(SCHEMA)
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='metatiles'").fetchone():
+            self._db.executescript("BEGIN;" + _OLD_TABLE_MIGRATION + "COMMIT;")
         self._depth = 0
 
     def close(self) -> None:
@@ -72,23 +93,50 @@ class QueueStore:
         if self._depth == 0:
             self._db.execute("COMMIT")
 
-    def save(self, entries: Iterable[StoredMetatile]) -> None:
-        self._db.executemany(
-            "INSERT OR REPLACE INTO metatiles (z, mx, my, cls, seq, rendering, dirty) VALUES (?,?,?,?,?,?,?)",
-            [
-                (e.metatile.z, e.metatile.mx, e.metatile.my, e.cls, e.seq, int(e.rendering), int(e.dirty))
-                for e in entries
-            ],
-        )
+    # -- reads ----------------------------------------------------------------------------------------
 
-    def delete(self, metatile: Metatile) -> None:
-        self._db.execute(
-            "DELETE FROM metatiles WHERE z=? AND mx=? AND my=?", (metatile.z, metatile.mx, metatile.my)
-        )
+    def summary(self) -> tuple[dict[int, int], int, int, list[tuple[int, int, int]]]:
+        """Queued rows per src, the lowest and highest seq, and the rows in flight (key, src, seq)."""
+        counts = dict(self._db.execute("SELECT src, count(*) FROM queue WHERE state = 0 GROUP BY src").fetchall())
+        low, high = self._db.execute("SELECT min(seq), max(seq) FROM queue").fetchone()
+        in_flight = self._db.execute("SELECT key, src, seq FROM queue WHERE state != 0").fetchall()
+        return counts, low or 0, high or 0, in_flight
 
-    def load(self) -> list[StoredMetatile]:
-        rows = self._db.execute("SELECT z, mx, my, cls, seq, rendering, dirty FROM metatiles ORDER BY seq")
-        return [
-            StoredMetatile(Metatile(z, mx, my), cls, seq, bool(rendering), bool(dirty))
-            for z, mx, my, cls, seq, rendering, dirty in rows
-        ]
+    def row(self, key: int) -> tuple[int, int] | None:
+        """(src, state) of a metatile, or None if it is not known."""
+        found: tuple[int, int] | None = self._db.execute("SELECT src, state FROM queue WHERE key = ?",
+                                                         (key,)).fetchone()
+        return found
+
+    def known(self, keys: list[int]) -> set[int]:
+        """Which of ``keys`` are known (queued or in flight): one statement, however many keys."""
+        rows = self._db.execute("SELECT key FROM queue WHERE key IN (SELECT value FROM json_each(?))",
+                                (json.dumps(keys),))
+        return {key for (key,) in rows}
+
+    def first(self, src: int) -> int | None:
+        """The key of the first queued metatile of ``src`` (the partial index: O(log n))."""
+        found = self._db.execute("SELECT key FROM queue WHERE src = ? AND state = 0 ORDER BY seq LIMIT 1",
+                                 (src,)).fetchone()
+        return None if found is None else int(found[0])
+
+    def queued_keys(self) -> list[int]:
+        return [key for (key,) in self._db.execute("SELECT key FROM queue WHERE state = 0 ORDER BY seq")]
+
+    # -- writes ---------------------------------------------------------------------------------------
+
+    def put(self, key: int, src: int, seq: int, state: int) -> None:
+        self._db.execute("INSERT OR REPLACE INTO queue (key, src, seq, state) VALUES (?, ?, ?, ?)",
+                         (key, src, seq, state))
+
+    def put_many(self, rows: Iterable[tuple[int, int, int, int]]) -> None:
+        self._db.executemany("INSERT OR REPLACE INTO queue (key, src, seq, state) VALUES (?, ?, ?, ?)", rows)
+
+    def set_state(self, key: int, state: int) -> None:
+        self._db.execute("UPDATE queue SET state = ? WHERE key = ?", (state, key))
+
+    def set_states(self, keys: Iterable[int], state: int) -> None:
+        self._db.executemany("UPDATE queue SET state = ? WHERE key = ?", ((state, key) for key in keys))
+
+    def delete(self, key: int) -> None:
+        self._db.execute("DELETE FROM queue WHERE key = ?", (key,))

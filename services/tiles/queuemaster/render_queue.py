@@ -5,184 +5,203 @@ Each metatile is queued at most once (duplicates merge). Its class decides the q
 one queue per zoom). Within a queue, metatiles go first in, first out; a metatile put back after its
 renderer died goes to the front.
 
-Each queue is a binary heap of ``(seq, metatile)`` with lazy deletion: raising a metatile's class pushes a
-new heap item and leaves the old one stale; pops skip items whose seq no longer matches the metatile's
-current entry. That keeps add, raise and pop at O(log n) amortised. Live counts per queue are kept
-separately since heaps hold stale items.
+The queue lives in its SQLite store (``queue_store``): a pick is one descent of the ``(src, seq)`` index,
+O(log n), and raising a metatile moves its row, so nothing stale is left to skip. In memory there are only
+the per-queue counts (the strategies read them for every pick) and the metatiles in flight (one per
+render thread), so memory does not grow with the queue.
 
 Metatiles handed to a renderer stay known as *in flight* (persisted too) until ``finish`` or ``put_back``.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from typing import Literal
 
 from ..strategy import IMPORTANT, MISSING
 from ..tilemath import Metatile
-from .queue_store import QueueStore, StoredMetatile
+from .queue_store import QUEUED, RENDERING, RENDERING_DIRTY, SRC_IMPORTANT, SRC_MISSING, QueueStore, pack, unpack
 
 QueueClass = Literal["missing", "important", "background"]
 CLASS_RANK: dict[str, int] = {"missing": 0, "important": 1, "background": 2}
 Source = str | int  # MISSING, IMPORTANT, or a zoom (background queue)
 AddOutcome = Literal["queued", "raised", "merged", "rendering", "marked_dirty"]
+_NAMED_SRC = {MISSING: SRC_MISSING, IMPORTANT: SRC_IMPORTANT}
+_SRC_CLASS = {SRC_MISSING: "missing", SRC_IMPORTANT: "important"}
 
 
-@dataclass(slots=True)
-class _Entry:
-    cls: str
-    seq: int
-    rendering: bool = False
-    dirty: bool = False
+def _src(cls: str, metatile: Metatile) -> int:
+    if cls == "background":
+        return metatile.z
+    return SRC_MISSING if cls == "missing" else SRC_IMPORTANT
 
 
-def _source_of(cls: str, metatile: Metatile) -> Source:
-    return metatile.z if cls == "background" else cls
+def _class_of(src: int) -> str:
+    return _SRC_CLASS.get(src, "background")
 
 
 class RenderQueue:
-    """Queued and in-flight metatiles, persisted through a QueueStore."""
+    """Queued and in-flight metatiles, kept in a QueueStore."""
 
     def __init__(self, store: QueueStore) -> None:
         self._store = store
-        self._entries: dict[Metatile, _Entry] = {}
-        self._heaps: dict[Source, list[tuple[int, Metatile]]] = {}
-        self._lengths: Counter[Source] = Counter()
-        self._back = itertools.count(1)  # seq for appending
-        self._front = itertools.count(-1, -1)  # seq for putting back at the front
-        self._load()
-
-    def _load(self) -> None:
-        stored = self._store.load()
-        if stored:
-            self._back = itertools.count(max(s.seq for s in stored) + 1)
-            self._front = itertools.count(min(min(s.seq for s in stored) - 1, -1), -1)
-        restored: list[StoredMetatile] = []
-        for item in stored:
-            if item.rendering or item.dirty:
-                # Its renderer may still be working on it; if it re-registers with this metatile it is
-                # claimed back, otherwise it renders again from the front of its queue.
-                item.seq, item.rendering, item.dirty = next(self._front), False, False
-                restored.append(item)
-            self._push(item.metatile, _Entry(item.cls, item.seq))
-        with self._store.batch():
-            self._store.save(restored)
-
-    # -- internals ------------------------------------------------------------------------------------
-
-    def _push(self, metatile: Metatile, entry: _Entry) -> None:
-        self._entries[metatile] = entry
-        source = _source_of(entry.cls, metatile)
-        heapq.heappush(self._heaps.setdefault(source, []), (entry.seq, metatile))
-        self._lengths[source] += 1
-
-    def _persist(self, metatile: Metatile, entry: _Entry) -> None:
-        self._store.save([StoredMetatile(metatile, entry.cls, entry.seq, entry.rendering, entry.dirty)])
+        counts, low, high, in_flight = store.summary()
+        self._lengths: Counter[int] = Counter(counts)  # queued metatiles per src
+        self._back = itertools.count(high + 1)  # seq for appending
+        self._front = itertools.count(min(low - 1, -1), -1)  # seq for putting back at the front
+        self._rendering: dict[int, tuple[int, bool]] = {}  # key -> (src, dirty) of the metatiles in flight
+        # Its renderer may still be working on it; if it re-registers with this metatile it is claimed
+        # back, otherwise it renders again from the front of its queue.
+        with store.batch():
+            for key, src, _seq in sorted(in_flight, key=lambda row: row[2]):
+                store.put(key, src, next(self._front), QUEUED)
+                self._lengths[src] += 1
 
     # -- queries --------------------------------------------------------------------------------------
 
-    def batch(self):  # type: ignore[no-untyped-def]
+    def batch(self) -> AbstractContextManager[None]:
         """One persistence transaction for several mutations (e.g. one expiry message)."""
         return self._store.batch()
 
     def state_of(self, metatile: Metatile) -> str | None:
         """``rendering``, the queued class, or None if the metatile is not known."""
-        entry = self._entries.get(metatile)
-        if entry is None:
-            return None
-        return "rendering" if entry.rendering else entry.cls
+        key = pack(metatile)
+        if key in self._rendering:
+            return "rendering"
+        row = self._store.row(key)
+        return None if row is None else _class_of(row[0])
 
     @property
     def missing(self) -> int:
-        return self._lengths[MISSING]
+        return self._lengths[SRC_MISSING]
 
     @property
     def important(self) -> int:
-        return self._lengths[IMPORTANT]
+        return self._lengths[SRC_IMPORTANT]
 
     def background_by_zoom(self) -> dict[int, int]:
-        return {s: n for s, n in self._lengths.items() if isinstance(s, int) and n > 0}
+        return {s: n for s, n in self._lengths.items() if s >= 0 and n > 0}
 
     def queued_count(self) -> int:
         return sum(self._lengths.values())
 
     def in_flight(self) -> list[Metatile]:
-        return [m for m, e in self._entries.items() if e.rendering]
+        return [unpack(key) for key in self._rendering]
+
+    def in_flight_count(self) -> int:
+        return len(self._rendering)
+
+    def queued(self) -> Iterator[Metatile]:
+        """Every queued metatile, in seq order (tests and tools; reads the whole table)."""
+        return (unpack(key) for key in self._store.queued_keys())
 
     # -- mutations ------------------------------------------------------------------------------------
 
     def add(self, metatile: Metatile, cls: QueueClass) -> AddOutcome:
         """Queue a metatile, merging with what is already queued or rendering."""
-        entry = self._entries.get(metatile)
-        if entry is not None and entry.rendering:
-            if cls == "background" and not entry.dirty:
+        key = pack(metatile)
+        flying = self._rendering.get(key)
+        if flying is not None:
+            if cls == "background" and not flying[1]:
                 # Expired while rendering: the render in progress may predate the change.
-                entry.dirty = True
-                self._persist(metatile, entry)
+                self._rendering[key] = (flying[0], True)
+                self._store.set_state(key, RENDERING_DIRTY)
                 return "marked_dirty"
             return "rendering"
-        if entry is not None:
-            if CLASS_RANK[cls] >= CLASS_RANK[entry.cls]:
+        row = self._store.row(key)
+        src = _src(cls, metatile)
+        if row is not None:
+            if CLASS_RANK[cls] >= CLASS_RANK[_class_of(row[0])]:
                 return "merged"
-            self._lengths[_source_of(entry.cls, metatile)] -= 1  # its old heap item is now stale
-            new_entry = _Entry(cls, next(self._back))
-            self._push(metatile, new_entry)
-            self._persist(metatile, new_entry)
+            self._lengths[row[0]] -= 1
+            self._lengths[src] += 1
+            self._store.put(key, src, next(self._back), QUEUED)
             return "raised"
-        new_entry = _Entry(cls, next(self._back))
-        self._push(metatile, new_entry)
-        self._persist(metatile, new_entry)
+        self._lengths[src] += 1
+        self._store.put(key, src, next(self._back), QUEUED)
         return "queued"
+
+    def add_expired(self, metatiles: Iterable[Metatile],
+                    keep_unknown: Callable[[Metatile], bool] | None = None) -> Counter[str]:
+        """``add(m, "background")`` for many metatiles at once (an expiry message): one lookup statement
+        and one insert statement, not two per metatile. ``keep_unknown`` decides whether a metatile the
+        queue does not know is queued (else it counts as ``not_rendered_yet``)."""
+        metatiles = list(dict.fromkeys(metatiles))
+        keys = [pack(m) for m in metatiles]
+        known = self._store.known(keys)
+        outcome: Counter[str] = Counter()
+        new_rows: list[tuple[int, int, int, int]] = []
+        dirty: list[int] = []
+        for m, key in zip(metatiles, keys, strict=True):
+            flying = self._rendering.get(key)
+            if flying is not None:
+                if flying[1]:
+                    outcome["rendering"] += 1
+                else:
+                    self._rendering[key] = (flying[0], True)
+                    dirty.append(key)
+                    outcome["marked_dirty"] += 1
+            elif key in known:
+                outcome["merged"] += 1  # background is the lowest class: a queued metatile stays as it is
+            elif keep_unknown is not None and not keep_unknown(m):
+                outcome["not_rendered_yet"] += 1
+            else:
+                new_rows.append((key, m.z, next(self._back), QUEUED))
+                self._lengths[m.z] += 1
+        with self._store.batch():
+            self._store.put_many(new_rows)
+            self._store.set_states(dirty, RENDERING_DIRTY)
+        outcome["queued"] += len(new_rows)
+        return outcome
 
     def pop(self, source: Source) -> Metatile | None:
         """Take the first metatile of a queue and mark it in flight."""
-        heap = self._heaps.get(source)
-        while heap:
-            seq, metatile = heapq.heappop(heap)
-            entry = self._entries.get(metatile)
-            if entry is None or entry.rendering or entry.seq != seq:
-                continue  # stale heap item
-            self._lengths[source] -= 1
-            entry.rendering = True
-            self._persist(metatile, entry)
-            return metatile
-        return None
+        src = _NAMED_SRC[source] if isinstance(source, str) else source
+        if self._lengths[src] <= 0:
+            return None
+        key = self._store.first(src)
+        if key is None:
+            return None
+        self._lengths[src] -= 1
+        self._rendering[key] = (src, False)
+        self._store.set_state(key, RENDERING)
+        return unpack(key)
 
     def claim(self, metatile: Metatile) -> None:
         """Mark a metatile in flight without popping it (a renderer re-registered while rendering it)."""
-        entry = self._entries.get(metatile)
-        if entry is None:
-            entry = _Entry("background", next(self._back), rendering=True)
-            self._entries[metatile] = entry
-        elif not entry.rendering:
-            self._lengths[_source_of(entry.cls, metatile)] -= 1
-            entry.rendering = True
-        self._persist(metatile, entry)
+        key = pack(metatile)
+        if key in self._rendering:
+            return
+        row = self._store.row(key)
+        if row is None:
+            self._rendering[key] = (metatile.z, False)
+            self._store.put(key, metatile.z, next(self._back), RENDERING)
+            return
+        self._lengths[row[0]] -= 1
+        self._rendering[key] = (row[0], False)
+        self._store.set_state(key, RENDERING)
 
     def finish(self, metatile: Metatile) -> bool:
         """A render ended; returns True if the metatile was queued again because it expired meanwhile."""
-        entry = self._entries.pop(metatile, None)
-        if entry is None or not entry.rendering:
-            if entry is not None:  # not ours to finish: keep it queued
-                self._entries[metatile] = entry
+        key = pack(metatile)
+        flying = self._rendering.pop(key, None)
+        if flying is None:  # not in flight: not ours to finish (a queued one stays queued)
             return False
-        if entry.dirty:
-            again = _Entry("background", next(self._back))
-            self._push(metatile, again)
-            self._persist(metatile, again)
+        if flying[1]:
+            self._lengths[metatile.z] += 1
+            self._store.put(key, metatile.z, next(self._back), QUEUED)
             return True
-        self._store.delete(metatile)
+        self._store.delete(key)
         return False
 
     def put_back(self, metatile: Metatile) -> None:
         """Return an in-flight metatile to the front of its queue (its renderer died or gave it up)."""
-        entry = self._entries.get(metatile)
-        if entry is None or not entry.rendering:
+        key = pack(metatile)
+        flying = self._rendering.pop(key, None)
+        if flying is None:
             return
-        del self._entries[metatile]
-        again = _Entry(entry.cls, next(self._front))
-        self._push(metatile, again)
-        self._persist(metatile, again)
+        self._lengths[flying[0]] += 1
+        self._store.put(key, flying[0], next(self._front), QUEUED)

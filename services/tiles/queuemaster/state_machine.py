@@ -117,13 +117,9 @@ class Queuemaster:
                     metatiles[ancestor] = None
         outcome: dict[str, int] = {"queued": 0, "merged": 0, "raised": 0, "rendering": 0, "marked_dirty": 0,
                                    "not_rendered_yet": 0}
-        with self.queue.batch():
-            for m in metatiles:
-                if not self.settings.render_missing_expired and self.queue.state_of(m) is None \
-                        and not self.tiles.metatile_exists(m):
-                    outcome["not_rendered_yet"] += 1
-                    continue
-                outcome[self.queue.add(m, "background")] += 1
+        # One lookup and one insert statement for the whole message (one transaction), not two per metatile.
+        keep = None if self.settings.render_missing_expired else self.tiles.metatile_exists
+        outcome.update(self.queue.add_expired(metatiles, keep_unknown=keep))
         self.stats.count("expired", len(tiles))
         if outcome["queued"]:
             self.work_available.set()
@@ -275,6 +271,11 @@ class Queuemaster:
     def next_assignments(self) -> list[tuple[RenderThread, Metatile]]:
         """Pair idle threads with metatiles their strategies allow; each thread at most one."""
         assignments: list[tuple[RenderThread, Metatile]] = []
+        with self.queue.batch():  # one commit for the round, not one per pick
+            self._assign(assignments)
+        return assignments
+
+    def _assign(self, assignments: list[tuple[RenderThread, Metatile]]) -> None:
         for thread in self.threads.idle_in_rotation():
             source = choose_for_mix(thread.strategy, self.queue.missing, self.queue.important,
                                     self.queue.background_by_zoom(), self.rng)
@@ -286,7 +287,6 @@ class Queuemaster:
             self.threads.assign(thread, m)
             thread.pending = True
             assignments.append((thread, m))
-        return assignments
 
     def dispatch_refused(self, thread: RenderThread, m: Metatile) -> None:
         """The renderer refused a render (e.g. busy): put the metatile back; the thread stays pending
