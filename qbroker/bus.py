@@ -150,7 +150,7 @@ class Bus:
         return channel
 
     async def add_consumer(self, queue: Queue, consumer: Consumer, *, part: str, answer: bool = True,
-                           priority: int | None = None) -> None:
+                           priority: int | None = None) -> str:
         """Consume ``queue`` until stop_consuming() (or the connection ends), at consumer ``priority``.
 
         Whatever ``consumer`` raises, the message is settled (see ``settle_failed``), so no bug or
@@ -158,6 +158,14 @@ class Bus:
         arguments = {"x-priority": priority} if priority is not None else None
         tag = await queue.consume(self.guarded(consumer, part=part, answer=answer), arguments=arguments)
         self._consumers.append((queue, tag))
+        return tag
+
+    async def cancel_consumer(self, queue: Queue, tag: str) -> None:
+        """Stop one consumer (an endpoint removed at run time); its messages in hand may still be acked."""
+        if (queue, tag) in self._consumers:
+            self._consumers.remove((queue, tag))
+            with contextlib.suppress(Exception):  # a closed channel cancelled it already
+                await queue.cancel(tag)
 
     def guarded(self, consumer: Consumer, *, part: str, answer: bool = True) -> Consumer:
         async def guarded(message: AbstractIncomingMessage) -> None:

@@ -22,11 +22,12 @@ from qbroker.dead_letter import DeadLetterCollector
 from qbroker.endpoints import CommandEndpoint, Endpoint, EndpointOptions
 from qbroker.envelope import JSON
 from qbroker.errors import CallTimeout, ConnectionLost, NotStarted, QBrokerError
-from qbroker.exchanges import declare_rpc_queue, declare_unit_queue, rpc_queue_takes_expiry
+from qbroker.exchanges import declare_unit_queue
 from qbroker.handlers import Extra, Handler
 from qbroker.log import get_logger
 from qbroker.replies import PendingReplies, Reply
 from qbroker.schedule import Schedule, Scheduler
+from qbroker.serving import EndpointConsumer, consume_endpoint, stop_consuming_endpoint
 from qbroker.transport import Connection
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,6 +49,7 @@ class Unit:
         self.log = get_logger(app=self.app, uuid=self.uuid)
         self.bus = Bus(config, app=self.app, uuid=self.uuid, log=self.log, on_connected=self._on_connected)
         self.endpoints: dict[str, Endpoint] = {}
+        self._consuming: dict[str, EndpointConsumer] = {}
         self.listeners: list[Listener] = []
         self.handler_observers = self.bus.handler_observers  # qbroker.metrics hooks in here
         self.state: State = "new"
@@ -97,8 +99,9 @@ class Unit:
 
     def _add_endpoint(self, cls: type[Endpoint], name: str, prefetch: int, exclusive: bool,
                       single_active: bool, max_priority: int | None, timeout: float | None,
-                      retries: int, priority: int | None = None) -> Endpoint:
-        self._check_new(f"endpoint {name!r}")
+                      retries: int, priority: int | None = None, *, at_run_time: bool = False) -> Endpoint:
+        if not at_run_time:
+            self._check_new(f"endpoint {name!r}")
         if name in self.endpoints:
             raise ValueError(f"endpoint {name!r} is already registered")
         if prefetch < 1:
@@ -117,6 +120,31 @@ class Unit:
             return fn
 
         return register
+
+    async def add_rpc(self, name: str, handler: Callable[..., Any], *, prefetch: int = 64, exclusive: bool = False,
+                      single_active: bool = False, max_priority: int | None = None, timeout: float | None = None,
+                      retries: int = 0, extra: Extra = "forbid", priority: int | None = None) -> None:
+        """Serve ``name`` from now on, on a running unit (RQ consume at run time); options as ``rpc()``."""
+        self._check_started("add_rpc")
+        endpoint = self._add_endpoint(Endpoint, name, prefetch, exclusive, single_active, max_priority, timeout,
+                                      retries, priority, at_run_time=True)
+        endpoint.handler = Handler(handler, name, extra=extra, executor=self.sync_pool)
+        connection = self.connection
+        if connection is not None and not connection.is_closed:  # else the next (re)connect consumes it
+            self._consuming[name] = await consume_endpoint(self.bus, connection, endpoint,
+                                                           self._request_consumer(endpoint))
+        await self._announce("qbroker.start")  # debuggers and directories follow the new name
+
+    async def remove_endpoint(self, name: str) -> None:
+        """Stop serving ``name`` (RQ cancel queue): requests in hand finish, new ones go to other servers,
+        or, once none is left for the grace period, are answered ``no_server``."""
+        self._check_started("remove_endpoint")
+        if self.endpoints.pop(name, None) is None:
+            raise ValueError(f"no endpoint {name!r} on this unit")
+        consumer = self._consuming.pop(name, None)
+        if consumer is not None:
+            await stop_consuming_endpoint(self.bus, consumer)
+        await self._announce("qbroker.start")
 
     def on_connected(self, hook: OnConnected) -> OnConnected:
         """Run ``hook(connection)`` after every (re)connect, once the qbroker topology is declared."""
@@ -212,23 +240,10 @@ class Unit:
         for pattern in sorted({listener.pattern for listener in self.listeners}):
             await alert_queue.bind(alert_exchange, routing_key=pattern)
         await bus.add_consumer(alert_queue, self._on_alert_message, part="qbroker.alert")
-        for endpoint in self.endpoints.values():
-            options = endpoint.options
-            expires = not options.exclusive and await rpc_queue_takes_expiry(
-                connection, self.config, endpoint.name, max_priority=options.max_priority,
-                single_active=options.single_active)
-            if not expires and not options.exclusive and self.config.rpc_queue_expiry is not None:
-                self.log.warning("rpc queue exists without x-expires (declared by an older qbroker): a stopped "
-                                 "service will time out instead of answering no_server until it is deleted",
-                                 queue=self.config.queue_name("rpc", endpoint.name))
-            channel = await bus.channel(connection, confirms=False)
-            await channel.set_qos(prefetch_count=options.prefetch)
-            queue = await declare_rpc_queue(
-                channel, self.config, endpoint.name, exclusive=options.exclusive,
-                max_priority=options.max_priority, single_active=options.single_active, expires=expires,
-            )
-            await bus.add_consumer(queue, self._request_consumer(endpoint), part=endpoint.name,
-                                   priority=options.priority)
+        self._consuming = {}  # the old connection's consumers died with it
+        for endpoint in list(self.endpoints.values()):
+            self._consuming[endpoint.name] = await consume_endpoint(bus, connection, endpoint,
+                                                                    self._request_consumer(endpoint))
         if self.dead_letters is not None:
             await self.dead_letters.attach(connection)
         for hook in self._hooks:
