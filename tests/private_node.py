@@ -53,16 +53,25 @@ class PrivateNode:
         raise RuntimeError(f"private RabbitMQ node {self.name} did not listen on {self.port} in {timeout}s")
 
 
-def start_private_node() -> PrivateNode:
+def start_private_node(config: str | None = None, files: dict[str, bytes] | None = None) -> PrivateNode:
+    """A fresh node; ``config`` is its rabbitmq.conf (e.g. a TLS listener) and ``files`` are written next
+    to it first (certificates), owned by the node's user, so the config can name them as ``{base}/name``."""
     if shutil.which("rabbitmq-server") is None:
         raise RuntimeError("rabbitmq-server is not installed: run bin/ensure-rabbitmq")
     port = _free_port()
     base = Path(tempfile.mkdtemp(prefix="qbroker-node-"))
     (base / "enabled_plugins").write_text("[].\n")
+    owned = [base, base / "enabled_plugins"]
+    for name, data in (files or {}).items():
+        (base / name).write_bytes(data)
+        owned.append(base / name)
+    if config is not None:
+        (base / "rabbitmq.conf").write_text(config.replace("{base}", str(base)))
+        owned.append(base / "rabbitmq.conf")
     if os.geteuid() == 0:
         # The Debian wrapper runs the node as the rabbitmq user, which must own its data directory.
         user = pwd.getpwnam("rabbitmq")
-        for path in (base, base / "enabled_plugins"):
+        for path in owned:
             os.chown(path, user.pw_uid, user.pw_gid)
     node = PrivateNode(name=f"qbt{uuid.uuid4().hex[:8]}@localhost", port=port, base=base)
     env = dict(

@@ -43,7 +43,7 @@ class Provisioned:
         return f"amqp://{self.names[role]}:{password}@{HOST}/{self.deployment.vhost}"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # rabbitmqctl is slow (a VM start per step): provision once per run
 def provisioned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provisioned]:
     tag = uuid.uuid4().hex[:8]
     base = tmp_path_factory.mktemp("deployment")
