@@ -4,13 +4,17 @@
   (one render thread each): expire, dispatch, render 64 tiles, write them, report ``rendered``.
 * ``dispatch_null``: the queuemaster's own dispatch capacity, with in-process "null" render threads that
   answer ``render`` and report ``rendered`` at once without drawing anything.
+* ``null_vs_floor``: null dispatch (8 threads) and the sequential RPC floors of bench/peers_rpc.py
+  (raw aiormq, direct reply-to and seed-structured) interleaved in rounds, with the ratio per round.
 * ``pick``: microseconds per background pick from a render queue of 10k and 100k metatiles, half of them
-  raised to important (stale heap entries to skip); a logarithmic pick barely grows with the queue.
+  raised to important; a logarithmic pick barely grows with the queue.
 * ``expiry``: expiry tiles ingested per second from ``expire_toposm`` text alerts (1000 tiles per
   message, each a distinct metatile, all queued and persisted).
+* ``ingest`` and ``big_queue``: bench/queuemaster_scale.py (no bus): expiry ingestion in process, and
+  the memory and pick time of a 10-million-metatile queue.
 
-Run: ``.venv/bin/python bench/queuemaster.py [--metatiles 200] [--renderers 1,2,4]``. Needs rabbitmqctl
-(each run uses a fresh vhost) and the toposm console scripts in the virtualenv.
+Run: ``.venv/bin/python bench/queuemaster.py [--only null_vs_floor,expiry] [--metatiles 200]``. Needs
+rabbitmqctl (each run uses a fresh vhost) and the toposm console scripts in the virtualenv.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,11 +34,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import qbroker
 from qbroker import Config, Unit
 from qbroker.log import configure_logging
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.peers import measure  # noqa: E402
+from bench.peers_report import machine  # noqa: E402
+from bench.peers_rpc import CONTENDERS  # noqa: E402
+from bench.queuemaster_scale import bench_big_queue, bench_ingest  # noqa: E402
 from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -73,10 +82,10 @@ async def wait_for(unit: Unit, check: Any, timeout: float = 300.0) -> dict[str, 
     raise TimeoutError("benchmark condition not reached")
 
 
-def metatile_tiles(n: int, zoom: int = 14) -> list[str]:
+def metatile_tiles(n: int, zoom: int = 14, first: int = 0) -> list[str]:
     """n distinct metatiles at a zoom, as their top-left tiles (the Spark expiry convention)."""
     side = (1 << zoom) >> 3
-    return [f"{zoom}/{(i % side) * 8}/{(i // side) * 8}" for i in range(n)]
+    return [f"{zoom}/{(i % side) * 8}/{(i // side) * 8}" for i in range(first, first + n)]
 
 
 async def bench_dispatch(n_renderers: int, n_metatiles: int, workdir: Path) -> dict[str, Any]:
@@ -150,6 +159,61 @@ async def bench_dispatch_null(n_threads: int, n_metatiles: int, workdir: Path) -
         delete_vhost(vhost)
 
 
+async def bench_dispatch_null_vs_floor(n_threads: int, per_round: int, rounds: int, floor_calls: int,
+                                       workdir: Path) -> dict[str, Any]:
+    """Null dispatch and the sequential RPC floors (bench/peers_rpc.py, client and server in this process),
+    interleaved in rounds; the ratio is taken within each round."""
+    names = ["floor_direct", "floor_seed"]
+    vhosts = [create_vhost("qbroker-bench") for _ in range(1 + len(names))]
+    url = url_for_vhost(vhosts[0])
+    procs = [start(queuemaster_args(workdir, "tiles-null-floor"), url, workdir / "qm-null-floor.log")]
+    unit = Unit("bench.null-renderer", config=Config(url=url))
+    for i in range(n_threads):
+        null_renderer(unit, i)
+    stops: list[Any] = []
+    rows: list[dict[str, Any]] = []
+    try:
+        floors = {}
+        for name, vhost in zip(names, vhosts[1:], strict=True):
+            stops.append(await CONTENDERS[name].serve(url_for_vhost(vhost)))
+            floors[name], stop_client = await CONTENDERS[name].connect(url_for_vhost(vhost))
+            stops.append(stop_client)
+            await measure(floors[name], 100, 1)  # warm up
+        await unit.start()
+        await wait_for(unit, lambda s: True)
+        for i in range(n_threads):
+            await unit.call("toposm.queuemaster", {"command": "register", "hostname": "bench",
+                                                   "pid": os.getpid(), "threadid": i, "strategy": "by_zoom"})
+        await unit.call("toposm.queuemaster", {"command": "expire", "tiles": metatile_tiles(100, first=10**6)})
+        await wait_for(unit, lambda s: s["counters"]["rendered"] >= 100)  # warm up
+        done = 100
+        for r in range(rounds):
+            row: dict[str, Any] = {}
+            for name in names[r % 2:] + names[:r % 2]:
+                row[name + "_sequential_calls_per_s"] = round((await measure(floors[name], floor_calls, 1))
+                                                              ["calls_per_s"], 1)
+            t0 = time.perf_counter()
+            await unit.call("toposm.queuemaster", {"command": "expire",
+                                                   "tiles": metatile_tiles(per_round, first=r * per_round)})
+            done += per_round
+            await wait_for(unit, lambda s, done=done: s["counters"]["rendered"] >= done)
+            row["null_dispatch_metatiles_per_s"] = round(per_round / (time.perf_counter() - t0), 1)
+            for name in names:
+                row[f"ratio_to_{name}"] = round(row["null_dispatch_metatiles_per_s"]
+                                                / row[name + "_sequential_calls_per_s"], 3)
+            rows.append(row)
+    finally:
+        await unit.stop(drain_timeout=1)
+        for stop_one in reversed(stops):
+            await stop_one()
+        stop(procs)
+        for vhost in vhosts:
+            delete_vhost(vhost)
+    summary = {key: round(statistics.median(row[key] for row in rows), 3) for key in rows[0]} if rows else {}
+    return {"null_render_threads": n_threads, "metatiles_per_round": per_round, "floor_calls": floor_calls,
+            "rounds": rows, "median": summary}
+
+
 async def bench_expiry(n_messages: int, per_message: int, workdir: Path) -> dict[str, Any]:
     vhost = create_vhost("qbroker-bench")
     url = url_for_vhost(vhost)
@@ -189,30 +253,47 @@ def bench_pick(size: int, workdir: Path, picks: int = 2000) -> dict[str, Any]:
     return {"queued": size, "picks": picks, "us_per_pick": round((time.perf_counter() - started) / picks * 1e6, 2)}
 
 
+SCENARIOS = "dispatch,dispatch_null,null_vs_floor,expiry,ingest,pick,big_queue"
+
+
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--metatiles", type=int, default=200)
     p.add_argument("--renderers", default="1,2,4")
     p.add_argument("--null-metatiles", type=int, default=3000)
     p.add_argument("--expiry-messages", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=3, help="null_vs_floor rounds")
+    p.add_argument("--floor-calls", type=int, default=600, help="sequential floor calls per round")
+    p.add_argument("--big-queue", type=int, default=10_000_000, help="metatiles queued by big_queue")
+    p.add_argument("--only", default=SCENARIOS, help=f"comma-separated subset of {SCENARIOS}")
     a = p.parse_args()
+    only = set(a.only.split(","))
     configure_logging("WARNING")  # logs to stderr; stdout is the JSON result
     workdir = Path(tempfile.mkdtemp(prefix="toposm-bench-"))  # service logs are kept there on failure
+    result: dict[str, Any] = {"machine": machine(), "load_average_before": os.getloadavg()}
     try:
-        result: dict[str, Any] = {
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                        "processor": platform.processor() or platform.machine()},
-            "dispatch": [await bench_dispatch(int(n), a.metatiles, workdir) for n in a.renderers.split(",")],
-            "dispatch_null": [await bench_dispatch_null(n, a.null_metatiles, workdir) for n in (1, 8)],
-            "expiry": await bench_expiry(a.expiry_messages, 1000, workdir),
-            "pick": [bench_pick(size, workdir) for size in (10_000, 100_000)],
-        }
+        if "dispatch" in only:
+            result["dispatch"] = [await bench_dispatch(int(n), a.metatiles, workdir) for n in a.renderers.split(",")]
+        if "dispatch_null" in only:
+            result["dispatch_null"] = [await bench_dispatch_null(n, a.null_metatiles, workdir) for n in (1, 8)]
+        if "null_vs_floor" in only:
+            result["null_vs_floor"] = await bench_dispatch_null_vs_floor(8, a.null_metatiles // a.rounds, a.rounds,
+                                                                         a.floor_calls, workdir)
+        if "expiry" in only:
+            result["expiry"] = await bench_expiry(a.expiry_messages, 1000, workdir)
+        if "ingest" in only:
+            result["ingest"] = bench_ingest(200_000, workdir)
+        if "pick" in only:
+            result["pick"] = [bench_pick(size, workdir) for size in (10_000, 100_000)]
+        if "big_queue" in only:
+            result["big_queue"] = bench_big_queue(a.big_queue, workdir)
     except BaseException:
         print(f"benchmark failed; service logs in {workdir}", file=sys.stderr)
         raise
+    result["load_average_after"] = os.getloadavg()
     shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    qbroker.run(main())  # uvloop when installed, as the services and bench/peers.py use

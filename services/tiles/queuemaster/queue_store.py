@@ -132,6 +132,12 @@ class QueueStore:
     def put_many(self, rows: Iterable[tuple[int, int, int, int]]) -> None:
         self._db.executemany("INSERT OR REPLACE INTO queue (key, src, seq, state) VALUES (?, ?, ?, ?)", rows)
 
+    def insert_new(self, rows: list[tuple[int, int, int, int]]) -> int:
+        """Insert the rows whose key is not there yet; returns how many were inserted."""
+        before = self._db.total_changes
+        self._db.executemany("INSERT OR IGNORE INTO queue (key, src, seq, state) VALUES (?, ?, ?, ?)", rows)
+        return self._db.total_changes - before
+
     def set_state(self, key: int, state: int) -> None:
         self._db.execute("UPDATE queue SET state = ? WHERE key = ?", (state, key))
 

@@ -126,35 +126,44 @@ class RenderQueue:
 
     def add_expired(self, metatiles: Iterable[Metatile],
                     keep_unknown: Callable[[Metatile], bool] | None = None) -> Counter[str]:
-        """``add(m, "background")`` for many metatiles at once (an expiry message): one lookup statement
-        and one insert statement, not two per metatile. ``keep_unknown`` decides whether a metatile the
-        queue does not know is queued (else it counts as ``not_rendered_yet``)."""
-        metatiles = list(dict.fromkeys(metatiles))
-        keys = [pack(m) for m in metatiles]
-        known = self._store.known(keys)
+        """``add(m, "background")`` for many metatiles at once (an expiry message): a few statements for
+        the whole message, not two per metatile. ``keep_unknown`` decides whether a metatile the queue does
+        not know is queued (else it counts as ``not_rendered_yet``); None queues them all."""
         outcome: Counter[str] = Counter()
-        new_rows: list[tuple[int, int, int, int]] = []
+        rendering = self._rendering
+        candidates: list[tuple[Metatile, int]] = []
         dirty: list[int] = []
-        for m, key in zip(metatiles, keys, strict=True):
-            flying = self._rendering.get(key)
-            if flying is not None:
-                if flying[1]:
-                    outcome["rendering"] += 1
-                else:
-                    self._rendering[key] = (flying[0], True)
-                    dirty.append(key)
-                    outcome["marked_dirty"] += 1
-            elif key in known:
-                outcome["merged"] += 1  # background is the lowest class: a queued metatile stays as it is
-            elif keep_unknown is not None and not keep_unknown(m):
-                outcome["not_rendered_yet"] += 1
+        for m in metatiles:
+            key = (m.z << 56) | (m.mx << 28) | m.my  # queue_store.pack, inlined: this loop is the hot path
+            flying = rendering.get(key)
+            if flying is None:
+                candidates.append((m, key))
+            elif flying[1]:
+                outcome["rendering"] += 1
             else:
-                new_rows.append((key, m.z, next(self._back), QUEUED))
-                self._lengths[m.z] += 1
+                # Expired while rendering: the render in progress may predate the change.
+                rendering[key] = (flying[0], True)
+                dirty.append(key)
+                outcome["marked_dirty"] += 1
+        if keep_unknown is not None:
+            known = self._store.known([key for _, key in candidates])
+            kept = [(m, key) for m, key in candidates if key in known or keep_unknown(m)]
+            outcome["not_rendered_yet"] += len(candidates) - len(kept)
+            candidates = kept
+        by_zoom: dict[int, list[tuple[int, int, int, int]]] = {}
+        back = self._back
+        for m, key in candidates:
+            by_zoom.setdefault(m.z, []).append((key, m.z, next(back), QUEUED))
         with self._store.batch():
-            self._store.put_many(new_rows)
+            for zoom, rows in by_zoom.items():
+                # A row that is there already is queued (in-flight ones were sorted out above), and
+                # background is the lowest class: it stays as it is ("merged"). The seq it was offered
+                # is simply never used.
+                queued = self._store.insert_new(rows)
+                self._lengths[zoom] += queued
+                outcome["queued"] += queued
+                outcome["merged"] += len(rows) - queued
             self._store.set_states(dirty, RENDERING_DIRTY)
-        outcome["queued"] += len(new_rows)
         return outcome
 
     def pop(self, source: Source) -> Metatile | None:
