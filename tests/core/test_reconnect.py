@@ -123,3 +123,41 @@ async def test_unreachable_broker_is_a_clear_error() -> None:
         await unit.start()
     assert "127.0.0.1:1" in info.value.message
     assert "secret" not in info.value.message
+
+
+async def test_broker_restart_with_1000_calls_in_flight(private_node: PrivateNode) -> None:
+    """1000 calls in flight when the broker stops: every one resolves (its result or a clear error, no
+    hang), and the service answers again after the broker is back. Prints the figures that
+    docs/reliability.md keeps (bench/chaos.py restart runs this)."""
+    server = await _echo_server(private_node.url)
+    client = _unit("test.client", private_node.url)
+    await client.start()
+    outcomes: Counter[str] = Counter()
+
+    async def one(n: int) -> None:
+        try:
+            # The outer bound only catches a hang; the call's own timeout is 30 s.
+            assert await asyncio.wait_for(client.call("t.echo", {"n": n}, timeout=30), HANG) == n
+            outcomes["ok"] += 1
+        except QBrokerError as exc:
+            outcomes[exc.id] += 1
+
+    try:
+        calls = [asyncio.create_task(one(n)) for n in range(1000)]
+        await eventually(lambda: outcomes["ok"] >= 50, timeout=HANG)
+        in_flight = len(client.pending)
+        await asyncio.to_thread(private_node.stop_app)
+        await asyncio.wait_for(asyncio.gather(*calls), HANG)  # every call resolved while the broker is down
+        started = time.monotonic()
+        await asyncio.to_thread(private_node.start_app)
+        app_up = time.monotonic() - started
+        await _call_until_ok(client, "t.echo", 1, within=HANG)
+        resumed = time.monotonic() - started
+        assert sum(outcomes.values()) == 1000
+        assert set(outcomes) <= {"ok", "connection_lost", "call_timeout", "queue_timeout"}, outcomes
+        assert outcomes["connection_lost"] > 0, outcomes  # the restart did cut calls off
+        print(f"\nRESTART-1000: in flight at stop {in_flight}, outcomes {dict(outcomes)}, "
+              f"broker app start {app_up:.1f}s, service answering {resumed:.1f}s after start_app")
+    finally:
+        await client.stop()
+        await server.stop()

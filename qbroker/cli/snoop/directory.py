@@ -37,12 +37,26 @@ class Desired:
         return getattr(self, role)  # type: ignore[no-any-return]
 
 
-def _names(value: Any) -> frozenset[str]:
+def _names(value: Any, *, patterns: bool = False) -> frozenset[str]:
+    """Announced names we may bind. Announcements are alerts anyone can forge: an endpoint "name" of
+    ``#`` would make every request routable to our queue, so unroutable ones would no longer reach
+    ``dead`` (no ``no_server``). Endpoint names with a wildcard word are refused; listener patterns
+    may use wildcards but not consist of them only."""
     if isinstance(value, dict):
-        return frozenset(str(k) for k in value)
-    if isinstance(value, list | tuple | set):
-        return frozenset(str(v) for v in value)
-    return frozenset()
+        items = list(value)
+    elif isinstance(value, list | tuple | set):
+        items = list(value)
+    else:
+        return frozenset()
+    return frozenset(v for v in items if isinstance(v, str) and _bindable(v, patterns=patterns))
+
+
+def _bindable(name: str, *, patterns: bool) -> bool:
+    words = name.split(".")
+    if not name or len(name) > 255 or any(not w for w in words):
+        return False
+    wild = [w in ("*", "#") for w in words]
+    return not any(wild) if not patterns else not all(wild)
 
 
 class UnitDirectory:
@@ -62,7 +76,7 @@ class UnitDirectory:
             uuid=uuid,
             host=str(info["host"]) if info.get("host") is not None else None,
             endpoints=_names(info.get("endpoints")),
-            listeners=_names(info.get("listeners")),
+            listeners=_names(info.get("listeners"), patterns=True),
         )
         self.units[uuid] = unit
         self.callers.discard(uuid)
@@ -70,7 +84,7 @@ class UnitDirectory:
 
     def forget(self, uuid: str | None) -> UnitInfo | None:
         """After ``qbroker.stop``."""
-        if not uuid:
+        if not isinstance(uuid, str) or not uuid:
             return None
         self.callers.discard(uuid)
         return self.units.pop(uuid, None)

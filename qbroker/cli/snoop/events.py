@@ -73,11 +73,18 @@ def _dead_details(captured: Captured) -> tuple[str, str]:
     """
     deaths = captured.headers.get("x-death")
     if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict):
+        # Anyone can publish a forged x-death: every field may be missing or of any type.
         first = deaths[0]
-        keys = first.get("routing-keys") or []
-        via = f"{text(first.get('exchange', ''))}:{text(keys[0]) if keys else ''}"
-        return str(text(first.get("reason", "dead-lettered"))), via
+        keys = first.get("routing-keys")
+        key = _str(keys[0]) if isinstance(keys, list) and keys else None
+        return _str(first.get("reason")) or "dead-lettered", f"{_str(first.get('exchange')) or ''}:{key or ''}"
     return "unroutable", f"{captured.exchange}:{captured.routing_key}"
+
+
+def _str(value: Any) -> str | None:
+    """A header value as text, or None when it is not text (a debugger shows forged messages too)."""
+    value = text(value)
+    return value if isinstance(value, str) else None
 
 
 def decode(captured: Captured, roles: dict[str, str]) -> Event | None:
@@ -89,21 +96,21 @@ def decode(captured: Captured, roles: dict[str, str]) -> Event | None:
         if role is None:
             return None
         kind = ROLE_KIND[role]
-    headers = captured.headers
+    headers = captured.headers if isinstance(captured.headers, dict) else {}
     error = headers.get("error") if isinstance(headers.get("error"), dict) else None
-    name = text(headers.get("name")) or (captured.routing_key if kind in ("request", "alert") else None)
+    name = _str(headers.get("name")) or (captured.routing_key if kind in ("request", "alert") else None)
     event = Event(
         time=captured.seen_at,
         kind=kind,
         name=name,
-        app=text(headers.get("app")),
+        app=_str(headers.get("app")),
         uuid=captured.app_id,
         message_id=captured.message_id,
         correlation_id=captured.correlation_id if kind == "reply" else captured.message_id,
         reply_to=captured.reply_to,
-        status=(text(error.get("status")) if error else "ok") if kind == "reply" else None,
-        error_id=text(error.get("id")) if error else None,
-        error_message=text(error.get("message")) if error else None,
+        status=(_str(error.get("status")) if error else "ok") if kind == "reply" else None,
+        error_id=_str(error.get("id")) if error else None,
+        error_message=_str(error.get("message")) if error else None,
         size=len(captured.body),
         content_type=captured.content_type,
         to_uuid=captured.routing_key if kind == "reply" else None,

@@ -70,7 +70,11 @@ class Debugger:
         unit.on_connected(self._attach)
 
     async def _deliver(self, message: AbstractIncomingMessage, source: str) -> None:
-        captured = from_trace(message) if source == "firehose" else from_delivery(message, source)  # type: ignore[arg-type]
+        try:
+            captured = from_trace(message) if source == "firehose" else from_delivery(message, source)  # type: ignore[arg-type]
+        except Exception as exc:  # a forged message must not end the debugger
+            say(f"qbroker-debug: unreadable message ({type(exc).__name__}: {exc})", style="yellow")
+            return
         if captured is not None:
             self.inbox.put_nowait(captured)
 
@@ -128,6 +132,14 @@ class Debugger:
         await self._release_held(None)  # already received: show them rather than drop them
 
     async def handle(self, captured: Captured) -> None:
+        """Show one delivery; a message we cannot make sense of is reported, never fatal."""
+        try:
+            await self._handle(captured)
+        except Exception as exc:
+            say(f"qbroker-debug: could not show a message from {captured.exchange or '?'}:"
+                f"{captured.routing_key} ({type(exc).__name__}: {exc})", style="yellow")
+
+    async def _handle(self, captured: Captured) -> None:
         event = decode(captured, self.roles)
         if event is None:
             return
