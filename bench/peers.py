@@ -11,7 +11,7 @@ round measures every concurrency level for every contender (the order rotates ea
 alerts. The figures that count are the ratios of qbroker to a peer *within a round*, because the
 machine is shared and its speed drifts between rounds; the JSON gives their median and range.
 
-    .venv/bin/python bench/peers.py [--quick] [--rounds 3] [--calls 600] [--variants same,two]
+    .venv/bin/python bench/peers.py [--quick] [--rounds 5] [--calls 200] [--variants same,two]
     .venv/bin/pip install -e '.[bench]'   # FastStream, matplotlib, uvloop
 """
 
@@ -22,6 +22,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import time
 import uuid
@@ -78,7 +79,7 @@ async def measure(call: Call, n: int, concurrency: int) -> dict[str, float]:
 
 def calls_at(level: int, calls: int) -> int:
     # Enough calls that ramp-up and ramp-down are a small part of a run even at 256 in flight.
-    return calls if level == 1 else max(2 * calls, 8 * level)
+    return calls if level == 1 else max(2 * calls, 4 * level)
 
 
 class AlertClock:
@@ -232,10 +233,10 @@ def _version(package: str) -> str | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke test: 1 round, few calls (seconds)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=600, help="calls at 1 in flight (2x at the other levels)")
+    parser.add_argument("--rounds", type=int, default=5, help="short rounds: the machine's speed drifts")
+    parser.add_argument("--calls", type=int, default=200, help="calls at 1 in flight (2x at the other levels)")
     parser.add_argument("--levels", default="1,8,64,256", help="calls in flight, comma-separated")
-    parser.add_argument("--alerts", type=int, default=3000, help="one-way alerts per contender per round")
+    parser.add_argument("--alerts", type=int, default=2000, help="one-way alerts per contender per round")
     parser.add_argument("--window", type=int, default=256, help="alerts awaiting their confirm at a time")
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--variants", default="same,two", help="same (one process), two (servers apart)")
@@ -251,6 +252,8 @@ def main() -> None:
     args.variants = [v for v in args.variants.split(",") if v]
     args.contenders = [c for c in args.contenders.split(",") if c]
     os.environ.setdefault("QBROKER_LOG_LEVEL", "WARNING")
+    # Killed with SIGTERM, still delete the vhosts (the finally in run()).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from qbroker.log import configure_logging
 
     configure_logging()

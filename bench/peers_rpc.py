@@ -12,15 +12,19 @@ the calls the same way for everyone (same workers, same clock), so only the clie
   and a reply queue per client, publisher confirms on requests (pipelined: the reply is awaited, the
   confirm checked by a callback), the server acks each request after publishing its reply.
 - ``floor_direct``: raw aiormq, direct reply-to, no acks, no confirms: the physical floor.
+- ``qbroker_wire_aiormq``: not a peer; floor_seed carrying qbroker's whole envelope (see below): what a
+  hot path on aiormq directly could reach with the wire format unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import aio_pika
@@ -231,6 +235,86 @@ async def _floor_direct_connect(url: str) -> tuple[Call, Stop]:
     return call, connection.close
 
 
+# -- qbroker's wire format on raw aiormq -----------------------------------------------------------------
+# Not a peer: what qbroker would cost if its hot path spoke aiormq directly. The seed's structure as in
+# floor_seed, plus everything qbroker puts on and checks of each message: the header table (version, app,
+# name, deadline), app-id, type, user-id, timestamp, expiration, JSON bodies encoded and decoded, replies
+# published with a confirm awaited before the request's ack.
+
+def _wire_properties(kind: str, app: str, app_id: str, message_id: str, **extra: Any) -> Basic.Properties:
+    headers: dict[str, Any] = {"version": 1, "app": app}
+    if "name" in extra:
+        headers["name"] = extra.pop("name")
+    if "deadline" in extra:
+        headers["deadline"] = extra.pop("deadline")
+    return Basic.Properties(content_type="application/json", app_id=app_id, message_id=message_id, message_type=kind,
+                            user_id="guest", timestamp=datetime.now(tz=UTC), delivery_mode=1, headers=headers,
+                            **extra)
+
+
+def _wire_check(message: DeliveredMessage) -> Any:
+    props = message.header.properties
+    headers = props.headers or {}
+    if headers.get("version") != 1 or not props.message_id:
+        raise ValueError("bad header")
+    deadline = headers.get("deadline")
+    if isinstance(deadline, int) and deadline / 1000 < time.time() - 1.0:
+        raise ValueError("deadline passed")
+    return orjson.loads(message.body) if message.body else None
+
+
+async def _wire_serve(url: str) -> Stop:
+    connection = await aiormq.connect(url)
+    consume = await connection.channel(publisher_confirms=False)
+    publish = await connection.channel(publisher_confirms=True)
+    await consume.basic_qos(prefetch_count=256)
+    await _declare_seed(consume)
+    await consume.queue_declare("rpc_bench.echo")
+    await consume.queue_bind("rpc_bench.echo", "rpc", routing_key="bench.echo")
+    me = uuid.uuid4().hex
+
+    async def on_request(message: DeliveredMessage) -> None:
+        body = _wire_check(message)
+        props = message.header.properties
+        reply = _wire_properties("reply", "bench.server", me, uuid.uuid4().hex, correlation_id=props.message_id)
+        await publish.basic_publish(orjson.dumps(body), exchange="reply", routing_key=props.reply_to or "",
+                                    properties=reply)
+        await consume.basic_ack(message.delivery_tag or 0)
+
+    await consume.basic_consume("rpc_bench.echo", on_request, no_ack=False)
+    return connection.close
+
+
+async def _wire_connect(url: str) -> tuple[Call, Stop]:
+    connection = await aiormq.connect(url)
+    channel = await connection.channel(publisher_confirms=True)
+    await _declare_seed(channel)
+    me = uuid.uuid4().hex
+    queue = (await channel.queue_declare("", exclusive=True, auto_delete=True)).queue or ""
+    await channel.queue_bind(queue, "reply", routing_key=me)
+    pending: dict[str, asyncio.Future[Any]] = {}
+
+    async def on_reply(message: DeliveredMessage) -> None:
+        future = pending.pop(message.header.properties.correlation_id or "", None)
+        if future is not None and not future.done():
+            future.set_result(_wire_check(message))
+
+    await channel.basic_consume(queue, on_reply, no_ack=True)
+
+    async def call() -> object:
+        message_id = uuid.uuid4().hex
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        pending[message_id] = future
+        properties = _wire_properties("rpc", "bench.client", me, message_id, reply_to=me, name="bench.echo",
+                                      deadline=int((time.time() + 60) * 1000), expiration="59000")
+        publish = asyncio.ensure_future(channel.basic_publish(orjson.dumps(PAYLOAD), exchange="rpc",
+                                                             routing_key="bench.echo", properties=properties))
+        publish.add_done_callback(_confirm_failed(future))
+        return await future
+
+    return call, connection.close
+
+
 CONTENDERS: dict[str, Contender] = {
     c.name: c for c in (
         Contender("qbroker", _qbroker_serve, _qbroker_connect),
@@ -238,5 +322,6 @@ CONTENDERS: dict[str, Contender] = {
         Contender("faststream", _faststream_serve, _faststream_connect),
         Contender("floor_seed", _floor_seed_serve, _floor_seed_connect),
         Contender("floor_direct", _floor_direct_serve, _floor_direct_connect),
+        Contender("qbroker_wire_aiormq", _wire_serve, _wire_connect),
     )
 }
