@@ -13,7 +13,7 @@ from typing import Any
 STYLE = {"same": "-", "two": "--"}
 LABEL = {"same": "one process", "two": "two processes"}
 COLORS = {"qbroker": "tab:red", "aio_pika_rpc": "tab:blue", "faststream": "tab:green",
-          "floor_seed": "tab:gray", "floor_direct": "black"}
+          "floor_seed": "tab:gray", "floor_direct": "black", "qbroker_wire_aiormq": "tab:orange"}
 
 
 def plot(result: dict[str, Any], out: Path) -> None:
@@ -25,7 +25,9 @@ def plot(result: dict[str, Any], out: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
     for variant, summary in result["variants"].items():
         levels = sorted(summary["rpc"], key=int)
-        names = sorted({name for level in levels for name in summary["rpc"][level]}, key=list(COLORS).index)
+        order = list(COLORS)
+        names = sorted({name for level in levels for name in summary["rpc"][level]},
+                       key=lambda n: order.index(n) if n in order else len(order))
         for name in names:
             xs = [int(level) for level in levels if name in summary["rpc"][level]]
             rows = [summary["rpc"][str(x)][name] for x in xs]
