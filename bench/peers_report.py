@@ -10,7 +10,8 @@ import subprocess
 from typing import Any
 
 # (peer, the ratio qbroker/peer that issue 14 asks for)
-RPC_GOALS = {"aio_pika_rpc": 1.0, "faststream": 2.0, "floor_seed": 0.85, "floor_direct": None}
+RPC_GOALS = {"aio_pika_rpc": 1.0, "faststream": 2.0, "floor_seed": 0.85, "floor_direct": None,
+             "qbroker_wire_aiormq": None}
 ALERT_GOAL = ("floor_oneway", 0.8)
 HEADLINE_LEVELS = ("1", "64")
 
@@ -103,3 +104,47 @@ def _rabbitmq_version() -> str | None:
 def machine() -> dict[str, Any]:
     return {"nproc": os.cpu_count(), "cpu": _cpu_model(), "rabbitmq": _rabbitmq_version(),
             "python": platform.python_version(), "platform": platform.platform()}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The tables of docs/performance.md from one bench/peers.py result."""
+    lines: list[str] = []
+    for variant, summary in result["variants"].items():
+        title = {"same": "one process (servers and clients on one event loop)",
+                 "two": "two processes (servers and listeners in another process)"}.get(variant, variant)
+        lines += [f"**{title}**", "",
+                  "| calls in flight | contender | calls/s (median, range) | p99 ms | qbroker / it, calls/s "
+                  "(median, range) | qbroker / it, p99 |", "| ---: | --- | --- | ---: | --- | ---: |"]
+        for level in sorted(summary["rpc"], key=int):
+            for name, row in summary["rpc"][level].items():
+                tp = row["calls_per_s"]
+                ratio = summary["ratios"].get(level, {}).get(f"qbroker/{name}")
+                r_tp = (f"{ratio['throughput']['median']:.2f} ({ratio['throughput']['min']:.2f}-"
+                        f"{ratio['throughput']['max']:.2f})") if ratio else "-"
+                r_p99 = f"{ratio['p99_latency']['median']:.2f}" if ratio else "-"
+                lines.append(f"| {level} | {name} | {tp['median']:.0f} ({tp['min']:.0f}-{tp['max']:.0f}) | "
+                             f"{row['p99_ms']['median']:.1f} | {r_tp} | {r_p99} |")
+        alerts = summary["alerts"]
+        ratio = next(iter(summary["alert_ratio"].values()))
+        lines += ["", "| one-way | delivered/s (median, range) |", "| --- | --- |"]
+        for name, row in alerts.items():
+            d = row["delivered_per_s"]
+            lines.append(f"| {name} | {d['median']:.0f} ({d['min']:.0f}-{d['max']:.0f}) |")
+        if ratio:
+            lines.append(f"| qbroker / floor_oneway | {ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f}) |")
+        lines.append("")
+    lines += ["| goal (issue 14) | variant | in flight | target | measured (median of rounds) | met |",
+              "| --- | --- | ---: | ---: | ---: | --- |"]
+    for goal in result["goals"]:
+        met = {True: "yes", False: "**no**", None: "(reported)"}[goal["met"]]
+        lines.append(f"| {goal['goal']} | {goal['variant']} | {goal.get('in_flight', '-')} | "
+                     f"{goal['target'] if goal['target'] is not None else '-'} | {goal['measured']:.2f} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    with open(sys.argv[1]) as f:
+        print(markdown(json.load(f)))
