@@ -131,3 +131,18 @@ async def test_osm_exchange_declared_differently_by_a_client_first(bus):
         assert s["command"] == "stats"
     finally:
         await connection.close()
+
+
+async def test_osm_wire_caps_message_size(bus, monkeypatch):
+    """The osm wire refuses a body over the unit's max_body_bytes (here 64 KiB) with `too_large`."""
+    monkeypatch.setenv("QBROKER_MAX_BODY_BYTES", str(64 * 1024))
+    bus.queuemaster()
+    connection, exchange, replies = await _osm_client(bus.url)
+    try:
+        await _osm_wire_ready(connection)
+        big = json.dumps({"command": "stats", "pad": "x" * (128 * 1024)}).encode()
+        refused = await _ask(exchange, replies, big)
+        assert refused["status"] == "fail" and refused["error"] == "too_large"
+        assert (await _ask(exchange, replies, b'{"command": "stats"}'))["command"] == "stats"
+    finally:
+        await connection.close()

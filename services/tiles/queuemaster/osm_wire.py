@@ -32,9 +32,17 @@ OSM_QUEUE = "toposm.queuemaster.osm"
 BINDINGS = ("toposm.queuemaster", "expire_toposm", "toposm")
 
 
+# Commands in progress on the osm wire at once (a `render` may wait minutes): beyond this, answer `busy`
+# instead of starting one more task, since the ack-first consumer's prefetch bounds nothing.
+MAX_COMMANDS = 1024
+
+
 class OsmWire:
-    def __init__(self, qm: Queuemaster) -> None:
+    def __init__(self, qm: Queuemaster, *, max_body_bytes: int = 16 * 1024 * 1024,
+                 max_commands: int = MAX_COMMANDS) -> None:
         self.qm = qm
+        self.max_body_bytes = max_body_bytes  # the unit's limit: the osm wire is capped like the rest
+        self.max_commands = max_commands
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -86,11 +94,22 @@ class OsmWire:
             return
         # Ack first: a `render` may wait minutes, and every outcome is answered (or logged) below.
         await message.ack()
+        size = len(message.body)
+        if size > self.max_body_bytes:
+            log.warning("osm message too large; dropped", routing_key=message.routing_key, size=size)
+            await self._reply(message, {"command": None, "status": "fail", "error": "too_large",
+                                        "message": f"body of {size} bytes exceeds the limit of "
+                                                   f"{self.max_body_bytes}"})
+            return
         if message.routing_key == "expire_toposm":
             try:
                 expire_broadcast(self.qm, message.body)
             except Exception:  # never let one bad message kill the consumer
                 log.exception("expiry on osm failed")
+            return
+        if len(self._tasks) >= self.max_commands:
+            await self._reply(message, {"command": None, "status": "error", "error": "busy",
+                                        "message": f"{self.max_commands} osm commands in progress; retry later"})
             return
         task = asyncio.ensure_future(self._command(message))
         self._tasks.add(task)

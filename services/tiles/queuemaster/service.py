@@ -39,7 +39,7 @@ class QueuemasterService:
         self.unit = unit
         self.qm = qm
         self.settings = qm.settings
-        self.osm = OsmWire(qm)
+        self.osm = OsmWire(qm, max_body_bytes=unit.config.max_body_bytes)
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
         endpoint = unit.commands(ENDPOINT, prefetch=256)
