@@ -7,7 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from aio_pika.abc import AbstractIncomingMessage
 
@@ -15,7 +15,7 @@ from qbroker.bus import Bus
 from qbroker.context import RequestContext
 from qbroker.envelope import JSON, read_body, read_header
 from qbroker.errors import QBrokerError
-from qbroker.handlers import Handler, run_handler
+from qbroker.handlers import run_handler
 from qbroker.replies import Reply
 
 
@@ -36,10 +36,16 @@ def _match(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
     return (head == "*" or head == words[0]) and _match(rest, words[1:])
 
 
+class Dispatch(Protocol):
+    """What a listener runs: a ``Handler``, or an endpoint answering a broadcast (``qbroker.serving``)."""
+
+    async def call(self, body: Any, ctx: RequestContext) -> Any: ...
+
+
 @dataclass
 class Listener:
     pattern: str
-    handler: Handler
+    handler: Dispatch
 
 
 async def serve_alert(bus: Bus, listeners: list[Listener], message: AbstractIncomingMessage) -> None:

@@ -1,9 +1,13 @@
-"""Consuming one endpoint's ``rpc_<name>`` queue on its own channel, and stopping that again.
+"""Serving an endpoint: consuming its ``rpc_<name>`` queue on its own channel, and its broadcasts.
 
 A unit consumes each endpoint on a channel of its own (its prefetch is the endpoint's), at the start and
 after every reconnect, and also when an endpoint is added to a running unit (RQ's consume / cancel queue
 at run time). Removing one cancels its consumer: nothing new arrives, the requests in hand still finish
 and are acknowledged on the channel they came on; the channel is closed once the unit closes.
+
+Broadcast (RQ BROADCAST): beside load-balanced requests on ``rpc_<name>``, every server of ``name``
+listens on the alert exchange for ``qbroker.broadcast.<name>`` with the same handler, so one message
+reaches all of them and ``Unit.broadcast`` gathers their replies.
 """
 
 from __future__ import annotations
@@ -12,12 +16,32 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from qbroker.alerts import Listener
 from qbroker.bus import Bus
+from qbroker.context import RequestContext
 from qbroker.endpoints import Endpoint
 from qbroker.exchanges import declare_rpc_queue, rpc_queue_takes_expiry
 from qbroker.transport import Channel, Connection, Queue
 
 RequestConsumer = Callable[[Any], Awaitable[None]]
+BROADCAST_PREFIX = "qbroker.broadcast."
+
+
+def broadcast_key(name: str) -> str:
+    return BROADCAST_PREFIX + name
+
+
+@dataclass
+class _EndpointDispatch:
+    endpoint: Endpoint
+
+    async def call(self, body: Any, ctx: RequestContext) -> Any:
+        return await self.endpoint.dispatch(body, ctx)
+
+
+def broadcast_listener(endpoint: Endpoint) -> Listener:
+    """The listener through which every server of ``endpoint.name`` answers a broadcast to it."""
+    return Listener(broadcast_key(endpoint.name), _EndpointDispatch(endpoint))
 
 
 @dataclass

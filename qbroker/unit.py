@@ -19,6 +19,7 @@ from qbroker.alerts import Listener, gather, serve_alert
 from qbroker.bus import Bus
 from qbroker.config import Config
 from qbroker.dead_letter import DeadLetterCollector
+from qbroker.discovery import PING, START, STOP, Announcer
 from qbroker.endpoints import CommandEndpoint, Endpoint, EndpointOptions
 from qbroker.envelope import JSON
 from qbroker.errors import CallTimeout, ConnectionLost, NotStarted, QBrokerError
@@ -27,8 +28,14 @@ from qbroker.handlers import Extra, Handler
 from qbroker.log import get_logger
 from qbroker.replies import PendingReplies, Reply
 from qbroker.schedule import Schedule, Scheduler
-from qbroker.serving import EndpointConsumer, consume_endpoint, stop_consuming_endpoint
-from qbroker.transport import Connection
+from qbroker.serving import (
+    EndpointConsumer,
+    broadcast_key,
+    broadcast_listener,
+    consume_endpoint,
+    stop_consuming_endpoint,
+)
+from qbroker.transport import Connection, Queue
 
 F = TypeVar("F", bound=Callable[..., Any])
 OnConnected = Callable[[Connection], Awaitable[None]]
@@ -50,6 +57,7 @@ class Unit:
         self.bus = Bus(config, app=self.app, uuid=self.uuid, log=self.log, on_connected=self._on_connected)
         self.endpoints: dict[str, Endpoint] = {}
         self._consuming: dict[str, EndpointConsumer] = {}
+        self._alert_queue: Queue | None = None
         self.listeners: list[Listener] = []
         self.handler_observers = self.bus.handler_observers  # qbroker.metrics hooks in here
         self.state: State = "new"
@@ -63,7 +71,8 @@ class Unit:
         # wait (and their endpoint timeout still answers the caller), the loop never does.
         self.sync_pool = ThreadPoolExecutor(max_workers=config.sync_handler_threads,
                                             thread_name_prefix=f"qbroker-{self.app}")
-        self.on_alert("qbroker.ping")(self._answer_ping)
+        self.announcer = Announcer(self.bus, self.describe)
+        self.on_alert(PING)(self._answer_ping)
         self.dead_letters = DeadLetterCollector(self.bus) if config.dead_letters else None
 
     # -- registration ---------------------------------------------------------------------------
@@ -109,6 +118,7 @@ class Unit:
         options = EndpointOptions(prefetch, exclusive, single_active, max_priority, timeout, retries, priority)
         endpoint = cls(name=name, options=options, executor=self.sync_pool)
         self.endpoints[name] = endpoint
+        self.listeners.append(broadcast_listener(endpoint))  # every server of a name hears its broadcasts
         return endpoint
 
     def on_alert(self, pattern: str, *, extra: Extra = "ignore") -> Callable[[F], F]:
@@ -133,7 +143,9 @@ class Unit:
         if connection is not None and not connection.is_closed:  # else the next (re)connect consumes it
             self._consuming[name] = await consume_endpoint(self.bus, connection, endpoint,
                                                            self._request_consumer(endpoint))
-        await self._announce("qbroker.start")  # debuggers and directories follow the new name
+            if self._alert_queue is not None:
+                await self._alert_queue.bind(self.config.exchange_name("alert"), routing_key=broadcast_key(name))
+        await self.announcer.announce(START)  # debuggers and directories follow the new name
 
     async def remove_endpoint(self, name: str) -> None:
         """Stop serving ``name`` (RQ cancel queue): requests in hand finish, new ones go to other servers,
@@ -144,7 +156,11 @@ class Unit:
         consumer = self._consuming.pop(name, None)
         if consumer is not None:
             await stop_consuming_endpoint(self.bus, consumer)
-        await self._announce("qbroker.start")
+        self.listeners = [listener for listener in self.listeners if listener.pattern != broadcast_key(name)]
+        if self._alert_queue is not None:
+            with contextlib.suppress(Exception):  # a lost connection drops the binding with the queue
+                await self._alert_queue.unbind(self.config.exchange_name("alert"), routing_key=broadcast_key(name))
+        await self.announcer.announce(START)
 
     def on_connected(self, hook: OnConnected) -> OnConnected:
         """Run ``hook(connection)`` after every (re)connect, once the qbroker topology is declared."""
@@ -163,22 +179,7 @@ class Unit:
         await self.bus.start()
         self.state = "started"
         self.log.info("unit started", endpoints=sorted(self.endpoints))
-        await self._announce_start()
-
-    async def _announce_start(self) -> None:
-        """``qbroker.start``; with debuggers listening, wait (briefly) until each has followed our uuid.
-
-        Without this a short-lived client (``qbroker call``) gets its reply before a debugger has bound
-        its reply key, and the debugger never shows the reply (the seed's design has this race)."""
-        debuggers = await self.bus.queue_consumers(self.config.debuggers_queue_name) if self.config.debugger_wait else 0
-        if not debuggers:
-            await self._announce("qbroker.start")
-            return
-        with contextlib.suppress(QBrokerError, asyncio.TimeoutError, OSError):
-            replies = self.gather("qbroker.start", self._announcement(), timeout=self.config.debugger_wait,
-                                  max_replies=debuggers)
-            async for _ in replies:
-                pass
+        await self.announcer.announce_start()
 
     async def stop(self, drain_timeout: float | None = None) -> None:
         """Stop taking work, let running handlers finish (up to the drain timeout), then close."""
@@ -192,7 +193,7 @@ class Unit:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
             self.log.warning("drain timed out; closing with handlers still running", running=self._inflight)
-        await self._announce("qbroker.stop")
+        await self.announcer.announce(STOP)
         await self._close()
 
     async def kill(self) -> None:
@@ -235,7 +236,7 @@ class Unit:
         bus = self.bus
         alert_channel = await bus.channel(connection, confirms=False)
         await alert_channel.set_qos(prefetch_count=256)
-        alert_queue = await declare_unit_queue(alert_channel, self.config, "alert", self.uuid)
+        alert_queue = self._alert_queue = await declare_unit_queue(alert_channel, self.config, "alert", self.uuid)
         alert_exchange = self.config.exchange_name("alert")
         for pattern in sorted({listener.pattern for listener in self.listeners}):
             await alert_queue.bind(alert_exchange, routing_key=pattern)
@@ -365,6 +366,12 @@ class Unit:
         return gather(self.bus, name, body, timeout=self.config.call_timeout if timeout is None else timeout,
                       max_replies=max_replies, gap=gap, content_type=content_type)
 
+    def broadcast(self, name: str, body: Any = None, *, timeout: float | None = None,
+                  max_replies: int | None = None, gap: float | None = None) -> AsyncIterator[Reply]:
+        """Send a request to *every* server of ``name`` (RQ BROADCAST) and iterate over their replies,
+        as ``gather`` does (errors come as replies with ``reply.error``, not raised)."""
+        return self.gather(broadcast_key(name), body, timeout=timeout, max_replies=max_replies, gap=gap)
+
     # -- discovery ---------------------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
@@ -378,15 +385,3 @@ class Unit:
 
     async def _answer_ping(self) -> dict[str, Any]:
         return self.describe()
-
-    def _announcement(self) -> dict[str, Any]:
-        info = self.describe()
-        body = {k: info[k] for k in ("app", "uuid", "host", "pid", "listeners")}
-        body["endpoints"] = sorted(self.endpoints)
-        return body
-
-    async def _announce(self, name: str) -> None:
-        body = self._announcement()
-        with contextlib.suppress(QBrokerError, asyncio.TimeoutError, OSError):
-            message = self.bus.make_message(body, kind="alert", name=name, message_id=uuid.uuid4().hex)
-            await self.bus.publish("alert", name, message)

@@ -52,3 +52,33 @@ async def test_add_and_remove_an_endpoint_while_running(make_unit: MakeUnit, tra
         assert asyncio.get_running_loop().time() < deadline, "never answered no_server"
     with pytest.raises(ValueError, match="no endpoint"):
         await server.remove_endpoint("test.late")
+
+
+async def test_broadcast_reaches_every_server_of_a_name(make_unit: MakeUnit, transport: str) -> None:
+    servers = [await make_unit(f"test.server{i}") for i in range(3)]
+    client = await make_unit("test.client")
+    for i, server in enumerate(servers):
+        async def who(i: int = i) -> int:
+            return i
+
+        server.rpc("test.census")(who)
+        await server.start()
+    await client.start()
+    # Load-balanced as ever: one call, one server.
+    assert await client.call("test.census", {}, timeout=HANG) in (0, 1, 2)
+    # Broadcast: every server answers once.
+    answers = [r.body async for r in client.broadcast("test.census", {}, timeout=HANG, max_replies=3)]
+    assert sorted(answers) == [0, 1, 2]
+
+    async def late() -> int:
+        return 9
+
+    await servers[0].add_rpc("test.late", late)
+    assert [r.body async for r in client.broadcast("test.late", timeout=HANG, max_replies=1)] == [9]
+    await servers[0].remove_endpoint("test.census")
+    assert "qbroker.broadcast.test.census" not in servers[0].describe()["listeners"]
+    answers = [r.body async for r in client.broadcast("test.census", {}, timeout=HANG, max_replies=2)]
+    assert sorted(answers) == [1, 2]
+    # Bad input reaches each server and comes back as each one's fail reply, not an exception.
+    replies = [r async for r in client.broadcast("test.census", {"x": 1}, timeout=HANG, max_replies=2)]
+    assert [r.error.id for r in replies if r.error] == ["invalid_params", "invalid_params"]
