@@ -104,7 +104,7 @@ def permissions_for(role: Role, prefix: str) -> Permissions:
     base = [exchanges, f"{p}(reply|alert)_{UUID}"]
     served = {
         "queuemaster": [rf"{p}rpc_toposm\.queuemaster", "osm", r"toposm\.queuemaster\.osm"],
-        "renderer": [rf"{p}rpc_toposm\.render\.[^.]+\.[0-9]+\.[0-9]+"],
+        "renderer": [rf"{p}rpc_{RENDER_THREAD}"],
         "spark_bridge": [rf"{p}rpc_spark\.(expire|stats|job)"],
         # The seed wire: a client declares `osm` and a server-named reply queue of its own.
         "client": ["osm", r"amq\.gen-[A-Za-z0-9_-]+"],
@@ -118,41 +118,53 @@ def permissions_for(role: Role, prefix: str) -> Permissions:
     return Permissions(resources, write, resources, _topics(role))
 
 
+# Per role: names it may call (publish on `rpc`) and serve (bind on `rpc`), and what else it may publish
+# and hear on `alert`. Serving a name also means hearing `qbroker.broadcast.<name>` on `alert` (every
+# server of a name answers a broadcast to it), so calling and serving are granted on both exchanges.
+# A host word without '*' or '#': topic read is checked on the binding key itself, and a renderer
+# binding `toposm.render.*.1.0` would receive other hosts' render commands.
+WORD = r"[^.*#]+"
+RENDER_THREAD = r"toposm\.render\." + WORD + r"\.[0-9]+\.[0-9]+"
+SPARK = r"spark\.(expire|stats|job)"
+_ROLE_TOPICS: dict[str, dict[str, list[str]]] = {
+    "queuemaster": {"call": [RENDER_THREAD], "serve": [r"toposm\.queuemaster"],
+                    "alert": ["toposm"], "hear": ["toposm", "expire_toposm"],
+                    "osm_write": ["toposm"], "osm_read": [r"toposm\.queuemaster", "expire_toposm", "toposm"]},
+    "renderer": {"call": [r"toposm\.queuemaster"], "serve": [RENDER_THREAD],
+                 # listens on every level of toposm.render.<host>.<pid>.<thread> (the seed's hierarchy)
+                 "alert": [], "hear": [r"toposm(\.render(\." + WORD + r"){0,3})?"], "osm_write": [], "osm_read": []},
+    "spark_bridge": {"call": [], "serve": [SPARK], "alert": ["expire_toposm", r"spark\.progress\.[0-9a-f]+"],
+                     "hear": [], "osm_write": [], "osm_read": []},
+    "client": {"call": [r"toposm\.queuemaster", SPARK], "serve": [], "alert": [],
+               # discovery and job progress; not qbroker.broadcast.*, which are requests to servers
+               "hear": [r"spark\.progress\..+", r"qbroker\.(start|stop)"],
+               "osm_write": [r"toposm\.queuemaster"], "osm_read": []},
+}
+
+
+def _broadcast(names: list[str]) -> list[str]:
+    return [r"qbroker\.broadcast\." + name for name in names]
+
+
 def _topics(role: Role) -> dict[str, tuple[str, str]]:
     """(write, read) routing-key patterns on each topic exchange (the prefix does not change names)."""
+    if role == "operator":
+        # Everything but what only the queuemaster sends: `render`/`ping` to render threads.
+        # (control alerts to toposm.render.* are the operator's to send; broadcast requests to threads are not)
+        not_render = r"^(?!qbroker\.broadcast\.toposm\.render\.).*$"
+        return {"rpc": (r"^(?!toposm\.render\.).*$", ".*"), "alert": (not_render, ".*"), "osm": (".*", ".*")}
+    t = _ROLE_TOPICS[role]
     lifecycle = r"qbroker\.(start|stop|ping)"  # every unit announces itself and answers qbroker.ping
-    every_listen = r"qbroker\.ping"
-    render_thread = r"toposm\.render\.[^.]+\.[0-9]+\.[0-9]+"
-    table: dict[Role, dict[str, tuple[str, str]]] = {
-        "queuemaster": {
-            "rpc": (_any(render_thread), _any(r"toposm\.queuemaster")),
-            "alert": (_any(lifecycle, "toposm"), _any(every_listen, "toposm", "expire_toposm")),
-            "osm": (_any("toposm"), _any(r"toposm\.queuemaster", "expire_toposm", "toposm")),
-        },
-        "renderer": {
-            "rpc": (_any(r"toposm\.queuemaster"), _any(render_thread)),
-            # listens on every level of toposm.render.<host>.<pid>.<thread> (the seed's hierarchy)
-            "alert": (_any(lifecycle), _any(every_listen, r"toposm(\.render(\.[^.]+){0,3})?")),
-            "osm": (NOTHING, NOTHING),
-        },
-        "spark_bridge": {
-            "rpc": (NOTHING, _any(r"spark\.(expire|stats|job)")),
-            "alert": (_any(lifecycle, "expire_toposm", r"spark\.progress\.[0-9a-f]+"), _any(every_listen)),
-            "osm": (NOTHING, NOTHING),
-        },
-        "client": {
-            "rpc": (_any(r"toposm\.queuemaster", r"spark\.(expire|stats|job)"), NOTHING),
-            "alert": (_any(lifecycle), _any(every_listen, r"spark\.progress\..+", r"qbroker\..+")),
-            "osm": (_any(r"toposm\.queuemaster"), NOTHING),
-        },
-        "operator": {
-            # Everything but what only the queuemaster sends: `render`/`ping` to render threads.
-            "rpc": (r"^(?!toposm\.render\.).*$", ".*"),
-            "alert": (".*", ".*"),
-            "osm": (".*", ".*"),
-        },
+
+    def rule(names: list[str]) -> str:
+        return _any(*names) if names else NOTHING
+
+    return {
+        "rpc": (rule(t["call"]), rule(t["serve"])),
+        "alert": (rule([lifecycle, *t["alert"], *_broadcast(t["call"])]),
+                  rule([r"qbroker\.ping", *t["hear"], *_broadcast(t["serve"])])),
+        "osm": (rule(t["osm_write"]), rule(t["osm_read"])),
     }
-    return table[role]
 
 
 def service_env(deployment: Deployment) -> dict[str, str]:

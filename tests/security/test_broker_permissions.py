@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 
 import aio_pika
 import pytest
@@ -116,3 +117,30 @@ async def test_each_role_runs_a_qbroker_unit(provisioned, as_role) -> None:
         await as_role(role)
     with pytest.raises(QBrokerError):  # a name the client may not call: the broker refuses the publish
         await client.call("toposm.render.vader.1.0", {"command": "ping"}, timeout=5)
+
+
+async def _bind_refused(connection, exchange: str, key: str) -> None:
+    channel = await connection.channel()
+    # a queue name every role may declare (its own alert_<uuid>), so only the binding can be refused
+    queue = await channel.declare_queue(f"alert_{uuid.uuid4().hex}", exclusive=True, auto_delete=True)
+    ex = await channel.get_exchange(exchange, ensure=False)
+    with pytest.raises((ChannelAccessRefused, ChannelClosed)):
+        await asyncio.wait_for(queue.bind(ex, routing_key=key), HANG)
+
+
+async def test_wildcard_bindings_cannot_widen_a_role(provisioned) -> None:
+    """Topic read is checked on the binding key as written: wildcards must not sneak past the patterns."""
+    async with raw(provisioned, "renderer") as conn:
+        for key in ("toposm.render.*.1.0", "toposm.render.#", "#", "toposm.queuemaster"):
+            await _bind_refused(conn, "rpc", key)
+        await _bind_refused(conn, "alert", "toposm.render.#")
+        await _bind_refused(conn, "alert", "qbroker.broadcast.toposm.queuemaster")
+    async with raw(provisioned, "client") as conn:
+        # a broadcast to the queuemaster is a request to it: a client must not hear (and answer) one
+        await _bind_refused(conn, "alert", "qbroker.broadcast.toposm.queuemaster")
+        await _bind_refused(conn, "alert", "qbroker.broadcast.#")
+    async with raw(provisioned, "operator") as conn:  # the same bindings are the operator's debugger
+        channel = await conn.channel()
+        queue = await channel.declare_queue(exclusive=True)
+        await queue.bind(await channel.get_exchange("rpc", ensure=False), routing_key="#")
+        await queue.bind(await channel.get_exchange("alert", ensure=False), routing_key="#")
