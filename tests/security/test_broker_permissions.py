@@ -15,7 +15,7 @@ import aio_pika
 import pytest
 from aiormq.exceptions import ChannelAccessRefused, ChannelClosed, ChannelPreconditionFailed
 
-from qbroker import QBrokerError
+from qbroker import QBrokerError, RequestContext
 
 HANG = 30.0
 
@@ -107,12 +107,14 @@ async def test_each_role_runs_a_qbroker_unit(provisioned, as_role) -> None:
     bridge = await as_role("spark_bridge", app="spark.bridge", start=False)
 
     @bridge.rpc("spark.stats")
-    async def stats(paths: list[str]) -> dict:
-        return {"paths": paths}
+    async def stats(paths: list[str], ctx: RequestContext) -> dict:
+        return {"paths": paths, "sender": ctx.user_id}
 
     await bridge.start()
     client = await as_role("client")
-    assert await client.call("spark.stats", {"paths": ["a"]}, timeout=HANG) == {"paths": ["a"]}
+    # qbroker stamps the connection's account as user_id; the broker vouches for it
+    expected = {"paths": ["a"], "sender": provisioned.names["client"]}
+    assert await client.call("spark.stats", {"paths": ["a"]}, timeout=HANG) == expected
     for role in ("queuemaster", "renderer", "operator"):
         await as_role(role)
     with pytest.raises(QBrokerError):  # a name the client may not call: the broker refuses the publish
