@@ -167,6 +167,7 @@ def main() -> None:
     bridge_log = open(workdir / "spark-bridge.log", "ab")  # noqa: SIM115 - closed with the process
     bridge = subprocess.Popen(
         [str(BIN / "qbroker-spark-bridge"), "--master", "local[2]", "--state-dir", str(workdir / "spark-state"),
+         "--input-root", str(workdir),  # the demo's changes and render log live here
          "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"],
         stdout=bridge_log, stderr=subprocess.STDOUT, start_new_session=True,
     )
