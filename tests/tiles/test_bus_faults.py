@@ -105,3 +105,21 @@ async def test_status_and_shutdown_alerts(bus):
     assert await asyncio.to_thread(renderer.popen.wait, 30) == 0
     s = await stats(client)
     assert s["renderers"] == [] and "renderers_lost" not in s["counters"]
+
+
+async def test_render_waiter_ends_with_its_callers_deadline(bus):
+    """No renderer: the `render` waiter ends at the request's own deadline instead of staying forever."""
+    from qbroker import QBrokerError
+
+    bus.queuemaster()
+    client = await bus.client()
+    await eventually(lambda: stats(client))  # up
+    try:
+        await client.call("toposm.queuemaster", {"command": "render", "tile": "10/5/5"}, timeout=1)
+    except QBrokerError as exc:  # render_timeout from the queuemaster, or our own call_timeout: a race
+        assert exc.id in ("render_timeout", "call_timeout")
+
+    async def no_waiters():
+        return (await stats(client))["waiting_requests"] == 0
+
+    await eventually(no_waiters)

@@ -7,6 +7,7 @@ import pytest
 
 from qbroker import RequestError, RequestFailed
 from services.tiles.messages import RegisterRequest, RenderedRequest, UnregisterRequest
+from services.tiles.queuemaster import state_machine
 from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings
 from services.tiles.renderer.worker import render_metatile
 from services.tiles.tilemath import Metatile, Tile, ZoomRange
@@ -159,3 +160,31 @@ async def test_late_report_from_replaced_thread_satisfies_waiters(tmp_path):
     assert b.metatile == m  # b still renders it and reports for itself
     assert qm.rendered(RenderedRequest(metatile=str(m), hostname="h", pid=1, threadid=1))["expected"]
     assert b.idle
+
+
+async def test_waiter_ends_at_the_request_deadline_and_leaves_no_trace(tmp_path):
+    import time
+
+    qm = make_qm(tmp_path)
+    with pytest.raises(RequestError) as info:
+        await qm.request("12/2000/1400", deadline=time.time() + 0.05)  # nobody renders it
+    assert info.value.id == "render_timeout"
+    assert qm.waiters == {} and qm.waiting == 0  # the waiter is gone, not leaked
+    assert qm.queue.state_of(Tile(12, 2000, 1400).metatile) is not None  # the metatile stays queued
+    qm.close()
+
+
+async def test_waiters_are_capped(tmp_path, monkeypatch):
+    monkeypatch.setattr(state_machine, "MAX_WAITERS", 2)
+    qm = make_qm(tmp_path)
+    first = await requested(qm, "12/0/0")
+    second = await requested(qm, "12/8/8")
+    with pytest.raises(RequestError) as info:
+        await qm.request("12/16/16")
+    assert info.value.id == "busy"
+    qm.fail_waiters()
+    for task in (first, second):
+        with pytest.raises(RequestError):
+            await task
+    assert qm.waiting == 0
+    qm.close()

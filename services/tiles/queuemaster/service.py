@@ -24,7 +24,7 @@ from ..tilemath import Metatile
 from .commands import COMMANDS, ENDPOINT, Command, expire_broadcast
 from .osm_wire import OsmWire
 from .render_threads import RenderThread
-from .state_machine import Queuemaster
+from .state_machine import Queuemaster, request_deadline
 
 log = structlog.get_logger("toposm.queuemaster")
 APP = ENDPOINT
@@ -52,6 +52,7 @@ class QueuemasterService:
         async def handle(request: Message, ctx: RequestContext) -> Any:
             if command.long_running:
                 await ctx.detach()
+            request_deadline.set(ctx.deadline)  # this handler's own task context: render waits end with it
             return await command.run(self.qm, request, ctx.reply_to, ctx.user_id)
 
         # qbroker validates the whole body against the annotated model of the handler's one parameter,

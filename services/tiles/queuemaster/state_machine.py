@@ -9,6 +9,7 @@ on the event loop thread; queue mutations are committed to SQLite before the met
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import random
 import time
 from dataclasses import dataclass
@@ -31,6 +32,11 @@ from .render_threads import RenderThread, RenderThreadRegistry
 from .stats import QueuemasterStats
 
 log = structlog.get_logger("toposm.queuemaster")
+# Render requests waiting at once; beyond this a new one is answered `busy` (memory stays bounded).
+MAX_WAITERS = 100_000
+# The deadline of the qbroker request being handled (epoch seconds), set by the bus adapter: the command
+# table's signature stays the same for both wires, and the seed's osm wire carries no deadline.
+request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("request_deadline", default=None)
 
 
 @dataclass
@@ -62,6 +68,7 @@ class Queuemaster:
         self.stats = QueuemasterStats()
         self.rng = random.Random(settings.seed)
         self.waiters: dict[Metatile, list[asyncio.Future[dict[str, Any]]]] = {}
+        self.waiting = 0  # futures in ``waiters`` not done yet
         self.work_available = asyncio.Event()  # set whenever a dispatch might now succeed
         self.work_available.set()
 
@@ -127,8 +134,13 @@ class Queuemaster:
 
     # -- render requests --------------------------------------------------------------------------------
 
-    async def request(self, tile_text: str) -> dict[str, Any]:
-        """Answer when the metatile holding the tile is rendered (at once if it is fresh)."""
+    async def request(self, tile_text: str, *, deadline: float | None = None) -> dict[str, Any]:
+        """Answer when the metatile holding the tile is rendered (at once if it is fresh).
+
+        ``deadline`` (epoch seconds; default: the qbroker request's own, see ``request_deadline``) ends the
+        wait: a waiter whose caller gave up must not stay behind. At ``MAX_WAITERS`` waiting requests a new
+        one is refused ``busy`` rather than growing without bound."""
+        deadline = request_deadline.get() if deadline is None else deadline
         tile = self.tile(tile_text)
         m = tile.metatile
         self.stats.count("requested")
@@ -141,11 +153,40 @@ class Queuemaster:
             self.queue.add(m, "missing")
         elif state == "background":
             self.queue.add(m, "missing" if not self.tiles.metatile_exists(m) else "important")
+        if self.waiting >= MAX_WAITERS:
+            self.stats.count("requests_refused_busy")
+            raise RequestError("busy", f"{self.waiting} render requests are waiting already; retry later")
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.waiters.setdefault(m, []).append(future)
+        self.waiting += 1
+        future.add_done_callback(self._waiter_done)
         self.work_available.set()
-        result = await future
+        if deadline is None:
+            result = await future
+        else:
+            try:
+                # The metatile stays queued: only this waiter leaves.
+                result = await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - time.time()))
+            except TimeoutError:
+                self._drop_waiter(m, future)
+                self.stats.count("requests_past_deadline")
+                raise RequestError("render_timeout",
+                                   f"metatile {m} not rendered before the request's deadline") from None
         return {**answer, **result}
+
+    def _waiter_done(self, _: asyncio.Future[dict[str, Any]]) -> None:
+        self.waiting -= 1
+
+    def _drop_waiter(self, m: Metatile, future: asyncio.Future[dict[str, Any]]) -> None:
+        futures = self.waiters.get(m, [])
+        if future in futures:
+            futures.remove(future)
+        if not futures:
+            self.waiters.pop(m, None)
+        if not future.done():
+            future.remove_done_callback(self._waiter_done)  # counted off here, not a loop turn later
+            self.waiting -= 1
+            future.cancel()
 
     def _answer_waiters(self, m: Metatile, status: str, reason: str | None) -> None:
         for future in self.waiters.pop(m, []):
