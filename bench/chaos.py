@@ -1,6 +1,7 @@
 """Chaos and fuzz harness: runs the reliability tests in their long form and prints their figures.
 
     .venv/bin/python bench/chaos.py fuzz [--count 10000]   # every core consumer kind, COUNT messages each
+    .venv/bin/python bench/chaos.py osm [--count 10000]    # the queuemaster's seed wire on `osm`, likewise
     .venv/bin/python bench/chaos.py restart                 # broker restart with 1000 calls in flight
     .venv/bin/python bench/chaos.py stale                   # stopped service -> no_server time, after grace
     .venv/bin/python bench/chaos.py renderer                # renderer SIGKILL mid-render -> waiter answered
@@ -20,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = {
     "fuzz": ("tests/core/test_fuzz.py", "fuzz:"),
+    "osm": ("tests/tiles/test_osm_fuzz.py", "OSM-FUZZ:"),
     "restart": ("tests/core/test_reconnect.py::test_broker_restart_with_1000_calls_in_flight", "RESTART-1000:"),
     "renderer": ("tests/tiles/test_bus_faults.py::test_renderer_sigkill_mid_render_is_redispatched",
                  "RENDERER-SIGKILL:"),
