@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from PIL import Image
 
-from qbroker import InvalidParams, RequestError, RequestFailed, UnknownCommand
+from qbroker import InvalidParams, NoServer, RequestError, RequestFailed, UnknownCommand
 from services.tiles.renderer.worker import render_metatile
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Tile
@@ -212,3 +212,28 @@ async def test_request_raises_queued_metatile_to_important(bus):
     s = await stats(client)
     assert s["queues"]["by_zoom"] == {"8": 2} and s["queues"]["important"] == 0
     assert [line["metatile"] for line in bus.render_log_lines()] == ["8/1/1"]
+
+
+async def test_render_and_ping_reach_one_idle_thread_at_every_level(bus):
+    """The seed's hierarchy for requests: toposm.render, .<host> and .<host>.<pid> each reach one idle thread."""
+    bus.queuemaster()
+    bus.renderer(threads=2)
+    client = await bus.client()
+    s = await wait_renderers(client, 2)
+    thread_name = s["renderers"][0]["renderer"]  # toposm.render.<host>.<pid>.<threadid>
+    pid_level = thread_name.rsplit(".", 1)[0]
+    host_level = pid_level.rsplit(".", 1)[0]
+    for level in ("toposm.render", host_level, pid_level):
+        pong = await client.call(level, {"command": "ping"}, timeout=20)
+        assert pong["command"] == "pong" and pong["state"] == "idle"
+        assert pong["renderer"].startswith(pid_level + ".")
+    accepted = await client.call(host_level, {"command": "render", "metatile": "9/1/2"}, timeout=20)
+    assert accepted["command"] == "accepted" and accepted["renderer"].startswith(pid_level + ".")
+    store = TileStore(bus.tile_root)
+
+    async def drawn():
+        return all(store.tile_exists(t) for t in Tile(9, 8, 16).metatile.tiles())
+
+    await eventually(drawn)
+    with pytest.raises(NoServer):  # no renderer on that host: answered at once, not at the deadline
+        await client.call("toposm.render.nohost", {"command": "ping"}, timeout=20)

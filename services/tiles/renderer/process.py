@@ -99,9 +99,13 @@ class RendererProcess:
         self.stopping = asyncio.Event()
         self._pool = self._new_pool()
         self._background: set[asyncio.Task[Any]] = set()
+        self._idle = asyncio.Condition()  # notified whenever a thread becomes idle
         for thread in self.threads:
             self._serve_thread(thread)
         host_prefix = f"toposm.render.{settings.hostname}"
+        self._serve_level("toposm.render", exclusive=False)
+        self._serve_level(host_prefix, exclusive=False)
+        self._serve_level(f"{host_prefix}.{self.pid}", exclusive=True)  # only this process: gone with it
         for level in ("toposm", "toposm.render", host_prefix, f"{host_prefix}.{self.pid}"):
             self.unit.on_alert(level)(self._on_control)
         for thread in self.threads:
@@ -124,22 +128,62 @@ class RendererProcess:
 
         @endpoint.command("render")
         async def render(command: RenderCommand, ctx: RequestContext) -> dict[str, Any]:
-            allowed = self.settings.queuemaster_users
-            if allowed is not None and ctx.user_id not in allowed:
-                raise RequestFailed("forbidden", "only the queuemaster sends render")
+            self._check_sender(ctx)
             thread.last_contact = time.monotonic()
             if thread.metatile is not None:
                 raise RequestFailed("busy", f"{thread.endpoint} is rendering {thread.metatile}")
-            if self.stopping.is_set():
-                raise RequestFailed("stopping", f"{thread.endpoint} is shutting down")
-            thread.metatile = command.metatile
-            thread.task = asyncio.create_task(self._render(thread, command.metatile))
-            return {"command": "accepted", "metatile": command.metatile, "renderer": thread.endpoint}
+            return self._accept(thread, command.metatile)
 
         @endpoint.command("ping")
         async def ping() -> dict[str, Any]:
             thread.last_contact = time.monotonic()
             return {"command": "pong", **thread.describe()}
+
+    def _serve_level(self, level: str, *, exclusive: bool) -> None:
+        """``render``/``ping`` sent to a level above the threads (``toposm.render``, ``.<host>``,
+        ``.<host>.<pid>``) reach one idle thread below it: every process under the level consumes one
+        shared queue with prefetch 1, so the broker hands each request to one process at a time, and
+        the process gives it to a thread of its own as soon as one is idle."""
+        endpoint = self.unit.commands(level, exclusive=exclusive, prefetch=1)
+
+        @endpoint.command("render")
+        async def render(command: RenderCommand, ctx: RequestContext) -> dict[str, Any]:
+            self._check_sender(ctx)
+            thread = await self._idle_thread(ctx)
+            thread.last_contact = time.monotonic()
+            return self._accept(thread, command.metatile)
+
+        @endpoint.command("ping")
+        async def ping(ctx: RequestContext) -> dict[str, Any]:
+            thread = await self._idle_thread(ctx)
+            return {"command": "pong", **thread.describe()}
+
+    def _check_sender(self, ctx: RequestContext) -> None:
+        allowed = self.settings.queuemaster_users
+        if allowed is not None and ctx.user_id not in allowed:
+            raise RequestFailed("forbidden", "only the queuemaster sends render")
+
+    def _accept(self, thread: RenderThread, metatile: str) -> dict[str, Any]:
+        if self.stopping.is_set():
+            raise RequestFailed("stopping", f"{thread.endpoint} is shutting down")
+        thread.metatile = metatile
+        thread.task = asyncio.create_task(self._render(thread, metatile))
+        return {"command": "accepted", "metatile": metatile, "renderer": thread.endpoint}
+
+    async def _idle_thread(self, ctx: RequestContext) -> RenderThread:
+        """An idle thread of this process, waiting for one (at most until the request's deadline)."""
+        deadline = ctx.deadline
+        wait = None if deadline is None else max(0.0, deadline - time.time())
+        try:
+            async with asyncio.timeout(wait), self._idle:
+                await self._idle.wait_for(lambda: self.stopping.is_set() or any(
+                    t.metatile is None for t in self.threads))
+        except TimeoutError:
+            raise RequestFailed("busy", f"no render thread of {self.unit.app} pid {self.pid} became idle "
+                                        "before the request's deadline") from None
+        if self.stopping.is_set():
+            raise RequestFailed("stopping", f"renderer pid {self.pid} is shutting down")
+        return next(t for t in self.threads if t.metatile is None)
 
     async def _on_control(self, body: Any, ctx: RequestContext) -> dict[str, Any] | None:
         """Control alerts: ``queuemaster online`` (register again), ``status``, ``shutdown``."""
@@ -185,6 +229,8 @@ class RendererProcess:
                       "duration": round(time.time() - started, 4)}
         # Idle before reporting: the queuemaster may dispatch the next metatile before our call returns.
         thread.metatile, thread.task = None, None
+        async with self._idle:
+            self._idle.notify_all()
         await self._report(thread, {"command": "rendered", "metatile": metatile, "start": round(started, 4),
                                   "hostname": s.hostname, "pid": self.pid, "threadid": thread.threadid,
                                   **report})
@@ -248,6 +294,8 @@ class RendererProcess:
     async def stop(self) -> None:
         """Finish the renders in hand (and report them) within the drain timeout, then unregister."""
         self.stopping.set()
+        async with self._idle:  # requests waiting for an idle thread are answered `stopping`
+            self._idle.notify_all()
         in_hand = [t.task for t in self.threads if t.task]
         if in_hand:
             log.info("finishing renders before stopping", metatiles=[t.metatile for t in self.threads
