@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         UnknownCommand,
         Warn,
         register_error,
+        register_exception,
     )
     from qbroker.replies import Reply
     from qbroker.runner import run, serve
@@ -45,7 +46,7 @@ _ERRORS = (
     "BadMessage", "BrokerUnavailable", "CallTimeout", "ConnectionLost", "ErrorInfo", "HandlerCrashed",
     "HandlerTimeout", "InvalidParams", "NoServer", "NotStarted", "QBrokerError", "RequestError",
     "RequestFailed", "TimedOutInQueue", "UnknownCommand", "Warn", "register_error",
-    "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge",
+    "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge", "register_exception",
 )
 _WHERE = {
     "Config": "qbroker.config", "RequestContext": "qbroker.context", "Reply": "qbroker.replies",
@@ -58,6 +59,7 @@ __all__ = [
     "HandlerCrashed", "HandlerTimeout", "InvalidParams", "NoServer", "NotStarted", "QBrokerError",
     "Reply", "RequestContext", "RequestError", "RequestFailed", "TimedOutInQueue", "UnknownCommand",
     "Unit", "Warn", "register_error", "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge",
+    "register_exception",
 ]
 
 

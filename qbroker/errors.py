@@ -21,6 +21,9 @@ class ErrorInfo(BaseModel):
     id: str
     part: str = ""
     message: str = ""
+    # What was particular to this request (the seed: a given status, id and part always carry the same
+    # message, so the specifics travel apart from it). Optional: clients written to the seed ignore it.
+    detail: str | None = None
     trace: str | None = None
 
 
@@ -31,7 +34,7 @@ class QBrokerError(Exception):
     error_id: ClassVar[str] = "error"
     retryable: ClassVar[bool] = False
 
-    def __init__(self, *args: str, part: str = "", trace: str | None = None) -> None:
+    def __init__(self, *args: str, part: str = "", trace: str | None = None, detail: str | None = None) -> None:
         # RequestFailed("bad_tile", "tile out of range") or NoServer("no server for x").
         if len(args) >= 2:
             self.id, self.message = args[0], args[1]
@@ -41,11 +44,13 @@ class QBrokerError(Exception):
             self.id, self.message = self.error_id, ""
         self.part = part
         self.trace = trace
-        super().__init__(f"{self.status}/{self.id}: {self.message}" if self.message else f"{self.status}/{self.id}")
+        self.detail = detail
+        text = f"{self.status}/{self.id}: {self.message}" if self.message else f"{self.status}/{self.id}"
+        super().__init__(f"{text} ({detail})" if detail else text)
 
     def to_info(self, part: str = "") -> ErrorInfo:
         return ErrorInfo(status=self.status, id=self.id, part=self.part or part, message=self.message,
-                         trace=self.trace)
+                         detail=self.detail, trace=self.trace)
 
 
 class RequestFailed(QBrokerError):
@@ -166,10 +171,63 @@ for _cls in (NoServer, InvalidParams, UnknownCommand, BadMessage, TimedOutInQueu
 
 def error_from_info(info: ErrorInfo) -> QBrokerError:
     """The exception a caller raises for a reply's error element (status error or fail)."""
-    cls = _registry.get(info.id)
+    cls = _registry.get(info.id) or _remote_exception_class(info.id)
     if cls is None or cls.status != info.status:
         cls = RequestFailed if info.status == "fail" else RequestError
-    return cls(info.id, info.message, part=info.part, trace=info.trace)
+    return cls(info.id, info.message, part=info.part, trace=info.trace, detail=info.detail)
+
+
+# -- native exceptions, by allow-list ---------------------------------------------------------------------
+# A handler raising one of these (or a registered type) answers ``error`` / ``python.<Name>`` (or the
+# registered id), and the caller raises an exception that is both a RequestError and that type, so
+# ``except KeyError`` works across the bus. Nothing is ever imported or unpickled by a name from the
+# wire: an id outside these tables is a plain RequestError.
+NATIVE_EXCEPTIONS: tuple[type[Exception], ...] = (
+    ValueError, TypeError, KeyError, IndexError, LookupError, ArithmeticError, ZeroDivisionError, OverflowError,
+    TimeoutError, PermissionError, FileNotFoundError, FileExistsError, NotImplementedError, RuntimeError,
+)
+_native_ids: dict[type[Exception], str] = {cls: f"python.{cls.__name__}" for cls in NATIVE_EXCEPTIONS}
+_remote_classes: dict[str, type[QBrokerError]] = {}
+
+
+def register_exception(cls: type[Exception], error_id: str) -> type[Exception]:
+    """Let a user exception type cross the bus as itself: raised by a handler, answered ``error`` /
+    ``error_id``; raised by the caller as an exception that is both a RequestError and ``cls``."""
+    if not (isinstance(cls, type) and issubclass(cls, Exception)) or issubclass(cls, QBrokerError):
+        raise TypeError("register_exception() takes an Exception subclass that is not a QBrokerError")
+    if error_id in _registry or any(i == error_id and c is not cls for c, i in _native_ids.items()):
+        raise ValueError(f"error id {error_id!r} is already registered")
+    _native_ids[cls] = error_id
+    _remote_classes.pop(error_id, None)
+    return cls
+
+
+def native_error(exc: Exception, part: str) -> ErrorInfo | None:
+    """The error element for an allowed exception type raised by a handler, or None."""
+    for cls in type(exc).__mro__:
+        error_id = _native_ids.get(cls)
+        if error_id is not None:
+            # The message is fixed for (status, id, part); what the exception said is the detail.
+            detail = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+            return ErrorInfo(status="error", id=error_id, part=part, message=f"{cls.__name__} in {part}",
+                             detail=detail[:2000] or None)
+    return None
+
+
+def _remote_exception_class(error_id: str) -> type[QBrokerError] | None:
+    known = _remote_classes.get(error_id)
+    if known is not None:
+        return known
+    native = next((cls for cls, i in _native_ids.items() if i == error_id), None)
+    if native is None:
+        return None
+    try:
+        remote: type[QBrokerError] = type(f"Remote{native.__name__}", (RequestError, native), {
+            "error_id": error_id, "__module__": __name__})
+    except TypeError:  # a type whose layout cannot be combined: the caller gets a plain RequestError
+        return None
+    _remote_classes[error_id] = remote
+    return remote
 
 
 class Warn:

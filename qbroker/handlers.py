@@ -16,7 +16,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from qbroker.context import RequestContext
-from qbroker.errors import ErrorInfo, HandlerCrashed, HandlerTimeout, InvalidParams, QBrokerError, Warn
+from qbroker.errors import ErrorInfo, HandlerCrashed, HandlerTimeout, InvalidParams, QBrokerError, Warn, native_error
 
 Extra = Literal["forbid", "ignore"]
 Dispatch = Callable[[Any, RequestContext], Awaitable[Any]]
@@ -147,8 +147,12 @@ async def _run_guarded(dispatch: Dispatch, body: Any, ctx: RequestContext, part:
     except QBrokerError as exc:
         return None, exc.to_info(part=part)
     except Exception as exc:
-        ctx.log.exception("handler raised", error_type=type(exc).__name__)
         trace = traceback.format_exc() if ctx.debug else None
+        native = native_error(exc, part)
+        if native is not None:  # an allowed type: it goes back as itself, with what it said as the detail
+            ctx.log.warning("handler raised", error_type=type(exc).__name__, error=native.detail)
+            return None, native.model_copy(update={"trace": trace})
+        ctx.log.exception("handler raised", error_type=type(exc).__name__)
         return None, HandlerCrashed(f"unhandled {type(exc).__name__} in {part}", trace=trace).to_info(part=part)
     if isinstance(result, Warn):
         return result.result, result.to_info(part=part)

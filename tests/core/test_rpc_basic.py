@@ -156,6 +156,14 @@ class TileOutOfRange(RequestFailed):
     error_id = "tile_out_of_range"
 
 
+class Unlisted(Exception):
+    """Neither built in nor registered: it crosses the bus as error/unhandled, never as itself."""
+
+
+class StoreMissing(Exception):
+    """A user type registered with register_exception: it crosses the bus as itself."""
+
+
 async def test_remote_exceptions_round_trip(make_unit: MakeUnit) -> None:
     from qbroker import register_error
 
@@ -168,7 +176,7 @@ async def test_remote_exceptions_round_trip(make_unit: MakeUnit) -> None:
             raise TileOutOfRange("tile 3/9/9 is outside zoom 3")
         if kind == "error":
             raise RequestError("db_down", "database unavailable")
-        raise ValueError("boom")
+        raise Unlisted("boom")
 
     await server.start()
     client = await make_unit("test.client")
@@ -182,11 +190,11 @@ async def test_remote_exceptions_round_trip(make_unit: MakeUnit) -> None:
     assert (error.value.status, error.value.id) == ("error", "db_down")
     with pytest.raises(HandlerCrashed) as crashed:
         await client.call("t.raises", {"kind": "other"})
-    assert crashed.value.message == "unhandled ValueError in t.raises"
+    assert crashed.value.message == "unhandled Unlisted in t.raises"
     assert crashed.value.trace is None
     with pytest.raises(HandlerCrashed) as debugged:
         await client.call("t.raises", {"kind": "other"}, debug=True)
-    assert debugged.value.trace is not None and "ValueError: boom" in debugged.value.trace
+    assert debugged.value.trace is not None and "Unlisted: boom" in debugged.value.trace
 
 
 async def test_warn_reply_gives_result_and_warning(make_unit: MakeUnit) -> None:
@@ -213,3 +221,53 @@ async def test_wrong_state_errors(make_unit: MakeUnit) -> None:
     await unit.start()
     with pytest.raises(NotStarted):
         unit.rpc("t.late")
+
+
+async def test_native_exceptions_by_allow_list(make_unit: MakeUnit) -> None:
+    from qbroker import register_exception
+
+    register_exception(StoreMissing, "test.store_missing")
+    server = await make_unit("test.server")
+
+    @server.rpc("t.native")
+    async def native(kind: str) -> None:
+        if kind == "key":
+            raise KeyError("tile 9/1/2")
+        if kind == "value":
+            raise ValueError(f"bad zoom {kind}")
+        if kind == "permission":
+            raise PermissionError("not yours")
+        if kind == "registered":
+            raise StoreMissing("/srv/store")
+        raise Unlisted("no")
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    with pytest.raises(KeyError) as key:
+        await client.call("t.native", {"kind": "key"})
+    assert isinstance(key.value, RequestError)  # still a qbroker error: `except QBrokerError` catches it
+    assert (key.value.id, key.value.message, key.value.detail) == ("python.KeyError", "KeyError in t.native",
+                                                                    "tile 9/1/2")
+    # The seed: one (status, id, part), one message; what differs per request is the detail.
+    with pytest.raises(ValueError) as value:
+        await client.call("t.native", {"kind": "value"})
+    assert value.value.message == "ValueError in t.native" and value.value.detail == "bad zoom value"
+    with pytest.raises(PermissionError):
+        await client.call("t.native", {"kind": "permission"})
+    with pytest.raises(StoreMissing) as registered:
+        await client.call("t.native", {"kind": "registered"})
+    assert registered.value.id == "test.store_missing" and registered.value.detail == "/srv/store"
+    with pytest.raises(HandlerCrashed):  # not allowed: no type is made from a name on the wire
+        await client.call("t.native", {"kind": "other"})
+
+
+def test_no_type_is_made_from_an_unknown_name_on_the_wire() -> None:
+    from qbroker.errors import ErrorInfo, error_from_info
+
+    forged = error_from_info(ErrorInfo(status="error", id="python.SystemExit", part="x", message="m"))
+    assert type(forged) is RequestError and not isinstance(forged, SystemExit)
+    forged = error_from_info(ErrorInfo(status="error", id="os.system", part="x", message="m"))
+    assert type(forged) is RequestError
+    # A known id with the wrong status is not trusted either.
+    assert type(error_from_info(ErrorInfo(status="fail", id="python.KeyError", message="m"))) is RequestFailed
