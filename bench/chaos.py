@@ -4,6 +4,7 @@
     .venv/bin/python bench/chaos.py osm [--count 10000]    # the queuemaster's seed wire on `osm`, likewise
     .venv/bin/python bench/chaos.py restart                 # broker restart with 1000 calls in flight
     .venv/bin/python bench/chaos.py stale                   # stopped service -> no_server time, after grace
+    .venv/bin/python bench/chaos.py queuemaster             # queuemaster SIGKILL, 10,000 queued, 50 waiting
     .venv/bin/python bench/chaos.py renderer                # renderer SIGKILL mid-render -> waiter answered
 
 Each runs the matching test on the real broker (a private node or a throwaway vhost, never the user's
@@ -25,6 +26,8 @@ TESTS = {
     "restart": ("tests/core/test_reconnect.py::test_broker_restart_with_1000_calls_in_flight", "RESTART-1000:"),
     "renderer": ("tests/tiles/test_bus_faults.py::test_renderer_sigkill_mid_render_is_redispatched",
                  "RENDERER-SIGKILL:"),
+    "queuemaster": ("tests/tiles/test_bus_faults.py::test_queuemaster_sigkill_with_10000_queued_and_50_requesters",
+                    "QM-SIGKILL:"),
     "stale": ("tests/core/test_stale_service.py::test_stopped_service_answers_no_server_after_grace",
               "STALE:"),
 }

@@ -12,12 +12,13 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
 
-from qbroker import CallTimeout, NoServer, QBrokerError, RequestContext, RequestFailed, Unit
+from qbroker import CallTimeout, ErrorInfo, HandlerCrashed, NoServer, QBrokerError, RequestContext, RequestFailed, Unit
 
 from ..messages import Message
 from ..tilemath import Metatile
@@ -25,6 +26,7 @@ from .commands import COMMANDS, ENDPOINT, Command, expire_broadcast
 from .osm_wire import OsmWire
 from .render_threads import RenderThread
 from .state_machine import Queuemaster, request_deadline
+from .waiter_store import StoredWaiter, WaiterStore
 
 log = structlog.get_logger("toposm.queuemaster")
 APP = ENDPOINT
@@ -40,6 +42,7 @@ class QueuemasterService:
         self.qm = qm
         self.settings = qm.settings
         self.osm = OsmWire(qm, max_body_bytes=unit.config.max_body_bytes)
+        self.waiter_store = WaiterStore(qm.settings.state_file)
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
         endpoint = unit.commands(ENDPOINT, prefetch=256)
@@ -50,10 +53,19 @@ class QueuemasterService:
 
     def _endpoint_handler(self, command: Command) -> Callable[..., Coroutine[Any, Any, Any]]:
         async def handle(request: Message, ctx: RequestContext) -> Any:
+            stored: int | None = None
             if command.long_running:
+                if ctx.reply_to and ctx.message_id:
+                    # On disk before the ack: after a SIGKILL the broker has nothing left to redeliver.
+                    stored = self.waiter_store.add(command.name, request.model_dump_json(), ctx.reply_to,
+                                                   ctx.message_id, ctx.user_id, ctx.deadline)
                 await ctx.detach()
             request_deadline.set(ctx.deadline)  # this handler's own task context: render waits end with it
-            return await command.run(self.qm, request, ctx.reply_to, ctx.user_id)
+            try:
+                return await command.run(self.qm, request, ctx.reply_to, ctx.user_id)
+            finally:
+                if stored is not None:
+                    self._forget_waiter(stored)
 
         # qbroker validates the whole body against the annotated model of the handler's one parameter,
         # so the annotation must be this command's own model, not the common base class.
@@ -127,7 +139,37 @@ class QueuemasterService:
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
+    def _forget_waiter(self, waiter_id: int) -> None:
+        try:
+            self.waiter_store.remove(waiter_id)
+        except sqlite3.Error as exc:  # answered anyway; at worst answered again after a restart
+            log.warning("waiter row not removed", error=str(exc))
+
+    async def _answer_restored(self, waiter: StoredWaiter) -> None:
+        """A request a previous run acked but never answered: run it again and reply ourselves."""
+        body: Any = None
+        error: ErrorInfo | None = None
+        command = COMMANDS.get(waiter.command)
+        request_deadline.set(waiter.deadline)
+        try:
+            if command is None:
+                raise RequestFailed("unknown_command", f"unknown command {waiter.command!r}")
+            request = command.request.model_validate_json(waiter.body)
+            body = await command.run(self.qm, request, waiter.reply_to, waiter.user_id)
+        except QBrokerError as exc:
+            error = exc.to_info(part=ENDPOINT)
+        except Exception as exc:  # a stored row we cannot run: answer, don't loop on it at every start
+            log.exception("restored request failed", command=waiter.command)
+            error = HandlerCrashed(f"unhandled {type(exc).__name__} in {ENDPOINT}").to_info(part=ENDPOINT)
+        await self.unit.bus.send_reply(waiter.reply_to, waiter.message_id, body, error)
+        self._forget_waiter(waiter.id)
+
     async def start(self) -> None:
+        restored = self.waiter_store.take_live()
+        for waiter in restored:
+            self._call_soon(self._answer_restored(waiter))
+        if restored:
+            log.info("answering requests waiting before the restart", count=len(restored))
         self._tasks = [asyncio.create_task(self._dispatch_loop()),
                        asyncio.create_task(self._liveness_loop())]
         await self.announce()

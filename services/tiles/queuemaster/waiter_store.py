@@ -1,0 +1,72 @@
+"""Long-running requests (``render``) kept on disk until answered, so a restart answers them.
+
+A ``render`` request is acked at once (``ctx.detach()``: it may wait minutes and must not hold a
+prefetch slot), so after a SIGKILL the broker has nothing to redeliver. Its reply-to and message-id
+are all a reply needs, so they are written here before the ack and deleted once the reply is sent; the
+queuemaster re-runs what is left when it starts and answers those callers itself.
+
+Same SQLite file as the render queue (its own table and connection; WAL allows both), committed per
+write: a committed row survives the process being SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS waiters (
+    id INTEGER PRIMARY KEY,
+    command TEXT NOT NULL,
+    body TEXT NOT NULL,        -- the validated request, as JSON
+    reply_to TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    user_id TEXT,
+    deadline REAL              -- epoch seconds, or NULL: the caller gave none
+);
+"""
+
+
+@dataclass(frozen=True)
+class StoredWaiter:
+    id: int
+    command: str
+    body: str
+    reply_to: str
+    message_id: str
+    user_id: str | None
+    deadline: float | None
+
+
+class WaiterStore:
+    def __init__(self, path: str | Path) -> None:
+        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def add(self, command: str, body: str, reply_to: str, message_id: str, user_id: str | None,
+            deadline: float | None) -> int:
+        cursor = self._db.execute(
+            "INSERT INTO waiters (command, body, reply_to, message_id, user_id, deadline) VALUES (?,?,?,?,?,?)",
+            (command, body, reply_to, message_id, user_id, deadline))
+        return int(cursor.lastrowid or 0)
+
+    def remove(self, waiter_id: int) -> None:
+        self._db.execute("DELETE FROM waiters WHERE id = ?", (waiter_id,))
+
+    def take_live(self, now: float | None = None) -> list[StoredWaiter]:
+        """The waiters left by the last run whose callers still wait; the expired ones are dropped."""
+        now = time.time() if now is None else now
+        self._db.execute("DELETE FROM waiters WHERE deadline IS NOT NULL AND deadline < ?", (now,))
+        rows = self._db.execute("SELECT id, command, body, reply_to, message_id, user_id, deadline FROM waiters "
+                                "ORDER BY id").fetchall()
+        return [StoredWaiter(*row) for row in rows]
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM waiters").fetchone()[0])
+
+    def close(self) -> None:
+        self._db.close()
