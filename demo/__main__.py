@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import qbroker
+from demo.accounts import DemoAccounts, demo_accounts
 from demo.osm_changes import write_town_changes
 from demo.stack import free_port, start_stack, town_tile, write_overview
 from qbroker import QBrokerError, Unit
@@ -155,6 +157,9 @@ def main() -> None:
     parser.add_argument("--renderers", type=int, default=2)
     parser.add_argument("--web-port", type=int, default=8080, help="toposm-web's port (another if taken)")
     parser.add_argument("--keep-running", action="store_true", help="leave the services up until Ctrl-C")
+    parser.add_argument("--accounts", action="store_true",
+                        help="one broker account per program, made with `qbroker provision` (needs rabbitmqctl "
+                        "on this host) and deleted afterwards; see docs/security.md")
     args = parser.parse_args()
     # The demo's own corner of the broker: a prefix keeps it out of the way of other traffic on the vhost.
     os.environ.setdefault("QBROKER_EXCHANGE_PREFIX", "demo.")
@@ -164,16 +169,31 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"qbroker demo on {qbroker.Config().urls[0].split('@')[-1]} (exchange prefix "
           f"{os.environ['QBROKER_EXCHANGE_PREFIX']!r}); logs in {workdir}")
+    with contextlib.ExitStack() as stack:
+        accounts = None
+        if args.accounts:
+            accounts = stack.enter_context(demo_accounts(workdir, qbroker.Config().url,
+                                                         os.environ["QBROKER_EXCHANGE_PREFIX"]))
+            # this process (and the `qbroker call` it runs) is a client like any other
+            os.environ.update({k: v for k, v in accounts.env("client").items() if k.startswith("QBROKER_")})
+            print(f"  accounts: {', '.join(sorted(accounts.names.values()))}")
+        run_demo(args, workdir, accounts)
+    print("\ndemo finished: services stopped.")
+
+
+def run_demo(args: argparse.Namespace, workdir: Path, accounts: DemoAccounts | None) -> None:
     bridge_log = open(workdir / "spark-bridge.log", "ab")  # noqa: SIM115 - closed with the process
     bridge = subprocess.Popen(
         [str(BIN / "qbroker-spark-bridge"), "--master", "local[2]", "--state-dir", str(workdir / "spark-state"),
          "--input-root", str(workdir),  # the demo's changes and render log live here
          "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"],
         stdout=bridge_log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=accounts.env("spark") if accounts is not None else None,
     )
     try:
         port = free_port(args.web_port)
-        with start_stack(workdir, renderers=args.renderers, backend="mapnik", web_port=port):
+        with start_stack(workdir, renderers=args.renderers, backend="mapnik", web_port=port,
+                         env_for=accounts.env if accounts is not None else None):
             qbroker.run(run(workdir, args.renderers, f"http://127.0.0.1:{port}", args.keep_running))
     except KeyboardInterrupt:
         pass
@@ -184,7 +204,6 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             bridge.kill()
         bridge_log.close()
-    print("\ndemo finished: services stopped.")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,11 +39,15 @@ def town_tile(zoom: int) -> Tile:
 
 @contextmanager
 def start_stack(workdir: Path, *, renderers: int = 2, backend: str = "mapnik",
-                strategy: str = "by_work_available",
-                web_port: int | None = None) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Run a queuemaster, ``renderers`` single-thread renderers and (``web_port``) toposm-web until the block exits."""
+                strategy: str = "by_work_available", web_port: int | None = None,
+                env_for: Callable[[str], dict[str, str]] | None = None) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Run a queuemaster, ``renderers`` single-thread renderers and (``web_port``) toposm-web until the block exits.
+
+    ``env_for(program)`` ("queuemaster", "renderer", "web") gives a program's environment, e.g. its own
+    broker account (demo/accounts.py); default: this process's environment."""
     workdir.mkdir(parents=True, exist_ok=True)
     common = ["--tile-root", str(workdir / "tiles")]
+    programs = ["queuemaster", *["renderer"] * renderers, *(["web"] if web_port is not None else [])]
     commands = [[str(BIN / "toposm-queuemaster"), *common, "--state-file", str(workdir / "queue.sqlite"),
                  "--render-log", str(workdir / "render.log"), "--propagate-to-zoom", "12"]]
     commands += [[str(BIN / "toposm-renderer"), *common, "--backend", backend, "--strategy", strategy]
@@ -52,9 +56,11 @@ def start_stack(workdir: Path, *, renderers: int = 2, backend: str = "mapnik",
         commands.append([str(BIN / "toposm-web"), *common, "--render-log", str(workdir / "render.log"),
                          "--port", str(web_port)])
     procs = []
-    for i, command in enumerate(commands):
+    for i, (program, command) in enumerate(zip(programs, commands, strict=True)):
         log = open(workdir / f"service-{i}.log", "ab")  # noqa: SIM115 - closed with the process
-        procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        env = env_for(program) if env_for is not None else None
+        procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                      env=env))
     try:
         yield procs
     finally:

@@ -104,7 +104,7 @@ def permissions_for(role: Role, prefix: str) -> Permissions:
     base = [exchanges, f"{p}(reply|alert)_{UUID}"]
     served = {
         "queuemaster": [rf"{p}rpc_toposm\.queuemaster", "osm", r"toposm\.queuemaster\.osm"],
-        "renderer": [rf"{p}rpc_{RENDER_THREAD}"],
+        "renderer": [rf"{p}rpc_{RENDER_ANY}"],
         "spark_bridge": [rf"{p}rpc_spark\.(expire|stats|job)"],
         # The seed wire: a client declares `osm` and a server-named reply queue of its own.
         "client": ["osm", r"amq\.gen-[A-Za-z0-9_-]+"],
@@ -124,13 +124,16 @@ def permissions_for(role: Role, prefix: str) -> Permissions:
 # A host word without '*' or '#': topic read is checked on the binding key itself, and a renderer
 # binding `toposm.render.*.1.0` would receive other hosts' render commands.
 WORD = r"[^.*#]+"
-RENDER_THREAD = r"toposm\.render\." + WORD + r"\.[0-9]+\.[0-9]+"
+# The levels above the threads (toposm.render, .<host>, .<host>.<pid>) are endpoints too: a request
+# there reaches one idle thread below (the seed's hierarchy), and any of them is "a render thread".
+RENDER_LEVELS = r"toposm\.render(\." + WORD + r"(\.[0-9]+)?)?"
+RENDER_ANY = r"toposm\.render(\." + WORD + r"(\.[0-9]+(\.[0-9]+)?)?)?"
 SPARK = r"spark\.(expire|stats|job)"
 _ROLE_TOPICS: dict[str, dict[str, list[str]]] = {
-    "queuemaster": {"call": [RENDER_THREAD], "serve": [r"toposm\.queuemaster"],
+    "queuemaster": {"call": [RENDER_ANY], "serve": [r"toposm\.queuemaster"],
                     "alert": ["toposm"], "hear": ["toposm", "expire_toposm"],
                     "osm_write": ["toposm"], "osm_read": [r"toposm\.queuemaster", "expire_toposm", "toposm"]},
-    "renderer": {"call": [r"toposm\.queuemaster"], "serve": [RENDER_THREAD],
+    "renderer": {"call": [r"toposm\.queuemaster"], "serve": [RENDER_ANY],
                  # listens on every level of toposm.render.<host>.<pid>.<thread> (the seed's hierarchy)
                  "alert": [], "hear": [r"toposm(\.render(\." + WORD + r"){0,3})?"], "osm_write": [], "osm_read": []},
     "spark_bridge": {"call": [], "serve": [SPARK], "alert": ["expire_toposm", r"spark\.progress\.[0-9a-f]+"],
@@ -151,16 +154,22 @@ def _topics(role: Role) -> dict[str, tuple[str, str]]:
     if role == "operator":
         # Everything but what only the queuemaster sends: `render`/`ping` to render threads.
         # (control alerts to toposm.render.* are the operator's to send; broadcast requests to threads are not)
-        not_render = r"^(?!qbroker\.broadcast\.toposm\.render\.).*$"
-        return {"rpc": (r"^(?!toposm\.render\.).*$", ".*"), "alert": (not_render, ".*"), "osm": (".*", ".*")}
+        not_render = r"^(?!qbroker\.broadcast\.toposm\.render($|\.)).*$"
+        return {"rpc": (r"^(?!toposm\.render($|\.)).*$", ".*"), "alert": (not_render, ".*"), "osm": (".*", ".*")}
     t = _ROLE_TOPICS[role]
     lifecycle = r"qbroker\.(start|stop|ping)"  # every unit announces itself and answers qbroker.ping
+    # A server re-publishes a redelivered request to its own name (with its failure count, qbroker.rpc),
+    # so it may publish to the names it serves on shared queues; a refused re-publish would close its
+    # channel and redeliver the request again, forever. Not to single threads: their queues are exclusive
+    # (never redelivered elsewhere). What a renderer may so send to a level, other renderers refuse unless
+    # it comes from the queuemaster's account (TOPOSM_QUEUEMASTER_USERS).
+    republish = [RENDER_LEVELS] if role == "renderer" else t["serve"]
 
     def rule(names: list[str]) -> str:
         return _any(*names) if names else NOTHING
 
     return {
-        "rpc": (rule(t["call"]), rule(t["serve"])),
+        "rpc": (rule([*t["call"], *republish]), rule(t["serve"])),
         "alert": (rule([lifecycle, *t["alert"], *_broadcast(t["call"])]),
                   rule([r"qbroker\.ping", *t["hear"], *_broadcast(t["serve"])])),
         "osm": (rule(t["osm_write"]), rule(t["osm_read"])),

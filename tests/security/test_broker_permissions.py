@@ -95,6 +95,14 @@ async def test_renderer_account_cannot_act_as_queuemaster_or_operator(provisione
             await channel.declare_queue("rpc_toposm.queuemaster", durable=True)
 
 
+async def test_operator_cannot_send_render(provisioned) -> None:
+    """Only the queuemaster dispatches renders; the operator can do everything else."""
+    async with raw(provisioned, "operator") as conn:
+        for key in ("toposm.render", "toposm.render.vader", "toposm.render.vader.1.0"):
+            await _refused_publish(conn, "rpc", key)
+        await _refused_publish(conn, "alert", "qbroker.broadcast.toposm.render")
+
+
 async def test_spark_bridge_account_cannot_call_the_queuemaster(provisioned) -> None:
     async with raw(provisioned, "spark_bridge") as conn:
         await _refused_publish(conn, "rpc", "toposm.queuemaster")

@@ -104,6 +104,13 @@ async def test_forged_renderer_commands_are_forbidden(stack, as_role) -> None:
     await forbidden(other, {"command": "unregister", "threadid": 0})
     await forbidden(client, {"command": "register", "hostname": "evil", "pid": 1, "threadid": 0})
     await forbidden(other, {"command": "register", **ids})
+    # `render` to the hierarchy's levels (reaching any idle thread): the broker lets a renderer account
+    # publish there (it re-publishes redelivered requests), the renderers refuse it from anyone but the
+    # queuemaster's account
+    for level in ("toposm.render", "toposm.render.vader", f"toposm.render.vader.{pid}"):
+        with pytest.raises(RequestFailed) as info:
+            await other.call(level, {"command": "render", "metatile": "12/0/0"}, timeout=HANG)
+        assert info.value.id == "forbidden", (level, info.value)
     # expire is for the Spark bridge and operators in this deployment
     await forbidden(client, {"command": "expire", "tiles": "12/1000/1500"})
     # none of that was obeyed: the answer comes only when the real render has written its tiles
