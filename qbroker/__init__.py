@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         BadMessage,
         BrokerUnavailable,
         CallTimeout,
+        Cleared,
         ConnectionLost,
         DeadlinePassed,
         ErrorInfo,
@@ -46,7 +47,7 @@ _ERRORS = (
     "BadMessage", "BrokerUnavailable", "CallTimeout", "ConnectionLost", "ErrorInfo", "HandlerCrashed",
     "HandlerTimeout", "InvalidParams", "NoServer", "NotStarted", "QBrokerError", "RequestError",
     "RequestFailed", "TimedOutInQueue", "UnknownCommand", "Warn", "register_error",
-    "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge", "register_exception",
+    "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge", "register_exception", "Cleared",
 )
 _WHERE = {
     "Config": "qbroker.config", "RequestContext": "qbroker.context", "Reply": "qbroker.replies",
@@ -59,7 +60,7 @@ __all__ = [
     "HandlerCrashed", "HandlerTimeout", "InvalidParams", "NoServer", "NotStarted", "QBrokerError",
     "Reply", "RequestContext", "RequestError", "RequestFailed", "TimedOutInQueue", "UnknownCommand",
     "Unit", "Warn", "register_error", "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge",
-    "register_exception",
+    "register_exception", "Cleared",
 ]
 
 

@@ -13,7 +13,7 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from qbroker.bus import Bus
 from qbroker.context import RequestContext
-from qbroker.envelope import JSON, read_body, read_header
+from qbroker.envelope import JSON, read_body, read_error, read_header
 from qbroker.errors import QBrokerError
 from qbroker.handlers import run_handler
 from qbroker.replies import Reply
@@ -54,6 +54,7 @@ async def serve_alert(bus: Bus, listeners: list[Listener], message: AbstractInco
     try:
         header = read_header(message)
         body = read_body(message, accept=bus.config.accept, max_bytes=bus.config.max_body_bytes)
+        error = read_error(message)
     except QBrokerError as exc:
         bus.log.warning("malformed alert", name=name, correlation_id=message.message_id, error=str(exc))
         if message.reply_to:
@@ -63,7 +64,7 @@ async def serve_alert(bus: Bus, listeners: list[Listener], message: AbstractInco
     for listener in listeners:
         if not topic_matches(listener.pattern, name):
             continue
-        ctx = RequestContext(header=header, kind="alert", logger=bus.log)
+        ctx = RequestContext(header=header, kind="alert", logger=bus.log, error=error)
         result, error = await run_handler(listener.handler.call, body, ctx, name, None, bus.handler_observers)
         if error is not None and error.status in ("error", "fail"):
             ctx.log.warning("alert listener failed", pattern=listener.pattern, error=error.message)

@@ -9,6 +9,7 @@ from aio_pika.abc import AbstractIncomingMessage
 from structlog.typing import FilteringBoundLogger
 
 from qbroker.envelope import Header
+from qbroker.errors import ErrorInfo
 
 
 @dataclass
@@ -20,6 +21,8 @@ class RequestContext:
     logger: FilteringBoundLogger = field(repr=False)
     message: AbstractIncomingMessage | None = field(default=None, repr=False)
     detached: bool = False
+    # An alert's error element, when the sender attached one (e.g. status ``ok``: an error state is over).
+    error: ErrorInfo | None = None
     _bound: FilteringBoundLogger | None = field(default=None, repr=False)
 
     @property

@@ -243,3 +243,20 @@ class Warn:
 
     def to_info(self, part: str = "") -> ErrorInfo:
         return ErrorInfo(status="warn", id=self.id, part=self.part or part, message=self.message)
+
+
+class Cleared:
+    """Returned by a handler: the request succeeded *and* the error state ``id`` (of ``part``) reported
+    earlier is over. The reply carries the error element with status ``ok``: the seed's "cancel an error
+    state on a message board". ``Reply.cleared`` shows it to the caller."""
+
+    __slots__ = ("result", "id", "message", "part")
+
+    def __init__(self, result: Any, id: str, message: str = "", part: str = "") -> None:
+        self.result = result
+        self.id = id
+        self.message = message
+        self.part = part
+
+    def to_info(self, part: str = "") -> ErrorInfo:
+        return ErrorInfo(status="ok", id=self.id, part=self.part or part, message=self.message)

@@ -16,7 +16,16 @@ import structlog
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from qbroker.context import RequestContext
-from qbroker.errors import ErrorInfo, HandlerCrashed, HandlerTimeout, InvalidParams, QBrokerError, Warn, native_error
+from qbroker.errors import (
+    Cleared,
+    ErrorInfo,
+    HandlerCrashed,
+    HandlerTimeout,
+    InvalidParams,
+    QBrokerError,
+    Warn,
+    native_error,
+)
 
 Extra = Literal["forbid", "ignore"]
 Dispatch = Callable[[Any, RequestContext], Awaitable[Any]]
@@ -154,6 +163,6 @@ async def _run_guarded(dispatch: Dispatch, body: Any, ctx: RequestContext, part:
             return None, native.model_copy(update={"trace": trace})
         ctx.log.exception("handler raised", error_type=type(exc).__name__)
         return None, HandlerCrashed(f"unhandled {type(exc).__name__} in {part}", trace=trace).to_info(part=part)
-    if isinstance(result, Warn):
+    if isinstance(result, Warn | Cleared):
         return result.result, result.to_info(part=part)
     return result, None

@@ -28,6 +28,11 @@ class Reply:
     def warning(self) -> ErrorInfo | None:
         return self.error if self.error is not None and self.error.status == "warn" else None
 
+    @property
+    def cleared(self) -> ErrorInfo | None:
+        """Status ``ok`` with an id: the sender says the error state ``id`` of ``part`` is over."""
+        return self.error if self.error is not None and self.error.status == "ok" else None
+
     def raise_for_status(self) -> None:
         if self.error is not None and self.error.status in ("error", "fail"):
             raise error_from_info(self.error)

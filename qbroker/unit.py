@@ -22,7 +22,7 @@ from qbroker.dead_letter import DeadLetterCollector
 from qbroker.discovery import PING, START, STOP, Announcer
 from qbroker.endpoints import CommandEndpoint, Endpoint, EndpointOptions
 from qbroker.envelope import JSON
-from qbroker.errors import CallTimeout, ConnectionLost, NotStarted, QBrokerError
+from qbroker.errors import CallTimeout, ConnectionLost, ErrorInfo, NotStarted, QBrokerError
 from qbroker.exchanges import declare_unit_queue
 from qbroker.handlers import Extra, Handler
 from qbroker.log import get_logger
@@ -350,11 +350,14 @@ class Unit:
     def unschedule(self, schedule_id: str) -> bool:
         return self.scheduler.remove(schedule_id)
 
-    async def alert(self, name: str, body: Any = None, *, content_type: str = JSON) -> None:
-        """Broadcast the alert ``name`` to every listener whose pattern matches (nobody answers)."""
+    async def alert(self, name: str, body: Any = None, *, content_type: str = JSON,
+                    error: ErrorInfo | None = None) -> None:
+        """Broadcast the alert ``name`` to every listener whose pattern matches (nobody answers).
+
+        ``error`` attaches an error element: report an error state, or (status ``ok``) say it is over."""
         self._check_started("alert")
         message = self.bus.make_message(body, kind="alert", name=name, message_id=uuid.uuid4().hex,
-                                        content_type=content_type)
+                                        content_type=content_type, error=error)
         if not await self.bus.wait_connected(self.config.call_timeout):
             raise ConnectionLost(f"not connected to a broker (alert {name})")
         await self.bus.publish("alert", name, message)

@@ -27,6 +27,10 @@ EXAMPLES = """
 
   qbroker alert qbroker.ping --gather --timeout 2 --max 5
 
+  qbroker alert orders.health --status error --error-id db_down --part orders --message 'database unavailable'
+
+  qbroker alert orders.health --status ok --error-id db_down --part orders   [dim]# the error state is over[/]
+
 With --gather each reply is printed as it arrives (one JSON line each when piped, pretty on a
 terminal); error replies go to stderr. Exit code 0 once published.
 """
@@ -59,12 +63,32 @@ def alert(
     raw: Annotated[
         bool, typer.Option("--raw", "-r", help="Replies as compact JSON lines, strings unquoted.")
     ] = False,
+    status: Annotated[
+        str | None, typer.Option("--status", help="Attach an error element: ok (an error state is over), warn, "
+                                                  "error or fail; needs --error-id.")
+    ] = None,
+    error_id: Annotated[str | None, typer.Option("--error-id", help="The error element's id.")] = None,
+    part: Annotated[str, typer.Option("--part", help="The error element's part (subsystem).")] = "",
+    message: Annotated[str, typer.Option("--message", help="The error element's message.")] = "",
 ) -> None:
     """Publish an alert (a broadcast); with --gather print each reply as it arrives."""
     options: GlobalOptions = ctx.obj
     holder: dict[str, Any] = {}
 
     def parse() -> int:
+        if (status is None) != (error_id is None):
+            raise UsageProblem("--status and --error-id go together")
+        if status is not None and gather:
+            raise UsageProblem("--status attaches an error element to a one-way alert; drop --gather")
+        if status is not None:
+            from pydantic import ValidationError
+
+            from qbroker import ErrorInfo
+
+            try:
+                holder["error"] = ErrorInfo(status=status, id=error_id, part=part, message=message)  # type: ignore[arg-type]
+            except ValidationError:
+                raise UsageProblem("--status is one of ok, warn, error, fail") from None
         if text is not None:
             if words or json_body is not None:
                 raise UsageProblem("--text is the whole body; drop the key=value pairs and --json")
@@ -81,10 +105,8 @@ def alert(
 
     async def action(unit: Unit) -> int:
         if not gather:
-            if text is not None:
-                await unit.alert(name, holder["body"], content_type="text/plain")
-            else:
-                await unit.alert(name, holder["body"])
+            content_type = "text/plain" if text is not None else "application/json"
+            await unit.alert(name, holder["body"], content_type=content_type, error=holder.get("error"))
             return 0
         count = 0
         # max_replies is counted here, not by gather(): the CLI's own reply must not use up --max.

@@ -94,6 +94,9 @@ def call(
         warning = getattr(reply, "warning", None)
         if warning is not None:
             say(f"qbroker: warning: {describe_warning(warning)}", style="yellow")
+        cleared = getattr(reply, "cleared", None)
+        if cleared is not None:  # status ok with an id: an error state reported earlier is over
+            say(f"qbroker: ok: clears {describe_warning(cleared)}", style="green")
         return 0
 
     try:

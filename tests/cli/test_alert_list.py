@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import orjson
 
+from qbroker import Cleared, RequestContext
 from tests.cli.conftest import Example
 from tests.cli.helpers import run_cli
 
@@ -77,3 +79,31 @@ async def test_list_schemas_and_json(amqp_url: str, example: Example) -> None:
 async def test_list_no_broker_exits_three() -> None:
     result = await run_cli("amqp://guest:guest@127.0.0.1:1/", "list")
     assert result.code == 3 and "no broker reachable" in result.stderr
+
+
+async def test_alert_reports_and_clears_an_error_state(amqp_url: str, make_unit: Any) -> None:
+    unit = await make_unit("clitest.board")
+    seen: asyncio.Queue[Any] = asyncio.Queue()
+
+    @unit.on_alert("clitest.health")
+    async def health(ctx: RequestContext) -> None:
+        await seen.put(ctx.error)
+
+    @unit.rpc("clitest.repair")
+    async def repair() -> Cleared:
+        return Cleared({"repaired": True}, "db_down", "database reachable again", part="orders")
+
+    await unit.start()
+    for status in ("error", "ok"):
+        sent = await run_cli(amqp_url, "alert", "clitest.health", "--status", status, "--error-id", "db_down",
+                             "--part", "orders", "--message", "database unavailable")
+        assert sent.code == 0, sent.stderr
+        error = await asyncio.wait_for(seen.get(), 60)
+        assert (error.status, error.id, error.part) == (status, "db_down", "orders")
+    repaired = await run_cli(amqp_url, "call", "clitest.repair")
+    assert repaired.code == 0 and repaired.json() == {"repaired": True}
+    assert "ok: clears db_down" in repaired.stderr
+    for args in (("--status", "ok"), ("--status", "bad", "--error-id", "x"), ("--status", "ok", "--error-id", "x",
+                                                                                "--gather")):
+        usage = await run_cli(amqp_url, "alert", "clitest.health", *args)
+        assert usage.code == 64, (args, usage.stderr)

@@ -42,6 +42,8 @@ def columns(event: Event) -> list[tuple[str, str | None]]:
     status = event.status or "-"
     if event.error_id and event.status != "ok":
         status += f":{event.error_id}"
+    elif event.error_id:  # status ok with an id: the error state it names is over
+        status += f":clears {event.error_id}"
     if event.kind == "dead":
         status = event.reason or "dead"
     latency = f"{event.latency_ms:.1f}ms" if event.latency_ms is not None else ""
