@@ -22,7 +22,7 @@ def plot(result: dict[str, Any], out: Path) -> None:
     matplotlib.use("Agg")  # no display: write the file only
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, (left, right, ratios) = plt.subplots(1, 3, figsize=(17, 4.8))
     for variant, summary in result["variants"].items():
         levels = sorted(summary["rpc"], key=int)
         order = list(COLORS)
@@ -35,14 +35,23 @@ def plot(result: dict[str, Any], out: Path) -> None:
                   "label": f"{name} ({LABEL.get(variant, variant)})"}
             left.plot(xs, [r["calls_per_s"]["median"] for r in rows], **kw)
             right.plot(xs, [r["p99_ms"]["median"] for r in rows], **kw)
+            if name == "qbroker":
+                continue
+            # The steadier figure on a shared machine: qbroker over the peer within each round.
+            xs = [int(level) for level in levels if f"qbroker/{name}" in summary["ratios"].get(level, {})]
+            ratios.plot(xs, [summary["ratios"][str(x)][f"qbroker/{name}"]["throughput"]["median"] for x in xs],
+                        **{**kw, "label": f"qbroker / {name} ({LABEL.get(variant, variant)})"})
     m = result["machine"]
-    for ax, title in ((left, "throughput (calls/s, median of rounds)"), (right, "p99 latency (ms, median of rounds)")):
+    for ax, title in ((left, "throughput (calls/s, median of rounds)"), (right, "p99 latency (ms, median of rounds)"),
+                      (ratios, "qbroker / peer, calls/s (median of per-round ratios)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("calls in flight")
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
     right.set_yscale("log")
+    ratios.axhline(1.0, color="black", linewidth=0.8)
     left.legend(fontsize=7)
+    ratios.legend(fontsize=6)
     fig.suptitle(f"echo RPC, all contenders interleaved in one run: {m['nproc']} x {m['cpu']}, "
                  f"RabbitMQ {m['rabbitmq']}, Python {m['python']}, {result['loop']}", fontsize=9)
     fig.tight_layout()
