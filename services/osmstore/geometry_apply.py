@@ -50,9 +50,11 @@ class Replay:
 
 def check_sequence(manifest: Manifest, sequence: int | None, sha256: str) -> Replay | None:
     """None when the diff is to be applied; a Replay when it already was. Raises SequenceGap."""
-    if any(entry.get("sha256") == sha256 for entry in manifest.applied):
-        return Replay(f"this diff (sha256 {sha256[:12]}) was already applied")
     if sequence is None or manifest.sequence is None:
+        # No sequence to go by: a diff is recognised by its digest. (With sequences the digest is not
+        # used: two replication diffs may well be byte-identical, e.g. two empty minutes.)
+        if any(entry.get("sha256") == sha256 for entry in manifest.applied):
+            return Replay(f"this diff (sha256 {sha256[:12]}) was already applied")
         return None
     if sequence <= manifest.sequence:
         return Replay(f"sequence {sequence} is already applied (the store is at {manifest.sequence})")

@@ -13,6 +13,7 @@ from qbroker import Unit, serve
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
 from services.spark_bridge.spark_session import DEFAULT_MASTER, build_session
+from services.spark_bridge.stores import Stores
 
 log = structlog.get_logger("spark_bridge")
 
@@ -51,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="finished job records older than this are deleted")
     p.add_argument("--spark-ui", action="store_true",
                    help="serve the Spark web UI (off by default: it shows job details to anyone who can connect)")
+    p.add_argument("--store", action="append", type=Path, default=[], metavar="DIR",
+                   help="an OSM store (toposm-import) that expire requests may name to resolve and apply "
+                   "diffs against (repeatable); requests name it by its directory name")
     p.add_argument("--app", default="spark.bridge", help="qbroker app name of this unit")
     p.add_argument("--progress-interval", type=float, default=1.0, help="seconds between progress alerts")
     p.add_argument(
@@ -81,6 +85,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for root in args.input_root:
         if not root.is_dir():
             p.error(f"--input-root {root}: not a directory")
+    try:
+        Stores.of(args.store)  # checked here too so a bad --store is a usage error, not a traceback
+    except ValueError as exc:
+        p.error(str(exc))
     return args
 
 
@@ -95,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
 
         return SparkBridge(unit, build, args.state_dir, max_jobs=args.max_jobs,
                            progress_interval=args.progress_interval, input_roots=args.input_root,
-                           limits=args.limits)
+                           limits=args.limits, stores=args.store)
 
     serve(args.app, make_service)
 

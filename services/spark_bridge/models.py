@@ -36,11 +36,18 @@ class ExpireRequest(_Request):
     max_tiles_per_geometry: int | None = Field(None, ge=1)
     batch_max_tiles: int = Field(2_000, ge=1, le=100_000, description="Metatiles per expire_toposm message.")
     batch_max_bytes: int = Field(65_536, ge=64, le=8_000_000, description="Bytes per expire_toposm message.")
+    # A name looked up among the bridge's --store options, never a path (services/spark_bridge/stores.py).
+    store: str | None = Field(None, min_length=1, max_length=4096, description="A store this bridge was "
+                              "started with (--store): resolve the diff against its geometry, then apply it.")
+    sequence: int | None = Field(None, ge=0, description="With store: the diff's replication sequence number.")
+    apply: bool = Field(True, description="With store: apply the diff to the store (false: expire only).")
 
     @model_validator(mode="after")
     def _zoom_order(self) -> Self:
         if self.min_zoom > self.max_zoom:
             raise ValueError(f"min_zoom ({self.min_zoom}) is greater than max_zoom ({self.max_zoom})")
+        if self.store is None and (self.sequence is not None or not self.apply):
+            raise ValueError("sequence and apply only go with store")
         return self
 
 

@@ -26,6 +26,8 @@ from services.spark_bridge.jobs import JobManager, JobsBusy, UnknownJob
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.models import ExpireRequest, StatsRequest
 from services.spark_bridge.stats_job import StatsParams, run_stats
+from services.spark_bridge.store_job import run_store_expire
+from services.spark_bridge.stores import Stores, store_job_for
 
 log = structlog.get_logger("spark_bridge")
 
@@ -60,8 +62,10 @@ class SparkBridge:
         progress_interval: float = 1.0,
         input_roots: Sequence[Path] | None = None,
         limits: BridgeLimits | None = None,
+        stores: Sequence[Path] = (),
     ) -> None:
         self.unit = unit
+        self.stores = Stores.of(stores)  # the only stores a request may name (--store)
         self.state_dir = state_dir
         self.limits = limits or BridgeLimits()
         # No roots given: a directory of the bridge's own, never "anywhere the bridge user can read".
@@ -170,7 +174,11 @@ class SparkBridge:
                 batch_max_tiles=request.batch_max_tiles,
             )
 
+            store_job = store_job_for(self.stores, request, inputs)
+
             def body(job: JobContext) -> dict[str, Any]:
+                if store_job is not None:
+                    return run_store_expire(inputs[0].path, store_job, params, job)
                 return run_expire(inputs, params, job)
 
             publish = self._expiration_sender() if request.publish else None
