@@ -188,3 +188,32 @@ async def test_waiters_are_capped(tmp_path, monkeypatch):
             await task
     assert qm.waiting == 0
     qm.close()
+
+
+async def test_big_expiry_broadcast_is_taken_in_chunks(tmp_path):
+    """A big `expire_toposm` list is queued in chunks, the loop running other work in between."""
+    import time
+
+    from services.tiles.queuemaster.commands import expire_broadcast
+
+    qm = make_qm(tmp_path, render_missing_expired=True)
+    text = ";".join(f"14/{x}/{y}" for x in range(400) for y in range(400))  # 160,000 tiles, ~1.8 MB
+    turns, longest, stop = 0, 0.0, False
+
+    async def ticker():
+        nonlocal turns, longest
+        last = time.perf_counter()
+        while not stop:
+            await asyncio.sleep(0)
+            now = time.perf_counter()
+            turns, longest, last = turns + 1, max(longest, now - last), now
+
+    task = asyncio.create_task(ticker())
+    out = await expire_broadcast(qm, text.encode())
+    stop = True
+    await task
+    assert out is not None and out["tiles"] == 160_000 and out["invalid"] == 0
+    assert qm.queue.queued_count() == 50 * 50  # every metatile queued once
+    assert turns > len(text) // state_machine.EXPIRY_CHUNK_CHARS // 2  # other work ran between chunks
+    print(f"\nEXPIRY-CHUNK: {len(text)} bytes in {turns} loop turns, longest hold {longest * 1000:.1f} ms")
+    qm.close()

@@ -81,8 +81,9 @@ def parse_command(name: Any, params: Any) -> tuple[Command, Message]:
         raise InvalidParams(f"invalid parameters for {ENDPOINT}:{name}: {problems}") from None
 
 
-def expire_broadcast(qm: Queuemaster, body: Any) -> dict[str, Any] | None:
-    """An expiry broadcast (``expire_toposm``): nobody to answer, so invalid items are logged and counted."""
+async def expire_broadcast(qm: Queuemaster, body: Any) -> dict[str, Any] | None:
+    """An expiry broadcast (``expire_toposm``): nobody to answer, so invalid items are logged and counted.
+    Taken in chunks that each hold the loop a few milliseconds, whatever the list's size."""
     if isinstance(body, bytes | bytearray):
         body = bytes(body).decode("utf-8", "replace")
     if isinstance(body, list):
@@ -91,4 +92,4 @@ def expire_broadcast(qm: Queuemaster, body: Any) -> dict[str, Any] | None:
         qm.stats.count("invalid_expiry_messages")
         log.warning("expiry message is not text", body_type=type(body).__name__)
         return None
-    return qm.expire(body, strict=False)
+    return await qm.expire_in_chunks(body)

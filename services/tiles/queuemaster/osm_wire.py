@@ -103,7 +103,7 @@ class OsmWire:
             return
         if message.routing_key == "expire_toposm":
             try:
-                expire_broadcast(self.qm, message.body)
+                await expire_broadcast(self.qm, message.body)
             except Exception:  # never let one bad message kill the consumer
                 log.exception("expiry on osm failed")
             return

@@ -73,7 +73,7 @@ class QueuemasterService:
         return handle
 
     async def _on_expire(self, body: Any) -> None:
-        expire_broadcast(self.qm, body)
+        await expire_broadcast(self.qm, body)
 
     # -- dispatch -------------------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ from .render_threads import RenderThread, RenderThreadRegistry
 from .stats import QueuemasterStats
 
 log = structlog.get_logger("toposm.queuemaster")
+# Text of an expiry broadcast handled per turn of the event loop: about 400 tiles, a few milliseconds.
+EXPIRY_CHUNK_CHARS = 4 * 1024
 # Render requests waiting at once; beyond this a new one is answered `busy` (memory stays bounded).
 MAX_WAITERS = 100_000
 # The deadline of the qbroker request being handled (epoch seconds), set by the bus adapter: the command
@@ -131,6 +133,24 @@ class Queuemaster:
         if outcome["queued"]:
             self.work_available.set()
         return {"tiles": len(tiles), "metatiles": len(metatiles), "invalid": len(problems), **outcome}
+
+    async def expire_in_chunks(self, text: str) -> dict[str, Any]:
+        """The broadcast path (``strict=False``) for lists of any size: about ``EXPIRY_CHUNK_CHARS`` of text
+        at a time, yielding to the loop in between, so a 16 MiB list (a million tiles, seconds of work)
+        never stops pings, replies or heartbeats for more than a few milliseconds. Counts are summed over
+        the chunks (a metatile named in two chunks counts twice under ``metatiles``; it is queued once)."""
+        totals: dict[str, int] = {}
+        pos = 0
+        while pos < len(text):
+            end = text.find(";", pos + EXPIRY_CHUNK_CHARS)
+            end = len(text) if end < 0 else end
+            chunk = text[pos:end].strip("; \n")
+            pos = end + 1
+            if chunk:
+                for key, value in self.expire(chunk, strict=False).items():
+                    totals[key] = totals.get(key, 0) + value
+            await asyncio.sleep(0)
+        return totals
 
     # -- render requests --------------------------------------------------------------------------------
 
