@@ -25,6 +25,7 @@ class EndpointOptions:
     # RabbitMQ consumer priority (x-priority): a higher one gets work first, a lower one only when
     # every higher consumer is at its prefetch limit (EventMQ worker weights, RQ consume PRIORITY).
     priority: int | None = None
+    retry_delay: float = 0.1  # seconds before the first retry; doubled for each further one
 
 
 @dataclass

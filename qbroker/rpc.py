@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -14,7 +15,15 @@ from qbroker.codecs import CodecError
 from qbroker.context import RequestContext
 from qbroker.endpoints import Endpoint
 from qbroker.envelope import JSON, Header, read_body, read_header
-from qbroker.errors import CallTimeout, ConnectionLost, DeadlinePassed, PoisonRequest, QBrokerError, RequestError
+from qbroker.errors import (
+    CallTimeout,
+    ConnectionLost,
+    DeadlinePassed,
+    ErrorInfo,
+    PoisonRequest,
+    QBrokerError,
+    RequestError,
+)
 from qbroker.handlers import run_handler
 from qbroker.replies import Reply
 
@@ -39,16 +48,17 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
             raise DeadlinePassed(f"request {endpoint.name} reached its server after its deadline; not run")
         body = read_body(message, accept=bus.config.accept, max_bytes=bus.config.max_body_bytes)
         ctx = RequestContext(header=header, kind="rpc", logger=bus.log, message=message)
-        attempt = 0
-        while True:
-            result, error = await run_handler(endpoint.dispatch, body, ctx, endpoint.name,
-                                              endpoint.options.timeout, bus.handler_observers)
-            # EventMQ retry-count: status "error" may pass on a second try; "fail" never does.
-            if error is None or error.status != "error" or attempt >= endpoint.options.retries:
-                break
-            attempt += 1
-            ctx.log.info("retrying handler", attempt=attempt, error=error.message)
-            await asyncio.sleep(min(0.05 * 2**attempt, 2.0))
+        result, error = await run_handler(endpoint.dispatch, body, ctx, endpoint.name,
+                                          endpoint.options.timeout, bus.handler_observers)
+        # EventMQ retry-count: status "error" may pass on another try (perhaps on another server); "fail"
+        # never does. The count travels on the message; the message waits in the broker, not here.
+        if error is not None and error.status == "error" and not ctx.detached and endpoint.options.retries:
+            tries = retries_of(message)
+            if tries < endpoint.options.retries and await _retry_later(bus, endpoint, message, tries + 1, error):
+                await message.ack()
+                return
+            if tries >= endpoint.options.retries:
+                await _record_exhausted(bus, endpoint, message, tries)
     except QBrokerError as exc:
         bus.log.warning("request refused", name=endpoint.name, correlation_id=message.message_id,
                          error=str(exc))
@@ -64,6 +74,55 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
 
 
 FAILURES = "x-qbroker-failures"
+RETRIES = "x-qbroker-retries"
+
+
+def retries_of(message: AbstractIncomingMessage) -> int:
+    raw = (message.headers or {}).get(RETRIES, 0)
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else 0
+
+
+def retry_delay_ms(first_delay: float, attempt: int) -> int:
+    """Exponential backoff from the endpoint's ``retry_delay``, at most 5 minutes (one delay queue a step)."""
+    return max(1, min(round(first_delay * 1000 * 2 ** (attempt - 1)), 300_000))
+
+
+async def _retry_later(bus: Bus, endpoint: Endpoint, message: AbstractIncomingMessage, attempt: int,
+                       error: ErrorInfo) -> bool:
+    """Park a copy (with its try count) in ``qbroker.retry.<name>.<ms>``, a queue whose TTL dead-letters it
+    back to ``rpc`` with the routing key ``<name>`` after the backoff: any server of the name may take it,
+    and it survives this server's death. False if it could not be parked (then the caller gets the error)."""
+    connection = bus.connection
+    if connection is None:
+        return False
+    delay = retry_delay_ms(endpoint.options.retry_delay, attempt)
+    queue_name = f"{bus.config.exchange_prefix}qbroker.retry.{endpoint.name}.{delay}"
+    try:
+        channel = await connection.channel(publisher_confirms=True)
+        try:
+            await channel.declare_queue(queue_name, durable=True, arguments={
+                "x-message-ttl": delay, "x-dead-letter-exchange": bus.config.exchange_name("rpc"),
+                "x-dead-letter-routing-key": endpoint.name,
+                "x-expires": max(600_000, 10 * delay),  # unused delay queues go away by themselves
+            })
+            await channel.default_exchange.publish(bus.copy_message(message, {RETRIES: attempt}),
+                                                   routing_key=queue_name)
+        finally:
+            with contextlib.suppress(Exception):
+                await channel.close()
+    except Exception as exc:
+        bus.log.warning("retry not scheduled; answering the error", name=endpoint.name, error=repr(exc))
+        return False
+    bus.log.info("retry scheduled", name=endpoint.name, correlation_id=message.message_id, attempt=attempt,
+                 delay_ms=delay, error=error.message)
+    return True
+
+
+async def _record_exhausted(bus: Bus, endpoint: Endpoint, message: AbstractIncomingMessage, tries: int) -> None:
+    """The last try failed too: the caller gets this error, and ``dead`` keeps a copy (without reply-to,
+    so nobody answers it twice) for whoever inspects what failed."""
+    with contextlib.suppress(Exception):
+        await bus.publish("dead", endpoint.name, bus.copy_message(message, {RETRIES: tries}, reply=False))
 
 
 async def _count_failure(bus: Bus, endpoint: Endpoint, message: AbstractIncomingMessage, header: Header) -> bool:

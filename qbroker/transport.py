@@ -68,6 +68,9 @@ class Channel(Protocol):
 
     async def set_qos(self, prefetch_count: int = 0) -> object: ...
 
+    @property
+    def default_exchange(self) -> Exchange: ...
+
     def close(self, exc: BaseException | None = None) -> Awaitable[object]: ...
 
 

@@ -83,13 +83,13 @@ class Unit:
 
     def rpc(self, name: str, *, prefetch: int = 64, exclusive: bool = False, single_active: bool = False,
             max_priority: int | None = None, timeout: float | None = None, retries: int = 0,
-            extra: Extra = "forbid", priority: int | None = None) -> Callable[[F], F]:
+            extra: Extra = "forbid", priority: int | None = None, retry_delay: float = 0.1) -> Callable[[F], F]:
         """Serve RPC requests named ``name`` with the decorated handler.
 
         ``priority`` is this server's consumer priority among the servers of ``name``: higher ones get
         work first, lower ones (standbys, light machines) only when the higher ones are at ``prefetch``."""
         endpoint = self._add_endpoint(Endpoint, name, prefetch, exclusive, single_active, max_priority, timeout,
-                                      retries, priority)
+                                      retries, priority, retry_delay=retry_delay)
 
         def register(fn: F) -> F:
             endpoint.handler = Handler(fn, name, extra=extra, executor=self.sync_pool)
@@ -99,23 +99,27 @@ class Unit:
 
     def commands(self, name: str, *, prefetch: int = 64, exclusive: bool = False, single_active: bool = False,
                  max_priority: int | None = None, timeout: float | None = None, retries: int = 0,
-                 priority: int | None = None) -> CommandEndpoint:
+                 priority: int | None = None, retry_delay: float = 0.1) -> CommandEndpoint:
         """A TopOSM-style endpoint dispatching on the body's ``command``; add commands with ``.command()``."""
         endpoint = self._add_endpoint(CommandEndpoint, name, prefetch, exclusive, single_active, max_priority,
-                                      timeout, retries, priority)
+                                      timeout, retries, priority, retry_delay=retry_delay)
         assert isinstance(endpoint, CommandEndpoint)
         return endpoint
 
     def _add_endpoint(self, cls: type[Endpoint], name: str, prefetch: int, exclusive: bool,
                       single_active: bool, max_priority: int | None, timeout: float | None,
-                      retries: int, priority: int | None = None, *, at_run_time: bool = False) -> Endpoint:
+                      retries: int, priority: int | None = None, *, retry_delay: float = 0.1,
+                      at_run_time: bool = False) -> Endpoint:
         if not at_run_time:
             self._check_new(f"endpoint {name!r}")
         if name in self.endpoints:
             raise ValueError(f"endpoint {name!r} is already registered")
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
-        options = EndpointOptions(prefetch, exclusive, single_active, max_priority, timeout, retries, priority)
+        if retry_delay <= 0:
+            raise ValueError("retry_delay must be positive")
+        options = EndpointOptions(prefetch, exclusive, single_active, max_priority, timeout, retries, priority,
+                                  retry_delay)
         endpoint = cls(name=name, options=options, executor=self.sync_pool)
         self.endpoints[name] = endpoint
         self.listeners.append(broadcast_listener(endpoint))  # every server of a name hears its broadcasts
@@ -133,11 +137,12 @@ class Unit:
 
     async def add_rpc(self, name: str, handler: Callable[..., Any], *, prefetch: int = 64, exclusive: bool = False,
                       single_active: bool = False, max_priority: int | None = None, timeout: float | None = None,
-                      retries: int = 0, extra: Extra = "forbid", priority: int | None = None) -> None:
+                      retries: int = 0, extra: Extra = "forbid", priority: int | None = None,
+                      retry_delay: float = 0.1) -> None:
         """Serve ``name`` from now on, on a running unit (RQ consume at run time); options as ``rpc()``."""
         self._check_started("add_rpc")
         endpoint = self._add_endpoint(Endpoint, name, prefetch, exclusive, single_active, max_priority, timeout,
-                                      retries, priority, at_run_time=True)
+                                      retries, priority, retry_delay=retry_delay, at_run_time=True)
         endpoint.handler = Handler(handler, name, extra=extra, executor=self.sync_pool)
         connection = self.connection
         if connection is not None and not connection.is_closed:  # else the next (re)connect consumes it
