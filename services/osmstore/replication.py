@@ -1,0 +1,75 @@
+"""A replication directory laid out as OpenStreetMap publishes them (planet.openstreetmap.org/replication).
+
+    state.txt                 the newest sequence published (``sequenceNumber=``, ``timestamp=``)
+    000/000/001.osc.gz        the diff of sequence 1
+    000/000/001.state.txt     its state file (the same two keys)
+
+Sequence numbers are 9 digits split 3/3/3. State files are Java properties: ``key=value`` lines, ``#``
+comments, ``\\:`` escapes in the timestamp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_SEQUENCE = 999_999_999
+_STATE_BYTES = 64 * 1024  # a state file is a few lines; anything bigger is not one
+
+
+class ReplicationError(Exception):
+    """The replication directory cannot be followed (gap, corrupt file); the message says which file."""
+
+
+@dataclass(frozen=True)
+class ReplicationState:
+    sequence: int
+    timestamp: str | None
+
+
+def _parts(sequence: int) -> tuple[str, str, str]:
+    if not 0 <= sequence <= MAX_SEQUENCE:
+        raise ReplicationError(f"sequence {sequence} is outside 0..{MAX_SEQUENCE}")
+    text = f"{sequence:09d}"
+    return text[0:3], text[3:6], text[6:9]
+
+
+def diff_path(source: Path, sequence: int) -> Path:
+    a, b, c = _parts(sequence)
+    return source / a / b / f"{c}.osc.gz"
+
+
+def state_path(source: Path, sequence: int) -> Path:
+    a, b, c = _parts(sequence)
+    return source / a / b / f"{c}.state.txt"
+
+
+def read_state(path: Path) -> ReplicationState:
+    """Parse a state file; raises ReplicationError naming the file when it is missing or malformed."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(_STATE_BYTES + 1)
+    except OSError as exc:
+        raise ReplicationError(f"{path}: cannot read the state file ({exc.strerror or exc})") from None
+    if len(raw) > _STATE_BYTES:
+        raise ReplicationError(f"{path}: too big for a state file")
+    values: dict[str, str] = {}
+    for line in raw.decode("utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        values[key.strip()] = value.strip().replace("\\:", ":")
+    number = values.get("sequenceNumber", "")
+    if not number.isdigit() or int(number) > MAX_SEQUENCE:
+        raise ReplicationError(f"{path}: no valid sequenceNumber")
+    return ReplicationState(int(number), values.get("timestamp"))
+
+
+def write_state(path: Path, state: ReplicationState) -> None:
+    """Write a state file as osmosis does (used to publish diffs, e.g. by the demo and the tests)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = (state.timestamp or "").replace(":", "\\:")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"#{state.timestamp or ''}\nsequenceNumber={state.sequence}\ntimestamp={stamp}\n")
+    tmp.replace(path)

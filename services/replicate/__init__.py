@@ -1,0 +1,1 @@
+"""``toposm-replicate``: follow an OSM replication directory into a store, expiring tiles through the bridge."""

@@ -1,0 +1,158 @@
+"""toposm-replicate against an in-process bridge with the Helsinki store: in order, resumed, gap, corrupt."""
+
+# ruff: noqa: F811 - the osmstore fixtures are imported by name and then requested as parameters
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.osmstore.geometry import GeometryStore
+from services.osmstore.replication import ReplicationError, ReplicationState, diff_path, state_path, write_state
+from services.replicate.follower import Follower, FollowSettings
+from services.spark_bridge.limits import BridgeLimits
+from services.spark_bridge.service import SparkBridge
+from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
+from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def extract(helsinki: Path) -> Extract:
+    return read_extract(helsinki)
+
+
+@pytest.fixture
+async def store_bridge(make_unit, spark, tmp_path, store):
+    unit = await make_unit("spark.bridge")
+    limits = BridgeLimits(max_tiles=10**8, max_tiles_per_geometry=10**8)
+    service = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, input_roots=[tmp_path], limits=limits,
+                          stores=[store])
+    await unit.start()
+    yield service
+    await service.close()
+
+
+def publish(source: Path, sequence: int, text: str | bytes) -> None:
+    """Publish a diff as OSM does: the diff and its state file first, the top-level state.txt last."""
+    path = diff_path(source, sequence)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text if isinstance(text, bytes) else gzip.compress(text.encode()))
+    stamp = f"2026-11-24T00:{sequence:02d}:00Z"
+    write_state(state_path(source, sequence), ReplicationState(sequence, stamp))
+    write_state(source / "state.txt", ReplicationState(sequence, stamp))
+
+
+def edits(extract: Extract) -> list[str]:
+    street = next(w for w, (refs, tags) in sorted(extract.ways.items())
+                  if tags.get("name") == "Mikonkatu" and tags.get("highway"))
+    refs, tags = extract.ways[street]
+    moved = refs[1]
+    lon, lat = extract.nodes[moved]
+    corners = [(24.9440, 60.1700), (24.9444, 60.1700), (24.9444, 60.1702), (24.9440, 60.1702)]
+    nodes = [node_xml(9_300_000_001 + i, x, y, version=1) for i, (x, y) in enumerate(corners)]
+    ring = [9_300_000_001 + i for i in range(4)] + [9_300_000_001]
+    return [osc(modify=[way_xml(street, refs, {**tags, "name": "Qbrokerinkatu"})]),
+            osc(modify=[node_xml(moved, lon + 0.0005, lat + 0.0002)]),
+            osc(create=[*nodes, way_xml(9_300_000_100, ring, {"building": "yes"}, version=1)])]
+
+
+def settings(source: Path, store: Path, **kw) -> FollowSettings:
+    return FollowSettings(source=source, store=store, store_name=store.name, min_zoom=14, max_zoom=16,
+                          call_timeout=600, **kw)
+
+
+async def test_follows_in_order_and_resumes_after_a_restart(store_bridge, make_unit, store, extract,
+                                                            tmp_path) -> None:
+    source = tmp_path / "replication"
+    first, second, third = edits(extract)
+    publish(source, 1, first)
+    publish(source, 2, second)
+    expirations: list[str] = []
+    listener = await make_unit("test.replicate.listener")
+
+    @listener.on_alert("expire_toposm")
+    async def on_expire(body: str) -> None:
+        expirations.append(body)
+
+    await listener.start()
+    follower = Follower(await make_unit("toposm.replicate"), settings(source, store, start=1))
+    await follower.unit.start()
+    assert await follower.catch_up() == [1, 2]
+    assert GeometryStore.of_store(store).sequence == 2
+    db = sqlite3.connect(store / "render.sqlite")
+    assert db.execute("SELECT value FROM meta WHERE key = 'sequence'").fetchone() == ("2",)
+    assert db.execute("SELECT count(*) FROM roads WHERE name = 'Qbrokerinkatu'").fetchone()[0] >= 1
+    status = json.loads((store / "replication.json").read_text())
+    assert status["sequence"] == 2 and status["timestamp"] == "2026-11-24T00:02:00Z"
+
+    # A restart: a new follower (no --start needed now) continues after the store's sequence.
+    publish(source, 3, third)
+    restarted = Follower(follower.unit, settings(source, store))
+    assert await restarted.catch_up() == [3]
+    assert await restarted.catch_up() == []  # nothing new: nothing repeated
+    manifest = GeometryStore.of_store(store).manifest()
+    assert [a["sequence"] for a in manifest.applied] == [1, 2, 3] and manifest.sequence == 3
+    assert db.execute("SELECT name FROM buildings WHERE osm_id = 9300000100").fetchone() is not None
+    assert expirations  # the bridge published what the queuemaster re-renders
+
+    # A gap: 5 is announced, 4 never arrived. Nothing is applied; the error says which file.
+    write_state(source / "state.txt", ReplicationState(5, None))
+    with pytest.raises(ReplicationError, match=r"gap: .*000/000/004.osc.gz is missing"):
+        await restarted.catch_up()
+    # A corrupt diff 4 (cut short): the bridge refuses it whole.
+    whole = gzip.compress(osc(modify=[node_xml(n, lon, lat + 0.001) for n, (lon, lat)
+                                      in list(extract.nodes.items())[:3000]]).encode())
+    publish(source, 4, whole[: len(whole) // 2])
+    snapshot = GeometryStore.of_store(store).manifest().snapshot
+    with pytest.raises(ReplicationError, match="diff 4 .*unreadable osmChange"):
+        await restarted.catch_up()
+    assert GeometryStore.of_store(store).manifest().snapshot == snapshot
+    assert db.execute("SELECT value FROM meta WHERE key = 'sequence'").fetchone() == ("3",)
+
+
+def test_cli_stops_on_a_gap_with_a_clear_error(store, amqp_url, tmp_path) -> None:
+    source = tmp_path / "replication"
+    write_state(source / "state.txt", ReplicationState(7, None))
+    env = {**os.environ, "QBROKER_URL": amqp_url}
+    out = subprocess.run([str(BIN / "toposm-replicate"), "--source", str(source), "--store", str(store),
+                          "--start", "6", "--once"], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 1, out.stderr
+    assert "toposm-replicate: gap:" in out.stderr and "000/000/006.osc.gz is missing" in out.stderr
+    missing_start = subprocess.run([str(BIN / "toposm-replicate"), "--source", str(source), "--store", str(store),
+                                    "--once"], capture_output=True, text=True, timeout=120, env=env)
+    assert missing_start.returncode == 1 and "pass --start N" in missing_start.stderr
+
+
+async def test_store_requests_are_confined(store_bridge, make_unit, store, tmp_path) -> None:
+    from qbroker import InvalidParams, RequestFailed
+
+    client = await make_unit("test.store.client")
+    await client.start()
+    diff = tmp_path / "d.osc"
+    diff.write_text(osc(modify=[node_xml(1, 24.9, 60.1)]))
+    base = {"paths": [str(diff)], "wait": True}
+    for name in ("elsewhere", str(tmp_path), "../store", "/etc"):
+        with pytest.raises(RequestFailed) as err:
+            await client.call("spark.expire", {**base, "store": name}, timeout=60)
+        assert err.value.id == "unknown_store" and "configured: ['store']" in str(err.value)
+    with pytest.raises(RequestFailed) as err:
+        await client.call("spark.expire", {**base, "paths": [str(diff), str(diff)], "store": "store"}, timeout=60)
+    assert err.value.id == "bad_input" and "exactly one osmChange" in str(err.value)
+    with pytest.raises(InvalidParams, match="only go with store"):
+        await client.call("spark.expire", {**base, "sequence": 3}, timeout=60)
+    outside = Path("/tmp") / f"outside-{os.getpid()}.osc"
+    outside.write_text(osc())
+    try:
+        with pytest.raises(RequestFailed) as err:
+            await client.call("spark.expire", {**base, "paths": [str(outside)], "store": "store"}, timeout=60)
+        assert err.value.id == "input_not_allowed"
+    finally:
+        outside.unlink()
