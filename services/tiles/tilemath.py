@@ -152,7 +152,10 @@ def parse_tile_list(text: str, zooms: ZoomRange | None = None) -> tuple[list[Til
     high = min(high, MAX_SUPPORTED_ZOOM)
     match = _TRIPLE.fullmatch
     append = tiles.append
-    for item in split_tile_list(text):
+    for part in text.replace("\n", ";").split(";"):  # split_tile_list, inlined: one strip per item
+        item = part.strip()
+        if not item:
+            continue
         found = match(item)
         if found is not None:
             z, x, y = int(found[1]), int(found[2]), int(found[3])

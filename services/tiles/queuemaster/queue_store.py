@@ -132,10 +132,13 @@ class QueueStore:
     def put_many(self, rows: Iterable[tuple[int, int, int, int]]) -> None:
         self._db.executemany("INSERT OR REPLACE INTO queue (key, src, seq, state) VALUES (?, ?, ?, ?)", rows)
 
-    def insert_new(self, rows: list[tuple[int, int, int, int]]) -> int:
-        """Insert the rows whose key is not there yet; returns how many were inserted."""
+    def insert_new(self, keys: list[int], src: int, first_seq: int) -> int:
+        """Queue the ``keys`` that are not there yet in ``src``, with seqs ``first_seq, first_seq + 1, ...``
+        in list order; returns how many were inserted. One statement: the keys travel as one JSON array,
+        which costs less than binding a row at a time (this is the expiry ingestion's hot path)."""
         before = self._db.total_changes
-        self._db.executemany("INSERT OR IGNORE INTO queue (key, src, seq, state) VALUES (?, ?, ?, ?)", rows)
+        self._db.execute("INSERT OR IGNORE INTO queue (key, src, seq, state) "
+                         "SELECT j.value, ?, ? + j.key, 0 FROM json_each(?) AS j", (src, first_seq, json.dumps(keys)))
         return self._db.total_changes - before
 
     def set_state(self, key: int, state: int) -> None:

@@ -150,19 +150,20 @@ class RenderQueue:
             kept = [(m, key) for m, key in candidates if key in known or keep_unknown(m)]
             outcome["not_rendered_yet"] += len(candidates) - len(kept)
             candidates = kept
-        by_zoom: dict[int, list[tuple[int, int, int, int]]] = {}
-        back = self._back
+        by_zoom: dict[int, list[int]] = {}
         for m, key in candidates:
-            by_zoom.setdefault(m.z, []).append((key, m.z, next(back), QUEUED))
+            by_zoom.setdefault(m.z, []).append(key)
         with self._store.batch():
-            for zoom, rows in by_zoom.items():
+            for zoom, keys in by_zoom.items():
                 # A row that is there already is queued (in-flight ones were sorted out above), and
                 # background is the lowest class: it stays as it is ("merged"). The seq it was offered
                 # is simply never used.
-                queued = self._store.insert_new(rows)
+                first = next(self._back)
+                self._back = itertools.count(first + len(keys))
+                queued = self._store.insert_new(keys, zoom, first)
                 self._lengths[zoom] += queued
                 outcome["queued"] += queued
-                outcome["merged"] += len(rows) - queued
+                outcome["merged"] += len(keys) - queued
             self._store.set_states(dirty, RENDERING_DIRTY)
         return outcome
 
