@@ -68,7 +68,7 @@ class Bus:
     async def close(self, reason: str) -> None:
         self._serving = False
         await self.supervisor.close()
-        self.pending.fail_all(ConnectionLost(reason))
+        self.pending.fail_all(ConnectionLost(reason), keep_durable=False)
 
     @property
     def connection(self) -> Connection | None:

@@ -68,6 +68,11 @@ class Config(BaseSettings):
     # A starting unit waits up to this long for listening debuggers (qbroker-debug) to follow its replies,
     # so a short-lived client's reply is never missed; with no debugger it does not wait at all.
     debugger_wait: float = Field(0.5, ge=0)
+    # The unit's reply queue outlives a broker restart (durable, not exclusive, deleted x-expires after the
+    # unit is gone), so the reply to a guaranteed request sent while the unit reconnects still reaches it.
+    # Off by default: an exclusive queue can be consumed by its own connection only.
+    durable_reply_queue: bool = False
+    reply_queue_expiry: float = Field(60.0, gt=0)
 
     @property
     def debuggers_queue_name(self) -> str:

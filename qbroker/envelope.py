@@ -57,6 +57,7 @@ def build_message(
     expiration_s: float | None = None,
     priority: int | None = None,
     user_id: str | None = None,
+    persistent: bool = False,
     codecs: CodecRegistry = default_codecs,
 ) -> aio_pika.Message:
     headers: dict[str, Any] = {"version": PROTOCOL_VERSION, "app": app}
@@ -83,7 +84,8 @@ def build_message(
         priority=priority,
         user_id=user_id,
         timestamp=time.time(),
-        delivery_mode=aio_pika.DeliveryMode.NOT_PERSISTENT,
+        # Persistent only when asked (a guaranteed request): written to disk, it survives a broker restart.
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT if persistent else aio_pika.DeliveryMode.NOT_PERSISTENT,
     )
 
 

@@ -89,7 +89,13 @@ async def declare_rpc_queue(
 
 async def declare_unit_queue(channel: Channel, config: Config, kind: Literal["reply", "alert"],
                              uuid: str) -> Queue:
-    """``reply_<uuid>`` / ``alert_<uuid>``: the unit's own non-persistent queues."""
+    """``reply_<uuid>`` / ``alert_<uuid>``: the unit's own non-persistent queues (a durable reply queue when
+    ``config.durable_reply_queue``: see Config)."""
+    if kind == "reply" and config.durable_reply_queue:
+        return await channel.declare_queue(
+            config.queue_name(kind, uuid), durable=True, exclusive=False, auto_delete=False,
+            arguments={"x-expires": int(config.reply_queue_expiry * 1000)},
+        )
     return await channel.declare_queue(
         config.queue_name(kind, uuid), durable=False, exclusive=True, auto_delete=True
     )

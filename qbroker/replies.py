@@ -69,17 +69,23 @@ class PendingReplies:
         self._calls: dict[str, asyncio.Future[Reply]] = {}
         # A gather's queue gets its replies, then the QBrokerError that ended it early (connection lost).
         self._gathers: dict[str, asyncio.Queue[Reply | QBrokerError]] = {}
+        self._durable: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._calls)
 
-    def expect(self, message_id: str) -> asyncio.Future[Reply]:
+    def expect(self, message_id: str, *, durable: bool = False) -> asyncio.Future[Reply]:
+        """A future for the reply to ``message_id``; a ``durable`` one (a guaranteed request) outlives a
+        lost connection: its request is kept by the broker and answered once both sides are back."""
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._calls[message_id] = future
+        if durable:
+            self._durable.add(message_id)
         return future
 
     def forget(self, message_id: str) -> None:
         self._calls.pop(message_id, None)
+        self._durable.discard(message_id)
 
     def open_gather(self, message_id: str) -> asyncio.Queue[Reply | QBrokerError]:
         queue: asyncio.Queue[Reply | QBrokerError] = asyncio.Queue()
@@ -105,11 +111,14 @@ class PendingReplies:
             return True
         return False
 
-    def fail_all(self, exc: QBrokerError) -> None:
-        """Connection lost: calls in flight fail fast instead of waiting for a reply that can't come."""
-        calls, self._calls = self._calls, {}
-        for future in calls.values():
-            if not future.done():
+    def fail_all(self, exc: QBrokerError, *, keep_durable: bool = True) -> None:
+        """Connection lost: calls in flight fail fast instead of waiting for a reply that can't come;
+        guaranteed ones keep waiting (``keep_durable``) unless the unit itself is closing."""
+        keep = self._durable if keep_durable else set()
+        calls = self._calls
+        self._calls = {key: future for key, future in calls.items() if key in keep}
+        for key, future in calls.items():
+            if key not in keep and not future.done():
                 future.set_exception(exc)
         # Gathers end now with what they have: no further reply can reach a closed reply queue.
         for queue in self._gathers.values():

@@ -164,20 +164,24 @@ def _expire(future: asyncio.Future[Reply], name: str, timeout: float) -> None:
 
 
 async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = False,
-               priority: int | None = None, content_type: str = JSON) -> Reply:
-    """Publish one request and wait for its reply (which may carry an error element)."""
+               priority: int | None = None, content_type: str = JSON, guarantee: bool = False) -> Reply:
+    """Publish one request and wait for its reply (which may carry an error element).
+
+    ``guarantee`` (EventMQ): the request is persistent and the call keeps waiting across a lost
+    connection, so a request the broker holds through its restart is processed and answered once both
+    sides are back (at least once: the handler may run twice if its server dies mid-request)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     if not await bus.wait_connected(timeout):
         raise ConnectionLost(f"not connected to a broker within {timeout}s (calling {name})")
     message_id = uuid.uuid4().hex
-    future = bus.pending.expect(message_id)
+    future = bus.pending.expect(message_id, durable=guarantee)
     try:
         try:
             message = bus.make_message(
                 body, kind="rpc", name=name, message_id=message_id, reply_to=bus.uuid, debug=debug,
                 content_type=content_type, deadline=time.time() + timeout,
-                expiration_s=_expiration(timeout), priority=priority,
+                expiration_s=_expiration(timeout), priority=priority, persistent=guarantee,
             )
         except CodecError as exc:
             raise RequestError("bad_request_body", f"cannot encode request for {name}: {exc}") from exc

@@ -283,15 +283,18 @@ class Unit:
             raise NotStarted(f"{what}() on a unit that is {self.state}: call start() first")
 
     async def call_reply(self, name: str, body: Any = None, *, timeout: float | None = None, debug: bool = False,
-                         priority: int | None = None, retries: int = 0, content_type: str = JSON) -> Reply:
-        """Call ``name``; return the Reply (ok or warn), raise the remote error (error or fail)."""
+                         priority: int | None = None, retries: int = 0, content_type: str = JSON,
+                         guarantee: bool = False) -> Reply:
+        """Call ``name``; return the Reply (ok or warn), raise the remote error (error or fail).
+
+        ``guarantee``: a persistent request that survives a broker restart (docs/semantics.md)."""
         self._check_started("call")
         timeout = self.config.call_timeout if timeout is None else timeout
         attempt = 0
         while True:
             try:
                 reply = await rpc.call(self.bus, name, body, timeout=timeout, debug=debug, priority=priority,
-                                       content_type=content_type)
+                                       content_type=content_type, guarantee=guarantee)
                 reply.raise_for_status()
                 if reply.warning is not None:
                     self.log.warning("call answered with a warning", name=name, warning=reply.warning.message,
@@ -315,21 +318,22 @@ class Unit:
                            "qbroker-dead-letter or a unit with dead_letters=True", part=exc.part)
 
     async def call(self, name: str, body: Any = None, *, timeout: float | None = None, debug: bool = False,
-                   priority: int | None = None, retries: int = 0, content_type: str = JSON) -> Any:
+                   priority: int | None = None, retries: int = 0, content_type: str = JSON,
+                   guarantee: bool = False) -> Any:
         """Call ``name`` and return the reply body; raise the remote error."""
         reply = await self.call_reply(name, body, timeout=timeout, debug=debug, priority=priority,
-                                      retries=retries, content_type=content_type)
+                                      retries=retries, content_type=content_type, guarantee=guarantee)
         return reply.body
 
     async def cast(self, name: str, body: Any = None, *, priority: int | None = None,
-                   ttl: float | None = None, content_type: str = JSON) -> None:
-        """A one-way request (RQ NOREPLY): one server handles it, nobody is answered."""
+                   ttl: float | None = None, content_type: str = JSON, guarantee: bool = False) -> None:
+        """A one-way request (RQ NOREPLY): one server handles it, nobody is answered; ``guarantee``: persistent."""
         self._check_started("cast")
         # Unserved casts expire (to `dead`, counted) instead of running as a stale burst on restart.
         ttl = self.config.cast_ttl if ttl is None else ttl
         message = self.bus.make_message(body, kind="rpc", name=name, message_id=uuid.uuid4().hex,
                                         content_type=content_type, expiration_s=ttl, priority=priority,
-                                        deadline=time.time() + ttl)
+                                        deadline=time.time() + ttl, persistent=guarantee)
         if not await self.bus.wait_connected(self.config.call_timeout):
             raise ConnectionLost(f"not connected to a broker (cast {name})")
         await self.bus.publish("rpc", name, message)

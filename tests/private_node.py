@@ -35,6 +35,12 @@ class PrivateNode:
     def ctl(self, *args: str) -> None:
         rabbitmqctl("-n", self.name, *args)
 
+    def ready_messages(self, queue: str) -> int:
+        """Messages waiting in ``queue`` on this node (0 when it does not exist)."""
+        out = rabbitmqctl("-n", self.name, "list_queues", "-q", "--no-table-headers", "name", "messages_ready").stdout
+        counts = dict(line.split("\t") for line in out.splitlines() if line.count("\t") == 1)
+        return int(counts.get(queue, 0))
+
     def stop_app(self) -> None:
         self.ctl("stop_app")
 

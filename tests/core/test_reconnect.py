@@ -161,3 +161,42 @@ async def test_broker_restart_with_1000_calls_in_flight(private_node: PrivateNod
     finally:
         await client.stop()
         await server.stop()
+
+
+async def test_a_guaranteed_request_survives_a_broker_restart(private_node: PrivateNode) -> None:
+    """EventMQ guarantee: persistent, confirmed, kept by the broker through its restart, answered after it."""
+    name = "t.guaranteed"
+    served: list[int] = []
+
+    def server_unit() -> Unit:
+        server = _unit("test.server", private_node.url)
+
+        @server.rpc(name)
+        async def work(n: int) -> int:
+            served.append(n)
+            return n * 2
+
+        return server
+
+    first = server_unit()
+    await first.start()  # declares rpc_t.guaranteed (durable)
+    await first.stop()  # nobody serves it now: the request will wait in the queue
+    client = Unit("test.client", config=Config(url=private_node.url, heartbeat=5, reconnect_backoff_max=0.5,
+                                                connect_timeout=2, durable_reply_queue=True))
+    await client.start()
+    second: Unit | None = None
+    try:
+        call = asyncio.create_task(client.call(name, {"n": 21}, timeout=HANG, guarantee=True))
+
+        await eventually(lambda: private_node.ready_messages(f"rpc_{name}") == 1, timeout=HANG, interval=0.2)
+        await asyncio.to_thread(private_node.stop_app)
+        await asyncio.to_thread(private_node.start_app)
+        assert not call.done()  # a guaranteed call outlives the lost connection
+        second = server_unit()  # a server comes back after the restart and finds the request
+        await second.start()
+        assert await asyncio.wait_for(call, HANG) == 42
+        assert served == [21]
+    finally:
+        await client.stop()
+        if second is not None:
+            await second.stop()
