@@ -95,6 +95,14 @@ def snoop(
             "--discover-timeout", min=0.0, help="Seconds to collect qbroker.ping replies at start-up."
         ),
     ] = 1.0,
+    recheck: Annotated[
+        float,
+        typer.Option(
+            "--recheck", min=0.0,
+            help="Seconds between roll calls (qbroker.ping); a unit missing two is forgotten and its "
+            "endpoint names unbound, so a dead server's names answer no_server again. 0: never.",
+        ),
+    ] = 10.0,
     count: Annotated[
         int | None, typer.Option("--count", "-c", min=1, help="Exit after showing N messages.")
     ] = None,
@@ -135,6 +143,7 @@ def snoop(
         max_events=count,
         duration=duration,
         discover_timeout=discover_timeout,
+        recheck_interval=recheck,
     )
     raise typer.Exit(_run(options, settings, verbose))
 

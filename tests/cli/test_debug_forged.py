@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 import orjson
+import pytest
 from pamqp.commands import Basic
 
 from tests.broker import rabbitmqctl
@@ -66,6 +67,37 @@ async def test_forged_x_death_and_wildcard_announcement(amqp_url: str, vhost: st
         keys = debug_rpc_binding_keys(vhost)
         assert "t.real.name" in keys and "clitest.after.forgery" in keys
         assert not {"#", "a.*"} & keys, keys
+    finally:
+        code, _, _ = await snooper.stop()
+    assert code == 0
+
+
+async def test_dead_servers_names_stop_being_routable_while_a_debugger_runs(
+    amqp_url: str, vhost: str, make_unit: Any
+) -> None:
+    """A per-instance endpoint (like a render thread's) of a unit killed without qbroker.stop: the
+    debugger's roll call forgets the unit and unbinds the name, so calls fail fast with no_server."""
+    from qbroker import NoServer
+    from qbroker.testing import eventually
+
+    name = f"clitest.instance.{uuid.uuid4().hex[:8]}"
+    server = await make_unit("clitest.instance")
+
+    @server.rpc(name, exclusive=True)
+    async def instance() -> str:
+        return "alive"
+
+    await server.start()
+    client = await make_unit("clitest.client")
+    await client.start()
+    snooper = await Snooper.start(amqp_url, "--json", "--recheck", "0.3", "--discover-timeout", "0.5")
+    try:
+        await eventually(lambda: name in debug_rpc_binding_keys(vhost), timeout=60)
+        assert await client.call(name, timeout=30) == "alive"
+        await server.kill()  # no qbroker.stop: its exclusive queue vanishes, the debugger's binding stays
+        await eventually(lambda: name not in debug_rpc_binding_keys(vhost), timeout=60)
+        with pytest.raises(NoServer):
+            await client.call(name, timeout=30)
     finally:
         code, _, _ = await snooper.stop()
     assert code == 0

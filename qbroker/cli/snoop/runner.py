@@ -45,6 +45,10 @@ class DebugSettings:
     max_events: int | None = None
     duration: float | None = None
     discover_timeout: float = 1.0
+    # Seconds between roll calls (qbroker.ping); 0 = never. A unit that misses two in a row is forgotten
+    # and its endpoint names unbound: a server that died without qbroker.stop (SIGKILL, a render
+    # thread's endpoint) must not stay routable through our queue, or its callers get no no_server.
+    recheck_interval: float = 10.0
 
 
 class Debugger:
@@ -54,6 +58,7 @@ class Debugger:
         self.exchanges = {role: config.exchange_name(role) for role in ROLES}  # type: ignore[arg-type]
         self.roles = {name: role for role, name in self.exchanges.items()}
         self.directory = UnitDirectory(unit.uuid, everything=settings.everything)
+        self.missed: dict[str, int] = {}  # roll calls a known unit has missed in a row
         self.tracker = RequestTracker()
         self.inbox: asyncio.Queue[Captured] = asyncio.Queue()
         self.stopping = asyncio.Event()
@@ -95,10 +100,32 @@ class Debugger:
 
     async def discover(self) -> None:
         """Follow the units already running: they all answer ``qbroker.ping``."""
+        await self.roll_call(forget_missing=False)
+
+    async def roll_call(self, *, forget_missing: bool = True) -> None:
+        """Ping every unit; learn what answers (its endpoints now), forget what missed two roll calls."""
+        answered: set[str] = set()
         async for reply in self.unit.gather("qbroker.ping", {}, timeout=self.settings.discover_timeout):
             if isinstance(reply.body, dict):
-                self.directory.learn(reply.body)
+                unit = self.directory.learn(reply.body)
+                if unit is not None:
+                    answered.add(unit.uuid)
+        if forget_missing:
+            for uuid in list(self.directory.units):
+                if uuid in answered:
+                    self.missed.pop(uuid, None)
+                    continue
+                self.missed[uuid] = self.missed.get(uuid, 0) + 1
+                if self.missed[uuid] >= 2:
+                    self.missed.pop(uuid, None)
+                    self.directory.forget(uuid)
         await self.queues.sync(self.directory.desired())
+
+    async def recheck_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.recheck_interval)
+            with contextlib.suppress(QBrokerError):
+                await self.roll_call()
 
     async def run(self) -> None:
         deadline = time.monotonic() + self.settings.duration if self.settings.duration else None
@@ -221,6 +248,7 @@ class DebuggerService:
     def __init__(self, debugger: Debugger) -> None:
         self.debugger = debugger
         self._printing: asyncio.Task[None] | None = None
+        self._recheck: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         debugger = self.debugger
@@ -236,8 +264,12 @@ class DebuggerService:
         )
         self._printing = asyncio.create_task(debugger.run(), name="qbroker-debug-printer")
         self._printing.add_done_callback(lambda _: debugger.stopping.set())
+        if debugger.settings.recheck_interval > 0 and not debugger.settings.firehose:
+            self._recheck = asyncio.create_task(debugger.recheck_loop(), name="qbroker-debug-recheck")
 
     async def stop(self) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
         self.debugger.stopping.set()
         try:
             if self._printing is not None:
