@@ -140,7 +140,8 @@ _ROLE_TOPICS: dict[str, dict[str, list[str]]] = {
                      "hear": [], "osm_write": [], "osm_read": []},
     "client": {"call": [r"toposm\.queuemaster", SPARK], "serve": [], "alert": [],
                # discovery and job progress; not qbroker.broadcast.*, which are requests to servers
-               "hear": [r"spark\.progress\..+", r"qbroker\.(start|stop)"],
+               # `qbroker call` follows `<first word of the name>.progress.#` while its call runs
+               "hear": [WORD + r"\.progress\..+", r"qbroker\.(start|stop)"],
                "osm_write": [r"toposm\.queuemaster"], "osm_read": []},
 }
 

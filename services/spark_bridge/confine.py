@@ -87,14 +87,20 @@ class InputRoots:
         if not self._inside(lexical):
             raise InputRefused("input_not_allowed", f"{_shown(raw)} is outside the bridge's input roots")
         try:
-            resolved = candidate.resolve(strict=True)
-        except (FileNotFoundError, NotADirectoryError):
-            raise InputRefused("no_such_input", f"{_shown(raw)}: no such file in the input roots") from None
+            # Not strict: a symlink to a missing file outside is followed to its target all the same, so
+            # it is refused as outside, like one to an existing file (a planted link probes nothing).
+            resolved = candidate.resolve()
         except (OSError, RuntimeError):  # permission denied on a component, symlink loop
             raise InputRefused("input_not_allowed", f"{_shown(raw)} cannot be used") from None
         if not self._inside(resolved):
             # A symlink (or ..) inside a root pointing out of it.
             raise InputRefused("input_not_allowed", f"{_shown(raw)} is outside the bridge's input roots")
+        try:
+            found = resolved.exists()
+        except OSError:  # permission denied inside a root
+            raise InputRefused("input_not_allowed", f"{_shown(raw)} cannot be used") from None
+        if not found:
+            raise InputRefused("no_such_input", f"{_shown(raw)}: no such file in the input roots")
         return resolved
 
     def regular_file(self, raw: str) -> Path:

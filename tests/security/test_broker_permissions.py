@@ -149,6 +149,10 @@ async def test_wildcard_bindings_cannot_widen_a_role(provisioned) -> None:
         # a broadcast to the queuemaster is a request to it: a client must not hear (and answer) one
         await _bind_refused(conn, "alert", "qbroker.broadcast.toposm.queuemaster")
         await _bind_refused(conn, "alert", "qbroker.broadcast.#")
+        channel = await conn.channel()  # but it follows progress, as `qbroker call` does while it waits
+        queue = await channel.declare_queue(f"alert_{uuid.uuid4().hex}", exclusive=True, auto_delete=True)
+        for key in ("toposm.progress.#", "spark.progress.#"):
+            await queue.bind(await channel.get_exchange("alert", ensure=False), routing_key=key)
     async with raw(provisioned, "operator") as conn:  # the same bindings are the operator's debugger
         channel = await conn.channel()
         queue = await channel.declare_queue(exclusive=True)

@@ -71,6 +71,7 @@ async def refused(client, name: str, body: dict) -> RequestFailed:
 async def test_paths_outside_the_roots_are_refused_alike(tight, client, dirs) -> None:
     root, outside = dirs
     os.symlink(outside / "secret.list", root / "link.list")
+    os.symlink(outside / "no-such.list", root / "dangling.list")  # a link to a missing file outside
     (root / "sub").mkdir()
     existing = await refused(client, "spark.expire", {"paths": ["/etc/passwd"]})
     missing = await refused(client, "spark.expire", {"paths": ["/etc/no-such-file-here"]})
@@ -79,7 +80,8 @@ async def test_paths_outside_the_roots_are_refused_alike(tight, client, dirs) ->
     assert existing.message.replace("/etc/passwd", "P") == missing.message.replace("/etc/no-such-file-here", "P")
     assert "root:" not in existing.message
     for path in (str(root / ".." / "private" / "secret.list"), str(root / "sub" / ".." / ".." / "private"),
-                 str(root / "link.list"), "../private/secret.list", "/", "/dev/zero", str(outside)):
+                 str(root / "link.list"), "dangling.list", "../private/secret.list", "/", "/dev/zero",
+                 str(outside)):
         err = await refused(client, "spark.expire", {"paths": [path]})
         assert err.id == "input_not_allowed", (path, err.message)
 
