@@ -199,6 +199,12 @@ class Bus:
         except Exception as exc:  # the reply consumer is no-ack: a caller may still be waiting for it
             self.log.warning("unreadable reply", error=repr(exc), correlation_id=_text(message.correlation_id))
             reply = failed_reply(message, InternalError(f"unreadable reply ({type(exc).__name__})"))
+        if (message.headers or {}).get("notice") == "delivered":
+            try:
+                self.pending.delivered(reply)
+            except Exception as exc:  # the caller's callback: its bug must not cost the reply that follows
+                self.log.warning("delivered-notice callback failed", error=repr(exc))
+            return
         self._deliver(reply, message)
 
     def _deliver(self, reply: Reply, message: AbstractIncomingMessage) -> None:
@@ -244,6 +250,15 @@ class Bus:
         limit = self.config.max_body_bytes
         if len(message.body) > limit:
             raise BadMessage("too_large", f"message body of {len(message.body)} bytes exceeds the limit of {limit}")
+
+    async def send_notice(self, reply_to: str, correlation_id: str | None) -> None:
+        """RQ DELIVERED: tell a caller that asked that its request reached this server. Never raises."""
+        try:
+            message = self.make_message(None, kind="reply", message_id=uuid.uuid4().hex,
+                                        correlation_id=correlation_id, notice="delivered")
+            await self.publish("reply", reply_to, message)
+        except Exception as exc:  # only a notice: the reply itself still follows
+            self.log.debug("delivered notice not sent", correlation_id=correlation_id, error=repr(exc))
 
     async def send_reply(self, reply_to: str, correlation_id: str | None, body: Any, error: ErrorInfo | None,
                          *, debug: bool = False) -> None:

@@ -58,9 +58,15 @@ def build_message(
     priority: int | None = None,
     user_id: str | None = None,
     persistent: bool = False,
+    notify: bool = False,
+    notice: str | None = None,
     codecs: CodecRegistry = default_codecs,
 ) -> aio_pika.Message:
     headers: dict[str, Any] = {"version": PROTOCOL_VERSION, "app": app}
+    if notify:  # RQ DELIVERED, opt-in: the server tells the caller when it picks the request up
+        headers["notify"] = "delivered"
+    if notice is not None:  # such a notice: not the reply, which still follows
+        headers["notice"] = notice
     if name is not None:
         headers["name"] = name
     if debug:

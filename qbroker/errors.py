@@ -33,6 +33,9 @@ class QBrokerError(Exception):
     status: ClassVar[Status] = "error"
     error_id: ClassVar[str] = "error"
     retryable: ClassVar[bool] = False
+    # RQ UNDELIVERED: the request died without being processed (no server, expired in its queue, past its
+    # deadline, poison): the caller knows no handler ran it to the end.
+    undelivered: ClassVar[bool] = False
 
     def __init__(self, *args: str, part: str = "", trace: str | None = None, detail: str | None = None) -> None:
         # RequestFailed("bad_tile", "tile out of range") or NoServer("no server for x").
@@ -69,6 +72,7 @@ class RequestError(QBrokerError):
 
 class NoServer(RequestFailed):
     error_id = "no_server"
+    undelivered = True
 
 
 class InvalidParams(RequestFailed):
@@ -87,6 +91,7 @@ class BadMessage(RequestFailed):
 
 class TimedOutInQueue(RequestError):
     error_id = "queue_timeout"
+    undelivered = True
     retryable = True
 
 
@@ -125,6 +130,7 @@ class DeadlinePassed(RequestError):
     """The request's ``deadline`` header had passed when a server took it: it was not run."""
 
     error_id = "deadline_passed"
+    undelivered = True
     retryable = True
 
 
@@ -132,6 +138,7 @@ class PoisonRequest(RequestFailed):
     """The request crashed or hung its servers too many times; it went to ``dead`` instead of looping."""
 
     error_id = "poison_request"
+    undelivered = True
 
 
 class NotStarted(QBrokerError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,22 +71,35 @@ class PendingReplies:
         # A gather's queue gets its replies, then the QBrokerError that ended it early (connection lost).
         self._gathers: dict[str, asyncio.Queue[Reply | QBrokerError]] = {}
         self._durable: set[str] = set()
+        self._on_delivered: dict[str, Callable[[Reply], object]] = {}
 
     def __len__(self) -> int:
         return len(self._calls)
 
-    def expect(self, message_id: str, *, durable: bool = False) -> asyncio.Future[Reply]:
+    def expect(self, message_id: str, *, durable: bool = False,
+               on_delivered: Callable[[Reply], object] | None = None) -> asyncio.Future[Reply]:
         """A future for the reply to ``message_id``; a ``durable`` one (a guaranteed request) outlives a
         lost connection: its request is kept by the broker and answered once both sides are back."""
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._calls[message_id] = future
         if durable:
             self._durable.add(message_id)
+        if on_delivered is not None:
+            self._on_delivered[message_id] = on_delivered
         return future
 
     def forget(self, message_id: str) -> None:
         self._calls.pop(message_id, None)
         self._durable.discard(message_id)
+        self._on_delivered.pop(message_id, None)
+
+    def delivered(self, notice: Reply) -> bool:
+        """A server picked up the request ``notice`` answers: tell the caller that asked (once)."""
+        callback = self._on_delivered.pop(notice.header.correlation_id or "", None)
+        if callback is None:
+            return False
+        callback(notice)
+        return True
 
     def open_gather(self, message_id: str) -> asyncio.Queue[Reply | QBrokerError]:
         queue: asyncio.Queue[Reply | QBrokerError] = asyncio.Queue()

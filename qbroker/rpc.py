@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
@@ -47,6 +48,8 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
             # The caller has given up: running it would only do work nobody waits for.
             raise DeadlinePassed(f"request {endpoint.name} reached its server after its deadline; not run")
         body = read_body(message, accept=bus.config.accept, max_bytes=bus.config.max_body_bytes)
+        if reply_to and (message.headers or {}).get("notify") == "delivered":
+            await bus.send_notice(reply_to, message.message_id)
         ctx = RequestContext(header=header, kind="rpc", logger=bus.log, message=message)
         result, error = await run_handler(endpoint.dispatch, body, ctx, endpoint.name,
                                           endpoint.options.timeout, bus.handler_observers)
@@ -164,7 +167,8 @@ def _expire(future: asyncio.Future[Reply], name: str, timeout: float) -> None:
 
 
 async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = False,
-               priority: int | None = None, content_type: str = JSON, guarantee: bool = False) -> Reply:
+               priority: int | None = None, content_type: str = JSON, guarantee: bool = False,
+               on_delivered: Callable[[Reply], object] | None = None) -> Reply:
     """Publish one request and wait for its reply (which may carry an error element).
 
     ``guarantee`` (EventMQ): the request is persistent and the call keeps waiting across a lost
@@ -175,13 +179,14 @@ async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = 
     if not await bus.wait_connected(timeout):
         raise ConnectionLost(f"not connected to a broker within {timeout}s (calling {name})")
     message_id = uuid.uuid4().hex
-    future = bus.pending.expect(message_id, durable=guarantee)
+    future = bus.pending.expect(message_id, durable=guarantee, on_delivered=on_delivered)
     try:
         try:
             message = bus.make_message(
                 body, kind="rpc", name=name, message_id=message_id, reply_to=bus.uuid, debug=debug,
                 content_type=content_type, deadline=time.time() + timeout,
                 expiration_s=_expiration(timeout), priority=priority, persistent=guarantee,
+                notify=on_delivered is not None,
             )
         except CodecError as exc:
             raise RequestError("bad_request_body", f"cannot encode request for {name}: {exc}") from exc
@@ -198,3 +203,13 @@ async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = 
     finally:
         bus.pending.forget(message_id)
     return reply
+
+
+async def explain_timeout(bus: Bus, exc: CallTimeout) -> CallTimeout:
+    """A bare timeout hides the likeliest cause when nobody collects dead letters: say so."""
+    if await bus.dead_letter_consumers() != 0:
+        return exc
+    queue = bus.config.dead_queue_name
+    return CallTimeout(f"{exc.message}; nobody on the bus collects dead letters (no consumer on queue "
+                       f"{queue!r}), so a missing or stopped server cannot be reported: run "
+                       "qbroker-dead-letter or a unit with dead_letters=True", part=exc.part)

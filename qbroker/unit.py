@@ -284,17 +284,18 @@ class Unit:
 
     async def call_reply(self, name: str, body: Any = None, *, timeout: float | None = None, debug: bool = False,
                          priority: int | None = None, retries: int = 0, content_type: str = JSON,
-                         guarantee: bool = False) -> Reply:
+                         guarantee: bool = False, on_delivered: Callable[[Reply], object] | None = None) -> Reply:
         """Call ``name``; return the Reply (ok or warn), raise the remote error (error or fail).
 
-        ``guarantee``: a persistent request that survives a broker restart (docs/semantics.md)."""
+        ``guarantee``: a persistent request that survives a broker restart; ``on_delivered(notice)``: called
+        when a server picks the request up (RQ DELIVERED). See docs/semantics.md."""
         self._check_started("call")
         timeout = self.config.call_timeout if timeout is None else timeout
         attempt = 0
         while True:
             try:
                 reply = await rpc.call(self.bus, name, body, timeout=timeout, debug=debug, priority=priority,
-                                       content_type=content_type, guarantee=guarantee)
+                                       content_type=content_type, guarantee=guarantee, on_delivered=on_delivered)
                 reply.raise_for_status()
                 if reply.warning is not None:
                     self.log.warning("call answered with a warning", name=name, warning=reply.warning.message,
@@ -303,26 +304,18 @@ class Unit:
             except QBrokerError as exc:
                 if not exc.retryable or attempt >= retries or self.state != "started":
                     if isinstance(exc, CallTimeout):
-                        raise await self._explain_timeout(exc) from None
+                        raise await rpc.explain_timeout(self.bus, exc) from None
                     raise
                 attempt += 1
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
 
-    async def _explain_timeout(self, exc: CallTimeout) -> CallTimeout:
-        """A bare timeout hides the likeliest cause when nobody collects dead letters: say so."""
-        if await self.bus.dead_letter_consumers() != 0:
-            return exc
-        queue = self.config.dead_queue_name
-        return CallTimeout(f"{exc.message}; nobody on the bus collects dead letters (no consumer on queue "
-                           f"{queue!r}), so a missing or stopped server cannot be reported: run "
-                           "qbroker-dead-letter or a unit with dead_letters=True", part=exc.part)
-
     async def call(self, name: str, body: Any = None, *, timeout: float | None = None, debug: bool = False,
                    priority: int | None = None, retries: int = 0, content_type: str = JSON,
-                   guarantee: bool = False) -> Any:
+                   guarantee: bool = False, on_delivered: Callable[[Reply], object] | None = None) -> Any:
         """Call ``name`` and return the reply body; raise the remote error."""
         reply = await self.call_reply(name, body, timeout=timeout, debug=debug, priority=priority,
-                                      retries=retries, content_type=content_type, guarantee=guarantee)
+                                      retries=retries, content_type=content_type, guarantee=guarantee,
+                                      on_delivered=on_delivered)
         return reply.body
 
     async def cast(self, name: str, body: Any = None, *, priority: int | None = None,

@@ -68,6 +68,12 @@ def call(
         typer.Option("--progress/--no-progress",
                      help="Show <service>.progress.* alerts while waiting (a bar on a terminal, else lines)."),
     ] = True,
+    notify: Annotated[
+        bool, typer.Option("--notify", help="Say on stderr when a server picks the request up (RQ DELIVERED).")
+    ] = False,
+    guarantee: Annotated[
+        bool, typer.Option("--guarantee", help="A persistent request that survives a broker restart.")
+    ] = False,
 ) -> None:
     """Send an RPC request and print the reply body."""
     options: GlobalOptions = ctx.obj
@@ -84,9 +90,12 @@ def call(
     view = ProgressView() if progress else None
 
     async def action(unit: Unit) -> int:
-        kwargs: dict[str, Any] = {"debug": debug}
+        kwargs: dict[str, Any] = {"debug": debug, "guarantee": guarantee}
         if timeout is not None:
             kwargs["timeout"] = timeout
+        if notify:
+            kwargs["on_delivered"] = lambda notice: say(
+                f"qbroker: delivered to {notice.header.app or '?'} {notice.header.app_id or ''}", style="dim")
         reply = await unit.call_reply(name, holder["body"], **kwargs)
         if view is not None:
             view.close()  # the bar ends before the result is printed

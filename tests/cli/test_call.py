@@ -161,3 +161,11 @@ async def test_exchange_prefix_option_and_environment(amqp_url: str, make_unit: 
     plain = await run_cli(amqp_url, "call", "clitest.where", "--timeout", "20")
     assert plain.code == 2, plain.stderr
     assert "no_server" in plain.stderr
+
+
+async def test_notify_says_when_a_server_took_the_request(amqp_url: str, example: Example) -> None:
+    result = await run_cli(amqp_url, "call", "clitest.echo", "text=hi", "--notify", "--guarantee")
+    assert result.code == 0 and result.json() == {"text": "hi"}
+    assert f"delivered to clitest.example {example.unit.uuid}" in result.stderr
+    nobody = await run_cli(amqp_url, "call", "clitest.nobody", "--notify")
+    assert nobody.code == 2 and "delivered to" not in nobody.stderr and "no_server" in nobody.stderr
