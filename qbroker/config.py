@@ -72,6 +72,10 @@ class Config(BaseSettings):
     # unit is gone), so the reply to a guaranteed request sent while the unit reconnects still reaches it.
     # Off by default: an exclusive queue can be consumed by its own connection only.
     durable_reply_queue: bool = False
+    # A handler running longer than this is stuck (alive, no progress): its endpoint's unacked requests go
+    # to other servers and it takes no new work until its stuck handlers end. None: never (the default;
+    # set it above the slowest legitimate handler, or give endpoints a ``timeout``).
+    stuck_after: float | None = Field(None, gt=0)
     reply_queue_expiry: float = Field(60.0, gt=0)
 
     @property

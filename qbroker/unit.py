@@ -28,13 +28,7 @@ from qbroker.handlers import Extra, Handler
 from qbroker.log import get_logger
 from qbroker.replies import PendingReplies, Reply
 from qbroker.schedule import Schedule, Scheduler
-from qbroker.serving import (
-    EndpointConsumer,
-    broadcast_key,
-    broadcast_listener,
-    consume_endpoint,
-    stop_consuming_endpoint,
-)
+from qbroker.serving import EndpointServing, broadcast_key, broadcast_listener
 from qbroker.transport import Connection, Queue
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -56,7 +50,6 @@ class Unit:
         self.log = get_logger(app=self.app, uuid=self.uuid)
         self.bus = Bus(config, app=self.app, uuid=self.uuid, log=self.log, on_connected=self._on_connected)
         self.endpoints: dict[str, Endpoint] = {}
-        self._consuming: dict[str, EndpointConsumer] = {}
         self._alert_queue: Queue | None = None
         self.listeners: list[Listener] = []
         self.handler_observers = self.bus.handler_observers  # qbroker.metrics hooks in here
@@ -67,6 +60,7 @@ class Unit:
         self._idle.set()
         self._started_at = 0.0
         self.scheduler = Scheduler(self.log)
+        self.serving = EndpointServing(self.bus, self._track)
         # Bounded: a handler stuck in a thread holds one slot; once all are held, further sync requests
         # wait (and their endpoint timeout still answers the caller), the loop never does.
         self.sync_pool = ThreadPoolExecutor(max_workers=config.sync_handler_threads,
@@ -146,8 +140,7 @@ class Unit:
         endpoint.handler = Handler(handler, name, extra=extra, executor=self.sync_pool)
         connection = self.connection
         if connection is not None and not connection.is_closed:  # else the next (re)connect consumes it
-            self._consuming[name] = await consume_endpoint(self.bus, connection, endpoint,
-                                                           self._request_consumer(endpoint))
+            await self.serving.add(connection, endpoint)
             if self._alert_queue is not None:
                 await self._alert_queue.bind(self.config.exchange_name("alert"), routing_key=broadcast_key(name))
         await self.announcer.announce(START)  # debuggers and directories follow the new name
@@ -158,14 +151,22 @@ class Unit:
         self._check_started("remove_endpoint")
         if self.endpoints.pop(name, None) is None:
             raise ValueError(f"no endpoint {name!r} on this unit")
-        consumer = self._consuming.pop(name, None)
-        if consumer is not None:
-            await stop_consuming_endpoint(self.bus, consumer)
+        await self.serving.remove(name)
         self.listeners = [listener for listener in self.listeners if listener.pattern != broadcast_key(name)]
         if self._alert_queue is not None:
             with contextlib.suppress(Exception):  # a lost connection drops the binding with the queue
                 await self._alert_queue.unbind(self.config.exchange_name("alert"), routing_key=broadcast_key(name))
         await self.announcer.announce(START)
+
+    async def pause(self) -> None:
+        """Idle (RQ IDLE): take no new requests (they go to the other servers); the ones in hand finish."""
+        self._check_started("pause")
+        await self.serving.pause()
+
+    async def resume(self) -> None:
+        """Take requests again after ``pause()``."""
+        self._check_started("resume")
+        await self.serving.resume()
 
     def on_connected(self, hook: OnConnected) -> OnConnected:
         """Run ``hook(connection)`` after every (re)connect, once the qbroker topology is declared."""
@@ -208,6 +209,7 @@ class Unit:
 
     async def _close(self) -> None:
         await self.scheduler.close()
+        self.serving.close()
         # Threads cannot be stopped: abandon the ones still running (their requests were answered by
         # their timeout, or are redelivered) and drop the queued ones.
         self.sync_pool.shutdown(wait=False, cancel_futures=True)
@@ -246,10 +248,7 @@ class Unit:
         for pattern in sorted({listener.pattern for listener in self.listeners}):
             await alert_queue.bind(alert_exchange, routing_key=pattern)
         await bus.add_consumer(alert_queue, self._on_alert_message, part="qbroker.alert")
-        self._consuming = {}  # the old connection's consumers died with it
-        for endpoint in list(self.endpoints.values()):
-            self._consuming[endpoint.name] = await consume_endpoint(bus, connection, endpoint,
-                                                                    self._request_consumer(endpoint))
+        await self.serving.attach(connection, list(self.endpoints.values()))
         if self.dead_letters is not None:
             await self.dead_letters.attach(connection)
         for hook in self._hooks:
@@ -257,16 +256,10 @@ class Unit:
 
     # -- consuming ---------------------------------------------------------------------------------
 
-    def _request_consumer(self, endpoint: Endpoint) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
-        async def consume(message: AbstractIncomingMessage) -> None:
-            await self._track(rpc.serve_request(self.bus, endpoint, message), message)
-
-        return consume
-
     async def _on_alert_message(self, message: AbstractIncomingMessage) -> None:
-        await self._track(serve_alert(self.bus, self.listeners, message), message)
+        await self._track(serve_alert(self.bus, self.listeners, message))
 
-    async def _track(self, work: Awaitable[None], message: AbstractIncomingMessage) -> None:
+    async def _track(self, work: Awaitable[None]) -> None:
         self._inflight += 1
         self._idle.clear()
         try:
@@ -385,6 +378,7 @@ class Unit:
             "uptime": round(time.time() - self._started_at, 3) if self._started_at else 0.0,
             "listeners": sorted({listener.pattern for listener in self.listeners}),
             "endpoints": {name: ep.describe() for name, ep in sorted(self.endpoints.items())},
+            "idle": self.serving.paused,
             **({"dead_letters": self.dead_letters.stats()} if self.dead_letters is not None else {}),
         }
 
