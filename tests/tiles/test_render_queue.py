@@ -103,3 +103,40 @@ def test_picks_skip_raised_items_left_in_the_heap(tmp_path):
     assert picked == metatiles[1::2]
     assert q.pop(14) is None
     assert [q.pop(IMPORTANT) for _ in range(n // 2)] == metatiles[::2]
+
+
+def test_add_expired_counts_each_outcome_and_keeps_fifo(tmp_path):
+    q = make(tmp_path)
+    a, b, c, d, e = (Metatile(12, i, 0) for i in range(5))
+    q.add(a, "background")
+    q.add(b, "missing")
+    assert q.pop(MISSING) == b  # b in flight
+    q.add(c, "missing")
+    assert q.pop(MISSING) == c
+    q.add(c, "background")  # c in flight and dirty already
+    outcome = q.add_expired([a, b, c, d, e, d], keep_unknown=lambda m: m != e)
+    assert outcome == {"merged": 2, "marked_dirty": 1, "rendering": 1, "queued": 1, "not_rendered_yet": 1}
+    assert q.background_by_zoom() == {12: 2}
+    assert [q.pop(12), q.pop(12), q.pop(12)] == [a, d, None]
+    assert q.finish(b) is True and q.pop(12) == b  # expired while rendering: queued again, at the back
+
+
+def test_state_file_of_the_old_layout_is_migrated(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE metatiles (z INTEGER NOT NULL, mx INTEGER NOT NULL, my INTEGER NOT NULL, cls TEXT NOT NULL,
+            seq INTEGER NOT NULL, rendering INTEGER NOT NULL, dirty INTEGER NOT NULL, PRIMARY KEY (z, mx, my))
+            WITHOUT ROWID;
+        INSERT INTO metatiles VALUES (9, 1, 0, 'background', 1, 0, 0), (9, 2, 0, 'background', 2, 1, 0),
+            (4, 1, 1, 'missing', 3, 0, 0), (9, 3, 0, 'important', 4, 0, 0);
+    """)
+    db.commit()
+    db.close()
+    q = make(tmp_path, "old.sqlite")
+    assert (q.missing, q.important, q.background_by_zoom()) == (1, 1, {9: 2})
+    assert q.pop(9) == Metatile(9, 2, 0)  # in flight when the old queuemaster stopped: back at the front
+    assert q.pop(9) == Metatile(9, 1, 0)
+    assert q.pop(MISSING) == Metatile(4, 1, 1) and q.pop(IMPORTANT) == Metatile(9, 3, 0)
