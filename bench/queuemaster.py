@@ -192,12 +192,14 @@ async def bench_dispatch_null_vs_floor(n_threads: int, per_round: int, rounds: i
             for name in names[r % 2:] + names[:r % 2]:
                 row[name + "_sequential_calls_per_s"] = round((await measure(floors[name], floor_calls, 1))
                                                               ["calls_per_s"], 1)
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), cpu_seconds(procs[0].pid)
             await unit.call("toposm.queuemaster", {"command": "expire",
                                                    "tiles": metatile_tiles(per_round, first=r * per_round)})
             done += per_round
             await wait_for(unit, lambda s, done=done: s["counters"]["rendered"] >= done)
             row["null_dispatch_metatiles_per_s"] = round(per_round / (time.perf_counter() - t0), 1)
+            # What one dispatched metatile costs the queuemaster (two RPCs, the queue, the stats polls).
+            row["queuemaster_cpu_ms_per_metatile"] = round((cpu_seconds(procs[0].pid) - cpu0) / per_round * 1000, 3)
             for name in names:
                 row[f"ratio_to_{name}"] = round(row["null_dispatch_metatiles_per_s"]
                                                 / row[name + "_sequential_calls_per_s"], 3)
