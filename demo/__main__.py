@@ -1,5 +1,7 @@
-"""``bin/demo``: start the TopOSM queuemaster, Mapnik renderers and the Spark bridge on the local broker,
-request map tiles, expire them from an OSM change through Spark, and compute render stats with Spark.
+"""``bin/demo``: import the real Helsinki extract, start the TopOSM queuemaster, Mapnik renderers and the Spark
+bridge on the local broker, request map tiles, publish a real-looking OSM edit as a replication diff and let
+``toposm-replicate`` apply it (Spark expires the tiles it touches, the renderers redraw them: before/after
+pictures), and compute render stats with Spark. Map data © OpenStreetMap contributors (ODbL).
 
     bin/demo [--workdir var/demo] [--renderers 2] [--web-port 8080] [--keep-running]
 
@@ -22,8 +24,8 @@ from typing import Any
 
 import qbroker
 from demo.accounts import DemoAccounts, demo_accounts
-from demo.osm_changes import write_town_changes
-from demo.stack import free_port, start_stack, town_tile, write_overview
+from demo.osm_changes import DemoEdit, helsinki_edit, publish
+from demo.stack import free_port, start_stack, tile_at, write_overview
 from qbroker import QBrokerError, Unit
 from qbroker.log import configure_logging
 from services.tiles.tile_store import TileStore
@@ -77,7 +79,31 @@ async def wait_web(url: str, within: float = 60) -> None:
             await asyncio.sleep(0.3)
 
 
-async def run(workdir: Path, renderers: int, web_url: str, keep_running: bool) -> None:
+def changed_pixels(before: Path, after: Path) -> int:
+    from PIL import Image, ImageChops
+
+    diff = ImageChops.difference(Image.open(before).convert("RGB"), Image.open(after).convert("RGB")).convert("L")
+    histogram = diff.point(lambda v: 255 if v else 0).histogram()
+    return int(histogram[255])
+
+
+async def replicate(workdir: Path, store: Path, env: dict[str, str] | None) -> dict[str, Any]:
+    """Run toposm-replicate once over the demo's replication directory; returns STORE/replication.json."""
+    proc = await asyncio.create_subprocess_exec(
+        str(BIN / "toposm-replicate"), "--source", str(workdir / "replication"), "--store", str(store),
+        "--start", "1", "--once", "--min-zoom", "12", "--max-zoom", "17",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
+    out, _ = await asyncio.wait_for(proc.communicate(), 600)
+    (workdir / "replicate.log").write_bytes(out)
+    if proc.returncode != 0:
+        raise RuntimeError(f"toposm-replicate failed ({proc.returncode}): {out.decode()[-1000:]}")
+    status: dict[str, Any] = json.loads((store / "replication.json").read_text())
+    return status
+
+
+async def run(workdir: Path, renderers: int, web_url: str, keep_running: bool, edit: DemoEdit, store: Path,
+              replicate_env: dict[str, str] | None) -> None:
+    lon, lat = edit.centre
     async with Unit("qbroker.demo") as unit:
         await wait_web(web_url)
         step(f"live status page {web_url}/   slippy map {web_url}/map   metrics {web_url}/metrics")
@@ -93,28 +119,35 @@ async def run(workdir: Path, renderers: int, web_url: str, keep_running: bool) -
             if info["uuid"] != unit.uuid:
                 print(f"  {info['app']:<22} {info['uuid'][:8]}  pid {info['pid']:<7} {', '.join(info['endpoints'])}")
 
-        step("requesting the Port Qbroker centre tile at zooms 10-16 (answered when drawn)")
+        step(f"requesting the tiles of central Helsinki at {lon:.4f},{lat:.4f}, zooms 10-17 (answered when drawn)")
         started = time.monotonic()
-        tiles = [town_tile(z) for z in range(10, 17)]
+        tiles = [tile_at(lon, lat, z) for z in range(10, 18)]
         replies = await asyncio.gather(*(unit.call(QM, {"command": "render", "tile": str(t)}, timeout=180)
                                          for t in tiles))
         for reply in replies:
             print(f"  {reply['tile']:<16} rendered (metatile {reply['metatile']})")
         print(f"  {len(replies)} tiles in {time.monotonic() - started:.1f}s")
         before = (await unit.call(QM, {"command": "stats"}))["counters"]
+        tile_store = TileStore(workdir / "tiles")
+        for z in (16, 17):
+            write_overview(tile_store, tile_at(lon, lat, z).metatile, workdir / f"before-{z}.png")
 
-        step("an OSM change in the town: Spark turns it into expired metatiles at zooms 12-16")
-        osc = write_town_changes(workdir / "changes.osc.gz")
-        result = await unit.call("spark.expire", {"paths": [str(osc.resolve())], "min_zoom": 12, "max_zoom": 16,
-                                                  "wait": True}, timeout=300)
-        job = result.get("result", result)
-        print(f"  job {result.get('job_id', '?')}: {json.dumps(job.get('tiles_per_zoom', job))}")
-        print(f"  metatiles per zoom: {json.dumps(job.get('metatiles_per_zoom'))}")
-        print(f"  unresolved ways: {job.get('unresolved_ways')}")
+        step(f"an OSM edit published as replication diff 1: {edit.streets and 'Mikonkatu'} renamed "
+             f"Qbrokerinkatu, node {edit.moved_node} moved, building {edit.new_building} drawn")
+        diff = publish(workdir / "replication", 1, edit.text, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        print(f"  {diff.relative_to(workdir)} and state.txt written; running toposm-replicate --once")
+        status = await replicate(workdir, store, replicate_env)
+        inputs = status.get("inputs") or {}
+        print(f"  applied sequence {status['sequence']}: {status['metatiles']} metatiles expired (zooms 12-17); "
+              f"ways resolved from the geometry store: {inputs.get('ways')}, moved nodes: {inputs.get('moved_nodes')}")
         await asyncio.sleep(1.0)  # the expirations are broadcasts: let the queuemaster take them in
         after = await wait_queue_empty(unit)
         print(f"  queuemaster: {after['counters']['expired'] - before['expired']} metatiles expired, "
               f"{after['counters']['rendered'] - before['rendered']} re-rendered")
+        for z in (16, 17):
+            write_overview(tile_store, tile_at(lon, lat, z).metatile, workdir / f"after-{z}.png")
+            changed = changed_pixels(workdir / f"before-{z}.png", workdir / f"after-{z}.png")
+            print(f"  z{z}: before-{z}.png / after-{z}.png differ in {changed} pixels")
 
         step("render stats from the queuemaster's render log, computed by Spark")
         stats = await unit.call("spark.stats", {"paths": [str((workdir / "render.log").resolve())], "wait": True,
@@ -138,14 +171,14 @@ async def run(workdir: Path, renderers: int, web_url: str, keep_running: bool) -
         print("  $ qbroker call toposm.queuemaster stats")
         print("\n".join("  " + line for line in cli.stdout.splitlines()[:25]))
 
-        store = TileStore(workdir / "tiles")
         overviews = []
         for z in (13, 15, 16):
-            metatile: Metatile = town_tile(z).metatile
+            metatile: Metatile = tile_at(lon, lat, z).metatile
             path = workdir / f"overview-{z}.png"
-            write_overview(store, metatile, path)
+            write_overview(tile_store, metatile, path)
             overviews.append(str(path))
         step(f"map tiles are in {workdir / 'tiles'}; overview mosaics: {', '.join(overviews)}")
+        print("  map data © OpenStreetMap contributors (ODbL 1.0)")
         if keep_running:
             step(f"still running: status {web_url}/  map {web_url}/map  (Ctrl-C stops)")
             await asyncio.Event().wait()
@@ -181,10 +214,31 @@ def main() -> None:
     print("\ndemo finished: services stopped.")
 
 
+def prepare_data(workdir: Path) -> tuple[Path, DemoEdit]:
+    """The real extract (bin/ensure-osm-data), imported afresh into WORKDIR/helsinki; a fresh replication dir."""
+    import shutil
+
+    from services.osmstore.importer import import_extract
+
+    root = Path(__file__).resolve().parents[1]
+    data = subprocess.run([str(root / "bin" / "ensure-osm-data")], cwd=root, capture_output=True, text=True,
+                          timeout=600, check=True).stdout.strip()
+    extract = root / data / "Helsinki.osm.pbf"
+    step(f"importing {extract.name} (OpenStreetMap, ODbL) into {workdir / 'helsinki'}")
+    started = time.monotonic()
+    info = import_extract(extract, workdir / "helsinki", replace=True)
+    print(f"  {info['counts']} in {time.monotonic() - started:.1f}s: rendering store (SQLite R*Tree) and "
+          f"geometry store (Parquet, {info['geometry']['way_nodes']} way-node rows)")
+    shutil.rmtree(workdir / "replication", ignore_errors=True)
+    return workdir / "helsinki", helsinki_edit(extract)
+
+
 def run_demo(args: argparse.Namespace, workdir: Path, accounts: DemoAccounts | None) -> None:
+    store, edit = prepare_data(workdir)
     bridge_log = open(workdir / "spark-bridge.log", "ab")  # noqa: SIM115 - closed with the process
     bridge = subprocess.Popen(
         [str(BIN / "qbroker-spark-bridge"), "--master", "local[2]", "--state-dir", str(workdir / "spark-state"),
+         "--store", str(store),  # the store replication diffs are resolved against and applied to
          "--input-root", str(workdir),  # the demo's changes and render log live here
          "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"],
         stdout=bridge_log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -193,8 +247,9 @@ def run_demo(args: argparse.Namespace, workdir: Path, accounts: DemoAccounts | N
     try:
         port = free_port(args.web_port)
         with start_stack(workdir, renderers=args.renderers, backend="mapnik", web_port=port,
-                         env_for=accounts.env if accounts is not None else None):
-            qbroker.run(run(workdir, args.renderers, f"http://127.0.0.1:{port}", args.keep_running))
+                         env_for=accounts.env if accounts is not None else None, store=store):
+            qbroker.run(run(workdir, args.renderers, f"http://127.0.0.1:{port}", args.keep_running, edit, store,
+                            accounts.env("client") if accounts is not None else None))
     except KeyboardInterrupt:
         pass
     finally:

@@ -1,4 +1,5 @@
-"""README command one: the demo runs the services end to end and leaves real map tiles on disk."""
+"""README command one: the demo imports real OSM data, runs the services end to end, applies a replication
+diff through the bridge and leaves real map tiles (before and after the edit) on disk."""
 
 from __future__ import annotations
 
@@ -18,11 +19,16 @@ def test_demo_runs_end_to_end(amqp_url: str, tmp_path: Path) -> None:
     out = result.stdout
     # The operator's view runs from the start: the demo waited for toposm-web to answer before printing this.
     assert "live status page http://127.0.0.1:" in out and "/map" in out
-    assert "16/29136/23564   rendered" in out
-    assert "unresolved ways: {'count': 1, 'ids': [-202]}" in out
-    expired_line = next(line for line in out.splitlines() if "metatiles expired" in line)
+    assert "importing Helsinki.osm.pbf" in out
+    assert "17/74618/37938   rendered" in out  # central Helsinki, where the edit is
+    assert "applied sequence 1:" in out and "toposm-replicate --once" in out
+    expired_line = next(line for line in out.splitlines() if "metatiles expired, " in line)
     expired, rerendered = (int(word) for word in expired_line.split() if word.isdigit())
     assert expired >= 5 and rerendered >= 5
+    # The re-rendered tiles show the edit (the renamed street's label, the moved corner, the new building).
+    for z in (16, 17):
+        changed = next(line for line in out.splitlines() if f"z{z}: before-{z}.png" in line)
+        assert int(changed.split("differ in ")[1].split()[0]) > 100, changed
     assert '"command": "stats"' in out  # the CLI's answer
     assert "demo finished: services stopped." in out
     overview = Image.open(tmp_path / "overview-15.png")
