@@ -26,6 +26,9 @@ class EndpointOptions:
     # every higher consumer is at its prefetch limit (EventMQ worker weights, RQ consume PRIORITY).
     priority: int | None = None
     retry_delay: float = 0.1  # seconds before the first retry; doubled for each further one
+    # This endpoint's own body limit (below the unit's max_body_bytes): a bigger request is answered
+    # `too_large` before it is decoded. RabbitMQ has no per-queue message size limit to do it earlier.
+    max_body_bytes: int | None = None
 
 
 @dataclass

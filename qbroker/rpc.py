@@ -47,7 +47,9 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         if header.deadline is not None and time.time() > header.deadline + bus.config.deadline_slack:
             # The caller has given up: running it would only do work nobody waits for.
             raise DeadlinePassed(f"request {endpoint.name} reached its server after its deadline; not run")
-        body = read_body(message, accept=bus.config.accept, max_bytes=bus.config.max_body_bytes)
+        own = endpoint.options.max_body_bytes
+        limit = bus.config.max_body_bytes if own is None else min(own, bus.config.max_body_bytes)
+        body = read_body(message, accept=bus.config.accept, max_bytes=limit)
         if reply_to and (message.headers or {}).get("notify") == "delivered":
             await bus.send_notice(reply_to, message.message_id)
         ctx = RequestContext(header=header, kind="rpc", logger=bus.log, message=message)

@@ -77,13 +77,15 @@ class Unit:
 
     def rpc(self, name: str, *, prefetch: int = 64, exclusive: bool = False, single_active: bool = False,
             max_priority: int | None = None, timeout: float | None = None, retries: int = 0,
-            extra: Extra = "forbid", priority: int | None = None, retry_delay: float = 0.1) -> Callable[[F], F]:
+            extra: Extra = "forbid", priority: int | None = None, retry_delay: float = 0.1,
+            max_body_bytes: int | None = None) -> Callable[[F], F]:
         """Serve RPC requests named ``name`` with the decorated handler.
 
         ``priority`` is this server's consumer priority among the servers of ``name``: higher ones get
-        work first, lower ones (standbys, light machines) only when the higher ones are at ``prefetch``."""
+        work first, lower ones (standbys, light machines) only when the higher ones are at ``prefetch``.
+        ``max_body_bytes`` caps this endpoint's request bodies below the unit's limit."""
         endpoint = self._add_endpoint(Endpoint, name, prefetch, exclusive, single_active, max_priority, timeout,
-                                      retries, priority, retry_delay=retry_delay)
+                                      retries, priority, retry_delay=retry_delay, max_body_bytes=max_body_bytes)
 
         def register(fn: F) -> F:
             endpoint.handler = Handler(fn, name, extra=extra, executor=self.sync_pool)
@@ -93,17 +95,19 @@ class Unit:
 
     def commands(self, name: str, *, prefetch: int = 64, exclusive: bool = False, single_active: bool = False,
                  max_priority: int | None = None, timeout: float | None = None, retries: int = 0,
-                 priority: int | None = None, retry_delay: float = 0.1) -> CommandEndpoint:
+                 priority: int | None = None, retry_delay: float = 0.1,
+                 max_body_bytes: int | None = None) -> CommandEndpoint:
         """A TopOSM-style endpoint dispatching on the body's ``command``; add commands with ``.command()``."""
         endpoint = self._add_endpoint(CommandEndpoint, name, prefetch, exclusive, single_active, max_priority,
-                                      timeout, retries, priority, retry_delay=retry_delay)
+                                      timeout, retries, priority, retry_delay=retry_delay,
+                                      max_body_bytes=max_body_bytes)
         assert isinstance(endpoint, CommandEndpoint)
         return endpoint
 
     def _add_endpoint(self, cls: type[Endpoint], name: str, prefetch: int, exclusive: bool,
                       single_active: bool, max_priority: int | None, timeout: float | None,
                       retries: int, priority: int | None = None, *, retry_delay: float = 0.1,
-                      at_run_time: bool = False) -> Endpoint:
+                      at_run_time: bool = False, max_body_bytes: int | None = None) -> Endpoint:
         if not at_run_time:
             self._check_new(f"endpoint {name!r}")
         if name in self.endpoints:
@@ -112,8 +116,10 @@ class Unit:
             raise ValueError("prefetch must be at least 1")
         if retry_delay <= 0:
             raise ValueError("retry_delay must be positive")
+        if max_body_bytes is not None and max_body_bytes < 1:
+            raise ValueError("max_body_bytes must be positive")
         options = EndpointOptions(prefetch, exclusive, single_active, max_priority, timeout, retries, priority,
-                                  retry_delay)
+                                  retry_delay, max_body_bytes)
         endpoint = cls(name=name, options=options, executor=self.sync_pool)
         self.endpoints[name] = endpoint
         self.listeners.append(broadcast_listener(endpoint))  # every server of a name hears its broadcasts

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from qbroker import BadMessage, ReplyTooLarge
+from qbroker import BadMessage, ReplyTooLarge, RequestFailed
 from tests.conftest import MakeUnit
 
 LIMIT = 64 * 1024
@@ -80,3 +80,24 @@ async def test_publish_the_broker_refuses_fails_alone(make_unit: MakeUnit) -> No
     gate.set()
     assert await in_flight == "still here"
     assert await client.call("t.gated", timeout=60) == "still here"
+
+
+async def test_per_endpoint_body_limit(make_unit: MakeUnit) -> None:
+    server = await make_unit("test.server")
+
+    @server.rpc("t.small", max_body_bytes=1024)
+    async def small(text: str) -> int:
+        return len(text)
+
+    @server.rpc("t.roomy")
+    async def roomy(text: str) -> int:
+        return len(text)
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    with pytest.raises(RequestFailed, match="exceeds the limit of 1024") as info:
+        await client.call("t.small", {"text": "z" * 2048}, timeout=60)
+    assert info.value.id == "too_large"
+    assert await client.call("t.roomy", {"text": "z" * 2048}) == 2048  # the unit-wide limit applies there
+    assert await client.call("t.small", {"text": "ok"}) == 2
