@@ -1,5 +1,6 @@
 """The seed's literal wire on the ``osm`` exchange, and the Mapnik backend through the bus."""
 
+import asyncio
 import json
 import uuid
 
@@ -146,3 +147,85 @@ async def test_osm_wire_caps_message_size(bus, monkeypatch):
         assert (await _ask(exchange, replies, b'{"command": "stats"}'))["command"] == "stats"
     finally:
         await connection.close()
+
+
+class RawRenderer:
+    """A render thread written from the seed's text alone, with plain aio-pika: JSON on ``osm``, its own queue
+    as reply_to, listening at every level of the hierarchy. It answers our ``ping`` extension with ``pong``."""
+
+    def __init__(self, tile_root, host="rawhost", pid=4242, threadid=0):
+        self.tile_root, self.host, self.pid, self.threadid = tile_root, host, pid, threadid
+        self.name = f"toposm.render.{host}.{pid}.{threadid}"
+        self.rendered, self.pings = [], 0
+        self.pinged = asyncio.Event()
+
+    async def start(self, url):
+        self.connection = await aio_pika.connect(url)
+        self.channel = await self.connection.channel()
+        self.exchange = await self.channel.declare_exchange("osm", aio_pika.ExchangeType.TOPIC, durable=True)
+        self.queue = await self.channel.declare_queue("", exclusive=True)
+        for key in ("toposm", "toposm.render", f"toposm.render.{self.host}",
+                    f"toposm.render.{self.host}.{self.pid}", self.name):
+            await self.queue.bind(self.exchange, routing_key=key)
+        await self.queue.consume(self.on_message)
+        await self.register()
+
+    async def send(self, body):
+        await self.exchange.publish(aio_pika.Message(json.dumps(body).encode(), content_type="application/json",
+                                                     reply_to=self.queue.name), routing_key="toposm.queuemaster")
+
+    async def register(self):
+        await self.send({"command": "register", "hostname": self.host, "pid": self.pid,
+                         "threadid": self.threadid, "strategy": "by_work_available"})
+
+    async def on_message(self, message):
+        async with message.process():
+            body = json.loads(message.body)
+            command = body.get("command")
+            if command == "queuemaster online":
+                await self.register()
+            elif command == "render":
+                z, mx, my = (int(v) for v in body["metatile"].split("/"))
+                side = min(8, 2 ** z)
+                for x in range(mx * 8, mx * 8 + side):
+                    for y in range(my * 8, my * 8 + side):
+                        path = self.tile_root / str(z) / str(x) / f"{y}.png"
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        Image.new("RGB", (256, 256), (10, 200, 10)).save(path)
+                self.rendered.append(body["metatile"])
+                await self.send({"command": "rendered", "metatile": body["metatile"]})
+            elif command == "ping":
+                self.pings += 1
+                self.pinged.set()
+                await self.channel.default_exchange.publish(
+                    aio_pika.Message(json.dumps({"command": "pong", "state": "idle"}).encode(),
+                                     correlation_id=message.correlation_id), routing_key=message.reply_to)
+
+    async def close(self):
+        await self.connection.close()
+
+
+async def test_a_renderer_on_the_seeds_raw_wire_works_next_to_qbroker_renderers(bus):
+    bus.queuemaster()
+    client = await bus.client()
+    raw = RawRenderer(bus.tile_root)
+    await raw.start(bus.url)
+    try:
+        s = await wait_renderers(client, 1)
+        assert s["renderers"][0]["renderer"] == raw.name
+        reply = await client.call("toposm.queuemaster", {"command": "render", "tile": "9/10/20"}, timeout=30)
+        assert reply["metatile"] == "9/1/2" and raw.rendered == ["9/1/2"]
+        await asyncio.wait_for(raw.pinged.wait(), 30)  # liveness reaches it on its own wire
+
+        bus.renderer()  # a qbroker renderer beside it
+        await wait_renderers(client, 2)
+        tiles = [f"12/{8 * i}/{8 * i}" for i in range(1, 7)]
+        replies = await asyncio.gather(*(client.call("toposm.queuemaster", {"command": "render", "tile": t},
+                                                     timeout=60) for t in tiles))
+        assert all(r["command"] == "rendered" for r in replies)
+        by = {line["renderer"] for line in bus.render_log_lines()}
+        assert raw.name in by and any(name != raw.name for name in by), by
+        s = await stats(client)
+        assert raw.name in {r["renderer"] for r in s["renderers"]}  # its pongs keep it registered
+    finally:
+        await raw.close()

@@ -12,6 +12,7 @@ returns (both wires run the one command table in ``commands``); errors are
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any, cast
 
 import aio_pika
@@ -20,10 +21,13 @@ import structlog
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, AbstractIncomingMessage
 from aiormq.exceptions import ChannelPreconditionFailed
 
-from qbroker import InvalidParams, QBrokerError, RequestFailed
+from qbroker import CallTimeout, ConnectionLost, InvalidParams, QBrokerError, RequestFailed
 from qbroker.transport import Connection
 
+from ..messages import RegisterRequest
+from ..tilemath import Metatile
 from .commands import expire_broadcast, parse_command
+from .render_threads import RenderThread
 from .state_machine import Queuemaster
 
 log = structlog.get_logger("toposm.osm_wire")
@@ -47,6 +51,7 @@ class OsmWire:
         self._exchange: AbstractExchange | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self._pings: dict[str, asyncio.Future[dict[str, Any]]] = {}  # correlation id -> awaiting its pong
 
     async def declare(self, transport_connection: Connection) -> None:
         """on_connected hook: (re)declare the osm exchange and our queue, and consume it."""
@@ -88,6 +93,33 @@ class OsmWire:
             routing_key="toposm",
         )
 
+    # -- render threads that speak the raw wire ------------------------------------------------------------
+
+    async def _publish(self, routing_key: str, body: dict[str, Any], **properties: Any) -> None:
+        if self._exchange is None:
+            raise ConnectionLost("the osm exchange is not declared (not connected)")
+        await self._exchange.publish(aio_pika.Message(orjson.dumps(body), content_type="application/json",
+                                                      reply_to=OSM_QUEUE, **properties), routing_key=routing_key)
+
+    async def send_render(self, thread: RenderThread, metatile: Metatile) -> None:
+        """The seed's ``render`` on ``osm`` to the thread's own topic; its answer is a later ``rendered``."""
+        await self._publish(thread.endpoint, {"command": "render", "metatile": str(metatile)},
+                            message_id=uuid.uuid4().hex)
+
+    async def ping(self, thread: RenderThread, timeout: float) -> dict[str, Any]:
+        """``ping`` (our extension of the seed) on ``osm``; a raw renderer answers ``pong`` to our queue."""
+        correlation_id = uuid.uuid4().hex
+        pong: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pings[correlation_id] = pong
+        try:
+            await self._publish(thread.endpoint, {"command": "ping"}, correlation_id=correlation_id)
+            try:
+                return await asyncio.wait_for(pong, timeout)
+            except TimeoutError:
+                raise CallTimeout(f"no pong from {thread.endpoint} within {timeout}s") from None
+        finally:
+            self._pings.pop(correlation_id, None)
+
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         if self._stopping:
             await message.nack(requeue=True)
@@ -127,9 +159,18 @@ class OsmWire:
             command = body.pop("command")
             if command == "queuemaster online":
                 return  # our own announcement, heard on `toposm`
+            if command == "pong":
+                pong = self._pings.get(message.correlation_id or "")
+                if pong is not None and not pong.done():
+                    pong.set_result(body)
+                return  # an answer, not a command: nothing to reply
             handler, request = parse_command(command, body)
             # user_id is RabbitMQ-validated when set; a seed client that sets none is no renderer.
             result = await handler.run(self.qm, request, message.reply_to, message.user_id)
+            if isinstance(request, RegisterRequest):  # a render thread on the raw wire: reach it there
+                thread = self.qm.threads.get(request.endpoint)
+                if thread is not None:
+                    thread.wire = "osm"
         except QBrokerError as exc:
             result = {"command": command, "status": exc.status, "error": exc.id, "message": exc.message}
         except Exception as exc:

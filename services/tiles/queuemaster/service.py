@@ -91,8 +91,11 @@ class QueuemasterService:
 
     async def _send_render(self, thread: RenderThread, metatile: Metatile) -> None:
         try:
-            await self.unit.call(thread.endpoint, {"command": "render", "metatile": str(metatile)},
-                                 timeout=self.settings.dispatch_timeout)
+            if thread.wire == "osm":
+                await self.osm.send_render(thread, metatile)  # the seed's wire: no answer but `rendered`
+            else:
+                await self.unit.call(thread.endpoint, {"command": "render", "metatile": str(metatile)},
+                                     timeout=self.settings.dispatch_timeout)
         except NoServer:
             self.qm.thread_lost(thread, "no_server on render")
         except RequestFailed as exc:  # refused (busy, stopping): put back, let pings tell its state
@@ -117,9 +120,12 @@ class QueuemasterService:
         # NoServer (the exclusive queue vanished with the process) is the fast, usual death signal; the
         # generous timeout only catches hung processes, and must not fire on a merely busy machine.
         thread.ping_in_flight = True
+        timeout = max(self.settings.ping_interval * 3, 5.0)
         try:
-            reply = await self.unit.call(thread.endpoint, {"command": "ping"},
-                                         timeout=max(self.settings.ping_interval * 3, 5.0))
+            if thread.wire == "osm":
+                reply: Any = await self.osm.ping(thread, timeout)
+            else:
+                reply = await self.unit.call(thread.endpoint, {"command": "ping"}, timeout=timeout)
         except NoServer:
             self.qm.thread_lost(thread, "no_server on ping")
             return
