@@ -114,6 +114,9 @@ def permissions_for(role: Role, prefix: str) -> Permissions:
         # A person with the CLI (call, alert, list, debug snooping): any resource, limited by topic rules.
         return Permissions(".*", ".*", ".*", _topics(role))
     resources = _any(*base, *served)
+    # Publishing on the default exchange reaches any queue by name, past every topic permission: only the
+    # queuemaster gets it (the seed wire answers on it). So endpoint retries (parked through the default
+    # exchange in qbroker.retry.* queues) are refused; qbroker then answers the error instead of retrying.
     write = _any(*base, *served, "amq\\.default") if role == "queuemaster" else resources
     return Permissions(resources, write, resources, _topics(role))
 
