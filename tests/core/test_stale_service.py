@@ -140,3 +140,21 @@ async def test_queue_declared_without_expiry_is_still_served(make_unit: MakeUnit
 
     await server.start()
     assert await client.call("t.legacy") == "served"
+
+
+async def test_scheduled_casts_expire_when_the_next_is_due(make_unit: MakeUnit) -> None:
+    server = await make_unit("test.server")
+
+    @server.rpc("t.tick")
+    async def tick() -> None:
+        pass
+
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    await server.stop()  # the queue stays (grace); nobody consumes the ticks
+    client.schedule("t.tick", every=0.2)
+    collector = client.dead_letters
+    assert collector is not None
+    # Each tick's TTL is the interval: the stale ones go to `dead` instead of piling up in the queue.
+    await until(lambda: collector.counts["rpc.expired"] >= 3, "scheduled casts dead-lettered as expired")
