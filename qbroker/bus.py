@@ -230,18 +230,24 @@ class Bus:
         self.check_size(message)
         await getattr(exchanges, role).publish(message, routing_key=routing_key, mandatory=False)
 
-    @staticmethod
-    def copy_message(message: AbstractIncomingMessage, headers: dict[str, Any], *, reply: bool = True,
+    def copy_message(self, message: AbstractIncomingMessage, headers: dict[str, Any], *, reply: bool = True,
                      ttl: float | None = None) -> aio_pika.Message:
-        """A re-publishable copy of a received message with ``headers`` added. Its user-id is left out:
-        the broker refuses one that is not our own account, so the copy is ours, not the original
-        sender's."""
+        """A re-publishable copy of a received message with ``headers`` added. The broker refuses a user-id
+        that is not our own account, so the copy carries ours, and the original sender's account travels
+        in ``SENDER_HEADER``, which receivers believe only on a message from their own account
+        (``trusted_sender``): anyone else could write that header."""
+        extra = dict(headers)
+        sender = trusted_sender(message, self.supervisor.user)
+        if sender is not None:
+            extra[SENDER_HEADER] = sender
+        elif SENDER_HEADER in (message.headers or {}):
+            extra[SENDER_HEADER] = ""  # a forged claim is not passed on as if we had vouched for it
         return aio_pika.Message(
-            message.body, headers={**(message.headers or {}), **headers}, content_type=message.content_type,
+            message.body, headers={**(message.headers or {}), **extra}, content_type=message.content_type,
             content_encoding=message.content_encoding, app_id=message.app_id, message_id=message.message_id,
             reply_to=message.reply_to if reply else None, correlation_id=message.correlation_id,
             type=message.type, priority=message.priority, expiration=max(0.001, ttl) if ttl is not None else None,
-            timestamp=message.timestamp, delivery_mode=message.delivery_mode,
+            timestamp=message.timestamp, delivery_mode=message.delivery_mode, user_id=self.supervisor.user,
         )
 
     def check_size(self, message: aio_pika.Message) -> None:
@@ -281,6 +287,21 @@ class Bus:
             await self.publish("reply", reply_to, message)
         except Exception as exc:
             self.log.warning("reply not sent", correlation_id=correlation_id, error=str(exc) or type(exc).__name__)
+
+
+SENDER_HEADER = "x-qbroker-sender"
+
+
+def trusted_sender(message: AbstractIncomingMessage, own_user: str) -> str | None:
+    """The account that sent ``message`` originally: its user-id, or, on a copy re-published by a server
+    of our own account (a redelivered request), the sender that server saw. Never a header from others."""
+    user_id = _text(getattr(message, "user_id", None))
+    forwarded = (message.headers or {}).get(SENDER_HEADER)
+    if isinstance(forwarded, bytes):
+        forwarded = forwarded.decode("utf-8", "replace")
+    if user_id is not None and user_id == own_user and isinstance(forwarded, str):
+        return forwarded or None
+    return user_id
 
 
 def _text(value: object) -> str | None:

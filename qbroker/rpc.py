@@ -11,7 +11,7 @@ from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
 
-from qbroker.bus import Bus
+from qbroker.bus import Bus, trusted_sender
 from qbroker.codecs import CodecError
 from qbroker.context import RequestContext
 from qbroker.endpoints import Endpoint
@@ -52,6 +52,10 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         body = read_body(message, accept=bus.config.accept, max_bytes=limit)
         if reply_to and (message.headers or {}).get("notify") == "delivered":
             await bus.send_notice(reply_to, message.message_id)
+        # A redelivered request re-published by a server of our account keeps its first sender's account.
+        sender = trusted_sender(message, bus.supervisor.user)
+        if sender != header.user_id:
+            header = header.model_copy(update={"user_id": sender})
         ctx = RequestContext(header=header, kind="rpc", logger=bus.log, message=message)
         result, error = await run_handler(endpoint.dispatch, body, ctx, endpoint.name,
                                           endpoint.options.timeout, bus.handler_observers)
