@@ -17,13 +17,22 @@ from typing import Any, Literal
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import ChannelNotFoundEntity
+from aiormq.exceptions import ChannelAccessRefused
 from structlog.typing import FilteringBoundLogger
 
 from qbroker.codecs import CodecError
 from qbroker.config import Config
 from qbroker.connection import ConnectionSupervisor
 from qbroker.envelope import MessageKind, build_message
-from qbroker.errors import BadMessage, ConnectionLost, ErrorInfo, InternalError, ReplyTooLarge, RequestError
+from qbroker.errors import (
+    BadMessage,
+    ConnectionLost,
+    ErrorInfo,
+    InternalError,
+    ReplyTooLarge,
+    RequestError,
+    RequestFailed,
+)
 from qbroker.exchanges import Exchanges, declare_exchanges, declare_unit_queue
 from qbroker.replies import PendingReplies, Reply, failed_reply, parse_reply
 from qbroker.transport import Channel, Connection, Consumer, Queue
@@ -228,7 +237,12 @@ class Bus:
         if exchanges is None:
             raise ConnectionLost("not connected to a broker")
         self.check_size(message)
-        await getattr(exchanges, role).publish(message, routing_key=routing_key, mandatory=False)
+        try:
+            await getattr(exchanges, role).publish(message, routing_key=routing_key, mandatory=False)
+        except ChannelAccessRefused as exc:
+            # The broker's permissions say this account may not publish that (docs/security.md): no retry
+            # or reconnect changes it, so say so instead of passing on a transport exception.
+            raise RequestFailed("forbidden", f"the broker refused {routing_key!r} on {role}: {exc}") from None
 
     def copy_message(self, message: AbstractIncomingMessage, headers: dict[str, Any], *, reply: bool = True,
                      ttl: float | None = None) -> aio_pika.Message:
