@@ -115,7 +115,7 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
     d_nodes = d["nodes"].withColumn("bucket", _bucket("id", "nodes"))
     known = s_nodes.join(F.broadcast(d_nodes.select("bucket", "id")), ["bucket", "id"]).select(
         "id", F.col("lon").alias("old_lon"), F.col("lat").alias("old_lat"))
-    node_state = d_nodes.join(F.broadcast(known), "id", "left").persist()
+    node_state = d_nodes.join(F.broadcast(known), "id", "left").localCheckpoint()
     moved = node_state.where(F.col("deleted") | F.col("old_lon").isNull()
                              | (F.col("old_lon") != F.col("lon")) | (F.col("old_lat") != F.col("lat")))
     via_nodes = s_node_ways.join(
@@ -124,23 +124,23 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
 
     d_rels = d["rels"].withColumn("bucket", _bucket("rel_id", "members"))
     old_members = s_members.join(F.broadcast(d_rels.select("bucket", "rel_id")), ["bucket", "rel_id"]).select(
-        "rel_id", "member_type", "member_id")
+        "rel_id", "member_type", "member_id").localCheckpoint()
     all_members = old_members.unionByName(d["members"])
     member_ways = all_members.where(F.col("member_type") == "w").select(F.col("member_id").alias("way_id"))
     member_nodes = all_members.where(F.col("member_type") == "n").select(F.col("member_id").alias("node_id"))
 
     changed_ways = (d["ways"].select("way_id").unionByName(via_nodes).unionByName(member_ways).distinct()
-                    .withColumn("bucket", _bucket("way_id", "way_nodes")).persist())
+                    .withColumn("bucket", _bucket("way_id", "way_nodes")).localCheckpoint())
     old_refs = (s_way_nodes.join(F.broadcast(changed_ways), ["bucket", "way_id"]).select("way_id", "seq", "node_id")
-                .persist())
+                .localCheckpoint())
     new_refs = old_refs.join(F.broadcast(d["ways"].select("way_id")), "way_id", "left_anti").unionByName(
         d["way_refs"])
 
     needed = (old_refs.select("node_id").unionByName(new_refs.select("node_id")).unionByName(member_nodes)
               .unionByName(d_nodes.select(F.col("id").alias("node_id"))).distinct()
-              .withColumn("bucket", _bucket("node_id", "nodes")))
+              .withColumn("bucket", _bucket("node_id", "nodes")).localCheckpoint())
     old_loc = s_nodes.join(F.broadcast(needed.withColumnRenamed("node_id", "id")), ["bucket", "id"]).select(
-        F.col("id").alias("node_id"), "lon", "lat").persist()
+        F.col("id").alias("node_id"), "lon", "lat").localCheckpoint()
     diff_loc = d_nodes.select(F.col("id").alias("node_id"), F.col("lon").alias("d_lon"),
                               F.col("lat").alias("d_lat"), F.lit(True).alias("in_diff"))
     new_loc = (needed.select("node_id").join(F.broadcast(diff_loc), "node_id", "left")
@@ -148,13 +148,13 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
                .select("node_id",
                        F.when(F.col("in_diff").isNotNull(), F.col("d_lon")).otherwise(F.col("lon")).alias("lon"),
                        F.when(F.col("in_diff").isNotNull(), F.col("d_lat")).otherwise(F.col("lat")).alias("lat"))
-               .where(F.col("lon").isNotNull()))
+               .where(F.col("lon").isNotNull()).localCheckpoint())
     old_pts = old_refs.join(F.broadcast(old_loc), "node_id").withColumn("side", F.lit("old"))
     new_pts = new_refs.join(F.broadcast(new_loc), "node_id").withColumn("side", F.lit("new"))
-    way_pts = old_pts.unionByName(new_pts).persist()
+    way_pts = old_pts.unionByName(new_pts).localCheckpoint()
     segments = _segments(way_pts)
 
-    member_node_ids = member_nodes.distinct()
+    member_node_ids = F.broadcast(member_nodes.distinct())
     points = (node_state.where(F.col("old_lon").isNotNull()).select(F.col("old_lon").alias("lon"),
                                                                       F.col("old_lat").alias("lat"))
               .unionByName(node_state.where(~F.col("deleted")).select("lon", "lat"))
@@ -176,7 +176,9 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
         ("moved_nodes", moved),
         ("nested_relations", all_members.where(F.col("member_type") == "r")),
     ], {"most_way_samples": _most_samples(segments, zoom)})
-    cached = [node_state, changed_ways, old_refs, old_loc, way_pts]
+    # Checkpointed (materialised, lineage cut): each is used by several of the plans below, and Spark
+    # would otherwise re-plan and re-broadcast its whole subtree for every use.
+    cached = [node_state, old_members, changed_ways, old_refs, needed, old_loc, new_loc, way_pts]
     return StoreResolution(points=points, segments=segments, counts=counts, cached=cached)
 
 
