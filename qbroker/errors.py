@@ -36,6 +36,11 @@ class QBrokerError(Exception):
     # RQ UNDELIVERED: the request died without being processed (no server, expired in its queue, past its
     # deadline, poison): the caller knows no handler ran it to the end.
     undelivered: ClassVar[bool] = False
+    # The seed: a given (status, id, part) always carries the same message. A class that names its problem
+    # with a fixed ``summary`` sends that as the message and what was particular to the request (a field,
+    # a name, a size) as ``detail``. Without one (an application's own RequestFailed(id, message)), the
+    # message goes as given: keeping it fixed per id is then the application's part.
+    summary: ClassVar[str | None] = None
 
     def __init__(self, *args: str, part: str = "", trace: str | None = None, detail: str | None = None) -> None:
         # RequestFailed("bad_tile", "tile out of range") or NoServer("no server for x").
@@ -51,9 +56,15 @@ class QBrokerError(Exception):
         text = f"{self.status}/{self.id}: {self.message}" if self.message else f"{self.status}/{self.id}"
         super().__init__(f"{text} ({detail})" if detail else text)
 
+    def fixed_message(self) -> str | None:
+        return self.summary
+
     def to_info(self, part: str = "") -> ErrorInfo:
-        return ErrorInfo(status=self.status, id=self.id, part=self.part or part, message=self.message,
-                         detail=self.detail, trace=self.trace)
+        message, detail, fixed = self.message, self.detail, self.fixed_message()
+        if fixed is not None and message != fixed:
+            message, detail = fixed, "; ".join(d for d in (message, detail) if d) or None
+        return ErrorInfo(status=self.status, id=self.id, part=self.part or part, message=message,
+                         detail=detail, trace=self.trace)
 
 
 class RequestFailed(QBrokerError):
@@ -72,15 +83,18 @@ class RequestError(QBrokerError):
 
 class NoServer(RequestFailed):
     error_id = "no_server"
+    summary = "no server for the request's name"
     undelivered = True
 
 
 class InvalidParams(RequestFailed):
     error_id = "invalid_params"
+    summary = "the request's parameters are not valid"
 
 
 class UnknownCommand(RequestFailed):
     error_id = "unknown_command"
+    summary = "unknown command"
 
 
 class BadMessage(RequestFailed):
@@ -88,29 +102,38 @@ class BadMessage(RequestFailed):
 
     error_id = "bad_message"
 
+    def fixed_message(self) -> str:
+        # One class, several ids (bad_header, too_large, ...): the message is fixed per id.
+        return f"the message is malformed ({self.id})"
+
 
 class TimedOutInQueue(RequestError):
     error_id = "queue_timeout"
+    summary = "the request timed out waiting in its queue"
     undelivered = True
     retryable = True
 
 
 class CallTimeout(RequestError):
     error_id = "call_timeout"
+    summary = "no reply within the call's timeout"
     retryable = True
 
 
 class ConnectionLost(RequestError):
     error_id = "connection_lost"
+    summary = "the connection to the broker was lost"
     retryable = True
 
 
 class HandlerCrashed(RequestError):
     error_id = "unhandled"
+    summary = "the handler raised an unexpected exception"
 
 
 class HandlerTimeout(RequestError):
     error_id = "handler_timeout"
+    summary = "the handler did not answer within its timeout"
     retryable = True
 
 
@@ -118,18 +141,21 @@ class ReplyTooLarge(RequestFailed):
     """The handler's result is larger than a message may be; the caller gets this instead."""
 
     error_id = "reply_too_large"
+    summary = "the handler's result is larger than a message may be"
 
 
 class InternalError(RequestFailed):
     """A message made qbroker's own consumer code fail (not the handler): answered instead of lost."""
 
     error_id = "internal_error"
+    summary = "qbroker could not process the message"
 
 
 class DeadlinePassed(RequestError):
     """The request's ``deadline`` header had passed when a server took it: it was not run."""
 
     error_id = "deadline_passed"
+    summary = "the request reached its server after its deadline; not run"
     undelivered = True
     retryable = True
 
@@ -138,6 +164,7 @@ class PoisonRequest(RequestFailed):
     """The request crashed or hung its servers too many times; it went to ``dead`` instead of looping."""
 
     error_id = "poison_request"
+    summary = "the request crashed or hung its servers too often; sent to dead"
     undelivered = True
 
 

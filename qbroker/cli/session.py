@@ -80,7 +80,9 @@ def describe(exc: BaseException) -> str:
         return detail if detail.startswith("no broker") else f"no broker reachable: {detail}"
     if isinstance(exc, errors.RequestFailed | errors.RequestError):
         status = "fail" if isinstance(exc, errors.RequestFailed) else "error"
-        return f"{status}: {exc.id}: {exc.message}" if exc.message else f"{status}: {exc.id}"
+        text = f"{status}: {exc.id}: {exc.message}" if exc.message else f"{status}: {exc.id}"
+        detail = getattr(exc, "detail", None)
+        return f"{text} ({detail})" if detail else text
     return f"error: {type(exc).__name__}: {exc}"
 
 

@@ -106,7 +106,9 @@ async def test_malformed_request_answered_fail(make_unit: MakeUnit, raw_client: 
     error = _error(reply_headers)
     assert error["status"] == "fail"
     assert error["id"] == expected_id
-    assert expected_text in error["message"]
+    # The seed: one message per (status, id, part); what was wrong with this message is in `detail`.
+    assert error["message"] == f"the message is malformed ({expected_id})"
+    assert expected_text in error.get("detail", "")
     # ... and the unit still serves well-formed requests.
     client = await make_unit("test.client")
     await client.start()

@@ -77,7 +77,8 @@ async def test_unroutable_request_is_answered_no_server(make_unit: MakeUnit) -> 
     with pytest.raises(NoServer) as info:
         await client.call("t.nobody.serves.this", {}, timeout=60)
     assert info.value.status == "fail"
-    assert "t.nobody.serves.this" in info.value.message
+    assert info.value.message == "no server for the request's name"  # fixed per (status, id, part)
+    assert "t.nobody.serves.this" in (info.value.detail or "")
 
 
 async def test_validation_errors_name_the_fields(make_unit: MakeUnit) -> None:
@@ -93,7 +94,8 @@ async def test_validation_errors_name_the_fields(make_unit: MakeUnit) -> None:
     with pytest.raises(InvalidParams) as info:
         await client.call("t.typed", {"zoom": "high"})
     assert info.value.status == "fail"
-    assert "zoom" in info.value.message and "tile" in info.value.message
+    assert info.value.message == "the request's parameters are not valid"
+    assert "zoom" in (info.value.detail or "") and "tile" in (info.value.detail or "")
     with pytest.raises(InvalidParams, match="zom"):
         await client.call("t.typed", {"zom": 1, "zoom": 1, "tile": "a"})
     with pytest.raises(InvalidParams, match="expected a JSON object"):
@@ -190,7 +192,8 @@ async def test_remote_exceptions_round_trip(make_unit: MakeUnit) -> None:
     assert (error.value.status, error.value.id) == ("error", "db_down")
     with pytest.raises(HandlerCrashed) as crashed:
         await client.call("t.raises", {"kind": "other"})
-    assert crashed.value.message == "unhandled Unlisted in t.raises"
+    assert crashed.value.message == "the handler raised an unexpected exception"
+    assert crashed.value.detail == "unhandled Unlisted in t.raises"
     assert crashed.value.trace is None
     with pytest.raises(HandlerCrashed) as debugged:
         await client.call("t.raises", {"kind": "other"}, debug=True)

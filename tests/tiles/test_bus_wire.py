@@ -64,7 +64,7 @@ async def test_seed_wire_on_osm_exchange(bus):
         rendered = await _ask(exchange, replies, b'{"command": "render", "tile": "9/10/20"}')
         assert rendered == {"command": "rendered", "tile": "9/10/20", "metatile": "9/1/2"}
         bad = await _ask(exchange, replies, b'{"command": "render", "tile": "9/10"}')
-        assert bad["status"] == "fail" and bad["error"] == "invalid_params" and "9/10" in bad["message"]
+        assert bad["status"] == "fail" and bad["error"] == "invalid_params" and "9/10" in bad["detail"]
         broken = await _ask(exchange, replies, b"{not json")
         assert broken["status"] == "fail" and broken["error"] == "bad_message"
         unknown = await _ask(exchange, replies, b'{"command": "dance"}')
@@ -73,7 +73,8 @@ async def test_seed_wire_on_osm_exchange(bus):
         for body, raw in (({"command": "render", "tile": "9/10"}, bad), ({"command": "dance"}, unknown)):
             with pytest.raises(RequestFailed) as info:
                 await client.call("toposm.queuemaster", body)
-            assert (info.value.id, info.value.message) == (raw["error"], raw["message"])
+            assert (info.value.id, info.value.message, info.value.detail) == (raw["error"], raw["message"],
+                                                                              raw.get("detail"))
         # expirations as plain text on routing key expire_toposm
         await exchange.publish(aio_pika.Message(b"9/10/20;9/11/21;9/200/200"), routing_key="expire_toposm")
 

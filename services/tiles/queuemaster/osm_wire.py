@@ -33,6 +33,7 @@ from .state_machine import Queuemaster
 log = structlog.get_logger("toposm.osm_wire")
 OSM_EXCHANGE = "osm"
 OSM_QUEUE = "toposm.queuemaster.osm"
+OSM_PART = "toposm.queuemaster"  # the error part: the same command table as the qbroker endpoint
 BINDINGS = ("toposm.queuemaster", "expire_toposm", "toposm")
 
 
@@ -171,8 +172,11 @@ class OsmWire:
                 thread = self.qm.threads.get(request.endpoint)
                 if thread is not None:
                     thread.wire = "osm"
-        except QBrokerError as exc:
-            result = {"command": command, "status": exc.status, "error": exc.id, "message": exc.message}
+        except QBrokerError as exc:  # the same error element as on the qbroker endpoint
+            info = exc.to_info(part=OSM_PART)
+            result = {"command": command, "status": info.status, "error": info.id, "message": info.message}
+            if info.detail:
+                result["detail"] = info.detail
         except Exception as exc:
             log.exception("osm command crashed", command=command)
             result = {"command": command, "status": "error", "error": "unhandled",
