@@ -1,7 +1,10 @@
 """Crashes: a renderer SIGKILLed mid-render, a queuemaster SIGKILLed with work queued."""
 
 import asyncio
+import json
 import time
+
+import aio_pika
 
 from .conftest import eventually, render_in_progress, stats, wait_renderers
 
@@ -179,3 +182,39 @@ async def test_queuemaster_sigkill_with_10000_queued_and_50_requesters(bus):
     assert sorted(r["tile"] for r in replies) == sorted(tiles)
     print(f"\nQM-SIGKILL: {before} queued and {len(tiles)} waiting at SIGKILL; {after} queued after restart; "
           f"all {len(replies)} requesters answered {time.monotonic() - restarted:.1f}s after the restart")
+
+
+async def test_queuemaster_sigkill_answers_seed_wire_requesters_after_restart(bus):
+    """The same for `render` asked on the seed's raw `osm` wire: answered there, as raw JSON, after the restart."""
+    from .test_bus_wire import _osm_client, _osm_wire_ready
+
+    qm = bus.queuemaster()
+    client = await bus.client()
+    await eventually(lambda: stats(client))
+    connection, exchange, replies = await _osm_client(bus.url)
+    try:
+        await _osm_wire_ready(connection)
+        tiles = {"c1": "11/100/100", "c2": "11/900/900"}
+        for correlation_id, tile in tiles.items():
+            await exchange.publish(aio_pika.Message(json.dumps({"command": "render", "tile": tile}).encode(),
+                                                    reply_to=replies.name, correlation_id=correlation_id),
+                                   routing_key="toposm.queuemaster")
+
+        async def all_waiting():
+            return (await stats(client))["waiting_requests"] == len(tiles)
+
+        await eventually(all_waiting)  # no renderer yet: both wait
+        qm.kill()
+        bus.queuemaster()
+        bus.renderer()
+        answered = {}
+        async with replies.iterator(timeout=120) as messages:
+            async for message in messages:
+                async with message.process():
+                    answered[message.correlation_id] = json.loads(message.body)
+                if len(answered) == len(tiles):
+                    break
+        assert {c: (a["command"], a["tile"]) for c, a in answered.items()} == \
+               {c: ("rendered", t) for c, t in tiles.items()}
+    finally:
+        await connection.close()

@@ -21,7 +21,7 @@ import structlog
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, AbstractIncomingMessage
 from aiormq.exceptions import ChannelPreconditionFailed
 
-from qbroker import CallTimeout, ConnectionLost, InvalidParams, QBrokerError, RequestFailed
+from qbroker import CallTimeout, ConnectionLost, ErrorInfo, InvalidParams, QBrokerError, RequestFailed
 from qbroker.transport import Connection
 
 from ..messages import RegisterRequest
@@ -29,6 +29,7 @@ from ..tilemath import Metatile
 from .commands import expire_broadcast, parse_command
 from .render_threads import RenderThread
 from .state_machine import Queuemaster
+from .waiter_store import WaiterStore
 
 log = structlog.get_logger("toposm.osm_wire")
 OSM_EXCHANGE = "osm"
@@ -42,10 +43,19 @@ BINDINGS = ("toposm.queuemaster", "expire_toposm", "toposm")
 MAX_COMMANDS = 1024
 
 
+def error_result(command: Any, info: ErrorInfo) -> dict[str, Any]:
+    """An error on the seed's wire: the command, then the error element's fields, flat."""
+    result = {"command": command, "status": info.status, "error": info.id, "message": info.message}
+    if info.detail:
+        result["detail"] = info.detail
+    return result
+
+
 class OsmWire:
     def __init__(self, qm: Queuemaster, *, max_body_bytes: int = 16 * 1024 * 1024,
-                 max_commands: int = MAX_COMMANDS) -> None:
+                 max_commands: int = MAX_COMMANDS, waiters: WaiterStore | None = None) -> None:
         self.qm = qm
+        self.waiters = waiters  # long-running commands (render) kept on disk until answered
         self.max_body_bytes = max_body_bytes  # the unit's limit: the osm wire is capped like the rest
         self.max_commands = max_commands
         self._channel: AbstractChannel | None = None
@@ -166,32 +176,47 @@ class OsmWire:
                     pong.set_result(body)
                 return  # an answer, not a command: nothing to reply
             handler, request = parse_command(command, body)
-            # user_id is RabbitMQ-validated when set; a seed client that sets none is no renderer.
-            result = await handler.run(self.qm, request, message.reply_to, message.user_id)
+            # Acked already: a render in progress would be lost with a SIGKILL, so keep it until answered.
+            stored = self._keep(handler.name, request, message) if handler.long_running else None
+            try:
+                # user_id is RabbitMQ-validated when set; a seed client that sets none is no renderer.
+                result = await handler.run(self.qm, request, message.reply_to, message.user_id)
+            finally:
+                if stored is not None and self.waiters is not None:
+                    self.waiters.remove(stored)
             if isinstance(request, RegisterRequest):  # a render thread on the raw wire: reach it there
                 thread = self.qm.threads.get(request.endpoint)
                 if thread is not None:
                     thread.wire = "osm"
         except QBrokerError as exc:  # the same error element as on the qbroker endpoint
-            info = exc.to_info(part=OSM_PART)
-            result = {"command": command, "status": info.status, "error": info.id, "message": info.message}
-            if info.detail:
-                result["detail"] = info.detail
+            result = error_result(command, exc.to_info(part=OSM_PART))
         except Exception as exc:
             log.exception("osm command crashed", command=command)
             result = {"command": command, "status": "error", "error": "unhandled",
                       "message": f"unhandled {type(exc).__name__}"}
         await self._reply(message, result)
 
+    def _keep(self, command: str, request: Any, message: AbstractIncomingMessage) -> int | None:
+        if self.waiters is None or not message.reply_to:
+            return None
+        return self.waiters.add(command, request.model_dump_json(), message.reply_to,
+                                message.correlation_id or message.message_id or "", message.user_id, None,
+                                wire="osm")
+
     async def _reply(self, message: AbstractIncomingMessage, result: Any) -> None:
-        if not message.reply_to or self._channel is None:
+        if message.reply_to:
+            await self.reply_to(message.reply_to, message.correlation_id or message.message_id, result)
+
+    async def reply_to(self, reply_to: str, correlation_id: str | None, result: Any) -> None:
+        """A raw JSON answer on the default exchange, as the seed's clients expect (also after a restart)."""
+        if self._channel is None:
             return
         try:
             await self._channel.default_exchange.publish(
                 aio_pika.Message(orjson.dumps(result), content_type="application/json",
-                                 correlation_id=message.correlation_id or message.message_id),
-                routing_key=message.reply_to,
+                                 correlation_id=correlation_id),
+                routing_key=reply_to,
             )
         except Exception as exc:  # the requester's queue or our channel is gone: nothing to answer
-            log.warning("osm reply not delivered", error=str(exc), reply_to=message.reply_to)
+            log.warning("osm reply not delivered", error=str(exc), reply_to=reply_to)
 

@@ -23,7 +23,7 @@ from qbroker import CallTimeout, ErrorInfo, HandlerCrashed, NoServer, QBrokerErr
 from ..messages import Message
 from ..tilemath import Metatile
 from .commands import COMMANDS, ENDPOINT, Command, expire_broadcast
-from .osm_wire import OsmWire
+from .osm_wire import OsmWire, error_result
 from .render_threads import RenderThread
 from .state_machine import Queuemaster, request_deadline
 from .waiter_store import StoredWaiter, WaiterStore
@@ -41,8 +41,8 @@ class QueuemasterService:
         self.unit = unit
         self.qm = qm
         self.settings = qm.settings
-        self.osm = OsmWire(qm, max_body_bytes=unit.config.max_body_bytes)
         self.waiter_store = WaiterStore(qm.settings.state_file)
+        self.osm = OsmWire(qm, max_body_bytes=unit.config.max_body_bytes, waiters=self.waiter_store)
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
         endpoint = unit.commands(ENDPOINT, prefetch=256)
@@ -167,7 +167,11 @@ class QueuemasterService:
         except Exception as exc:  # a stored row we cannot run: answer, don't loop on it at every start
             log.exception("restored request failed", command=waiter.command)
             error = HandlerCrashed(f"unhandled {type(exc).__name__} in {ENDPOINT}").to_info(part=ENDPOINT)
-        await self.unit.bus.send_reply(waiter.reply_to, waiter.message_id, body, error)
+        if waiter.wire == "osm":  # asked on the seed's wire: answered there, as raw JSON
+            result = body if error is None else error_result(waiter.command, error)
+            await self.osm.reply_to(waiter.reply_to, waiter.message_id, result)
+        else:
+            await self.unit.bus.send_reply(waiter.reply_to, waiter.message_id, body, error)
         self._forget_waiter(waiter.id)
 
     async def start(self) -> None:

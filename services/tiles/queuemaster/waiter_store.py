@@ -24,7 +24,8 @@ CREATE TABLE IF NOT EXISTS waiters (
     reply_to TEXT NOT NULL,
     message_id TEXT NOT NULL,
     user_id TEXT,
-    deadline REAL              -- epoch seconds, or NULL: the caller gave none
+    deadline REAL,             -- epoch seconds, or NULL: the caller gave none
+    wire TEXT NOT NULL DEFAULT 'qbroker'  -- how to answer: a qbroker reply, or raw JSON on the osm wire
 );
 """
 
@@ -38,6 +39,7 @@ class StoredWaiter:
     message_id: str
     user_id: str | None
     deadline: float | None
+    wire: str = "qbroker"
 
 
 class WaiterStore:
@@ -46,12 +48,15 @@ class WaiterStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(waiters)")}
+        if "wire" not in columns:  # a state file from before osm-wire waiters were kept
+            self._db.execute("ALTER TABLE waiters ADD COLUMN wire TEXT NOT NULL DEFAULT 'qbroker'")
 
     def add(self, command: str, body: str, reply_to: str, message_id: str, user_id: str | None,
-            deadline: float | None) -> int:
+            deadline: float | None, wire: str = "qbroker") -> int:
         cursor = self._db.execute(
-            "INSERT INTO waiters (command, body, reply_to, message_id, user_id, deadline) VALUES (?,?,?,?,?,?)",
-            (command, body, reply_to, message_id, user_id, deadline))
+            "INSERT INTO waiters (command, body, reply_to, message_id, user_id, deadline, wire) "
+            "VALUES (?,?,?,?,?,?,?)", (command, body, reply_to, message_id, user_id, deadline, wire))
         return int(cursor.lastrowid or 0)
 
     def remove(self, waiter_id: int) -> None:
@@ -61,8 +66,8 @@ class WaiterStore:
         """The waiters left by the last run whose callers still wait; the expired ones are dropped."""
         now = time.time() if now is None else now
         self._db.execute("DELETE FROM waiters WHERE deadline IS NOT NULL AND deadline < ?", (now,))
-        rows = self._db.execute("SELECT id, command, body, reply_to, message_id, user_id, deadline FROM waiters "
-                                "ORDER BY id").fetchall()
+        rows = self._db.execute("SELECT id, command, body, reply_to, message_id, user_id, deadline, wire "
+                                "FROM waiters ORDER BY id").fetchall()
         return [StoredWaiter(*row) for row in rows]
 
     def count(self) -> int:
