@@ -1,0 +1,162 @@
+"""Benchmark of real-data expiry: import rate, and a minutely-sized diff through a warm bridge.
+
+1. ``toposm-import`` of the Helsinki extract (bin/ensure-osm-data): objects per second for the whole pass
+   (rendering store, geometry store, indexes, sea), best of ``--imports``.
+2. An in-process Spark bridge (local session, warmed by one diff first) with ``--store`` on a throwaway
+   vhost; a generated diff of ``--objects`` changed objects over the real store (node moves, tag-only
+   way edits, new nodes and ways, deleted ways: the mix of a busy minutely diff) goes in with
+   ``spark.expire`` (store, sequence, wait). Measured from the call to the last ``expire_toposm`` message
+   received by a listener, and to the reply (the geometry store commit comes after publishing). Each run
+   gets a fresh copy of the store (copied outside the timing).
+
+    .venv/bin/python bench/osm_expire.py [--objects 10000] [--runs 3] [--imports 3]
+
+Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from qbroker import Config, Unit  # noqa: E402
+from services.osmstore.importer import import_extract  # noqa: E402
+from services.spark_bridge.limits import BridgeLimits  # noqa: E402
+from services.spark_bridge.service import SparkBridge  # noqa: E402
+from services.spark_bridge.spark_session import build_session  # noqa: E402
+from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
+from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_diff(extract: Extract, objects: int, seed: int) -> str:
+    """``objects`` changed objects: 60% node moves, 25% tag-only way edits, 5% deleted ways, 10% new
+    nodes and ways (a new way every 4 new nodes)."""
+    rng = random.Random(seed)
+    nodes = rng.sample(sorted(extract.nodes), min(len(extract.nodes), objects * 60 // 100))
+    ways = rng.sample(sorted(extract.ways), min(len(extract.ways), objects * 30 // 100))
+    edited, deleted = ways[: len(ways) * 5 // 6], ways[len(ways) * 5 // 6:]
+    modify = [node_xml(n, extract.nodes[n][0] + rng.uniform(-2e-4, 2e-4),
+                       extract.nodes[n][1] + rng.uniform(-1e-4, 1e-4), version=5) for n in nodes]
+    modify += [way_xml(w, extract.ways[w][0], {**extract.ways[w][1], "note": "bench"}, version=5) for w in edited]
+    delete = [f'<way id="{w}" version="6"/>' for w in deleted]
+    create: list[str] = []
+    new_nodes = objects - len(modify) - len(delete)
+    base = 9_500_000_000
+    for i in range(max(new_nodes, 0)):
+        create.append(node_xml(base + i, 24.93 + rng.uniform(0, 0.03), 60.16 + rng.uniform(0, 0.015), version=1))
+        if i % 4 == 3:
+            create.append(way_xml(base + 10_000_000 + i, [base + i - 3, base + i - 2, base + i - 1, base + i],
+                                  {"highway": "footway"}, version=1))
+    return osc(create=create, modify=modify, delete=delete)
+
+
+def bench_import(extract: Path, runs: int) -> dict[str, Any]:
+    best: dict[str, Any] | None = None
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            info = import_extract(extract, Path(tmp) / "s")
+        if best is None or info["seconds"] < best["seconds"]:
+            best = info
+    assert best is not None
+    objects = sum(best["counts"].values())
+    return {"extract": extract.name, "bytes": best["source_size"], "objects": objects, "counts": best["counts"],
+            "seconds": best["seconds"], "objects_per_second": round(objects / best["seconds"])}
+
+
+async def bench_expire(store: Path, work: Path, objects: int, runs: int, url: str) -> dict[str, Any]:
+    extract = read_extract(ROOT / "var" / "osm" / "Helsinki.osm.pbf")
+    spark = build_session("local[2]", "bench-osm-expire", {"spark.sql.shuffle.partitions": "4",
+                                                            "spark.ui.enabled": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    bridge_unit = Unit("spark.bridge", config=Config(url=url))
+    client = Unit("bench.client", config=Config(url=url))
+    received: list[float] = []
+
+    @client.on_alert("expire_toposm")
+    async def on_expire(body: str) -> None:
+        received.append(time.perf_counter())
+
+    live = work / "store"
+    shutil.copytree(store, live)
+    bridge = SparkBridge(bridge_unit, spark, work / "state", max_jobs=1, input_roots=[work], stores=[live],
+                         limits=BridgeLimits(max_tiles=10**9, max_tiles_per_geometry=10**9))
+    await bridge_unit.start()
+    await client.start()
+    results = []
+    try:
+        for run in range(runs + 1):  # run 0 warms the session (JIT, Parquet readers) and is not reported
+            shutil.rmtree(live)
+            shutil.copytree(store, live)
+            diff = work / f"diff-{run}.osc.gz"
+            diff.write_bytes(gzip.compress(make_diff(extract, objects, seed=run).encode()))
+            received.clear()
+            started = time.perf_counter()
+            reply = await client.call("spark.expire", {"paths": [str(diff)], "store": live.name, "sequence": 1,
+                                                       "min_zoom": 10, "max_zoom": 18, "wait": True}, timeout=3600)
+            replied = time.perf_counter()
+            result = reply["result"]
+            deadline = time.monotonic() + 60
+            while len(received) < result["published"]["messages"] and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if run == 0:
+                continue
+            results.append({
+                "seconds_to_last_expiration": round(received[-1] - started, 3) if received else None,
+                "seconds_to_reply": round(replied - started, 3),
+                "changed_objects": result["inputs"]["osc_nodes"] + result["inputs"]["osc_ways"],
+                "ways_expired": result["inputs"]["ways"],
+                "total_tiles": result["total_tiles"], "total_metatiles": result["total_metatiles"],
+                "messages": result["published"]["messages"],
+            })
+    finally:
+        await client.stop()
+        await bridge.close()
+        await bridge_unit.stop()
+        spark.stop()
+    return {"objects": objects, "zooms": "10-18", "runs": results}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--objects", type=int, default=10_000)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--imports", type=int, default=3)
+    a = p.parse_args()
+    data = Path(subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.strip())
+    extract = ROOT / data / "Helsinki.osm.pbf"
+    out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                       "platform": platform.platform(), "load_avg": os.getloadavg()}}
+    out["import"] = bench_import(extract, a.imports)
+    vhost = create_vhost("qbroker-bench")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = Path(tmp) / "helsinki"
+            import_extract(extract, store)
+            work = Path(tmp) / "work"
+            work.mkdir()
+            out["expire"] = asyncio.run(bench_expire(store, work, a.objects, a.runs, url_for_vhost(vhost)))
+    finally:
+        delete_vhost(vhost)
+    out["machine"]["load_avg_after"] = os.getloadavg()
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
