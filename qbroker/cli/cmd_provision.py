@@ -11,11 +11,16 @@ error message. Services read them back with ``QBROKER_PASSWORD_FILE``.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import os
 import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -72,24 +77,73 @@ def _vhost_exists(vhost: str) -> bool:
     return vhost in {line.strip() for line in out.splitlines()}
 
 
+def password_hash(password: str) -> str:
+    """RabbitMQ's ``rabbit_password_hashing_sha256``: base64(salt + sha256(salt + password)), 4-byte salt.
+    Only this hash leaves the process: the definitions carry no password."""
+    salt = secrets.token_bytes(4)
+    return base64.b64encode(salt + hashlib.sha256(salt + password.encode("utf-8")).digest()).decode("ascii")
+
+
+def _give_to_broker_user(path: Path) -> None:
+    try:
+        import pwd
+
+        broker = pwd.getpwnam("rabbitmq")
+        os.chown(path, broker.pw_uid, broker.pw_gid)
+    except (KeyError, PermissionError, ImportError):  # no such user, or not root: rabbitmqctl runs as us
+        pass
+
+
+def _existing_users() -> set[str]:
+    exe = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+    out = subprocess.run([exe, "list_users", "-q", "--no-table-headers"], capture_output=True, text=True,
+                         timeout=60, check=False).stdout
+    return {line.split("\t")[0].strip() for line in out.splitlines() if line.strip()}
+
+
 def apply(deployment: Deployment) -> dict[str, Path]:
-    """Create or update every account; returns each account's password file."""
+    """Create or update every account; returns each account's password file.
+
+    One ``rabbitmqctl import_definitions`` (definitions on standard input) sets every user, password hash,
+    permission and topic permission at once: each rabbitmqctl call starts an Erlang VM, so a step per
+    setting took a minute for a small deployment; this takes a few seconds."""
     if not _vhost_exists(deployment.vhost):
         _ctl("add_vhost", deployment.vhost)
+    existing = _existing_users()
     files: dict[str, Path] = {}
+    definitions: dict[str, list[dict[str, str]]] = {"users": [], "permissions": [], "topic_permissions": []}
     for account in deployment.account:
         path, password = password_for(deployment, account.name)
         files[account.name] = path
-        # add_user exits 70 (EX_SOFTWARE) when the user exists: then set the password from the file.
-        if _ctl("add_user", account.name, stdin=password, ok_codes=(0, 70)) != 0:
-            _ctl("change_password", account.name, stdin=password)
-        _ctl("set_user_tags", account.name)  # no management/administrator tags
+        if account.name in existing:  # topic permissions are merged by an import: drop the old ones first
+            _ctl("clear_topic_permissions", "-p", deployment.vhost, account.name)
+        definitions["users"].append({"name": account.name, "password_hash": password_hash(password),
+                                     "hashing_algorithm": "rabbit_password_hashing_sha256",
+                                     "tags": ""})  # no management/administrator tags
         perms = permissions_for(account.role, deployment.exchange_prefix)
-        _ctl("set_permissions", "-p", deployment.vhost, account.name, perms.configure, perms.write, perms.read)
-        _ctl("clear_topic_permissions", "-p", deployment.vhost, account.name)
+        definitions["permissions"].append({"user": account.name, "vhost": deployment.vhost,
+                                           "configure": perms.configure, "write": perms.write, "read": perms.read})
         for exchange, (write, read) in perms.topics.items():
             name = exchange if exchange == "osm" else deployment.exchange_prefix + exchange
-            _ctl("set_topic_permissions", "-p", deployment.vhost, account.name, name, write, read)
+            definitions["topic_permissions"].append({"user": account.name, "vhost": deployment.vhost,
+                                                     "exchange": name, "write": write, "read": read})
+    # A 0600 file (it holds password hashes, never passwords). Debian's rabbitmqctl runs as the `rabbitmq`
+    # user and reads no standard input for this command, so the file is handed to that user.
+    with tempfile.TemporaryDirectory(prefix="qbroker-provision-") as tmp:
+        os.chmod(tmp, 0o711)  # noqa: S103 - traverse only (no listing): the broker user reaches its own file
+        path = Path(tmp) / "definitions.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(definitions, handle)
+        _give_to_broker_user(path)
+        _ctl("import_definitions", str(path))
+    # The broker applies an import asynchronously: wait until every account exists before anyone logs in.
+    wanted = {account.name for account in deployment.account}
+    deadline = time.monotonic() + 60
+    while not wanted <= _existing_users():
+        if time.monotonic() > deadline:
+            raise ProvisionError("the broker did not apply the accounts' definitions within 60 s")
+        time.sleep(0.2)
     return files
 
 
