@@ -164,9 +164,13 @@ class BrokerScheduler:
         self.owners = frozenset(owners) if owners is not None else None
         self.queue_name = schedules_queue(unit.config)
         self._running: dict[str, _Running] = {}
+        # Removed schedules, with when: a re-publish of one that was in flight when it was removed must not
+        # bring it back (a user's new `set` is newer than the removal and is taken).
+        self._removed: dict[str, float] = {}
         self._lease: AbstractIncomingMessage | None = None
         self._channel: AbstractChannel | None = None
         self.dropped = 0  # unreadable, forged or refused schedule messages, acked away
+        self.stale = 0  # re-publishes of removed schedules, acked away
         self.log = unit.log.bind(part="qbroker.scheduler")
         unit.on_connected(self._attach)
         unit.on_alert(LIST_ALERT)(self._answer_list)
@@ -224,12 +228,20 @@ class BrokerScheduler:
                 await message.ack()
         elif isinstance(op, _Remove):
             await message.ack()
+            self._removed[op.id] = time.time()
             await self._drop(op.id, "removed")
         else:
             await self._set(op, message)
 
     async def _set(self, op: _Set, message: AbstractIncomingMessage) -> None:
         spec = op.schedule
+        removed_at = self._removed.get(spec.id)
+        if removed_at is not None:
+            if op.created_at <= removed_at:  # our own re-publish, overtaken by the removal
+                self.stale += 1
+                await message.ack()
+                return
+            del self._removed[spec.id]  # set again after its removal: a new schedule
         held = self._running.get(spec.id)
         if held is None and len(self._running) >= MAX_SCHEDULES:
             self.log.warning("too many schedules; dropping a new one", limit=MAX_SCHEDULES, name=spec.name)
@@ -295,8 +307,13 @@ class BrokerScheduler:
 
     async def _persist(self, state: _Set) -> None:
         """Re-publish the schedule with its new run count; its older message is acked when this arrives."""
-        with contextlib.suppress(Exception):  # not persisted: a failover repeats at most one send
-            await _publish(self.unit, state.model_dump(mode="json"))
+        channel = self._channel
+        if channel is None or channel.is_closed:
+            return  # not persisted: a failover repeats at most one send
+        with contextlib.suppress(Exception):
+            # On our own consuming channel (confirmed), no channel or declare per send.
+            await channel.default_exchange.publish(_message(self.unit, state.model_dump(mode="json")),
+                                                   routing_key=self.queue_name)
 
     # -- listing ---------------------------------------------------------------------------------------
 
@@ -319,21 +336,25 @@ async def declare_schedules_queue(channel: AbstractChannel, config: Config) -> a
                                        arguments={"x-single-active-consumer": True})
 
 
+def _message(unit: Unit, op: dict[str, Any]) -> aio_pika.Message:
+    body = orjson.dumps(op)
+    if len(body) > MAX_SCHEDULE_BYTES:
+        raise ValueError(f"schedule of {len(body)} bytes is over the {MAX_SCHEDULE_BYTES}-byte limit")
+    # user-id: the broker checks it is our own account, so ``owners`` can trust it.
+    return aio_pika.Message(body, content_type="application/json", user_id=unit.bus.supervisor.user,
+                            delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+
+
 async def _publish(unit: Unit, op: dict[str, Any], connection: Connection | None = None) -> None:
     connection = connection or unit.connection
     if connection is None:
         raise RuntimeError("the unit is not connected: start it first")
     config = unit.config
-    body = orjson.dumps(op)
-    if len(body) > MAX_SCHEDULE_BYTES:
-        raise ValueError(f"schedule of {len(body)} bytes is over the {MAX_SCHEDULE_BYTES}-byte limit")
+    message = _message(unit, op)  # checks the size before a channel is opened
     # Plain AMQP (default exchange, persistent messages), beyond qbroker's narrow transport protocol.
     channel = cast(AbstractChannel, await connection.channel(publisher_confirms=True))
     try:
         await declare_schedules_queue(channel, config)
-        # user-id: the broker checks it is our own account, so ``owners`` can trust it.
-        message = aio_pika.Message(body, content_type="application/json", user_id=unit.bus.supervisor.user,
-                                   delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
         await channel.default_exchange.publish(message, routing_key=schedules_queue(config))
     finally:
         await channel.close()

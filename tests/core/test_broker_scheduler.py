@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aio_pika
+import orjson
 import pytest
 from pydantic import ValidationError
 
@@ -179,3 +180,27 @@ async def test_owners_only(make_unit: MakeUnit, transport: str) -> None:
     await eventually(lambda: scheduler.dropped == 1, timeout=HANG)
     _, listed = await list_schedules(client)
     assert listed == [] and ticks.empty()
+
+
+async def test_a_removed_schedule_stays_removed(make_unit: MakeUnit, transport: str) -> None:
+    """A re-publish in flight when the schedule is removed (it runs every few ms) must not bring it back."""
+    prefix, ticks, client = await _setup(make_unit)
+    _, scheduler = await _scheduler(make_unit, prefix, "test.scheduler")
+    spec = ScheduleSpec(name="test.tick", body={"n": 8}, every=0.01)
+    await add_schedule(client, spec)
+    assert await asyncio.wait_for(ticks.get(), HANG) == 8
+    _, listed = await _listed(client, lambda _u, s: s)
+    created_at = listed[0]["created_at"]
+    await remove_schedule(client, spec.id)
+    await _listed(client, lambda uuid_, s: uuid_ is not None and not s)
+    # What a late re-publish looks like: the same schedule, made before the removal. It is dropped.
+    stale_before = scheduler.stale
+    assert client.connection is not None
+    channel = await client.connection.channel()
+    stale = {"op": "set", "schedule": spec.model_dump(mode="json"), "runs": 99, "created_at": created_at}
+    await channel.default_exchange.publish(aio_pika.Message(orjson.dumps(stale)),
+                                           routing_key=schedules_queue(client.config))
+    await channel.close()
+    await eventually(lambda: scheduler.stale > stale_before, timeout=HANG)
+    _, listed = await list_schedules(client)
+    assert listed == []
