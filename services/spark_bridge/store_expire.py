@@ -38,6 +38,15 @@ _SPARK_SCHEMAS = {
 }
 
 
+_DIFF_SCHEMAS = {
+    "nodes": "id long, lon double, lat double, deleted boolean, version long",
+    "ways": "way_id long, deleted boolean, version long",
+    "way_refs": "way_id long, seq int, node_id long",
+    "rels": "rel_id long, deleted boolean, version long",
+    "members": "rel_id long, member_type string, member_id long",
+}
+
+
 def _bucketer(manifest: Manifest) -> Any:
     def bucket(column: str, table: str) -> Any:
         return F.shiftright(F.col(column), table_bits(table, manifest.bits)).alias("bucket")
@@ -86,7 +95,9 @@ def _diff_frames(spark: SparkSession, diff: OscDiff) -> dict[str, DataFrame]:
                              "member_type": pa.array([m[1] for m in members], pa.string()),
                              "member_id": pa.array([m[2] for m in members], pa.int64())}),
     }
-    return {name: spark.createDataFrame(table) for name, table in tables.items()}
+    # An empty Arrow table has no rows to infer from under Spark Connect: those get their schema spelt out.
+    return {name: spark.createDataFrame(table) if table.num_rows else spark.createDataFrame([], _DIFF_SCHEMAS[name])
+            for name, table in tables.items()}
 
 
 def _segments(points: DataFrame) -> DataFrame:
