@@ -15,7 +15,7 @@ import pytest
 from store_oracle import Expected
 
 from services.osmstore.geometry import GeometryStore
-from services.spark_bridge.expire_job import ExpireParams
+from services.spark_bridge.expire_job import ExpireParams, ExpireTooLarge
 from services.spark_bridge.job_context import JobContext
 from services.spark_bridge.store_job import StoreJob, run_store_expire
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
@@ -188,3 +188,19 @@ def test_next_diff_sees_current_geometry_and_replay_changes_nothing(spark, store
     with pytest.raises(Exception, match="diffs 3..4 are missing"):
         run(spark, store, write_osc(tmp_path / "5.osc", osc(modify=[node_xml(refs[1], *new)])), sequence=5)
     assert GeometryStore.of_store(store).sequence == 2
+
+
+@pytest.mark.parametrize("cap", ["max_tiles_per_geometry", "max_tiles"])
+def test_a_guard_tripping_applies_nothing(spark, store: Path, extract: Extract, tmp_path: Path, cap: str) -> None:
+    way = next(w for w in whole_ways(extract, highway="unclassified") if len(extract.ways[w][0]) >= 4)
+    refs, tags = extract.ways[way]
+    diff = write_osc(tmp_path / "g.osc", osc(modify=[way_xml(way, refs, {**tags, "name": "Never"})]))
+    published: list[str] = []
+    ctx = JobContext("test", spark, None, publish=published.append)
+    params = ExpireParams(MIN_Z, MAX_Z, **{cap: 3})
+    with pytest.raises(ExpireTooLarge, match=cap):
+        run_store_expire(diff, StoreJob(store, 1, True), params, ctx)
+    assert published == []
+    assert GeometryStore.of_store(store).manifest().snapshot == "s000000"
+    db = sqlite3.connect(store / "render.sqlite")
+    assert db.execute("SELECT count(*) FROM roads WHERE name = 'Never'").fetchone()[0] == 0
