@@ -16,11 +16,13 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import qbroker
 from demo.accounts import DemoAccounts, demo_accounts
@@ -184,15 +186,26 @@ async def run(workdir: Path, renderers: int, web_url: str, keep_running: bool, e
             await asyncio.Event().wait()
 
 
+def can_provision_here() -> tuple[bool, str]:
+    """Whether this demo can make its own broker accounts: a local broker and a usable rabbitmqctl."""
+    host = urlsplit(qbroker.Config().urls[0]).hostname or ""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return False, f"the broker at {host} is not on this host"
+    if shutil.which("rabbitmqctl") is None or os.geteuid() != 0:
+        return False, "rabbitmqctl is not available to this user; run as root for per-program accounts"
+    return True, "local broker, rabbitmqctl available"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("var/demo"))
     parser.add_argument("--renderers", type=int, default=2)
     parser.add_argument("--web-port", type=int, default=8080, help="toposm-web's port (another if taken)")
     parser.add_argument("--keep-running", action="store_true", help="leave the services up until Ctrl-C")
-    parser.add_argument("--accounts", action="store_true",
+    parser.add_argument("--accounts", action=argparse.BooleanOptionalAction, default=None,
                         help="one broker account per program, made with `qbroker provision` (needs rabbitmqctl "
-                        "on this host) and deleted afterwards; see docs/security.md")
+                        "on this host) and deleted afterwards; see docs/security.md. Default: on when the "
+                        "broker is local and rabbitmqctl can be run here")
     args = parser.parse_args()
     # The demo's own corner of the broker: a prefix keeps it out of the way of other traffic on the vhost.
     os.environ.setdefault("QBROKER_EXCHANGE_PREFIX", "demo.")
@@ -204,7 +217,9 @@ def main() -> None:
           f"{os.environ['QBROKER_EXCHANGE_PREFIX']!r}); logs in {workdir}")
     with contextlib.ExitStack() as stack:
         accounts = None
-        if args.accounts:
+        use_accounts, why = (args.accounts, "as asked") if args.accounts is not None else can_provision_here()
+        print(f"  broker accounts per program: {'yes' if use_accounts else 'no'} ({why})")
+        if use_accounts:
             accounts = stack.enter_context(demo_accounts(workdir, qbroker.Config().url,
                                                          os.environ["QBROKER_EXCHANGE_PREFIX"]))
             # this process (and the `qbroker call` it runs) is a client like any other

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from PIL import Image
 
+from tests.broker import rabbitmqctl
+
 
 def test_demo_runs_end_to_end(amqp_url: str, tmp_path: Path) -> None:
     env = dict(os.environ, QBROKER_URL=amqp_url)
@@ -31,6 +33,13 @@ def test_demo_runs_end_to_end(amqp_url: str, tmp_path: Path) -> None:
         assert int(changed.split("differ in ")[1].split()[0]) > 100, changed
     assert '"command": "stats"' in out  # the CLI's answer
     assert "demo finished: services stopped." in out
+    # Each program ran under its own broker account (issue 10), made for the demo and deleted after it.
+    assert "broker accounts per program: yes" in out
+    accounts = next(line for line in out.splitlines() if line.strip().startswith("accounts:"))
+    names = [name.strip() for name in accounts.split(":", 1)[1].split(",")]
+    assert len(names) >= 5
+    users = rabbitmqctl("list_users", "-q", "--no-table-headers").stdout
+    assert not [name for name in names if name in users]
     overview = Image.open(tmp_path / "overview-15.png")
     assert overview.size == (2048, 2048)
     colours = overview.convert("RGB").resize((64, 64)).getcolors(maxcolors=64 * 64) or []
