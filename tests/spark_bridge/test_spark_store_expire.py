@@ -204,3 +204,25 @@ def test_a_guard_tripping_applies_nothing(spark, store: Path, extract: Extract, 
     assert GeometryStore.of_store(store).manifest().snapshot == "s000000"
     db = sqlite3.connect(store / "render.sqlite")
     assert db.execute("SELECT count(*) FROM roads WHERE name = 'Never'").fetchone()[0] == 0
+
+
+def test_rerun_after_a_crash_between_the_two_commits(spark, store: Path, extract: Extract, tmp_path: Path) -> None:
+    """The rendering store already holds diff 1 (the bridge died before the geometry commit): running diff 1
+    again skips the rendering store, still expires from the old geometry, and commits the geometry store."""
+    from services.osmstore.render_store import apply_osc
+
+    way = whole_ways(extract, highway="unclassified")[1]
+    refs, tags = extract.ways[way]
+    moved = refs[0]
+    new = (extract.nodes[moved][0] + 0.001, extract.nodes[moved][1])
+    diff = write_osc(tmp_path / "1.osc", osc(modify=[node_xml(moved, *new)]))
+    assert "nodes_modified" in apply_osc(store, diff, sequence=1)
+    result, published = run(spark, store, diff, sequence=1)
+    assert result["store"]["render"] == {"skipped": 1} and result["store"]["applied"] is True
+    expected = Expected()
+    expected.point(extract.nodes[moved], MAX_Z)
+    for w in users(extract, moved):
+        expected.line(coords(extract, extract.ways[w][0]), MAX_Z)  # old geometry: from the geometry store
+        expected.line(coords(extract, extract.ways[w][0], {moved: new}), MAX_Z)
+    assert_expires(published, expected)
+    assert GeometryStore.of_store(store).sequence == 1
