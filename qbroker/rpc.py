@@ -100,25 +100,29 @@ async def _retry_later(bus: Bus, endpoint: Endpoint, message: AbstractIncomingMe
                        error: ErrorInfo) -> bool:
     """Park a copy (with its try count) in ``qbroker.retry.<name>.<ms>``, a queue whose TTL dead-letters it
     back to ``rpc`` with the routing key ``<name>`` after the backoff: any server of the name may take it,
-    and it survives this server's death. False if it could not be parked (then the caller gets the error)."""
+    and it survives this server's death. False if it could not be parked (then the caller gets the error).
+
+    The copy goes through the ``rpc`` exchange (routing key ``qbroker.retry.<ms>.<name>``, bound to that
+    queue), not the default exchange: a server's topic permissions can then allow exactly its own names."""
     connection = bus.connection
     if connection is None:
         return False
     delay = retry_delay_ms(endpoint.options.retry_delay, attempt)
     queue_name = f"{bus.config.exchange_prefix}qbroker.retry.{endpoint.name}.{delay}"
+    routing_key = f"qbroker.retry.{delay}.{endpoint.name}"
     try:
-        channel = await connection.channel(publisher_confirms=True)
+        channel = await connection.channel(publisher_confirms=False)
         try:
-            await channel.declare_queue(queue_name, durable=True, arguments={
+            queue = await channel.declare_queue(queue_name, durable=True, arguments={
                 "x-message-ttl": delay, "x-dead-letter-exchange": bus.config.exchange_name("rpc"),
                 "x-dead-letter-routing-key": endpoint.name,
                 "x-expires": max(600_000, 10 * delay),  # unused delay queues go away by themselves
             })
-            await channel.default_exchange.publish(bus.copy_message(message, {RETRIES: attempt}),
-                                                   routing_key=queue_name)
+            await queue.bind(bus.config.exchange_name("rpc"), routing_key=routing_key)
         finally:
             with contextlib.suppress(Exception):
                 await channel.close()
+        await bus.publish("rpc", routing_key, bus.copy_message(message, {RETRIES: attempt}))
     except Exception as exc:
         bus.log.warning("retry not scheduled; answering the error", name=endpoint.name, error=repr(exc))
         return False

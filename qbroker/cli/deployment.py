@@ -113,11 +113,12 @@ def permissions_for(role: Role, prefix: str) -> Permissions:
     if role == "operator":
         # A person with the CLI (call, alert, list, debug snooping): any resource, limited by topic rules.
         return Permissions(".*", ".*", ".*", _topics(role))
-    resources = _any(*base, *served)
+    # Endpoint retries wait in qbroker.retry.<name>.<ms> queues (declared and bound by the server itself).
+    retries = [rf"{p}qbroker\.retry\.({name})\.[0-9]+" for name in _ROLE_TOPICS.get(role, {}).get("serve", [])]
+    resources = _any(*base, *served, *retries)
     # Publishing on the default exchange reaches any queue by name, past every topic permission: only the
-    # queuemaster gets it (the seed wire answers on it). So endpoint retries (parked through the default
-    # exchange in qbroker.retry.* queues) are refused; qbroker then answers the error instead of retrying.
-    write = _any(*base, *served, "amq\\.default") if role == "queuemaster" else resources
+    # queuemaster gets it (the seed wire answers on it).
+    write = _any(*base, *served, *retries, "amq\\.default") if role == "queuemaster" else resources
     return Permissions(resources, write, resources, _topics(role))
 
 
@@ -172,8 +173,11 @@ def _topics(role: Role) -> dict[str, tuple[str, str]]:
     def rule(names: list[str]) -> str:
         return _any(*names) if names else NOTHING
 
+    # A failed request parked for a retry goes out on `rpc` as qbroker.retry.<ms>.<name> (qbroker.rpc): the
+    # server may publish (and bind its delay queue) with the names it serves, nothing else.
+    retry = [r"qbroker\.retry\.[0-9]+\.(" + name + ")" for name in t["serve"]]
     return {
-        "rpc": (rule([*t["call"], *republish]), rule(t["serve"])),
+        "rpc": (rule([*t["call"], *republish, *retry]), rule([*t["serve"], *retry])),
         "alert": (rule([lifecycle, *t["alert"], *_broadcast(t["call"])]),
                   rule([r"qbroker\.ping", *t["hear"], *_broadcast(t["serve"])])),
         "osm": (rule(t["osm_write"]), rule(t["osm_read"])),

@@ -15,7 +15,7 @@ import aio_pika
 import pytest
 from aiormq.exceptions import ChannelAccessRefused, ChannelClosed, ChannelPreconditionFailed
 
-from qbroker import QBrokerError, RequestContext
+from qbroker import QBrokerError, RequestContext, RequestError
 
 HANG = 30.0
 
@@ -158,3 +158,24 @@ async def test_wildcard_bindings_cannot_widen_a_role(provisioned) -> None:
         queue = await channel.declare_queue(exclusive=True)
         await queue.bind(await channel.get_exchange("rpc", ensure=False), routing_key="#")
         await queue.bind(await channel.get_exchange("alert", ensure=False), routing_key="#")
+
+
+async def test_a_server_account_may_retry_its_own_requests(provisioned, as_role) -> None:
+    """Endpoint retries park the request in the server's own qbroker.retry.* queue through `rpc`: allowed
+    for the names it serves, so retries work under provisioned accounts (and only for those names)."""
+    bridge = await as_role("spark_bridge", app="spark.bridge", start=False)
+    tries: list[int] = []
+
+    @bridge.rpc("spark.job", retries=2, retry_delay=0.05)
+    async def job(command: str, ctx: RequestContext) -> dict:
+        tries.append(int(ctx.headers.get("x-qbroker-retries", 0)))
+        if len(tries) < 3:
+            raise RequestError("not_yet", "try again")
+        return {"command": command, "tries": tries}
+
+    await bridge.start()
+    client = await as_role("client")
+    assert await client.call("spark.job", {"command": "list"}, timeout=HANG) == {"command": "list",
+                                                                              "tries": [0, 1, 2]}
+    async with raw(provisioned, "spark_bridge") as conn:  # not for a name it does not serve
+        await _refused_publish(conn, "rpc", "qbroker.retry.50.toposm.queuemaster")
