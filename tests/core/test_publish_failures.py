@@ -6,20 +6,16 @@ import asyncio
 
 import pytest
 
-from qbroker import BadMessage, ReplyTooLarge, RequestFailed
+from qbroker import BadMessage, ReplyTooLarge, RequestFailed, Unit
 from tests.conftest import MakeUnit
 
 LIMIT = 64 * 1024
 
 
-async def test_oversized_reply_answers_reply_too_large_and_spares_other_calls(make_unit: MakeUnit) -> None:
-    server = await make_unit("test.server", max_body_bytes=LIMIT)
-    gate = asyncio.Event()
-    started = asyncio.Event()
-
-    @server.rpc("t.big")
-    async def big(n: int) -> str:
-        return "x" * n
+async def _call_in_flight(make_unit: MakeUnit, server: Unit) -> tuple[Unit, asyncio.Future[str], asyncio.Event]:
+    """``server`` gets a ``t.gated`` endpoint that answers once ``gate`` is set; a started client has one
+    call to it in flight (its handler running). Returns (client, the call, gate)."""
+    gate, started = asyncio.Event(), asyncio.Event()
 
     @server.rpc("t.gated")
     async def gated() -> str:
@@ -32,6 +28,17 @@ async def test_oversized_reply_answers_reply_too_large_and_spares_other_calls(ma
     await client.start()
     in_flight = asyncio.ensure_future(client.call("t.gated", timeout=60))
     await asyncio.wait_for(started.wait(), 60)
+    return client, in_flight, gate
+
+
+async def test_oversized_reply_answers_reply_too_large_and_spares_other_calls(make_unit: MakeUnit) -> None:
+    server = await make_unit("test.server", max_body_bytes=LIMIT)
+
+    @server.rpc("t.big")
+    async def big(n: int) -> str:
+        return "x" * n
+
+    client, in_flight, gate = await _call_in_flight(make_unit, server)
     with pytest.raises(ReplyTooLarge, match="exceeds the limit"):
         await client.call("t.big", {"n": 2 * LIMIT}, timeout=60)
     gate.set()
@@ -59,20 +66,7 @@ async def test_publish_the_broker_refuses_fails_alone(make_unit: MakeUnit) -> No
     """RabbitMQ closes the publishing channel on a refused publish (here a user-id that is not ours):
     the bus reopens that channel only, so the call in flight and the consumers carry on."""
     server = await make_unit("test.server")
-    gate = asyncio.Event()
-    started = asyncio.Event()
-
-    @server.rpc("t.gated")
-    async def gated() -> str:
-        started.set()
-        await gate.wait()
-        return "still here"
-
-    await server.start()
-    client = await make_unit("test.client")
-    await client.start()
-    in_flight = asyncio.ensure_future(client.call("t.gated", timeout=60))
-    await asyncio.wait_for(started.wait(), 60)
+    client, in_flight, gate = await _call_in_flight(make_unit, server)
     forged = client.bus.make_message({}, kind="alert", name="t.forged", message_id="forged-1")
     forged.user_id = "somebody-else"
     with pytest.raises(Exception):  # noqa: B017 - aio-pika's channel error, whatever its class
