@@ -32,7 +32,6 @@ import hashlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, cast
 
 import aio_pika
@@ -42,6 +41,7 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from qbroker.config import Config
+from qbroker.schedule import next_cron
 from qbroker.transport import Connection
 from qbroker.unit import Unit
 
@@ -134,9 +134,7 @@ class SystemClock:
 def next_due(spec: ScheduleSpec, *, now: float, last_run: float | None, created_at: float) -> float:
     """When the next send is due. Missed runs (no scheduler was up) are skipped, never sent as a burst."""
     if spec.cron is not None:
-        after = max(now, last_run or 0.0)
-        due: datetime = croniter(spec.cron, datetime.fromtimestamp(after, tz=UTC)).get_next(datetime)
-        return due.timestamp()
+        return next_cron(spec.cron, max(now, last_run or 0.0))
     assert spec.every is not None
     if last_run is not None:
         return max(now, last_run + spec.every)

@@ -21,6 +21,12 @@ from structlog.typing import FilteringBoundLogger
 Send = Callable[[], Awaitable[None]]
 
 
+def next_cron(cron: str, after: float) -> float:
+    """The first time strictly after ``after`` (epoch seconds) that the cron line names (UTC)."""
+    nxt: datetime = croniter(cron, datetime.fromtimestamp(after, tz=UTC)).get_next(datetime)
+    return nxt.timestamp()
+
+
 @dataclass
 class Schedule:
     id: str
@@ -34,9 +40,7 @@ class Schedule:
 
     def next_delay(self, now: float, first: bool) -> float:
         if self.cron is not None:
-            start = datetime.fromtimestamp(now, tz=UTC)
-            nxt = croniter(self.cron, start).get_next(datetime)
-            return max(0.0, nxt.timestamp() - now)
+            return max(0.0, next_cron(self.cron, now) - now)
         assert self.every is not None
         return 0.0 if first and not self.nohaste else self.every
 
