@@ -7,11 +7,12 @@ our ``deadline`` and ``app``). See docs/wire-format.md.
 
 from __future__ import annotations
 
+import datetime
 import time
 from typing import Any, Literal
 
-import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
+from pamqp.commands import Basic
 from pydantic import BaseModel, ValidationError
 
 from qbroker.codecs import JSON, CodecError, CodecRegistry, default_codecs
@@ -40,6 +41,53 @@ class Header(BaseModel):
     user_id: str | None = None
 
 
+class OutgoingMessage:
+    """A message to publish: its body and AMQP properties under aio-pika's ``Message`` attribute names,
+    so every transport reads it as it reads an ``aio_pika.Message``, and ``properties`` gives the pamqp
+    properties aiormq publishes. Unlike ``aio_pika.Message`` it checks nothing per attribute: a request
+    and its reply each build one (docs/performance.md)."""
+
+    __slots__ = ("body", "headers", "content_type", "content_encoding", "delivery_mode", "priority",
+                 "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "type", "user_id",
+                 "app_id")
+
+    def __init__(self, body: bytes, *, headers: dict[str, Any] | None = None, content_type: str | None = None,
+                 content_encoding: str | None = None, delivery_mode: int | None = 1, priority: int | None = None,
+                 correlation_id: str | None = None, reply_to: str | None = None, expiration: float | None = None,
+                 message_id: str | None = None, timestamp: float | datetime.datetime | None = None,
+                 type: str | None = None, user_id: str | None = None, app_id: str | None = None) -> None:
+        self.body = body
+        self.headers = headers if headers is not None else {}
+        self.content_type = content_type
+        self.content_encoding = content_encoding
+        self.delivery_mode = delivery_mode or 1  # AMQP's default: transient
+        self.priority = priority
+        self.correlation_id = correlation_id
+        self.reply_to = reply_to
+        self.expiration = expiration  # seconds, as aio-pika has it; milliseconds on the wire
+        self.message_id = message_id
+        self.timestamp = timestamp
+        self.type = type
+        self.user_id = user_id
+        self.app_id = app_id
+
+    @property
+    def properties(self) -> Basic.Properties:
+        timestamp = self.timestamp
+        if isinstance(timestamp, int | float):
+            timestamp = datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
+        return Basic.Properties(
+            content_type=self.content_type, content_encoding=self.content_encoding, headers=self.headers,
+            delivery_mode=self.delivery_mode, priority=self.priority, correlation_id=self.correlation_id,
+            reply_to=self.reply_to, message_id=self.message_id, timestamp=timestamp, message_type=self.type,
+            user_id=self.user_id, app_id=self.app_id,
+            expiration=str(int(self.expiration * 1000)) if self.expiration is not None else None,
+        )
+
+    def __repr__(self) -> str:
+        return f"<OutgoingMessage type={self.type!r} message_id={self.message_id!r} {len(self.body)} bytes>"
+
+
 def build_message(
     body: Any,
     *,
@@ -61,7 +109,7 @@ def build_message(
     notify: bool = False,
     notice: str | None = None,
     codecs: CodecRegistry = default_codecs,
-) -> aio_pika.Message:
+) -> OutgoingMessage:
     headers: dict[str, Any] = {"version": PROTOCOL_VERSION, "app": app}
     if notify:  # RQ DELIVERED, opt-in: the server tells the caller when it picks the request up
         headers["notify"] = "delivered"
@@ -77,7 +125,7 @@ def build_message(
     if error is not None:
         headers["error"] = error.model_dump(exclude_none=True)
     data = b"" if body is None and content_type == JSON else codecs.encode(body, content_type)
-    return aio_pika.Message(
+    return OutgoingMessage(
         data,
         headers=headers,
         content_type=content_type,
@@ -91,7 +139,7 @@ def build_message(
         user_id=user_id,
         timestamp=time.time(),
         # Persistent only when asked (a guaranteed request): written to disk, it survives a broker restart.
-        delivery_mode=aio_pika.DeliveryMode.PERSISTENT if persistent else aio_pika.DeliveryMode.NOT_PERSISTENT,
+        delivery_mode=2 if persistent else 1,
     )
 
 

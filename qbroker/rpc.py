@@ -74,7 +74,9 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         result, error = None, exc.to_info(part=endpoint.name)
     debug = ctx.debug if ctx is not None else False
     if reply_to:
-        await bus.send_reply(reply_to, message.message_id, result, error, debug=debug)
+        # A guaranteed (persistent) request's reply is confirmed before the request is acked.
+        await bus.send_reply(reply_to, message.message_id, result, error, debug=debug,
+                             confirm=message.delivery_mode == 2)
     elif error is not None:
         bus.log.warning("one-way request failed", name=endpoint.name, correlation_id=message.message_id,
                          error=error.message)

@@ -2,7 +2,8 @@
 
 qbroker needs little of a connection: open channels, declare exchanges and queues, bind, consume,
 publish, and be told when a channel or the connection closes. The protocols below say exactly that,
-so any client that offers it can carry a unit. ``amqp://`` and ``amqps://`` are aio-pika; other
+so any client that offers it can carry a unit. ``amqp://`` and ``amqps://`` are aio-pika
+with aiormq under each message (``qbroker.amqp_transport``); other
 schemes are registered by whoever provides them (``import qbroker.testing`` registers ``memory://``),
 so production code never loads a test double.
 """
@@ -13,12 +14,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-import aio_pika
 from aio_pika import ExchangeType
-from aio_pika.abc import AbstractMessage
 
-# Consumers receive the transport's own incoming message (aio-pika's AbstractIncomingMessage or a
-# double with the same attributes); qbroker reads it through qbroker.envelope.
+from qbroker.amqp_transport import connect_amqp
+
+# Consumers receive the transport's own incoming message (``amqp_transport.Delivery`` or a double with
+# the same attributes: aio-pika's IncomingMessage names); qbroker reads it through qbroker.envelope.
 Consumer = Callable[[Any], Awaitable[Any]]
 
 
@@ -30,7 +31,9 @@ class Exchange(Protocol):
     @property
     def name(self) -> str: ...
 
-    async def publish(self, message: AbstractMessage, routing_key: str, *, mandatory: bool = True) -> object: ...
+    # ``message`` is a qbroker.envelope.OutgoingMessage or an aio_pika.Message: both have ``body`` and the
+    # AMQP ``properties`` (and aio-pika's attribute names), which is all a transport reads.
+    async def publish(self, message: Any, routing_key: str, *, mandatory: bool = True) -> object: ...
 
 
 class Queue(Protocol):
@@ -122,7 +125,7 @@ def transport_for(url: str) -> Connect:
 
 
 async def _connect_amqp(url: str, *, timeout: float) -> Connection:
-    connection: Connection = await aio_pika.connect(url, timeout=timeout)
+    connection: Connection = await connect_amqp(url, timeout=timeout)
     return connection
 
 

@@ -32,12 +32,15 @@ def _unit(app: str, url: str) -> Unit:
     return Unit(app, config=Config(url=url, heartbeat=5, reconnect_backoff_max=0.5, connect_timeout=2))
 
 
-async def _echo_server(url: str) -> Unit:
+async def _echo_server(url: str, *, hold_from: int | None = None, release: asyncio.Event | None = None) -> Unit:
+    """An echo server; with ``hold_from``, requests from that number on wait for ``release``."""
     server = _unit("test.server", url)
 
     @server.rpc("t.echo")
     async def echo(n: int) -> int:
         await asyncio.sleep(0.005)
+        if hold_from is not None and release is not None and n >= hold_from:
+            await release.wait()
         return n
 
     await server.start()
@@ -129,7 +132,10 @@ async def test_broker_restart_with_1000_calls_in_flight(private_node: PrivateNod
     """1000 calls in flight when the broker stops: every one resolves (its result or a clear error, no
     hang), and the service answers again after the broker is back. Prints the figures that
     docs/reliability.md keeps (bench/chaos.py restart runs this)."""
-    server = await _echo_server(private_node.url)
+    # Calls from 500 on are held by the server until the broker is stopping, so however fast the first
+    # ones go, the stop cuts calls in flight off.
+    release = asyncio.Event()
+    server = await _echo_server(private_node.url, hold_from=500, release=release)
     client = _unit("test.client", private_node.url)
     await client.start()
     outcomes: Counter[str] = Counter()
@@ -146,7 +152,10 @@ async def test_broker_restart_with_1000_calls_in_flight(private_node: PrivateNod
         calls = [asyncio.create_task(one(n)) for n in range(1000)]
         await eventually(lambda: outcomes["ok"] >= 50, timeout=HANG)
         in_flight = len(client.pending)
-        await asyncio.to_thread(private_node.stop_app)
+        stopping = asyncio.create_task(asyncio.to_thread(private_node.stop_app))
+        await eventually(lambda: client.bus.connection is None or client.bus.connection.is_closed, timeout=HANG)
+        release.set()
+        await stopping
         await asyncio.wait_for(asyncio.gather(*calls), HANG)  # every call resolved while the broker is down
         started = time.monotonic()
         await asyncio.to_thread(private_node.start_app)
