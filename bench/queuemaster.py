@@ -113,7 +113,29 @@ async def bench_dispatch(n_renderers: int, n_metatiles: int, workdir: Path) -> d
         delete_vhost(vhost)
 
 
-def null_renderer(unit: Unit, threadid: int) -> None:
+class NullAcks:
+    """Counts the `rendered` reports the queuemaster acknowledged: the benchmark waits on this instead of
+    polling `stats`, whose calls would be counted against the queuemaster's CPU and throughput."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.target = 0
+        self.reached = asyncio.Event()
+
+    def expect(self, target: int) -> asyncio.Event:
+        self.target = target
+        self.reached = asyncio.Event()
+        if self.count >= target:
+            self.reached.set()
+        return self.reached
+
+    def acked(self) -> None:
+        self.count += 1
+        if self.count >= self.target:
+            self.reached.set()
+
+
+def null_renderer(unit: Unit, threadid: int, acks: NullAcks | None = None) -> None:
     """A render thread that reports `rendered` immediately: measures the queuemaster, not rendering."""
     name = f"toposm.render.bench.{os.getpid()}.{threadid}"
     endpoint = unit.commands(name, exclusive=True)
@@ -121,6 +143,8 @@ def null_renderer(unit: Unit, threadid: int) -> None:
 
     async def report(metatile: str) -> None:
         await unit.call("toposm.queuemaster", {"command": "rendered", "metatile": metatile, "duration": 0.0})
+        if acks is not None:
+            acks.acked()
 
     @endpoint.command("render")
     async def render(metatile: str) -> dict[str, Any]:
@@ -139,8 +163,9 @@ async def bench_dispatch_null(n_threads: int, n_metatiles: int, workdir: Path) -
     url = url_for_vhost(vhost)
     procs = [start(queuemaster_args(workdir, "tiles-null"), url, workdir / "qm-null.log")]
     unit = Unit("bench.null-renderer", config=Config(url=url))
+    acks = NullAcks()
     for i in range(n_threads):
-        null_renderer(unit, i)
+        null_renderer(unit, i, acks)
     try:
         await unit.start()
         await wait_for(unit, lambda s: True)
@@ -148,8 +173,9 @@ async def bench_dispatch_null(n_threads: int, n_metatiles: int, workdir: Path) -
             await unit.call("toposm.queuemaster", {"command": "register", "hostname": "bench",
                                                    "pid": os.getpid(), "threadid": i, "strategy": "by_zoom"})
         t0 = time.perf_counter()
+        done = acks.expect(n_metatiles)
         await unit.call("toposm.queuemaster", {"command": "expire", "tiles": metatile_tiles(n_metatiles)})
-        await wait_for(unit, lambda s: s["counters"]["rendered"] >= n_metatiles)
+        await asyncio.wait_for(done.wait(), 300)
         elapsed = time.perf_counter() - t0
         return {"null_render_threads": n_threads, "metatiles": n_metatiles, "seconds": round(elapsed, 3),
                 "metatiles_per_second": round(n_metatiles / elapsed, 1)}
@@ -159,61 +185,111 @@ async def bench_dispatch_null(n_threads: int, n_metatiles: int, workdir: Path) -
         delete_vhost(vhost)
 
 
+class NullDispatch:
+    """One queuemaster (the working tree's, or ``services_from``'s code) with 8 null render threads in
+    this process, on a vhost of its own."""
+
+    def __init__(self, name: str, n_threads: int, workdir: Path, services_from: Path | None) -> None:
+        self.name, self.n_threads, self.workdir, self.services_from = name, n_threads, workdir, services_from
+        self.vhost = create_vhost("qbroker-bench")
+        self.acks = NullAcks()
+        self.unit = Unit("bench.null-renderer", config=Config(url=url_for_vhost(self.vhost)))
+        for i in range(n_threads):
+            null_renderer(self.unit, i, self.acks)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sent = 0
+
+    async def start(self) -> None:
+        args = queuemaster_command(self.workdir, f"tiles-{self.name}", self.services_from)
+        self.proc = start(args, url_for_vhost(self.vhost), self.workdir / f"qm-{self.name}.log")
+        await self.unit.start()
+        await wait_for(self.unit, lambda s: True)
+        for i in range(self.n_threads):
+            await self.unit.call("toposm.queuemaster", {"command": "register", "hostname": "bench",
+                                                        "pid": os.getpid(), "threadid": i, "strategy": "by_zoom"})
+        await self.round(100, 10**6)  # warm up
+
+    async def round(self, n: int, first: int) -> dict[str, float]:
+        assert self.proc is not None
+        self.sent += n
+        done = self.acks.expect(self.sent)
+        rabbit = rabbit_pids()
+        t0, cpu0, own0, mq0 = time.perf_counter(), cpu_seconds(self.proc.pid), time.process_time(), \
+            sum(cpu_seconds(p) for p in rabbit)
+        await self.unit.call("toposm.queuemaster", {"command": "expire", "tiles": metatile_tiles(n, first=first)})
+        await asyncio.wait_for(done.wait(), 300)
+        elapsed = time.perf_counter() - t0
+        ms = 1000 / n
+        return {"metatiles_per_s": round(n / elapsed, 1),
+                # What one dispatched metatile costs the queuemaster (two RPCs and the queue), the null
+                # renderers (this process) and RabbitMQ (shared with anything else on the machine).
+                "queuemaster_cpu_ms": round((cpu_seconds(self.proc.pid) - cpu0) * ms, 3),
+                "null_renderers_cpu_ms": round((time.process_time() - own0) * ms, 3),
+                "rabbitmq_cpu_ms": round((sum(cpu_seconds(p) for p in rabbit) - mq0) * ms, 3)}
+
+    async def stop(self) -> None:
+        await self.unit.stop(drain_timeout=1)
+        if self.proc is not None:
+            stop([self.proc])
+        delete_vhost(self.vhost)
+
+
+def rabbit_pids() -> list[int]:
+    found = subprocess.run(["pgrep", "-f", "beam.smp"], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found]
+
+
 async def bench_dispatch_null_vs_floor(n_threads: int, per_round: int, rounds: int, floor_calls: int,
-                                       workdir: Path) -> dict[str, Any]:
+                                       workdir: Path, old_services: Path | None = None) -> dict[str, Any]:
     """Null dispatch and the sequential RPC floors (bench/peers_rpc.py, client and server in this process),
-    interleaved in rounds; the ratio is taken within each round."""
+    interleaved in rounds; the ratio is taken within each round. With ``old_services`` (a directory holding
+    an older ``services/``, e.g. from ``git archive``) the old queuemaster runs in the same rounds."""
     names = ["floor_direct", "floor_seed"]
-    vhosts = [create_vhost("qbroker-bench") for _ in range(1 + len(names))]
-    url = url_for_vhost(vhosts[0])
-    procs = [start(queuemaster_args(workdir, "tiles-null-floor"), url, workdir / "qm-null-floor.log")]
-    unit = Unit("bench.null-renderer", config=Config(url=url))
-    for i in range(n_threads):
-        null_renderer(unit, i)
+    vhosts = [create_vhost("qbroker-bench") for _ in names]
+    dispatchers = [NullDispatch("null", n_threads, workdir, None)]
+    if old_services is not None:
+        dispatchers.append(NullDispatch("null_old", n_threads, workdir, old_services))
     stops: list[Any] = []
     rows: list[dict[str, Any]] = []
     try:
         floors = {}
-        for name, vhost in zip(names, vhosts[1:], strict=True):
+        for name, vhost in zip(names, vhosts, strict=True):
             stops.append(await CONTENDERS[name].serve(url_for_vhost(vhost)))
             floors[name], stop_client = await CONTENDERS[name].connect(url_for_vhost(vhost))
             stops.append(stop_client)
             await measure(floors[name], 100, 1)  # warm up
-        await unit.start()
-        await wait_for(unit, lambda s: True)
-        for i in range(n_threads):
-            await unit.call("toposm.queuemaster", {"command": "register", "hostname": "bench",
-                                                   "pid": os.getpid(), "threadid": i, "strategy": "by_zoom"})
-        await unit.call("toposm.queuemaster", {"command": "expire", "tiles": metatile_tiles(100, first=10**6)})
-        await wait_for(unit, lambda s: s["counters"]["rendered"] >= 100)  # warm up
-        done = 100
+        for d in dispatchers:
+            await d.start()
         for r in range(rounds):
-            row: dict[str, Any] = {}
-            for name in names[r % 2:] + names[:r % 2]:
-                row[name + "_sequential_calls_per_s"] = round((await measure(floors[name], floor_calls, 1))
-                                                              ["calls_per_s"], 1)
-            t0, cpu0 = time.perf_counter(), cpu_seconds(procs[0].pid)
-            await unit.call("toposm.queuemaster", {"command": "expire",
-                                                   "tiles": metatile_tiles(per_round, first=r * per_round)})
-            done += per_round
-            await wait_for(unit, lambda s, done=done: s["counters"]["rendered"] >= done)
-            row["null_dispatch_metatiles_per_s"] = round(per_round / (time.perf_counter() - t0), 1)
-            # What one dispatched metatile costs the queuemaster (two RPCs, the queue, the stats polls).
-            row["queuemaster_cpu_ms_per_metatile"] = round((cpu_seconds(procs[0].pid) - cpu0) / per_round * 1000, 3)
-            for name in names:
-                row[f"ratio_to_{name}"] = round(row["null_dispatch_metatiles_per_s"]
-                                                / row[name + "_sequential_calls_per_s"], 3)
+            row: dict[str, Any] = {"load_average": os.getloadavg()[0]}
+            order: list[Any] = [*names, *dispatchers]
+            for item in order[r % len(order):] + order[:r % len(order)]:  # rotate who goes first
+                if isinstance(item, str):
+                    row[item + "_sequential_calls_per_s"] = round((await measure(floors[item], floor_calls, 1))
+                                                                  ["calls_per_s"], 1)
+                else:
+                    for key, value in (await item.round(per_round, r * per_round)).items():
+                        row[f"{item.name}_{key}"] = value
+            for d in dispatchers:
+                for name in names:
+                    row[f"{d.name}_ratio_to_{name}"] = round(row[f"{d.name}_metatiles_per_s"]
+                                                             / row[name + "_sequential_calls_per_s"], 3)
+            if old_services is not None:
+                row["null_new_over_old"] = round(row["null_metatiles_per_s"] / row["null_old_metatiles_per_s"], 3)
             rows.append(row)
     finally:
-        await unit.stop(drain_timeout=1)
+        for d in dispatchers:
+            await d.stop()
         for stop_one in reversed(stops):
             await stop_one()
-        stop(procs)
         for vhost in vhosts:
             delete_vhost(vhost)
-    summary = {key: round(statistics.median(row[key] for row in rows), 3) for key in rows[0]} if rows else {}
+    keys = rows[0] if rows else {}
+    summary = {key: round(statistics.median(row[key] for row in rows), 3) for key in keys}
+    ranges = {key: [min(row[key] for row in rows), max(row[key] for row in rows)] for key in keys}
     return {"null_render_threads": n_threads, "metatiles_per_round": per_round, "floor_calls": floor_calls,
-            "rounds": rows, "median": summary}
+            "old_services": str(old_services) if old_services else None,
+            "rounds": rows, "median": summary, "range": ranges}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -223,10 +299,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def bench_expiry(n_messages: int, per_message: int, workdir: Path) -> dict[str, Any]:
+def queuemaster_command(workdir: Path, tiles: str, services_from: Path | None) -> list[str]:
+    args = queuemaster_args(workdir, tiles)
+    if services_from is None:
+        return args
+    # Older code: its services/ first on the path (qbroker stays the working tree's, the same for both).
+    return [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+            "from services.tiles.queuemaster.main import main; main()", str(services_from), *args[1:]]
+
+
+async def bench_expiry(n_messages: int, per_message: int, workdir: Path,
+                       services_from: Path | None = None) -> dict[str, Any]:
     vhost = create_vhost("qbroker-bench")
     url = url_for_vhost(vhost)
-    procs = [start(queuemaster_args(workdir, "tiles-exp"), url, workdir / "qm-exp.log")]
+    procs = [start(queuemaster_command(workdir, f"tiles-exp-{uuid.uuid4().hex}", services_from), url,
+                   workdir / "qm-exp.log")]
     unit = Unit("bench.expirer", config=Config(url=url))
     tiles = metatile_tiles(n_messages * per_message, zoom=16)
     bodies = [";".join(tiles[i * per_message:(i + 1) * per_message]) for i in range(n_messages)]
@@ -239,15 +326,35 @@ async def bench_expiry(n_messages: int, per_message: int, workdir: Path) -> dict
         total = n_messages * per_message
         s = await wait_for(unit, lambda s: s["counters"]["expired"] >= total)
         elapsed, cpu = time.perf_counter() - t0, cpu_seconds(procs[0].pid) - cpu0
-        # Per CPU-second of the queuemaster process: steadier than wall time on a shared machine.
-        return {"messages": n_messages, "tiles_per_message": per_message, "tiles": total,
-                "queued": s["queues"]["total"], "seconds": round(elapsed, 3),
+        # Per CPU-second of the queuemaster process: steadier than wall time on a shared machine. (The
+        # 50 ms stats polls that detect the end are included: a few of them per run.)
+        return {"code": "old" if services_from else "new", "messages": n_messages, "tiles_per_message": per_message,
+                "tiles": total, "queued": s["queues"]["total"], "seconds": round(elapsed, 3),
                 "tiles_per_second": round(total / elapsed, 1),
-                "tiles_per_queuemaster_cpu_second": round(total / cpu) if cpu > 0 else None}
+                "tiles_per_queuemaster_cpu_second": round(total / cpu) if cpu > 0 else None,
+                "load_average": os.getloadavg()[0]}
     finally:
         await unit.stop(drain_timeout=1)
         stop(procs)
         delete_vhost(vhost)
+
+
+async def bench_expiry_pairs(pairs: int, n_messages: int, per_message: int, workdir: Path,
+                             old_services: Path | None) -> dict[str, Any]:
+    """The new code's expiry ingestion, alternating with the old code's when given, in fresh processes."""
+    runs = []
+    for _ in range(pairs):
+        runs.append(await bench_expiry(n_messages, per_message, workdir))
+        if old_services is not None:
+            runs.append(await bench_expiry(n_messages, per_message, workdir, old_services))
+    summary: dict[str, Any] = {}
+    for code in ("new", "old"):
+        mine = [r for r in runs if r["code"] == code]
+        for key in ("tiles_per_second", "tiles_per_queuemaster_cpu_second"):
+            if mine:
+                summary[f"{code}_{key}"] = {"median": statistics.median(r[key] for r in mine),
+                                            "min": min(r[key] for r in mine), "max": max(r[key] for r in mine)}
+    return {"runs": runs, "summary": summary}
 
 
 def bench_pick(size: int, workdir: Path, picks: int = 2000) -> dict[str, Any]:
@@ -264,6 +371,19 @@ def bench_pick(size: int, workdir: Path, picks: int = 2000) -> dict[str, Any]:
     return {"queued": size, "picks": picks, "us_per_pick": round((time.perf_counter() - started) / picks * 1e6, 2)}
 
 
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def archive(commit: str, workdir: Path) -> Path:
+    """``services/`` as of ``commit``, unpacked under workdir (the repo's qbroker stays in use)."""
+    target = workdir / f"old-{commit}"
+    target.mkdir()
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "services"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(target)], input=tar.stdout, check=True)
+    return target
+
+
 SCENARIOS = "dispatch,dispatch_null,null_vs_floor,expiry,ingest,pick,big_queue"
 
 
@@ -273,25 +393,31 @@ async def main() -> None:
     p.add_argument("--renderers", default="1,2,4")
     p.add_argument("--null-metatiles", type=int, default=3000)
     p.add_argument("--expiry-messages", type=int, default=100)
+    p.add_argument("--expiry-pairs", type=int, default=3, help="expiry runs (each new, then old with --old)")
     p.add_argument("--rounds", type=int, default=3, help="null_vs_floor rounds")
     p.add_argument("--floor-calls", type=int, default=600, help="sequential floor calls per round")
     p.add_argument("--big-queue", type=int, default=10_000_000, help="metatiles queued by big_queue")
+    p.add_argument("--old", metavar="COMMIT", help="null_vs_floor and expiry also run this commit's queuemaster "
+                   "(its services/ from `git archive`), in the same rounds")
     p.add_argument("--only", default=SCENARIOS, help=f"comma-separated subset of {SCENARIOS}")
     a = p.parse_args()
     only = set(a.only.split(","))
     configure_logging("WARNING")  # logs to stderr; stdout is the JSON result
     workdir = Path(tempfile.mkdtemp(prefix="toposm-bench-"))  # service logs are kept there on failure
-    result: dict[str, Any] = {"machine": machine(), "load_average_before": os.getloadavg()}
+    result: dict[str, Any] = {"machine": machine(), "uptime_before": uptime(), "load_average_before": os.getloadavg()}
+    old_services = archive(a.old, workdir) if a.old else None
+    if a.old:
+        result["old_commit"] = a.old
     try:
         if "dispatch" in only:
             result["dispatch"] = [await bench_dispatch(int(n), a.metatiles, workdir) for n in a.renderers.split(",")]
         if "dispatch_null" in only:
             result["dispatch_null"] = [await bench_dispatch_null(n, a.null_metatiles, workdir) for n in (1, 8)]
         if "null_vs_floor" in only:
-            result["null_vs_floor"] = await bench_dispatch_null_vs_floor(8, a.null_metatiles // a.rounds, a.rounds,
-                                                                         a.floor_calls, workdir)
+            result["null_vs_floor"] = await bench_dispatch_null_vs_floor(
+                8, a.null_metatiles // a.rounds, a.rounds, a.floor_calls, workdir, old_services)
         if "expiry" in only:
-            result["expiry"] = await bench_expiry(a.expiry_messages, 1000, workdir)
+            result["expiry"] = await bench_expiry_pairs(a.expiry_pairs, a.expiry_messages, 1000, workdir, old_services)
         if "ingest" in only:
             result["ingest"] = bench_ingest(200_000, workdir)
         if "pick" in only:
@@ -302,6 +428,7 @@ async def main() -> None:
         print(f"benchmark failed; service logs in {workdir}", file=sys.stderr)
         raise
     result["load_average_after"] = os.getloadavg()
+    result["uptime_after"] = uptime()
     shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result, indent=2))
 

@@ -157,7 +157,8 @@ def parse_tile_list(text: str, zooms: ZoomRange | None = None) -> tuple[list[Til
         if not item:
             continue
         found = match(item)
-        if found is not None:
+        # A digit string longer than int() takes (4300 digits) is left to parse_tile, which words it.
+        if found is not None and len(item) < 100:
             z, x, y = int(found[1]), int(found[2]), int(found[3])
             if low <= z <= high and x < (1 << z) and y < (1 << z):
                 append(Tile(z, x, y))

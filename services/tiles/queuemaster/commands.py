@@ -45,9 +45,13 @@ class Command:
     async def run(self, qm: Queuemaster, request: Message, reply_to: str | None, user: str | None = None) -> Any:
         # Both wires come through here, so neither can skip the account check.
         qm.settings.access.check(self.name, user)
-        result = self.answer(qm, request, reply_to, user)
-        if isinstance(result, Awaitable):
-            result = await result
+        try:
+            result = self.answer(qm, request, reply_to, user)
+            if isinstance(result, Awaitable):
+                result = await result
+        finally:
+            # Group commits: what this command changed is on disk before either wire answers it.
+            await qm.durable()
         return result
 
 
@@ -92,4 +96,6 @@ async def expire_broadcast(qm: Queuemaster, body: Any) -> dict[str, Any] | None:
         qm.stats.count("invalid_expiry_messages")
         log.warning("expiry message is not text", body_type=type(body).__name__)
         return None
-    return await qm.expire_in_chunks(body)
+    totals = await qm.expire_in_chunks(body)
+    await qm.durable()  # the alert is acked when this returns: its metatiles are committed by then
+    return totals

@@ -6,15 +6,17 @@ One row per metatile, keyed by its packed address; a partial index on ``(src, se
 makes "first of a queue" a B-tree descent: O(log n), with no stale entries to skip.
 
 WAL journal with ``synchronous=NORMAL``: a committed transaction survives the process being SIGKILLed
-(only an OS crash or power loss could drop the last commits). Outside ``batch()`` each write commits on
-its own; ``batch()`` groups writes into one transaction (one expiry message, one dispatch round).
+(only an OS crash or power loss could drop the last commits). By default each write outside ``batch()``
+commits on its own and ``batch()`` groups writes into one transaction. With ``defer_commits`` (the running
+queuemaster) nothing commits by itself: the first write opens a transaction and tells the owner, which
+commits once for everything written meanwhile (group commit); ``batch()`` is then a savepoint.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -72,13 +74,51 @@ class QueueStore:
         if self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='metatiles'").fetchone():
             self._db.executescript("BEGIN;" + _OLD_TABLE_MIGRATION + "COMMIT;")
         self._depth = 0
+        self._on_open: Callable[[], None] | None = None
 
     def close(self) -> None:
+        self.commit()
         self._db.close()
+
+    def defer_commits(self, on_open: Callable[[], None] | None) -> None:
+        """Group commits: from now on no write commits by itself; the first write after a commit opens a
+        transaction and calls ``on_open``, whose owner must call ``commit()`` soon (and answer nothing that
+        depends on the writes before it has). None: every write and batch commits at once again."""
+        self.commit()
+        self._on_open = on_open
+
+    @property
+    def uncommitted(self) -> bool:
+        return self._db.in_transaction
+
+    def commit(self) -> None:
+        if self._db.in_transaction:
+            self._db.execute("COMMIT")
+
+    def _writing(self) -> None:
+        """Called before every write: in group-commit mode, open the transaction the write joins."""
+        if self._on_open is not None and not self._db.in_transaction:
+            self._db.execute("BEGIN")
+            self._on_open()
 
     @contextmanager
     def batch(self) -> Iterator[None]:
-        """Group writes into one transaction (nestable; the outermost commits)."""
+        """Group writes into one transaction (nestable; the outermost commits). In group-commit mode a
+        savepoint instead: a failure rolls back this batch's writes only, the group's others stay."""
+        if self._on_open is not None:
+            self._writing()
+            name = f"batch{self._depth}"
+            self._db.execute(f"SAVEPOINT {name}")
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                self._db.execute(f"ROLLBACK TO {name}")
+                raise
+            finally:
+                self._depth -= 1
+                self._db.execute(f"RELEASE {name}")
+            return
         if self._depth == 0:
             self._db.execute("BEGIN")
         self._depth += 1
@@ -126,26 +166,32 @@ class QueueStore:
     # -- writes ---------------------------------------------------------------------------------------
 
     def put(self, key: int, src: int, seq: int, state: int) -> None:
+        self._writing()
         self._db.execute("INSERT OR REPLACE INTO queue (key, src, seq, state) VALUES (?, ?, ?, ?)",
                          (key, src, seq, state))
 
     def put_many(self, rows: Iterable[tuple[int, int, int, int]]) -> None:
+        self._writing()
         self._db.executemany("INSERT OR REPLACE INTO queue (key, src, seq, state) VALUES (?, ?, ?, ?)", rows)
 
     def insert_new(self, keys: list[int], src: int, first_seq: int) -> int:
         """Queue the ``keys`` that are not there yet in ``src``, with seqs ``first_seq, first_seq + 1, ...``
         in list order; returns how many were inserted. One statement: the keys travel as one JSON array,
         which costs less than binding a row at a time (this is the expiry ingestion's hot path)."""
+        self._writing()
         before = self._db.total_changes
         self._db.execute("INSERT OR IGNORE INTO queue (key, src, seq, state) "
                          "SELECT j.value, ?, ? + j.key, 0 FROM json_each(?) AS j", (src, first_seq, json.dumps(keys)))
         return self._db.total_changes - before
 
     def set_state(self, key: int, state: int) -> None:
+        self._writing()
         self._db.execute("UPDATE queue SET state = ? WHERE key = ?", (state, key))
 
     def set_states(self, keys: Iterable[int], state: int) -> None:
+        self._writing()
         self._db.executemany("UPDATE queue SET state = ? WHERE key = ?", ((state, key) for key in keys))
 
     def delete(self, key: int) -> None:
+        self._writing()
         self._db.execute("DELETE FROM queue WHERE key = ?", (key,))

@@ -3,18 +3,25 @@
 Fields: ``metatile`` (``z/mx/my``), ``zoom``, ``renderer`` (the thread's endpoint name), ``start`` (Unix
 time, seconds), ``duration`` (seconds), ``status`` (``ok`` or ``error``), plus ``reason`` on errors.
 Lines are appended with one ``write`` on an ``O_APPEND`` file so concurrent writers never interleave.
+
+With ``buffered`` (the running queuemaster, group commits) lines wait in memory until ``flush()``, which
+the queuemaster calls just before it commits the queue: one ``write`` per group instead of an open, a
+write and a close per render, and a line is on disk before the commit that settles its render (a
+SIGKILL in between leaves the line and renders the metatile once more: never a render without its line).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-from pydantic import BaseModel
 
 
-class RenderLogRecord(BaseModel):
+@dataclass(frozen=True, slots=True)
+class RenderLogRecord:
+    # A plain dataclass, not a validated model: built by the queuemaster itself for every render.
     metatile: str
     zoom: int
     renderer: str
@@ -23,19 +30,42 @@ class RenderLogRecord(BaseModel):
     status: str
     reason: str | None = None
 
+    def line(self) -> bytes:
+        fields = {"metatile": self.metatile, "zoom": self.zoom, "renderer": self.renderer, "start": self.start,
+                  "duration": self.duration, "status": self.status}
+        if self.reason is not None:
+            fields["reason"] = self.reason
+        return orjson.dumps(fields) + b"\n"
+
 
 class RenderLog:
     def __init__(self, path: str | Path | None) -> None:
         self.path = Path(path) if path else None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.buffered = False
+        self._pending: list[bytes] = []
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
 
     def append(self, record: RenderLogRecord) -> None:
         if self.path is None:
             return
-        line = orjson.dumps(record.model_dump(exclude_none=True)) + b"\n"
+        self._pending.append(record.line())
+        if not self.buffered:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending or self.path is None:
+            return
+        data = b"".join(self._pending)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line)
+            written = os.write(fd, data)
+            while written < len(data):  # a short write (signal, huge group): finish the rest
+                written += os.write(fd, data[written:])
         finally:
             os.close(fd)
+        self._pending.clear()

@@ -126,18 +126,23 @@ class RenderQueue:
 
     def add_expired(self, metatiles: Iterable[Metatile],
                     keep_unknown: Callable[[Metatile], bool] | None = None) -> Counter[str]:
-        """``add(m, "background")`` for many metatiles at once (an expiry message): a few statements for
-        the whole message, not two per metatile. ``keep_unknown`` decides whether a metatile the queue does
-        not know is queued (else it counts as ``not_rendered_yet``); None queues them all."""
+        """``add(m, "background")`` for many metatiles at once: ``add_expired_keys`` of their keys."""
+        return self.add_expired_keys([pack(m) for m in metatiles], keep_unknown)
+
+    def add_expired_keys(self, keys: Iterable[int],
+                         keep_unknown: Callable[[Metatile], bool] | None = None) -> Counter[str]:
+        """``add(m, "background")`` for many metatiles at once (an expiry message, as packed keys in
+        order): a few statements for the whole message, not two per metatile. ``keep_unknown`` decides
+        whether a metatile the queue does not know is queued (else it counts as ``not_rendered_yet``);
+        None queues them all."""
         outcome: Counter[str] = Counter()
         rendering = self._rendering
-        candidates: list[tuple[Metatile, int]] = []
+        candidates: list[int] = []
         dirty: list[int] = []
-        for m in metatiles:
-            key = (m.z << 56) | (m.mx << 28) | m.my  # queue_store.pack, inlined: this loop is the hot path
+        for key in keys:
             flying = rendering.get(key)
             if flying is None:
-                candidates.append((m, key))
+                candidates.append(key)
             elif flying[1]:
                 outcome["rendering"] += 1
             else:
@@ -146,25 +151,31 @@ class RenderQueue:
                 dirty.append(key)
                 outcome["marked_dirty"] += 1
         if keep_unknown is not None:
-            known = self._store.known([key for _, key in candidates])
-            kept = [(m, key) for m, key in candidates if key in known or keep_unknown(m)]
+            known = self._store.known(candidates)
+            kept = [key for key in candidates if key in known or keep_unknown(unpack(key))]
             outcome["not_rendered_yet"] += len(candidates) - len(kept)
             candidates = kept
         by_zoom: dict[int, list[int]] = {}
-        for m, key in candidates:
-            by_zoom.setdefault(m.z, []).append(key)
+        for key in candidates:
+            zoom = key >> 56
+            group = by_zoom.get(zoom)
+            if group is None:
+                by_zoom[zoom] = [key]
+            else:
+                group.append(key)
         with self._store.batch():
-            for zoom, keys in by_zoom.items():
+            for zoom, zoom_keys in by_zoom.items():
                 # A row that is there already is queued (in-flight ones were sorted out above), and
                 # background is the lowest class: it stays as it is ("merged"). The seq it was offered
                 # is simply never used.
                 first = next(self._back)
-                self._back = itertools.count(first + len(keys))
-                queued = self._store.insert_new(keys, zoom, first)
+                self._back = itertools.count(first + len(zoom_keys))
+                queued = self._store.insert_new(zoom_keys, zoom, first)
                 self._lengths[zoom] += queued
                 outcome["queued"] += queued
-                outcome["merged"] += len(keys) - queued
-            self._store.set_states(dirty, RENDERING_DIRTY)
+                outcome["merged"] += len(zoom_keys) - queued
+            if dirty:
+                self._store.set_states(dirty, RENDERING_DIRTY)
         return outcome
 
     def pop(self, source: Source) -> Metatile | None:

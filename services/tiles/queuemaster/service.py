@@ -41,7 +41,9 @@ class QueuemasterService:
         self.unit = unit
         self.qm = qm
         self.settings = qm.settings
-        self.waiter_store = WaiterStore(qm.settings.state_file)
+        # Its own connection to the state file: a write there must not wait on the queue's open group
+        # transaction (one writer at a time), so the queue commits first.
+        self.waiter_store = WaiterStore(qm.settings.state_file, before_write=qm.flush)
         self.osm = OsmWire(qm, max_body_bytes=unit.config.max_body_bytes, waiters=self.waiter_store)
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
@@ -180,6 +182,7 @@ class QueuemasterService:
             self._call_soon(self._answer_restored(waiter))
         if restored:
             log.info("answering requests waiting before the restart", count=len(restored))
+        self.qm.group_commits()
         self._tasks = [asyncio.create_task(self._dispatch_loop()),
                        asyncio.create_task(self._liveness_loop())]
         await self.announce()
@@ -197,3 +200,4 @@ class QueuemasterService:
             task.cancel()
         await self.osm.stop()
         self.qm.fail_waiters()
+        self.qm.flush()

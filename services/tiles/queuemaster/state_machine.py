@@ -3,7 +3,10 @@
 It owns the render queue, the registered render threads, the waiters of ``render`` requests, the render
 log and the counters. The bus adapter (``service``) feeds it validated messages, sends the
 ``render`` commands it decides on (``next_assignments``) and reports dead renderers. Everything here runs
-on the event loop thread; queue mutations are committed to SQLite before the method returns.
+on the event loop thread. Queue mutations are committed to SQLite before the method returns, until the
+bus adapter turns on ``group_commits``: then one commit per turn of the event loop covers every mutation
+made in it, and whoever answers a message first awaits ``durable()``, so nothing is acknowledged before
+it is on disk.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from qbroker import RequestError, RequestFailed
 from ..messages import RegisterRequest, RenderedRequest, UnregisterRequest
 from ..strategy import choose_for_mix, parse_strategy
 from ..tile_store import TileStore
-from ..tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile, parse_tile_list
+from ..tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile
 from .access import AccessPolicy, Forbidden
+from .expiry_keys import ancestor_keys, expiry_keys
+from .group_commit import GroupCommit
 from .queue_store import QueueStore
 from .render_log import RenderLog, RenderLogRecord
 from .render_queue import RenderQueue
@@ -73,6 +78,7 @@ class Queuemaster:
         self.waiting = 0  # futures in ``waiters`` not done yet
         self.work_available = asyncio.Event()  # set whenever a dispatch might now succeed
         self.work_available.set()
+        self.commits = GroupCommit(self.store, self.render_log)
 
     def fail_waiters(self) -> None:
         for futures in self.waiters.values():
@@ -83,7 +89,19 @@ class Queuemaster:
 
     def close(self) -> None:
         self.fail_waiters()
+        self.flush()
         self.store.close()
+
+    def group_commits(self) -> None:
+        """From now on (call it on the event loop) commit once per loop turn: see ``group_commit``."""
+        self.commits.start()
+
+    async def durable(self) -> None:
+        """Return once every mutation made so far is committed (at once if nothing is pending)."""
+        await self.commits.durable()
+
+    def flush(self) -> None:
+        self.commits.flush()
 
     # -- parsing with the configured zoom range --------------------------------------------------------
 
@@ -107,7 +125,7 @@ class Queuemaster:
         ``strict`` (the ``expire`` command) refuses a list with any invalid item; the alert path (nobody to
         answer) takes the valid items and logs the others.
         """
-        tiles, problems = parse_tile_list(text, self.zooms)
+        keys, problems = expiry_keys(text, self.zooms)  # packed metatile keys: no object per tile
         if problems and strict:
             more = " ..." if len(problems) > 5 else ""
             raise RequestFailed("invalid_tile", "; ".join(problems[:5]) + more)
@@ -115,24 +133,19 @@ class Queuemaster:
             self.stats.count("invalid_expiry_items", len(problems))
             log.warning("invalid expiry items ignored", count=len(problems), first=problems[0])
         # Spark sends each expired metatile as its top-left tile, so dedup by metatile before anything else.
-        metatiles: dict[Metatile, None] = dict.fromkeys(t.metatile for t in tiles)
+        metatiles: dict[int, None] = dict.fromkeys(keys)
         propagate = self.settings.propagate_to_zoom
         if propagate is not None:
-            low = max(propagate, self.zooms.min_zoom)
-            for m in list(metatiles):
-                for ancestor in m.ancestors(low):
-                    if ancestor in metatiles:
-                        break  # its ancestors were added already
-                    metatiles[ancestor] = None
+            ancestor_keys(metatiles, max(propagate, self.zooms.min_zoom))
         outcome: dict[str, int] = {"queued": 0, "merged": 0, "raised": 0, "rendering": 0, "marked_dirty": 0,
                                    "not_rendered_yet": 0}
         # One lookup and one insert statement for the whole message (one transaction), not two per metatile.
         keep = None if self.settings.render_missing_expired else self.tiles.metatile_exists
-        outcome.update(self.queue.add_expired(metatiles, keep_unknown=keep))
-        self.stats.count("expired", len(tiles))
+        outcome.update(self.queue.add_expired_keys(metatiles, keep_unknown=keep))
+        self.stats.count("expired", len(keys))
         if outcome["queued"]:
             self.work_available.set()
-        return {"tiles": len(tiles), "metatiles": len(metatiles), "invalid": len(problems), **outcome}
+        return {"tiles": len(keys), "metatiles": len(metatiles), "invalid": len(problems), **outcome}
 
     async def expire_in_chunks(self, text: str) -> dict[str, Any]:
         """The broadcast path (``strict=False``) for lists of any size: about ``EXPIRY_CHUNK_CHARS`` of text
@@ -313,6 +326,7 @@ class Queuemaster:
         self.render_log.append(RenderLogRecord(
             metatile=str(m), zoom=m.z, renderer=renderer, start=req.start or now - duration,
             duration=round(duration, 4), status=req.status, reason=req.reason))
+        self.commits.pending()  # the line waits for the group commit (its finish opened one anyway)
         self._answer_waiters(m, req.status, req.reason)
         self.work_available.set()
         return {"command": "ack", "metatile": str(m), "expected": True, "queued_again": again}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,10 @@ class StoredWaiter:
 
 
 class WaiterStore:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, before_write: Callable[[], None] | None = None) -> None:
+        # Called before each write: the queue's connection commits its group transaction first, or this
+        # write would wait for SQLite's one write lock that the same thread holds.
+        self._before_write = before_write or (lambda: None)
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -54,17 +58,20 @@ class WaiterStore:
 
     def add(self, command: str, body: str, reply_to: str, message_id: str, user_id: str | None,
             deadline: float | None, wire: str = "qbroker") -> int:
+        self._before_write()
         cursor = self._db.execute(
             "INSERT INTO waiters (command, body, reply_to, message_id, user_id, deadline, wire) "
             "VALUES (?,?,?,?,?,?,?)", (command, body, reply_to, message_id, user_id, deadline, wire))
         return int(cursor.lastrowid or 0)
 
     def remove(self, waiter_id: int) -> None:
+        self._before_write()
         self._db.execute("DELETE FROM waiters WHERE id = ?", (waiter_id,))
 
     def take_live(self, now: float | None = None) -> list[StoredWaiter]:
         """The waiters left by the last run whose callers still wait; the expired ones are dropped."""
         now = time.time() if now is None else now
+        self._before_write()
         self._db.execute("DELETE FROM waiters WHERE deadline IS NOT NULL AND deadline < ?", (now,))
         rows = self._db.execute("SELECT id, command, body, reply_to, message_id, user_id, deadline, wire "
                                 "FROM waiters ORDER BY id").fetchall()
