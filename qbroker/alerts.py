@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -13,7 +12,7 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from qbroker.bus import Bus
 from qbroker.context import RequestContext
-from qbroker.envelope import JSON, read_body, read_error, read_header
+from qbroker.envelope import JSON, new_message_id, read_body, read_error, read_header
 from qbroker.errors import QBrokerError
 from qbroker.handlers import run_handler
 from qbroker.replies import Reply
@@ -78,7 +77,7 @@ async def gather(bus: Bus, name: str, body: Any, *, timeout: float, max_replies:
     """Broadcast ``name`` and yield replies until ``max_replies``, the deadline, or ``gap`` of silence."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    message_id = uuid.uuid4().hex
+    message_id = new_message_id()
     replies = bus.pending.open_gather(message_id)
     try:
         message = bus.make_message(body, kind="alert", name=name, message_id=message_id,

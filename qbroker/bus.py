@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -22,7 +21,7 @@ from structlog.typing import FilteringBoundLogger
 from qbroker.codecs import CodecError
 from qbroker.config import Config
 from qbroker.connection import ConnectionSupervisor
-from qbroker.envelope import MessageKind, OutgoingMessage, build_message
+from qbroker.envelope import MessageKind, OutgoingMessage, build_message, new_message_id
 from qbroker.errors import (
     BadMessage,
     ConnectionLost,
@@ -282,12 +281,13 @@ class Bus:
         if len(message.body) > limit:
             raise BadMessage("too_large", f"message body of {len(message.body)} bytes exceeds the limit of {limit}")
 
-    async def send_notice(self, reply_to: str, correlation_id: str | None) -> None:
-        """RQ DELIVERED: tell a caller that asked that its request reached this server. Never raises."""
+    async def send_notice(self, reply_to: str, correlation_id: str | None, *, confirm: bool = False) -> None:
+        """RQ DELIVERED: tell a caller that asked that its request reached this server. Never raises.
+        ``confirm`` as for its reply, which must go on the same channel to arrive after it."""
         try:
-            message = self.make_message(None, kind="reply", message_id=uuid.uuid4().hex,
+            message = self.make_message(None, kind="reply", message_id=new_message_id(),
                                         correlation_id=correlation_id, notice="delivered")
-            await self.publish("reply", reply_to, message, confirm=False)
+            await self.publish("reply", reply_to, message, confirm=confirm)
         except Exception as exc:  # only a notice: the reply itself still follows
             self.log.debug("delivered notice not sent", correlation_id=correlation_id, error=repr(exc))
 
@@ -302,18 +302,18 @@ class Bus:
         queues die with it anyway. Awaiting a confirm per reply cost a third of the throughput."""
         try:
             try:
-                message = self.make_message(body, kind="reply", message_id=uuid.uuid4().hex,
+                message = self.make_message(body, kind="reply", message_id=new_message_id(),
                                             correlation_id=correlation_id, error=error, debug=debug)
             except CodecError as exc:
                 bad = RequestError("bad_result", f"handler result cannot be encoded: {exc}")
-                message = self.make_message(None, kind="reply", message_id=uuid.uuid4().hex,
+                message = self.make_message(None, kind="reply", message_id=new_message_id(),
                                             correlation_id=correlation_id, error=bad.to_info())
             if len(message.body) > self.config.max_body_bytes:
                 big = ReplyTooLarge(f"the reply of {len(message.body)} bytes exceeds the limit of "
                                     f"{self.config.max_body_bytes} bytes")
                 self.log.warning("reply too large; answering with an error", correlation_id=correlation_id,
                                  size=len(message.body))
-                message = self.make_message(None, kind="reply", message_id=uuid.uuid4().hex,
+                message = self.make_message(None, kind="reply", message_id=new_message_id(),
                                             correlation_id=correlation_id, error=big.to_info())
             await self.publish("reply", reply_to, message, confirm=confirm)
         except Exception as exc:

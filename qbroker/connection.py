@@ -84,6 +84,7 @@ class ConnectionSupervisor:
         self._urls = list(config.urls)
         for url in self._urls:
             transport_for(url)  # an unknown scheme is a configuration error: say so before connecting
+        self._users = [url_user(url, config) for url in self._urls]  # read for every message published
         self._log = get_logger(**log_ctx)
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -135,7 +136,7 @@ class ConnectionSupervisor:
     @property
     def user(self) -> str:
         """The account of the current (or next) connection: qbroker sets it as every message's user-id."""
-        return url_user(self._urls[self.url_index], self._config)
+        return self._users[self.url_index]
 
     def lose(self, reason: BaseException | None = None) -> None:
         """Declare the connection broken (e.g. a channel died) so the supervisor rebuilds everything."""

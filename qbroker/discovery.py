@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from qbroker.alerts import gather
 from qbroker.bus import Bus
+from qbroker.envelope import new_message_id
 from qbroker.errors import QBrokerError
 
 START, STOP, PING = "qbroker.start", "qbroker.stop", "qbroker.ping"
@@ -37,7 +37,7 @@ class Announcer:
         """Publish ``name`` (start, stop) with our short description; a lost broker is not an error here."""
         with contextlib.suppress(QBrokerError, asyncio.TimeoutError, OSError):
             message = self.bus.make_message(self.announcement(), kind="alert", name=name,
-                                            message_id=uuid.uuid4().hex)
+                                            message_id=new_message_id())
             await self.bus.publish("alert", name, message)
 
     async def announce_start(self) -> None:

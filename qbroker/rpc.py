@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +14,7 @@ from qbroker.bus import Bus, trusted_sender
 from qbroker.codecs import CodecError
 from qbroker.context import RequestContext
 from qbroker.endpoints import Endpoint
-from qbroker.envelope import JSON, Header, read_body, read_header
+from qbroker.envelope import JSON, Header, new_message_id, read_body, read_header
 from qbroker.errors import (
     CallTimeout,
     ConnectionLost,
@@ -50,8 +49,10 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         own = endpoint.options.max_body_bytes
         limit = bus.config.max_body_bytes if own is None else min(own, bus.config.max_body_bytes)
         body = read_body(message, accept=bus.config.accept, max_bytes=limit)
+        # A guaranteed (persistent) request's notice and reply are confirmed before the request is acked.
+        guaranteed = message.delivery_mode == 2
         if reply_to and (message.headers or {}).get("notify") == "delivered":
-            await bus.send_notice(reply_to, message.message_id)
+            await bus.send_notice(reply_to, message.message_id, confirm=guaranteed)
         # A redelivered request re-published by a server of our account keeps its first sender's account.
         sender = trusted_sender(message, bus.supervisor.user)
         if sender != header.user_id:
@@ -74,7 +75,6 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         result, error = None, exc.to_info(part=endpoint.name)
     debug = ctx.debug if ctx is not None else False
     if reply_to:
-        # A guaranteed (persistent) request's reply is confirmed before the request is acked.
         await bus.send_reply(reply_to, message.message_id, result, error, debug=debug,
                              confirm=message.delivery_mode == 2)
     elif error is not None:
@@ -190,7 +190,7 @@ async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = 
     deadline = loop.time() + timeout
     if not await bus.wait_connected(timeout):
         raise ConnectionLost(f"not connected to a broker within {timeout}s (calling {name})")
-    message_id = uuid.uuid4().hex
+    message_id = new_message_id()
     future = bus.pending.expect(message_id, durable=guarantee, on_delivered=on_delivered)
     try:
         try:

@@ -21,7 +21,7 @@ from qbroker.config import Config
 from qbroker.dead_letter import DeadLetterCollector
 from qbroker.discovery import PING, START, STOP, Announcer
 from qbroker.endpoints import CommandEndpoint, Endpoint, EndpointOptions
-from qbroker.envelope import JSON
+from qbroker.envelope import JSON, new_message_id
 from qbroker.errors import CallTimeout, ConnectionLost, ErrorInfo, NotStarted, QBrokerError
 from qbroker.exchanges import declare_unit_queue
 from qbroker.handlers import Extra, Handler
@@ -323,7 +323,7 @@ class Unit:
         self._check_started("cast")
         # Unserved casts expire (to `dead`, counted) instead of running as a stale burst on restart.
         ttl = self.config.cast_ttl if ttl is None else ttl
-        message = self.bus.make_message(body, kind="rpc", name=name, message_id=uuid.uuid4().hex,
+        message = self.bus.make_message(body, kind="rpc", name=name, message_id=new_message_id(),
                                         content_type=content_type, expiration_s=ttl, priority=priority,
                                         deadline=time.time() + ttl, persistent=guarantee)
         if not await self.bus.wait_connected(self.config.call_timeout):
@@ -357,7 +357,7 @@ class Unit:
 
         ``error`` attaches an error element: report an error state, or (status ``ok``) say it is over."""
         self._check_started("alert")
-        message = self.bus.make_message(body, kind="alert", name=name, message_id=uuid.uuid4().hex,
+        message = self.bus.make_message(body, kind="alert", name=name, message_id=new_message_id(),
                                         content_type=content_type, error=error)
         if not await self.bus.wait_connected(self.config.call_timeout):
             raise ConnectionLost(f"not connected to a broker (alert {name})")
