@@ -198,6 +198,7 @@ class NullDispatch:
             null_renderer(self.unit, i, self.acks)
         self.proc: subprocess.Popen[bytes] | None = None
         self.sent = 0
+        self.commits = 0
 
     async def start(self) -> None:
         args = queuemaster_command(self.workdir, f"tiles-{self.name}", self.services_from)
@@ -209,7 +210,7 @@ class NullDispatch:
                                                         "pid": os.getpid(), "threadid": i, "strategy": "by_zoom"})
         await self.round(100, 10**6)  # warm up
 
-    async def round(self, n: int, first: int) -> dict[str, float]:
+    async def round(self, n: int, first: int) -> dict[str, float | None]:
         assert self.proc is not None
         self.sent += n
         done = self.acks.expect(self.sent)
@@ -219,13 +220,18 @@ class NullDispatch:
         await self.unit.call("toposm.queuemaster", {"command": "expire", "tiles": metatile_tiles(n, first=first)})
         await asyncio.wait_for(done.wait(), 300)
         elapsed = time.perf_counter() - t0
+        cpu, own, mq = cpu_seconds(self.proc.pid), time.process_time(), sum(cpu_seconds(p) for p in rabbit)
         ms = 1000 / n
-        return {"metatiles_per_s": round(n / elapsed, 1),
+        commits = (await self.unit.call("toposm.queuemaster", {"command": "stats"}))["counters"].get("group_commits")
+        per_metatile: float | None = None
+        if commits is not None:  # older code does not count them
+            per_metatile, self.commits = round((commits - self.commits) / n, 3), commits
+        return {"metatiles_per_s": round(n / elapsed, 1), "commits_per_metatile": per_metatile,
                 # What one dispatched metatile costs the queuemaster (two RPCs and the queue), the null
                 # renderers (this process) and RabbitMQ (shared with anything else on the machine).
-                "queuemaster_cpu_ms": round((cpu_seconds(self.proc.pid) - cpu0) * ms, 3),
-                "null_renderers_cpu_ms": round((time.process_time() - own0) * ms, 3),
-                "rabbitmq_cpu_ms": round((sum(cpu_seconds(p) for p in rabbit) - mq0) * ms, 3)}
+                "queuemaster_cpu_ms": round((cpu - cpu0) * ms, 3),
+                "null_renderers_cpu_ms": round((own - own0) * ms, 3),
+                "rabbitmq_cpu_ms": round((mq - mq0) * ms, 3)}
 
     async def stop(self) -> None:
         await self.unit.stop(drain_timeout=1)
@@ -284,7 +290,7 @@ async def bench_dispatch_null_vs_floor(n_threads: int, per_round: int, rounds: i
             await stop_one()
         for vhost in vhosts:
             delete_vhost(vhost)
-    keys = rows[0] if rows else {}
+    keys = [key for key in (rows[0] if rows else {}) if rows[0][key] is not None]
     summary = {key: round(statistics.median(row[key] for row in rows), 3) for key in keys}
     ranges = {key: [min(row[key] for row in rows), max(row[key] for row in rows)] for key in keys}
     return {"null_render_threads": n_threads, "metatiles_per_round": per_round, "floor_calls": floor_calls,
@@ -323,6 +329,7 @@ async def bench_expiry(n_messages: int, per_message: int, workdir: Path,
         t0, cpu0 = time.perf_counter(), cpu_seconds(procs[0].pid)
         for body in bodies:
             await unit.alert("expire_toposm", body, content_type="text/plain")
+        published = time.perf_counter() - t0
         total = n_messages * per_message
         s = await wait_for(unit, lambda s: s["counters"]["expired"] >= total)
         elapsed, cpu = time.perf_counter() - t0, cpu_seconds(procs[0].pid) - cpu0
@@ -330,6 +337,7 @@ async def bench_expiry(n_messages: int, per_message: int, workdir: Path,
         # 50 ms stats polls that detect the end are included: a few of them per run.)
         return {"code": "old" if services_from else "new", "messages": n_messages, "tiles_per_message": per_message,
                 "tiles": total, "queued": s["queues"]["total"], "seconds": round(elapsed, 3),
+                "publishing_seconds": round(published, 3),
                 "tiles_per_second": round(total / elapsed, 1),
                 "tiles_per_queuemaster_cpu_second": round(total / cpu) if cpu > 0 else None,
                 "load_average": os.getloadavg()[0]}

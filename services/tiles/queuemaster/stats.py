@@ -37,10 +37,12 @@ class QueuemasterStats:
         if duration is not None:
             self.render_time.setdefault(zoom, ZoomTiming()).add(duration)
 
-    def describe(self) -> dict[str, object]:
+    def describe(self, group_commits: int = 0) -> dict[str, object]:
         names = ("requested", "expired", "rendered", "failed")
         counters = {name: self.counters[name] for name in names}
         counters.update({k: v for k, v in sorted(self.counters.items()) if k not in names})
+        if group_commits:
+            counters["group_commits"] = group_commits
         return {
             "counters": counters,
             "render_time": {str(z): t.describe() for z, t in sorted(self.render_time.items())},
