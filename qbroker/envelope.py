@@ -179,42 +179,30 @@ def _deadline(raw: Any) -> float | None:
     return raw / 1000 if isinstance(raw, int) and not isinstance(raw, bool) else None
 
 
-_TEXT_FIELDS = frozenset({"app_id", "message_id", "reply_to", "name", "correlation_id", "content_type", "type",
-                          "user_id"})
-
-
 def read_header(message: AbstractIncomingMessage, *, require: tuple[str, ...] = ()) -> Header:
     """The header of an incoming message; raises BadMessage naming what is wrong."""
     raw = message.headers or {}
     if "version" not in raw:
         raise BadMessage("bad_header", "missing header: version")
-    fields = dict(
-        version=raw["version"],
-        app_id=message.app_id,
-        message_id=message.message_id,
-        reply_to=message.reply_to,
-        name=_text(raw.get("name")),
-        correlation_id=message.correlation_id,
-        debug=bool(raw.get("debug", False)),
-        content_type=message.content_type or JSON,
-        type=message.type,
-        deadline=_deadline(raw.get("deadline")),
-        # Not a seed field (our own, informative): a foreign client's odd value must not cost the request.
-        app=_optional_text(raw.get("app")),
-        user_id=_text(getattr(message, "user_id", None)),
-    )
-    if type(fields["version"]) is int and all(
-        value is None or type(value) is str for key, value in fields.items() if key in _TEXT_FIELDS
-    ):
-        # What every well-formed message looks like (AMQP short strings arrive as str): the fields have
-        # their types already, so validating them again would only cost time on every message.
-        header = Header.model_construct(**fields)
-    else:
-        try:
-            header = Header(**fields)
-        except ValidationError as exc:
-            names = ", ".join(".".join(str(p) for p in err["loc"]) for err in exc.errors())
-            raise BadMessage("bad_header", f"invalid header fields: {names}") from exc
+    try:
+        header = Header(
+            version=raw["version"],
+            app_id=message.app_id,
+            message_id=message.message_id,
+            reply_to=message.reply_to,
+            name=_text(raw.get("name")),
+            correlation_id=message.correlation_id,
+            debug=bool(raw.get("debug", False)),
+            content_type=message.content_type or JSON,
+            type=message.type,
+            deadline=_deadline(raw.get("deadline")),
+            # Not a seed field (our own, informative): a foreign client's odd value must not cost the request.
+            app=_optional_text(raw.get("app")),
+            user_id=_text(getattr(message, "user_id", None)),
+        )
+    except ValidationError as exc:
+        fields = ", ".join(".".join(str(p) for p in err["loc"]) for err in exc.errors())
+        raise BadMessage("bad_header", f"invalid header fields: {fields}") from exc
     if header.version != PROTOCOL_VERSION:
         raise BadMessage("bad_version", f"unsupported protocol version {header.version} (supported: 1)")
     missing = [field for field in require if getattr(header, field) in (None, "")]
