@@ -16,7 +16,7 @@ import json
 import sqlite3
 import tempfile
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import osmium
@@ -200,7 +200,7 @@ def _already_applied(conn: sqlite3.Connection, sequence: int | None, sha256: str
 
 
 def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
-              sha256: str | None = None) -> dict[str, int]:
+              sha256: str | None = None, commit_if: Callable[[], bool] | None = None) -> dict[str, int]:
     """Apply one osmChange (.osc or .osc.gz) to ``store_dir/render.sqlite``; returns what changed.
 
     With ``sequence`` (a replication diff) or ``sha256`` (its digest), a diff the store already holds is
@@ -208,6 +208,9 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
     the store and its sequence never disagree (a follower that died after this commit but before the
     geometry store's can simply run the diff again).
     Raises RenderStoreError (and changes nothing) when the store is missing or the diff is unreadable.
+    ``commit_if`` is asked inside the transaction just before COMMIT: False rolls the diff back and
+    returns ``{"rolled_back": 1}`` (the Spark bridge applies the diff while it computes the expiry, and
+    commits only once that succeeded).
     """
     db = Path(store_dir) / render_db.RENDER_DB
     osc_path = Path(osc_path)
@@ -240,6 +243,9 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
                 render_db.set_meta(conn, "sequence", str(sequence))
             if sha256 is not None:
                 render_db.set_meta(conn, "last_diff_sha256", sha256)
+            if commit_if is not None and not commit_if():
+                conn.execute("ROLLBACK")
+                return {"rolled_back": 1}
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

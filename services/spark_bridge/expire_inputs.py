@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -22,6 +23,9 @@ from services.spark_bridge.osc_reader import OSC_SUFFIXES, OscError, sniff_osc
 from services.spark_bridge.tilemath import MAX_ZOOM_LIMIT, shift_left
 
 _TILE_LINE = re.compile(r"^\s*(\d{1,2})/(\d{1,8})/(\d{1,8})\s*$")
+_TILE_LINE_BYTES = re.compile(_TILE_LINE.pattern.encode())  # bytes: \d and \s are ASCII-only, as in Java
+# Plain expire lists up to this size (about 200,000 lines) are read on the driver, bigger ones by Spark.
+DRIVER_LIST_BYTES = 4 << 20
 FIRST_LINE_SCAN = 1000
 FIRST_LINE_CHARS = 4096
 
@@ -102,12 +106,30 @@ def validate_inputs(paths: Iterable[str], roots: InputRoots) -> list[ExpireInput
     return inputs
 
 
-def read_expire_lists(spark: SparkSession, paths: list[Path]) -> tuple[DataFrame, int | None, int]:
+@dataclass
+class ListTiles:
+    """Expire-list tiles as (z, x, y) rows, their line count and smallest zoom.
+
+    ``rows`` holds the tiles themselves when the lists were read on the driver (then every check on them
+    is driver work, no Spark action).
+    """
+
+    frame: DataFrame
+    lines: int
+    smallest_zoom: int | None
+    rows: tuple[list[int], list[int], list[int]] | None = None
+
+
+def read_expire_lists(spark: SparkSession, paths: list[Path]) -> ListTiles:
     """(z, x, y) rows of expire lists, the smallest zoom seen and the line count.
 
-    A malformed or out-of-range line fails the job (InputError naming the file and line); checking it
-    costs one pass, shared with the smallest-zoom and line counts.
+    A malformed or out-of-range line fails the job (InputError naming the file and line). Small plain
+    lists (a minutely osm2pgsql list is a few hundred KB) are parsed on the driver and handed to Spark as
+    Arrow: a Spark pass just to check them cost a whole action. Bigger or compressed ones are checked in
+    one Spark pass, shared with the smallest-zoom and line counts.
     """
+    if all(not p.name.endswith(".gz") for p in paths) and sum(p.stat().st_size for p in paths) <= DRIVER_LIST_BYTES:
+        return _read_on_driver(spark, paths)
     lines = spark.read.text([str(p) for p in paths]).withColumn("source", F.input_file_name())
     lines = lines.where(F.trim("value") != "")
     pattern = _TILE_LINE.pattern
@@ -132,7 +154,32 @@ def read_expire_lists(spark: SparkSession, paths: list[Path]) -> tuple[DataFrame
     if check["bad"] is not None:
         # The file, not the line: error messages never quote input contents.
         raise InputError(f"{check['bad']}: a line is not z/x/y within the zoom limit")
-    return parsed.select("z", "x", "y"), check["smallest"], int(check["lines"])
+    return ListTiles(parsed.select("z", "x", "y"), int(check["lines"]), check["smallest"])
+
+
+def _read_on_driver(spark: SparkSession, paths: list[Path]) -> ListTiles:
+    """The driver twin of the Spark pass above, with the same line rules: lines end at \\n, \\r or \\r\\n
+    (Hadoop's reader), a line of spaces only is blank (Spark's ``trim``), ASCII digits and whitespace
+    (Java's regex classes)."""
+    zs: list[int] = []
+    xs: list[int] = []
+    ys: list[int] = []
+    for path in paths:
+        for number, line in enumerate(path.read_bytes().splitlines(), start=1):
+            if not line.strip(b" "):
+                continue
+            match = _TILE_LINE_BYTES.match(line)
+            z, x, y = (int(g) for g in match.groups()) if match else (MAX_ZOOM_LIMIT + 1, 0, 0)
+            if z > MAX_ZOOM_LIMIT or x >= 1 << z or y >= 1 << z:
+                # The file and the line number, not the line: error messages never quote input contents.
+                raise InputError(f"{path.as_uri()}: a line is not z/x/y within the zoom limit (line {number})")
+            zs.append(z)
+            xs.append(x)
+            ys.append(y)
+    table = pa.table({"z": pa.array(zs, pa.int32()), "x": pa.array(xs, pa.int64()), "y": pa.array(ys, pa.int64())})
+    # An empty Arrow table has no rows to infer from under Spark Connect: its schema is spelt out.
+    frame = spark.createDataFrame(table) if zs else spark.createDataFrame([], "z int, x long, y long")
+    return ListTiles(frame, len(zs), min(zs) if zs else None, (zs, xs, ys))
 
 
 def read_points(spark: SparkSession, inputs: list[ExpireInput]) -> DataFrame | None:

@@ -1,9 +1,11 @@
 """The expiry job: inputs -> buffered tiles at max zoom -> every zoom down to min -> metatiles.
 
 All per-row tile math is Spark SQL column expressions (see tilemath). The job body runs in a worker
-thread; it reports through a JobContext and publishes metatiles through ``ctx.publish``. The plan is
-kept to few Spark actions: one for the per-zoom summary (which also caches the metatiles) and one that
-streams the sorted metatiles to the driver for publishing.
+thread; it reports through a JobContext and publishes metatiles through ``ctx.publish``. A warm job is
+one Spark action (expire_collect): the metatiles and the counters come back together as Arrow, and the
+summary, the guard and the publishing order are driver work. Only a job whose inputs cannot show that it
+stays under ``max_tiles`` pays a second action first (the estimate), and only expire lists too big to
+read on the driver a pass to check them.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from services.spark_bridge.expire_inputs import ExpireInput, InputKind, read_expire_lists, read_points
-from services.spark_bridge.expire_publish import ExpirationBatcher
+from services.spark_bridge.expire_collect import Collected, collect, count_row, metatile_rows, publish_sorted
+from services.spark_bridge.expire_inputs import ExpireInput, InputKind, ListTiles, read_expire_lists, read_points
 from services.spark_bridge.job_context import JobContext
 from services.spark_bridge.osc_reader import read_osc
 from services.spark_bridge.tilemath import (
@@ -28,12 +30,11 @@ from services.spark_bridge.tilemath import (
     shift_right,
     tile_key,
 )
-from services.spark_bridge.way_segments import ExpireTooLarge, resolve_ways
+from services.spark_bridge.way_segments import BUFFERED_TILES_PER_SAMPLE, ExpireTooLarge, resolve_ways
 
 __all__ = ["ExpireParams", "ExpireTooLarge", "run_expire", "propagate", "metatile_counts"]
 
 UNRESOLVED_IDS_SHOWN = 1000
-PUBLISH_CANCEL_CHECK = 5_000
 
 
 @dataclass(frozen=True)
@@ -119,13 +120,26 @@ def metatile_counts(tiles: DataFrame) -> DataFrame:
     ).agg(F.count(F.lit(1)).alias("tiles"))
 
 
+@dataclass
+class BaseTiles:
+    """Every input as (z, x, y) rows with min_zoom <= z <= max_zoom (not yet deduplicated), and what is
+    known about it before any Spark action."""
+
+    frame: DataFrame | None
+    unresolved: list[int]
+    # At most this many base rows, or None when unknown without a Spark pass (point files).
+    bound: int | None
+    counts: list[DataFrame]  # count rows (expire_collect) computed in the job's one action
+
+
 def expire_base_tiles(
     spark: SparkSession, inputs: list[ExpireInput], params: ExpireParams, ctx: JobContext
-) -> tuple[DataFrame | None, list[int]]:
-    """Every input as (z, x, y) rows with min_zoom <= z <= max_zoom (not yet deduplicated)."""
+) -> BaseTiles:
     zoom = params.max_zoom
     parts: list[DataFrame] = []
+    counts: list[DataFrame] = []
     unresolved: list[int] = []
+    bound: int | None = 0
     osc_paths = [i.path for i in inputs if i.kind is InputKind.OSC]
     if osc_paths:
         osc = read_osc(osc_paths)
@@ -140,58 +154,74 @@ def expire_base_tiles(
         if len(segments.lon0):
             points = points.unionByName(way_samples(spark.createDataFrame(segments.table()), zoom))
         parts.append(buffered_tiles(points, zoom))
+        bound = (len(osc.node_id) + segments.samples) * BUFFERED_TILES_PER_SAMPLE
     raw_points = read_points(spark, inputs)
     if raw_points is not None:
         valid = F.col("lon").between(-180.0, 180.0) & F.col("lat").between(-90.0, 90.0)
-        counts = raw_points.agg(F.count(F.lit(1)).alias("n"), F.count(F.when(valid, 1)).alias("ok")).first()
-        assert counts is not None  # a global aggregate always has one row
-        ctx.count("points", int(counts["ok"]))
-        ctx.count("invalid_points", int(counts["n"] - counts["ok"]))
+        # Counted in the job's one action, not in a pass of their own.
+        counts += [count_row("points", raw_points.where(valid)), count_row("invalid_points", raw_points.where(~valid))]
         parts.append(buffered_tiles(_frac_points(raw_points.where(valid), zoom), zoom))
+        bound = None
     list_paths = [i.path for i in inputs if i.kind is InputKind.EXPIRE_LIST]
     if list_paths:
-        listed, smallest_zoom, lines = read_expire_lists(spark, list_paths)
-        ctx.count("list_tiles", lines)
-        if smallest_zoom is not None and smallest_zoom < params.min_zoom:
-            per_tile = 4 ** (params.min_zoom - smallest_zoom)
+        listed = read_expire_lists(spark, list_paths)
+        ctx.count("list_tiles", listed.lines)
+        expanded = 0
+        if listed.smallest_zoom is not None and listed.smallest_zoom < params.min_zoom:
+            per_tile = 4 ** (params.min_zoom - listed.smallest_zoom)
             if per_tile > params.max_tiles_per_geometry:
                 raise ExpireTooLarge(
-                    f"expire-list tile at z{smallest_zoom} expands to {per_tile} tiles at "
+                    f"expire-list tile at z{listed.smallest_zoom} expands to {per_tile} tiles at "
                     f"min_zoom={params.min_zoom}, over max_tiles_per_geometry={params.max_tiles_per_geometry}"
                 )
-            _check_list_expansion(listed, params, ctx)
-        parts.append(normalise_list_tiles(listed, params))
+            expanded = _check_list_expansion(listed, params, ctx)
+        parts.append(normalise_list_tiles(listed.frame, params))
+        bound = None if bound is None else bound + listed.lines + expanded
     ctx.check_cancelled()
     if not parts:
-        return None, unresolved
+        return BaseTiles(None, unresolved, bound, counts)
     base = parts[0]
     for part in parts[1:]:
         base = base.unionByName(part)
-    return base, unresolved
+    return BaseTiles(base, unresolved, bound, counts)
 
 
-def _check_list_expansion(listed: DataFrame, params: ExpireParams, ctx: JobContext) -> None:
+def _check_list_expansion(listed: ListTiles, params: ExpireParams, ctx: JobContext) -> int:
     """List tiles below min_zoom become 4^dz tiles each: refuse before that explosion is ever planned.
 
     The sum is over distinct list tiles, so it over-counts only a list naming a tile and its own
-    descendants; that errs on the side of refusing.
+    descendants; that errs on the side of refusing. Lists read on the driver are summed there.
     """
-    dz = F.lit(params.min_zoom) - F.col("z")
-    low = listed.where(F.col("z") < params.min_zoom).select("z", "x", "y").distinct()
-    row = low.agg(F.sum(shift_left(F.lit(1).cast("long"), dz * 2)).alias("tiles")).first()
-    expanded = int(row["tiles"] or 0) if row is not None else 0
+    if listed.rows is not None:
+        low = {(z, x, y) for z, x, y in zip(*listed.rows, strict=True) if z < params.min_zoom}
+        expanded = sum(4 ** (params.min_zoom - z) for z, _, _ in low)
+    else:
+        dz = F.lit(params.min_zoom) - F.col("z")
+        distinct = listed.frame.where(F.col("z") < params.min_zoom).select("z", "x", "y").distinct()
+        row = distinct.agg(F.sum(shift_left(F.lit(1).cast("long"), dz * 2)).alias("tiles")).first()
+        expanded = int(row["tiles"] or 0) if row is not None else 0
     ctx.count("estimated_list_expansion", expanded)
     if expanded > params.max_tiles:
         raise ExpireTooLarge(
             f"expire-list tiles below min_zoom={params.min_zoom} expand to {expanded} tiles (estimated before "
             f"expanding), over max_tiles={params.max_tiles}"
         )
+    return expanded
 
 
-def check_base_estimate(base: DataFrame, params: ExpireParams, ctx: JobContext) -> None:
+def check_base_estimate(base: BaseTiles, params: ExpireParams, ctx: JobContext) -> None:
     """Distinct base tiles are a lower bound of the expired tiles (propagation only adds ancestors): one
-    pass over them refuses an oversized job before propagation and the metatile aggregation run."""
-    estimate = base.select("z", "x", "y").distinct().count()
+    pass over them refuses an oversized job before propagation and the metatile aggregation run.
+
+    That pass is a Spark action of its own, so it is skipped when the inputs alone show the guard cannot
+    trip: each base row expires itself and at most one ancestor per zoom below it.
+    """
+    assert base.frame is not None
+    zooms = params.max_zoom - params.min_zoom + 1
+    if base.bound is not None and base.bound * zooms <= params.max_tiles:
+        return
+    ctx.set_phase("estimating")
+    estimate = base.frame.select("z", "x", "y").distinct().count()
     ctx.count("estimated_tiles", estimate)
     if estimate > params.max_tiles:
         raise ExpireTooLarge(
@@ -201,57 +231,49 @@ def check_base_estimate(base: DataFrame, params: ExpireParams, ctx: JobContext) 
 
 def run_expire(inputs: list[ExpireInput], params: ExpireParams, ctx: JobContext) -> dict[str, Any]:
     ctx.set_phase("reading")
-    base, unresolved = expire_base_tiles(ctx.spark, inputs, params, ctx)
+    base = expire_base_tiles(ctx.spark, inputs, params, ctx)
+    unresolved = base.unresolved
     ctx.count("unresolved_ways", len(unresolved))
-    if base is not None:
-        ctx.set_phase("estimating")
-        check_base_estimate(base, params, ctx)
-    tiles_per_zoom: dict[str, int] = {}
-    metatiles_per_zoom: dict[str, int] = {}
+    result: dict[str, Any] = {"min_zoom": params.min_zoom, "max_zoom": params.max_zoom, "tiles_per_zoom": {},
+                              "metatiles_per_zoom": {}, "total_tiles": 0, "total_metatiles": 0}
     published = {"messages": 0, "metatiles": 0}
-    if base is not None:
+    if base.frame is not None:
+        check_base_estimate(base, params, ctx)
         ctx.set_phase("expiring")
-        metas = metatile_counts(propagate(base, params.min_zoom)).persist()
-        try:
-            summary = metas.groupBy("z").agg(F.sum("tiles").alias("tiles"), F.count(F.lit(1)).alias("metas"))
-            for row in sorted(summary.collect(), key=lambda r: r["z"]):
-                tiles_per_zoom[str(row["z"])] = int(row["tiles"])
-                metatiles_per_zoom[str(row["z"])] = int(row["metas"])
-            total = sum(tiles_per_zoom.values())
-            ctx.count("tiles", total)
-            ctx.count("metatiles", sum(metatiles_per_zoom.values()))
-            if total > params.max_tiles:
-                raise ExpireTooLarge(f"{total} expired tiles exceed max_tiles={params.max_tiles}")
-            if params.publish and ctx.publish is not None:
-                ctx.set_phase("publishing")
-                published = _publish(metas, params, ctx)
-        finally:
-            metas.unpersist()
-    return {
-        "min_zoom": params.min_zoom,
-        "max_zoom": params.max_zoom,
-        "tiles_per_zoom": tiles_per_zoom,
-        "metatiles_per_zoom": metatiles_per_zoom,
-        "total_tiles": sum(tiles_per_zoom.values()),
-        "total_metatiles": sum(metatiles_per_zoom.values()),
-        "unresolved_ways": {"count": len(unresolved), "ids": unresolved[:UNRESOLVED_IDS_SHOWN]},
-        "inputs": {k: v for k, v in ctx.counters.items() if k not in ("tiles", "metatiles", "published")},
-        "published": published,
-    }
+        rows = [metatile_rows(metatile_counts(propagate(base.frame, params.min_zoom))), *base.counts]
+        collected = collect(rows)
+        for name, value in collected.counts.items():
+            ctx.count(name, value)
+        summarise(collected, params, ctx, result)
+        if params.publish and ctx.publish is not None:
+            ctx.set_phase("publishing")
+            published = publish(collected, params, ctx)
+    result["unresolved_ways"] = {"count": len(unresolved), "ids": unresolved[:UNRESOLVED_IDS_SHOWN]}
+    result["inputs"] = {k: v for k, v in ctx.counters.items() if k not in ("tiles", "metatiles", "published")}
+    result["published"] = published
+    return result
 
 
-def _publish(metas: DataFrame, params: ExpireParams, ctx: JobContext) -> dict[str, int]:
-    """Stream metatile origins (z/mx*8/my*8) to the driver in order and publish size-capped batches."""
+def summarise(collected: Collected, params: ExpireParams, ctx: JobContext, out: dict[str, Any]) -> None:
+    """Per-zoom counts into the result, then the overall guard: nothing is published past it."""
+    out["tiles_per_zoom"], out["metatiles_per_zoom"] = collected.per_zoom()
+    out["total_tiles"] = sum(out["tiles_per_zoom"].values())
+    out["total_metatiles"] = sum(out["metatiles_per_zoom"].values())
+    ctx.count("tiles", out["total_tiles"])
+    ctx.count("metatiles", out["total_metatiles"])
+    if out["total_tiles"] > params.max_tiles:
+        raise ExpireTooLarge(f"{out['total_tiles']} expired tiles exceed max_tiles={params.max_tiles}")
+
+
+def publish(collected: Collected, params: ExpireParams, ctx: JobContext) -> dict[str, int]:
+    """Publish the collected metatiles in (z, mx, my) order, in size-capped batches (the one publisher)."""
     assert ctx.publish is not None
-    names = metas.orderBy("z", "mx", "my").select(
-        F.concat_ws("/", F.col("z"), F.shiftleft("mx", METATILE_SHIFT), F.shiftleft("my", METATILE_SHIFT)).alias("tile")
-    )
-    batcher = ExpirationBatcher(ctx.publish, max_bytes=params.batch_max_bytes, max_tiles=params.batch_max_tiles)
-    for seen, row in enumerate(names.toLocalIterator(), start=1):
-        batcher.add(row["tile"])
-        if seen % PUBLISH_CANCEL_CHECK == 0:
-            ctx.check_cancelled()
-            ctx.count("published", batcher.tiles_sent)
-    batcher.flush()
-    ctx.count("published", batcher.tiles_sent)
-    return {"messages": batcher.messages_sent, "metatiles": batcher.tiles_sent}
+
+    def check(sent: int) -> None:
+        ctx.check_cancelled()
+        ctx.count("published", sent)
+
+    published = publish_sorted(collected.metatiles, ctx.publish, max_bytes=params.batch_max_bytes,
+                               max_tiles=params.batch_max_tiles, check=check)
+    ctx.count("published", published["metatiles"])
+    return published

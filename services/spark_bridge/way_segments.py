@@ -32,6 +32,7 @@ class WaySegments:
     lat1: array = field(default_factory=lambda: array("d"))
     unresolved: list[int] = field(default_factory=list)
     resolved: int = 0
+    samples: int = 0  # sample points of every resolved way: bounds the tiles they can expire
 
     def table(self) -> pa.Table:
         return pa.table(
@@ -70,6 +71,7 @@ def resolve_ways(osc: OscTables, zoom: int, max_tiles_per_geometry: int) -> WayS
                 f"over max_tiles_per_geometry={max_tiles_per_geometry}"
             )
         out.resolved += 1
+        out.samples += samples
         for (lon0, lat0), (lon1, lat1) in zip(coords, coords[1:], strict=False):
             out.lon0.append(lon0)
             out.lat0.append(lat0)

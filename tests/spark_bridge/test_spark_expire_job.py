@@ -178,3 +178,66 @@ def test_parquet_without_lon_lat_and_bad_list_line_fail(spark, tmp_path: Path) -
     # The file is named, its contents never quoted (issue 10).
     with pytest.raises(InputError, match="late-bad.list: a line is not z/x/y"):
         run(spark, [listing], 10, 12)
+
+
+def _list_lines(rng: random.Random, n: int) -> str:
+    zooms = [rng.choice((9, 12, 15, 17)) for _ in range(n)]
+    lines = [f"{z}/{rng.randrange(1 << z)}/{rng.randrange(1 << z)}" for z in zooms]
+    # Blank lines (spaces only), surrounding whitespace and \r\n / \r line ends: both readers skip and
+    # split the same way (Hadoop's line reader, Spark's trim, Java's \s).
+    return "\n".join(lines[:5]) + "\n   \n\t" + lines[5] + " \r\n" + "\r".join(lines[6:]) + "\n"
+
+
+def test_expire_list_read_on_the_driver_or_by_spark_gives_the_same(spark, tmp_path: Path, monkeypatch) -> None:
+    """Small plain lists are parsed on the driver (no Spark action), big or gzipped ones by a Spark pass:
+    the same tiles, counts and refusals either way."""
+    from services.spark_bridge import expire_inputs
+    from services.spark_bridge.expire_inputs import InputError
+
+    listing = tmp_path / "mixed.list"
+    listing.write_text(_list_lines(random.Random(3), 40))
+    on_driver, driver_messages = run(spark, [listing], 10, 16)
+    monkeypatch.setattr(expire_inputs, "DRIVER_LIST_BYTES", 0)
+    by_spark, spark_messages = run(spark, [listing], 10, 16)
+    assert on_driver["tiles_per_zoom"] == by_spark["tiles_per_zoom"] and driver_messages == spark_messages
+    assert on_driver["inputs"]["list_tiles"] == by_spark["inputs"]["list_tiles"] == 40
+    base: set[tuple[int, int, int]] = set()
+    for z, x, y in (tuple(int(v) for v in line.split("/")) for line in listing.read_text().split()):
+        if z > 16:  # above max_zoom: its ancestor at max_zoom
+            base.add((16, x >> (z - 16), y >> (z - 16)))
+        elif z < 10:  # below min_zoom: its descendants at min_zoom
+            d = 10 - z
+            base |= {(10, (x << d) + dx, (y << d) + dy) for dx in range(1 << d) for dy in range(1 << d)}
+        else:
+            base.add((z, x, y))
+    expected = oracle_propagate(base, 10)
+    assert on_driver["tiles_per_zoom"] == per_zoom(expected)
+    assert set(published_tiles(driver_messages)) == oracle_metatiles(expected)
+    bad = tmp_path / "bad.list"
+    bad.write_text("12/1/1\n\n12/4096/0\n")
+    for limit in (0, 1 << 20):
+        monkeypatch.setattr(expire_inputs, "DRIVER_LIST_BYTES", limit)
+        with pytest.raises(InputError, match="bad.list: a line is not z/x/y"):
+            run(spark, [bad], 10, 12)
+
+
+def test_a_small_job_is_one_spark_action(spark, tmp_path: Path) -> None:
+    """A minutely-sized list runs as one collect (plus the jobs Spark's adaptive execution splits it into),
+    not a Spark action per step: the fixed cost per action is what a small job's seconds were."""
+    from services.spark_bridge.spark_session import enter_job, job_tag, leave_job
+
+    listing = tmp_path / "minutely.list"
+    rng = random.Random(8)
+    listing.write_text("".join(f"18/{149_000 + rng.randrange(900)}/{75_700 + rng.randrange(500)}\n"
+                               for _ in range(2_000)))
+    published: list[str] = []
+    ctx = JobContext("small-job", spark, None, publish=published.append)
+    enter_job(spark, "small-job", "test")
+    try:
+        result = run_expire(validate_inputs([str(listing)], InputRoots.of([tmp_path])), ExpireParams(10, 18), ctx)
+    finally:
+        leave_job(spark, "small-job")
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(job_tag("small-job"))
+    assert result["total_metatiles"] == len(published_tiles(published)) > 0
+    assert "estimated_tiles" not in result["inputs"]  # 2,000 lines x 9 zooms cannot reach max_tiles
+    assert len(jobs) <= 4, jobs

@@ -226,3 +226,35 @@ def test_rerun_after_a_crash_between_the_two_commits(spark, store: Path, extract
         expected.line(coords(extract, extract.ways[w][0], {moved: new}), MAX_Z)
     assert_expires(published, expected)
     assert GeometryStore.of_store(store).sequence == 1
+
+
+def test_a_job_stopped_after_the_rendering_store_was_prepared_applies_nothing(spark, store: Path, extract: Extract,
+                                                                               tmp_path: Path) -> None:
+    """The rendering store's transaction is built while Spark resolves the diff and committed only once the
+    expiry succeeded: a job cancelled in between rolls it back and publishes nothing."""
+    from services.spark_bridge.job_context import JobCancelled
+
+    way = next(w for w in whole_ways(extract, highway="unclassified") if len(extract.ways[w][0]) >= 4)
+    refs, tags = extract.ways[way]
+    diff = write_osc(tmp_path / "c.osc", osc(modify=[way_xml(way, refs, {**tags, "name": "Cancelled"})]))
+
+    class CancelAfterResolving(JobContext):
+        def count(self, name: str, value: int | float) -> None:
+            super().count(name, value)
+            if name == "ways":  # the resolution's counts: the rendering store is being prepared meanwhile
+                self.cancel_requested.set()
+
+    db = sqlite3.connect(store / "render.sqlite")
+    meta_before = db.execute("SELECT key, value FROM meta ORDER BY key").fetchall()
+    published: list[str] = []
+    ctx = CancelAfterResolving("test", spark, None, publish=published.append)
+    with pytest.raises(JobCancelled):
+        run_store_expire(diff, StoreJob(store, 1, True), ExpireParams(MIN_Z, MAX_Z), ctx)
+    assert published == []
+    assert GeometryStore.of_store(store).manifest().snapshot == "s000000"
+    assert db.execute("SELECT count(*) FROM roads WHERE name = 'Cancelled'").fetchone()[0] == 0
+    assert db.execute("SELECT key, value FROM meta ORDER BY key").fetchall() == meta_before
+    # The same diff then goes through whole.
+    result, published_now = run(spark, store, diff, sequence=1)
+    assert result["store"]["applied"] is True and published_now
+    assert db.execute("SELECT count(*) FROM roads WHERE name = 'Cancelled'").fetchone()[0] > 0
