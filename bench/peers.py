@@ -157,7 +157,7 @@ async def _variant(args: argparse.Namespace, urls: dict[str, str], clock: AlertC
                     samples["rpc"][str(level)][name].append(result)
                     log(f"round {round_no + 1} level {level:>3} {name:<13} {result['calls_per_s']:8.1f} calls/s "
                         f"p99 {result['p99_ms']:7.1f} ms")
-            for name in one_way[round_no % 2:] + one_way[:round_no % 2]:
+            for name in one_way[round_no % len(one_way):] + one_way[:round_no % len(one_way)]:
                 run = uuid.uuid4().hex[:8]
                 if in_process:
                     clock.waiting[run] = asyncio.get_running_loop().create_future()

@@ -9,8 +9,10 @@ counts them. The body says which run it belongs to and how many to expect, so th
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import aiormq
@@ -109,9 +111,59 @@ async def _floor_connect(url: str) -> tuple[Publish, Stop]:
     return publish, connection.close
 
 
+# Not a peer: floor_oneway carrying qbroker's alert envelope (header table with version/app/name, app-id,
+# message-id, type, user-id, timestamp) and checking it on arrival as qbroker does: what qbroker's alerts
+# would cost on raw aiormq with today's wire format.
+
+async def _wire_listen(url: str, done: Done) -> Stop:
+    connection = await aiormq.connect(url)
+    channel = await connection.channel(publisher_confirms=False)
+    await channel.basic_qos(prefetch_count=256)
+    await channel.exchange_declare("alert", exchange_type="topic")
+    queue = (await channel.queue_declare("", exclusive=True, auto_delete=True)).queue or ""
+    await channel.queue_bind(queue, "alert", routing_key="bench.tick")
+    counter = _Counter(done)
+
+    async def on_alert(message: DeliveredMessage) -> None:
+        props = message.header.properties
+        headers = props.headers or {}
+        if headers.get("version") != 1 or not props.message_id or not headers.get("name"):
+            raise ValueError("bad header")
+        counter.count(orjson.loads(message.body))
+        await channel.basic_ack(message.delivery_tag or 0)
+
+    await channel.basic_consume(queue, on_alert, no_ack=False)
+    return connection.close
+
+
+async def _wire_connect(url: str) -> tuple[Publish, Stop]:
+    connection = await aiormq.connect(url)
+    channel = await connection.channel(publisher_confirms=True)
+    await channel.exchange_declare("alert", exchange_type="topic")
+    me = uuid.uuid4().hex
+
+    async def publish(run: str, n: int, window: int) -> None:
+        async def one(i: int) -> object:
+            body = orjson.dumps({"run": run, "n": n, "i": i})
+            properties = Basic.Properties(
+                content_type="application/json", app_id=me, message_id=uuid.uuid4().hex, message_type="alert",
+                user_id="guest", timestamp=datetime.now(tz=UTC),
+                headers={"version": 1, "app": "bench.alerter", "name": "bench.tick"})
+            confirm = await channel.basic_publish(body, exchange="alert", routing_key="bench.tick",
+                                                  properties=properties)
+            if not isinstance(confirm, Basic.Ack):
+                raise RuntimeError(f"alert not confirmed: {confirm!r}")
+            return confirm
+
+        await _windowed(n, window, one)
+
+    return publish, connection.close
+
+
 ONE_WAY: dict[str, OneWay] = {
     c.name: c for c in (
         OneWay("qbroker", _qbroker_listen, _qbroker_connect),
         OneWay("floor_oneway", _floor_listen, _floor_connect),
+        OneWay("qbroker_wire_oneway", _wire_listen, _wire_connect),
     )
 }

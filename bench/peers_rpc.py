@@ -239,7 +239,7 @@ async def _floor_direct_connect(url: str) -> tuple[Call, Stop]:
 # Not a peer: what qbroker would cost if its hot path spoke aiormq directly. The seed's structure as in
 # floor_seed, plus everything qbroker puts on and checks of each message: the header table (version, app,
 # name, deadline), app-id, type, user-id, timestamp, expiration, JSON bodies encoded and decoded, replies
-# published with a confirm awaited before the request's ack.
+# written (without a confirm, as qbroker sends them) before the request's ack.
 
 def _wire_properties(kind: str, app: str, app_id: str, message_id: str, **extra: Any) -> Basic.Properties:
     headers: dict[str, Any] = {"version": 1, "app": app}
@@ -248,7 +248,7 @@ def _wire_properties(kind: str, app: str, app_id: str, message_id: str, **extra:
     if "deadline" in extra:
         headers["deadline"] = extra.pop("deadline")
     return Basic.Properties(content_type="application/json", app_id=app_id, message_id=message_id, message_type=kind,
-                            user_id="guest", timestamp=datetime.now(tz=UTC), delivery_mode=1, headers=headers,
+                            user_id="guest", timestamp=datetime.now(tz=UTC), headers=headers,
                             **extra)
 
 
@@ -266,7 +266,7 @@ def _wire_check(message: DeliveredMessage) -> Any:
 async def _wire_serve(url: str) -> Stop:
     connection = await aiormq.connect(url)
     consume = await connection.channel(publisher_confirms=False)
-    publish = await connection.channel(publisher_confirms=True)
+    publish = await connection.channel(publisher_confirms=False)
     await consume.basic_qos(prefetch_count=256)
     await _declare_seed(consume)
     await consume.queue_declare("rpc_bench.echo")
