@@ -203,3 +203,15 @@ async def test_group_commits_survive_a_sigkill_without_losing_an_acknowledged_re
     s = await stats(unit)
     assert s["queues"]["total"] == 0 and s["queues"]["rendering"] == 0
     assert len(acked) == len(set(acked))  # no render acknowledged as expected twice
+
+
+async def test_broadcasts_handled_in_one_loop_turn_share_a_commit(tmp_path):
+    from services.tiles.queuemaster.commands import expire_broadcast
+
+    qm = make_qm(tmp_path)
+    qm.group_commits()
+    before = qm.commits.commits
+    outcomes = await asyncio.gather(expire_broadcast(qm, "10/0/0;10/8/8"), expire_broadcast(qm, b"10/16/16"))
+    assert [o["queued"] for o in outcomes] == [2, 1]
+    assert qm.commits.commits == before + 1 and len(rows_on_disk(tmp_path / "q.sqlite")) == 3  # acked: on disk
+    qm.close()

@@ -97,5 +97,5 @@ async def expire_broadcast(qm: Queuemaster, body: Any) -> dict[str, Any] | None:
         log.warning("expiry message is not text", body_type=type(body).__name__)
         return None
     totals = await qm.expire_in_chunks(body)
-    await qm.durable()  # the alert is acked when this returns: its metatiles are committed by then
+    await qm.durable_soon()  # acked when this returns: committed by then (with others of this loop turn)
     return totals

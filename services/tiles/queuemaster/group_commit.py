@@ -43,6 +43,7 @@ class GroupCommit:
         self.active = False
         self.commits = 0  # commits so far (stats: commits per dispatched metatile)
         self._scheduled = False
+        self._turn_end: asyncio.Future[None] | None = None  # durable_soon() callers of this loop turn
 
     def start(self) -> None:
         """Turn group commits on (on the event loop); until then every mutation commits at once."""
@@ -75,6 +76,31 @@ class GroupCommit:
             self.flush()
         except Exception:  # e.g. disk full; the next answer's durable() tries again and fails visibly
             log.exception("queue commit failed")
+
+    async def durable_soon(self) -> None:
+        """``durable()`` for the callers of one loop turn together: expiry broadcasts delivered in one
+        read from the broker share a commit (consecutive messages often touch the same B-tree pages, so
+        one commit writes each page once, not once per message)."""
+        if not self.active:
+            await self.durable()
+            return
+        if self._turn_end is None:
+            self._turn_end = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(self._end_turn)
+        await asyncio.shield(self._turn_end)
+
+    def _end_turn(self) -> None:
+        future, self._turn_end = self._turn_end, None
+        if future is None:
+            return
+        try:
+            if self.uncommitted:
+                self.flush()
+        except Exception as exc:
+            log.exception("queue commit failed")
+            future.set_exception(RequestError("commit_failed", f"queue state not saved: {exc}"))
+            return
+        future.set_result(None)
 
     async def durable(self) -> None:
         """Commit everything written so far, now (a no-op if nothing is pending)."""

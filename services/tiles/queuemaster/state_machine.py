@@ -100,6 +100,10 @@ class Queuemaster:
         """Return once every mutation made so far is committed (at once if nothing is pending)."""
         await self.commits.durable()
 
+    async def durable_soon(self) -> None:
+        """``durable()`` shared with the other callers of this loop turn (expiry broadcasts)."""
+        await self.commits.durable_soon()
+
     def flush(self) -> None:
         self.commits.flush()
 
