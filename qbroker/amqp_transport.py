@@ -58,8 +58,8 @@ class Delivery:
         return self._properties.content_encoding
 
     @property
-    def delivery_mode(self) -> int | None:
-        return self._properties.delivery_mode
+    def delivery_mode(self) -> int:
+        return self._properties.delivery_mode or 1  # absent is transient, as aio-pika reads it
 
     @property
     def persistent(self) -> bool:
