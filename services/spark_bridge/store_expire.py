@@ -10,13 +10,13 @@ finds the points and segments whose tiles expire:
   else the store);
 - a changed relation: its old and new members: member ways as changed ways, member nodes as points.
 
-What reads the store runs in Spark: three lookups (the diff's nodes, ways using them and its relations'
-members; then the refs of the changed ways; then the locations of their nodes), each joining a Parquet
-table on ``(bucket, id)`` with the ids broadcast, so Spark's dynamic partition pruning reads only the
-partitions the ids fall in, on a laptop, a standalone cluster or Spark Connect against a planet-sized store.
-The lookups of one step share one Spark action. What they return is the diff's neighbourhood, not the
-store, and the rest (which ways changed, their old and new lines, the counts) is dictionary work on the
-driver, like resolving the ways of a plain diff (way_segments); it used to be ~40 small Spark jobs.
+What reads the store runs in Spark: three lookups (the diff's nodes, the ways using them and its
+relations' stored members; then the refs of the changed ways; then the locations of their nodes), each
+one Spark action that reads only the Parquet partitions the wanted ids fall in (see ``_Store.find``), on a
+laptop, a standalone cluster or Spark Connect against a planet-sized store. What they return is the
+diff's neighbourhood, not the store, and the rest (which ways changed, their old and new lines, the
+counts) is dictionary work on the driver, like resolving the ways of a plain diff (way_segments). As
+Spark joins with checkpoints in between it was ~40 small Spark jobs, most of a minutely diff's seconds.
 Objects the store does not know (outside the region) are counted, not errors; a node neither the diff
 nor the store has leaves a gap in its way (no segment across it).
 """
@@ -52,37 +52,51 @@ _COLUMNS = {
 }
 
 Location = tuple[float, float]
+# Lookups of up to this many ids inline them in the plan; more go as a broadcast local relation.
+INLINE_KEYS = 100_000
 
 
 @dataclass
 class StoreResolution:
-    points: pa.Table  # lon, lat
-    segments: pa.Table  # lon0, lat0, lon1, lat1
+    segments: pa.Table  # lon0, lat0, lon1, lat1; a point is a segment from itself to itself
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def _read(spark: SparkSession, store: GeometryStore, manifest: Manifest, table: str) -> DataFrame:
-    return spark.read.schema(_SPARK_SCHEMAS[table]).parquet(str(store.table_dir(table, manifest)))
+def _sql_list(values: Iterable[int]) -> str:
+    return ",".join(str(int(v)) for v in sorted(values))  # int(): nothing but digits reaches the SQL text
 
 
-def _lookup(spark: SparkSession, store: GeometryStore, manifest: Manifest,
-            wanted: dict[str, tuple[str, Iterable[int]]]) -> dict[str, dict[str, list[Any]]]:
-    """For each name: the rows of a store table whose key is one of the ids, as columns; one Spark action."""
-    frames: dict[str, DataFrame] = {}
-    for name, (table, ids) in wanted.items():
-        keys = sorted(set(ids))
-        if not keys:
-            continue  # nothing to look up: no Spark work at all
+class _Store:
+    """Lookups in the store's tables: ``find`` builds one (lazily), ``fetch`` runs several in one action."""
+
+    def __init__(self, spark: SparkSession, store: GeometryStore, manifest: Manifest) -> None:
+        self.spark, self.store, self.manifest = spark, store, manifest
+
+    def find(self, table: str, ids: Iterable[int]) -> DataFrame:
+        """Rows of ``table`` whose key is one of ``ids``, reading only the partitions they fall in.
+
+        Partitions are pruned statically (``bucket IN (...)``, the buckets computed here) and the ids go
+        inline as an SQL ``IN`` list (one expression to parse, a hash set when it runs). The way this
+        used to be done, a join on ``(bucket, key)`` with the ids broadcast and the pruning left to Spark's
+        dynamic partition pruning, reads the same partitions but costs a broadcast job and a subquery per
+        lookup. Lists are built as one SQL string: ``Column.isin`` makes a JVM call per value (seconds
+        for 10,000 ids). Above INLINE_KEYS ids the broadcast join comes back, so no plan gets huge."""
         key = _COLUMNS[table][0]
-        bits = table_bits(table, manifest.bits)
-        wanted_keys = spark.createDataFrame(pa.table({
-            key: pa.array(keys, pa.int64()), "bucket": pa.array([k >> bits for k in keys], pa.int64())}))
-        frames[name] = _read(spark, store, manifest, table).join(F.broadcast(wanted_keys), ["bucket", key]).select(
-            *_COLUMNS[table])
-    tables = collect_tables(frames)
-    return {name: ({c: tables[name][c].to_pylist() for c in _COLUMNS[table]} if name in tables
-                   else {c: [] for c in _COLUMNS[table]})
-            for name, (table, _) in wanted.items()}
+        keys = sorted(set(ids))
+        rows = self.spark.read.schema(_SPARK_SCHEMAS[table]).parquet(str(self.store.table_dir(table, self.manifest)))
+        if not keys:
+            return rows.where(F.lit(False)).select(*_COLUMNS[table])  # optimised away: no Spark work
+        bits = table_bits(table, self.manifest.bits)
+        rows = rows.where(F.expr(f"bucket IN ({_sql_list({k >> bits for k in keys})})"))
+        if len(keys) <= INLINE_KEYS:
+            return rows.where(F.expr(f"{key} IN ({_sql_list(keys)})")).select(*_COLUMNS[table])
+        wanted = self.spark.createDataFrame(pa.table({key: pa.array(keys, pa.int64())}))
+        return rows.join(F.broadcast(wanted), key).select(*_COLUMNS[table])
+
+    def fetch(self, frames: dict[str, DataFrame]) -> dict[str, dict[str, list[Any]]]:
+        """Every frame's rows as columns of Python values, in one Spark action."""
+        return {name: {c: table[c].to_pylist() for c in table.column_names}
+                for name, table in collect_tables(frames).items()}
 
 
 def _ways(rows: dict[str, list[Any]]) -> dict[int, list[tuple[int, int]]]:
@@ -94,7 +108,7 @@ def _ways(rows: dict[str, list[Any]]) -> dict[int, list[tuple[int, int]]]:
 
 
 class _Lines:
-    """Located vertices of each (side, way) and the points and segments they make."""
+    """Located vertices of each (side, way), and the points and segments they make."""
 
     def __init__(self, zoom: int) -> None:
         self.zoom = zoom
@@ -103,31 +117,37 @@ class _Lines:
         self.points: set[Location] = set()
         self.segments: set[tuple[float, float, float, float]] = set()
         self.most_samples = 0
+        self._frac: dict[Location, tuple[float, float]] = {}
+
+    def _tile(self, loc: Location) -> tuple[float, float]:
+        frac = self._frac.get(loc)
+        if frac is None:
+            frac = self._frac[loc] = py_frac_tile(loc[0], loc[1], self.zoom)
+        return frac
 
     def add(self, refs: list[tuple[int, int]], locate: Any) -> None:
-        """One side of one way: every located node is a point; consecutive ``seq`` with both nodes located
-        make a segment (a node without location breaks the line there)."""
+        """One side of one way: consecutive ``seq`` with both nodes located make a segment (a node without
+        location breaks the line there); a located node that starts no segment is a point."""
         located = sorted((seq, loc) for seq, node in refs if (loc := locate(node)) is not None)
         samples = 0
-        for i, (seq0, (lon0, lat0)) in enumerate(located):
+        for i, (seq0, start) in enumerate(located):
             if i + 1 < len(located) and located[i + 1][0] == seq0 + 1:
-                lon1, lat1 = located[i + 1][1]
-                self.segments.add((lon0, lat0, lon1, lat1))
-                samples += sample_steps(*py_frac_tile(lon0, lat0, self.zoom), *py_frac_tile(lon1, lat1, self.zoom)) + 1
+                end = located[i + 1][1]
+                self.segments.add((*start, *end))
+                samples += sample_steps(*self._tile(start), *self._tile(end)) + 1
             else:
-                # A vertex that starts no segment is a point of its own; one that starts a segment is its
-                # first sample already (exactly: the sample at t=0 is the vertex itself).
-                self.points.add((lon0, lat0))
+                # A vertex that starts a segment is that segment's first sample already (exactly: the
+                # sample at t=0 is the vertex itself), so only the others are points of their own.
+                self.points.add(start)
         self.most_samples = max(self.most_samples, samples)
 
-    def tables(self) -> tuple[pa.Table, pa.Table]:
-        lon0, lat0, lon1, lat1 = zip(*self.segments, strict=True) if self.segments else ((), (), (), ())
-        points = pa.table({"lon": pa.array([p[0] for p in self.points], pa.float64()),
-                           "lat": pa.array([p[1] for p in self.points], pa.float64())})
-        segments = pa.table({name: pa.array(values, pa.float64())
-                             for name, values in zip(("lon0", "lat0", "lon1", "lat1"), (lon0, lat0, lon1, lat1),
-                                                     strict=True)})
-        return points, segments
+    def table(self) -> pa.Table:
+        """Segments, and every point as a segment of length zero (its samples are the point): one table,
+        so Spark gets one local relation and one sampling plan."""
+        rows = list(self.segments) + [(*p, *p) for p in self.points - {s[:2] for s in self.segments}]
+        columns = list(zip(*rows, strict=True)) if rows else [(), (), (), ()]
+        return pa.table({name: pa.array(values, pa.float64())
+                         for name, values in zip(("lon0", "lat0", "lon1", "lat1"), columns, strict=True)})
 
 
 def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: Manifest,
@@ -136,8 +156,9 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
     # Step 1: old positions of the diff's nodes, the ways using them, the stored members of its relations.
     # node_ways is looked up for every diff node (a superset of the moved ones) so that it needs no step
     # of its own after the positions.
-    first = _lookup(spark, store, manifest, {"known": ("nodes", nodes), "node_ways": ("node_ways", nodes),
-                                             "old_members": ("members", rels)})
+    lookup = _Store(spark, store, manifest)
+    first = lookup.fetch({"known": lookup.find("nodes", nodes), "node_ways": lookup.find("node_ways", nodes),
+                          "old_members": lookup.find("members", rels)})
     known = first["known"]
     old_loc: dict[int, Location] = dict(zip(known["id"], zip(known["lon"], known["lat"], strict=True), strict=True))
     moved = {n for n, d in nodes.items() if d.deleted or old_loc.get(n) != (d.lon, d.lat)}
@@ -151,14 +172,16 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
     changed_ways = set(ways) | via_nodes | member_ways
 
     # Step 2: the stored refs of every changed way (its old line).
-    old_refs = _ways(_lookup(spark, store, manifest, {"old_refs": ("way_nodes", changed_ways)})["old_refs"])
+    old_refs = _ways(lookup.fetch({"old_refs": lookup.find("way_nodes", changed_ways)})[
+        "old_refs"])
     new_refs = {w: refs for w, refs in old_refs.items() if w not in ways}
     new_refs.update({w: list(enumerate(d.refs)) for w, d in ways.items() if not d.deleted})
     ref_nodes = {n for refs in (*old_refs.values(), *new_refs.values()) for _, n in refs}
 
     # Step 3: stored locations of every node those lines and the relations need (diff nodes: step 1).
+    # (Keying step 3 on step 2 inside one plan was tried: the chained plan ran slower than two actions.)
     needed = (ref_nodes | member_nodes) - set(nodes)
-    loc = _lookup(spark, store, manifest, {"old_loc": ("nodes", needed)})["old_loc"]
+    loc = lookup.fetch({"old_loc": lookup.find("nodes", needed)})["old_loc"]
     old_loc.update(zip(loc["id"], zip(loc["lon"], loc["lat"], strict=True), strict=True))
 
     def new_loc(node: int) -> Location | None:
@@ -179,7 +202,6 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
         lines.add(refs, old_loc.get)
     for refs in new_refs.values():
         lines.add(refs, new_loc)
-    points, segments = lines.tables()
     member_rels = {r for r, _, _ in old_members}
     counts = {
         "unknown_nodes": sum(1 for n, d in nodes.items() if n not in old_loc and (d.version > 1 or d.deleted)),
@@ -191,7 +213,7 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
         "nested_relations": sum(1 for _, t, _ in all_members if t == "r"),
         "most_way_samples": lines.most_samples,
     }
-    return StoreResolution(points=points, segments=segments, counts=counts)
+    return StoreResolution(segments=lines.table(), counts=counts)
 
 
 def check_geometry_cap(counts: dict[str, int], zoom: int, cap: int) -> None:

@@ -43,7 +43,6 @@ from services.spark_bridge.expire_job import (
 )
 from services.spark_bridge.job_context import JobContext
 from services.spark_bridge.store_expire import check_geometry_cap, resolve
-from services.spark_bridge.tilemath import frac_tile_x, frac_tile_y
 
 
 @dataclass(frozen=True)
@@ -53,9 +52,8 @@ class StoreJob:
     apply: bool  # false: expire against the store without changing it (a dry run, benchmarks)
 
 
-def _base_tiles(points: DataFrame, segments: DataFrame, zoom: int) -> DataFrame:
-    fracs = points.select(frac_tile_x(points["lon"], zoom).alias("fx"), frac_tile_y(points["lat"], zoom).alias("fy"))
-    return buffered_tiles(fracs.unionByName(way_samples(segments, zoom)), zoom)
+def _base_tiles(segments: DataFrame, zoom: int) -> DataFrame:
+    return buffered_tiles(way_samples(segments, zoom), zoom)
 
 
 def _frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:
@@ -137,9 +135,8 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
             ctx.check_cancelled()
             check_geometry_cap(resolution.counts, params.max_zoom, params.max_tiles_per_geometry)
             ctx.set_phase("expiring")
-            points = _frame(ctx.spark, resolution.points, "lon double, lat double")
             segments = _frame(ctx.spark, resolution.segments, "lon0 double, lat0 double, lon1 double, lat1 double")
-            base = _base_tiles(points, segments, params.max_zoom)
+            base = _base_tiles(segments, params.max_zoom)
             collected = collect([metatile_rows(metatile_counts(propagate(base, params.min_zoom)))])
             summarise(collected, params, ctx, out)
         except BaseException:
