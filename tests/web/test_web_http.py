@@ -91,6 +91,7 @@ async def test_bad_render_requests_are_400(web: Web, body: bytes) -> None:
 async def test_on_demand_renders_are_capped_per_client_and_in_total(bus: TileBus) -> None:
     """No renderer: every on-demand render stays in flight, so the budgets fill up and stay full."""
     bus.queuemaster()
+    await wait_renderers(await bus.client(), 0)  # a render sent before the queuemaster is up is answered at once
     web = start_web(bus, "--max-renders-per-client", "2", "--max-renders", "3", "--render-timeout", "60")
     async with aiohttp.ClientSession() as session:
         async def fetch(path: str) -> int:
@@ -117,6 +118,7 @@ async def test_on_demand_renders_are_capped_per_client_and_in_total(bus: TileBus
 
 async def test_total_budget_answers_503(bus: TileBus) -> None:
     bus.queuemaster()
+    await wait_renderers(await bus.client(), 0)  # so the first render stays in flight, holding the budget
     web = start_web(bus, "--max-renders-per-client", "5", "--max-renders", "1", "--render-timeout", "60")
     async with aiohttp.ClientSession() as session:
         async with session.post(web.url + "/api/render", json={"tile": "9/0/0"}) as response:
