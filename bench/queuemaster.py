@@ -135,16 +135,23 @@ class NullAcks:
             self.reached.set()
 
 
-def null_renderer(unit: Unit, threadid: int, acks: NullAcks | None = None) -> None:
-    """A render thread that reports `rendered` immediately: measures the queuemaster, not rendering."""
+def null_renderer(unit: Unit, threadid: int, acks: NullAcks | None = None, take_next: bool = True) -> None:
+    """A render thread that reports `rendered` immediately: measures the queuemaster, not rendering.
+    Like toposm-renderer it asks for its next metatile in the answer (``take_next``; older queuemasters
+    refuse the field)."""
     name = f"toposm.render.bench.{os.getpid()}.{threadid}"
     endpoint = unit.commands(name, exclusive=True)
     tasks: set[asyncio.Task[Any]] = set()
 
-    async def report(metatile: str) -> None:
-        await unit.call("toposm.queuemaster", {"command": "rendered", "metatile": metatile, "duration": 0.0})
-        if acks is not None:
-            acks.acked()
+    async def report(metatile: str | None) -> None:
+        while metatile is not None:
+            body: dict[str, Any] = {"command": "rendered", "metatile": metatile, "duration": 0.0}
+            if take_next:
+                body["next"] = True
+            answer = await unit.call("toposm.queuemaster", body)
+            if acks is not None:
+                acks.acked()
+            metatile = answer.get("render")  # handed the next one in the answer: "render" it at once
 
     @endpoint.command("render")
     async def render(metatile: str) -> dict[str, Any]:
@@ -195,7 +202,7 @@ class NullDispatch:
         self.acks = NullAcks()
         self.unit = Unit("bench.null-renderer", config=Config(url=url_for_vhost(self.vhost)))
         for i in range(n_threads):
-            null_renderer(self.unit, i, self.acks)
+            null_renderer(self.unit, i, self.acks, take_next=services_from is None)
         self.proc: subprocess.Popen[bytes] | None = None
         self.sent = 0
         self.commits = 0
@@ -241,8 +248,9 @@ class NullDispatch:
 
 
 def rabbit_pids() -> list[int]:
-    found = subprocess.run(["pgrep", "-f", "beam.smp"], capture_output=True, text=True).stdout.split()
-    return [int(pid) for pid in found]
+    """The RabbitMQ server's Erlang VM (not the short-lived ones of rabbitmqctl, also beam.smp)."""
+    found = subprocess.run(["pgrep", "-f", "beam.smp.* -s rabbit boot"], capture_output=True, text=True).stdout
+    return [int(pid) for pid in found.split()]
 
 
 async def bench_dispatch_null_vs_floor(n_threads: int, per_round: int, rounds: int, floor_calls: int,

@@ -56,6 +56,9 @@ class RenderedRequest(Message):
     hostname: str | None = None
     pid: int | None = None
     threadid: int | None = None
+    # The reporting thread is idle now and takes its next metatile in the answer (`render`), if the queue
+    # has one for its strategy: one round trip per metatile instead of two (our extension of the seed).
+    next: bool = False
 
     @field_validator("metatile")
     @classmethod

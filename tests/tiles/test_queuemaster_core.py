@@ -217,3 +217,28 @@ async def test_big_expiry_broadcast_is_taken_in_chunks(tmp_path):
     assert turns > len(text) // state_machine.EXPIRY_CHUNK_CHARS // 2  # other work ran between chunks
     print(f"\nEXPIRY-CHUNK: {len(text)} bytes in {turns} loop turns, longest hold {longest * 1000:.1f} ms")
     qm.close()
+
+
+def test_rendered_with_next_hands_the_thread_its_next_metatile(tmp_path):
+    """`next`: the answer to `rendered` carries the thread's next metatile (no `render` round trip); a
+    retried report (its answer lost) gets the same answer, not a second metatile."""
+    qm = make_qm(tmp_path, render_missing_expired=True)
+    qm.expire("10/0/0;10/8/0;10/16/0", strict=False)
+    t = register(qm, 0)
+    [(_, m1)] = qm.next_assignments()
+    report = RenderedRequest(metatile=str(m1), next=True, hostname="h", pid=1, threadid=0)
+    answer = qm.rendered(report)
+    assert answer["expected"] and answer["render"] != str(m1)
+    assert str(t.metatile) == answer["render"] and not t.pending and qm.next_assignments() == []
+    assert qm.rendered(report) == answer  # the retry: same metatile handed, nothing else in flight
+    assert qm.queue.in_flight_count() == 1
+    m2 = t.metatile
+    last = qm.rendered(RenderedRequest(metatile=str(m2), next=True))
+    m3 = t.metatile
+    assert last["render"] == str(m3) and m3 not in (m1, m2)
+    assert "render" not in qm.rendered(RenderedRequest(metatile=str(m3), next=True))  # queue empty: idle
+    assert t.idle and qm.queue.queued_count() == 0
+    # without `next`, nothing is handed out in the answer
+    qm.expire("10/24/0", strict=False)
+    [(_, m4)] = qm.next_assignments()
+    assert "render" not in qm.rendered(RenderedRequest(metatile=str(m4)))

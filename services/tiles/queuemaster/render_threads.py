@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..strategy import StrategyMix
 from ..tilemath import Metatile
@@ -30,6 +31,9 @@ class RenderThread:
     ping_in_flight: bool = False
     rendered: int = 0
     registered_at: float = field(default_factory=time.time)
+    # The `rendered` report whose answer handed this thread its current metatile, and that answer: a
+    # retried report (the answer was lost) gets the same answer again instead of a second metatile.
+    handed: tuple[Metatile, dict[str, Any]] | None = None
 
     @property
     def idle(self) -> bool:
@@ -121,3 +125,17 @@ class RenderThreadRegistry:
         self._rotation = (self._rotation + 1) % len(threads)
         rotated = threads[self._rotation:] + threads[: self._rotation]
         return [t for t in rotated if t.idle]
+
+    def handed_again(self, metatile: Metatile, reporter: tuple[str | None, int | None, int | None],
+                     owned: Callable[[RenderThread], bool], named: bool = False) -> dict[str, Any] | None:
+        """A retried ``rendered`` whose first answer handed its thread the next metatile (the answer was
+        lost on the way): that answer again, if the thread (the reporter, when it names itself or ``named``
+        demands it, and of the caller's account) still has the metatile it was handed."""
+        for thread in self._threads.values():
+            if thread.handed is None or thread.handed[0] != metatile:
+                continue
+            answer = thread.handed[1]
+            same = (reporter[0] is None and not named) or reporter == (thread.hostname, thread.pid, thread.threadid)
+            if same and owned(thread) and str(thread.metatile) == answer["render"]:
+                return dict(answer)
+        return None

@@ -44,6 +44,9 @@ class QueuemasterService:
         # Its own connection to the state file: a write there must not wait on the queue's open group
         # transaction (one writer at a time), so the queue commits first.
         self.waiter_store = WaiterStore(qm.settings.state_file, before_write=qm.flush)
+        # Read now, before the unit starts consuming: a `render` served between the unit's start and
+        # ours would otherwise be taken for a previous run's and answered twice.
+        self._restored = self.waiter_store.take_live()
         self.osm = OsmWire(qm, max_body_bytes=unit.config.max_body_bytes, waiters=self.waiter_store)
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
@@ -177,7 +180,7 @@ class QueuemasterService:
         self._forget_waiter(waiter.id)
 
     async def start(self) -> None:
-        restored = self.waiter_store.take_live()
+        restored, self._restored = self._restored, []
         for waiter in restored:
             self._call_soon(self._answer_restored(waiter))
         if restored:

@@ -294,6 +294,12 @@ class Queuemaster:
     def rendered(self, req: RenderedRequest, *, user: str | None = None) -> dict[str, Any]:
         m = self.metatile(req.metatile)
         thread = self.threads.rendering(m)
+        if thread is None and req.next:
+            # Under access checks the reporter must name itself, as `_check_reporter` demands.
+            repeated = self.threads.handed_again(m, (req.hostname, req.pid, req.threadid),
+                                                 lambda t: self._owned(t, user), self.settings.access.strict)
+            if repeated is not None:
+                return repeated
         if self.settings.access.strict:
             self._check_reporter(m, thread, req, user)
         reporter = (req.hostname, req.pid, req.threadid)
@@ -333,7 +339,14 @@ class Queuemaster:
         self.commits.pending()  # the line waits for the group commit (its finish opened one anyway)
         self._answer_waiters(m, req.status, req.reason)
         self.work_available.set()
-        return {"command": "ack", "metatile": str(m), "expected": True, "queued_again": again}
+        answer: dict[str, Any] = {"command": "ack", "metatile": str(m), "expected": True, "queued_again": again}
+        if req.next and thread is not None and thread.wire == "qbroker" and thread.idle:
+            # The thread asked for its next metatile in this answer: no `render` round trip for it.
+            nxt = self._assign_one(thread)
+            if nxt is not None:
+                answer["render"] = str(nxt)
+                thread.handed = (m, answer)
+        return answer
 
     def _check_reporter(self, m: Metatile, thread: RenderThread | None, req: RenderedRequest,
                         user: str | None) -> None:
@@ -356,16 +369,22 @@ class Queuemaster:
 
     def _assign(self, assignments: list[tuple[RenderThread, Metatile]]) -> None:
         for thread in self.threads.idle_in_rotation():
-            source = choose_for_mix(thread.strategy, self.queue.missing, self.queue.important,
-                                    self.queue.background_by_zoom(), self.rng)
-            if source is None:
-                continue
-            m = self.queue.pop(source)
-            if m is None:
-                continue
+            m = self._assign_one(thread)
+            if m is not None:
+                thread.pending = True  # until the renderer accepts the `render`
+                assignments.append((thread, m))
+
+    def _assign_one(self, thread: RenderThread) -> Metatile | None:
+        """Pick a metatile for an idle thread by its strategy and mark it in flight there."""
+        source = choose_for_mix(thread.strategy, self.queue.missing, self.queue.important,
+                                self.queue.background_by_zoom(), self.rng)
+        if source is None:
+            return None
+        m = self.queue.pop(source)
+        if m is not None:
             self.threads.assign(thread, m)
-            thread.pending = True
-            assignments.append((thread, m))
+            thread.handed = None
+        return m
 
     def dispatch_refused(self, thread: RenderThread, m: Metatile) -> None:
         """The renderer refused a render (e.g. busy): put the metatile back; the thread stays pending

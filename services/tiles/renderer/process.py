@@ -70,6 +70,9 @@ class RenderThread:
     metatile: str | None = None
     task: asyncio.Task[None] | None = None
     last_contact: float = field(default_factory=time.monotonic)
+    # Reporting a render and asking for the next metatile in the answer: idle for the queuemaster's own
+    # `render` to this thread, but not for requests to a level (the answer may hand it work).
+    reporting: bool = False
 
     def describe(self) -> dict[str, Any]:
         return {"renderer": self.endpoint, "threadid": self.threadid,
@@ -166,6 +169,7 @@ class RendererProcess:
     def _accept(self, thread: RenderThread, metatile: str) -> dict[str, Any]:
         if self.stopping.is_set():
             raise RequestFailed("stopping", f"{thread.endpoint} is shutting down")
+        thread.reporting = False
         thread.metatile = metatile
         thread.task = asyncio.create_task(self._render(thread, metatile))
         return {"command": "accepted", "metatile": metatile, "renderer": thread.endpoint}
@@ -177,13 +181,13 @@ class RendererProcess:
         try:
             async with asyncio.timeout(wait), self._idle:
                 await self._idle.wait_for(lambda: self.stopping.is_set() or any(
-                    t.metatile is None for t in self.threads))
+                    t.metatile is None and not t.reporting for t in self.threads))
         except TimeoutError:
             raise RequestFailed("busy", f"no render thread of {self.unit.app} pid {self.pid} became idle "
                                         "before the request's deadline") from None
         if self.stopping.is_set():
             raise RequestFailed("stopping", f"renderer pid {self.pid} is shutting down")
-        return next(t for t in self.threads if t.metatile is None)
+        return next(t for t in self.threads if t.metatile is None and not t.reporting)
 
     async def _on_control(self, body: Any, ctx: RequestContext) -> dict[str, Any] | None:
         """Control alerts: ``queuemaster online`` (register again), ``status``, ``shutdown``."""
@@ -227,30 +231,44 @@ class RendererProcess:
         except Exception as exc:  # the backend or the tile store failed: report it, keep serving
             report = {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
                       "duration": round(time.time() - started, 4)}
-        # Idle before reporting: the queuemaster may dispatch the next metatile before our call returns.
+        # Idle before reporting (for the queuemaster's own `render` to this thread: it may dispatch the next
+        # metatile before our call returns), and asking for the next metatile in the answer instead.
         thread.metatile, thread.task = None, None
+        ask_next = not self.stopping.is_set()
+        thread.reporting = ask_next
+        if not ask_next:
+            async with self._idle:
+                self._idle.notify_all()
+        answer = await self._report(thread, {"command": "rendered", "metatile": metatile,
+                                             "start": round(started, 4), "hostname": s.hostname, "pid": self.pid,
+                                             "threadid": thread.threadid, "next": ask_next, **report})
+        if not thread.reporting:  # a `render` came meanwhile (the answer had none): that one runs
+            return
+        thread.reporting = False
+        handed = answer.get("render") if isinstance(answer, dict) else None
+        if isinstance(handed, str) and not self.stopping.is_set():
+            thread.last_contact = time.monotonic()
+            self._accept(thread, handed)
+            return
         async with self._idle:
             self._idle.notify_all()
-        await self._report(thread, {"command": "rendered", "metatile": metatile, "start": round(started, 4),
-                                  "hostname": s.hostname, "pid": self.pid, "threadid": thread.threadid,
-                                  **report})
 
-    async def _report(self, thread: RenderThread, body: dict[str, Any]) -> None:
+    async def _report(self, thread: RenderThread, body: dict[str, Any]) -> Any:
+        """Deliver ``rendered`` (retried while the queuemaster is away); its answer, or None."""
         deadline = time.monotonic() + self.settings.report_retry_for
         while True:
             try:
-                await self.unit.call(QUEUEMASTER, body, timeout=5)
-                return
+                return await self.unit.call(QUEUEMASTER, body, timeout=5)
             except RequestFailed as exc:
                 if not isinstance(exc, NoServer):
                     log.error("queuemaster refused rendered", error=str(exc), metatile=body["metatile"])
-                    return
+                    return None
                 failure: Exception = exc
             except QBrokerError as exc:  # timeout, connection lost: the queuemaster may be restarting
                 failure = exc
             if time.monotonic() > deadline or self.stopping.is_set():
                 log.error("could not report render", error=str(failure), metatile=body["metatile"])
-                return
+                return None
             await asyncio.sleep(1.0)
 
     # -- registration and lifecycle ---------------------------------------------------------------------
