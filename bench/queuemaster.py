@@ -201,8 +201,10 @@ class NullDispatch:
         self.vhost = create_vhost("qbroker-bench")
         self.acks = NullAcks()
         self.unit = Unit("bench.null-renderer", config=Config(url=url_for_vhost(self.vhost)))
+        # Older code refuses `next` (unknown field) unless it has it already.
+        take_next = services_from is None or "next: bool" in (services_from / "services/tiles/messages.py").read_text()
         for i in range(n_threads):
-            null_renderer(self.unit, i, self.acks, take_next=services_from is None)
+            null_renderer(self.unit, i, self.acks, take_next=take_next)
         self.proc: subprocess.Popen[bytes] | None = None
         self.sent = 0
         self.commits = 0

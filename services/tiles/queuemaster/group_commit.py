@@ -52,7 +52,8 @@ class GroupCommit:
         self.active = True
 
     def pending(self) -> None:
-        """Something was written: commit within UNANSWERED_WITHIN, unless an answer does it first."""
+        """Something was written: commit within UNANSWERED_WITHIN, unless an answer does it first. One
+        timer at a time, kept when an answer commits (a timer per transaction cost more than the commits)."""
         if self.active and not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_later(UNANSWERED_WITHIN, self._flush_logged)
@@ -63,14 +64,14 @@ class GroupCommit:
 
     def flush(self) -> None:
         """Write the pending render-log lines, then commit the queue."""
-        self._scheduled = False
         self.render_log.flush()  # first: a committed finish always has its line
         if self.store.uncommitted:
             self.store.commit()
             self.commits += 1
 
     def _flush_logged(self) -> None:
-        if not self._scheduled:
+        self._scheduled = False
+        if not self.uncommitted:
             return  # an answer committed meanwhile
         try:
             self.flush()

@@ -338,7 +338,6 @@ class Queuemaster:
             duration=round(duration, 4), status=req.status, reason=req.reason))
         self.commits.pending()  # the line waits for the group commit (its finish opened one anyway)
         self._answer_waiters(m, req.status, req.reason)
-        self.work_available.set()
         answer: dict[str, Any] = {"command": "ack", "metatile": str(m), "expected": True, "queued_again": again}
         if req.next and thread is not None and thread.wire == "qbroker" and thread.idle:
             # The thread asked for its next metatile in this answer: no `render` round trip for it.
@@ -346,6 +345,8 @@ class Queuemaster:
             if nxt is not None:
                 answer["render"] = str(nxt)
                 thread.handed = (m, answer)
+        if "render" not in answer or again:  # an idle thread, or new work: a dispatch round may help
+            self.work_available.set()
         return answer
 
     def _check_reporter(self, m: Metatile, thread: RenderThread | None, req: RenderedRequest,
@@ -363,12 +364,14 @@ class Queuemaster:
     def next_assignments(self) -> list[tuple[RenderThread, Metatile]]:
         """Pair idle threads with metatiles their strategies allow; each thread at most one."""
         assignments: list[tuple[RenderThread, Metatile]] = []
-        with self.queue.batch():  # one commit for the round, not one per pick
-            self._assign(assignments)
+        idle = self.threads.idle_in_rotation()
+        if idle:  # most rounds find none (threads take their next metatile with `rendered`): no statement
+            with self.queue.batch():  # one transaction for the round, not one per pick
+                self._assign(idle, assignments)
         return assignments
 
-    def _assign(self, assignments: list[tuple[RenderThread, Metatile]]) -> None:
-        for thread in self.threads.idle_in_rotation():
+    def _assign(self, idle: list[RenderThread], assignments: list[tuple[RenderThread, Metatile]]) -> None:
+        for thread in idle:
             m = self._assign_one(thread)
             if m is not None:
                 thread.pending = True  # until the renderer accepts the `render`
