@@ -5,11 +5,16 @@
 * ``dispatch_null``: the queuemaster's own dispatch capacity, with in-process "null" render threads that
   answer ``render`` and report ``rendered`` at once without drawing anything.
 * ``null_vs_floor``: null dispatch (8 threads) and the sequential RPC floors of bench/peers_rpc.py
-  (raw aiormq, direct reply-to and seed-structured) interleaved in rounds, with the ratio per round.
+  (raw aiormq, direct reply-to and seed-structured) interleaved in rounds, with the ratio per round, and
+  with ``--old COMMIT`` that commit's queuemaster (its ``services/`` from ``git archive``) in the same
+  rounds. Each round reports the CPU per metatile of the queuemaster, the null renderers (this process)
+  and RabbitMQ, and the queue's commits per metatile. The end of a round is the last acknowledged
+  ``rendered``, counted by the null renderers: no ``stats`` polls weigh on the queuemaster.
 * ``pick``: microseconds per background pick from a render queue of 10k and 100k metatiles, half of them
   raised to important; a logarithmic pick barely grows with the queue.
 * ``expiry``: expiry tiles ingested per second from ``expire_toposm`` text alerts (1000 tiles per
-  message, each a distinct metatile, all queued and persisted).
+  message, each a distinct metatile, all queued and persisted), ``--expiry-pairs`` fresh queuemasters
+  (alternating with ``--old``'s).
 * ``ingest`` and ``big_queue``: bench/queuemaster_scale.py (no bus): expiry ingestion in process, and
   the memory and pick time of a 10-million-metatile queue.
 
