@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from qbroker import NoServer, QBrokerError, RequestContext, RequestFailed, Unit
+from qbroker import InvalidParams, NoServer, QBrokerError, RequestContext, RequestFailed, Unit
 
 from ..messages import RenderCommand, renderer_endpoint
 from ..strategy import parse_strategy
@@ -100,6 +100,7 @@ class RendererProcess:
         self.threads = [RenderThread(i, renderer_endpoint(settings.hostname, self.pid, i))
                       for i in range(settings.threads)]
         self.stopping = asyncio.Event()
+        self.ask_next = True  # take the next metatile with the answer to `rendered` (off for old queuemasters)
         self._pool = self._new_pool()
         self._background: set[asyncio.Task[Any]] = set()
         self._idle = asyncio.Condition()  # notified whenever a thread becomes idle
@@ -234,7 +235,7 @@ class RendererProcess:
         # Idle before reporting (for the queuemaster's own `render` to this thread: it may dispatch the next
         # metatile before our call returns), and asking for the next metatile in the answer instead.
         thread.metatile, thread.task = None, None
-        ask_next = not self.stopping.is_set()
+        ask_next = self.ask_next and not self.stopping.is_set()
         thread.reporting = ask_next
         if not ask_next:
             async with self._idle:
@@ -256,10 +257,17 @@ class RendererProcess:
     async def _report(self, thread: RenderThread, body: dict[str, Any]) -> Any:
         """Deliver ``rendered`` (retried while the queuemaster is away); its answer, or None."""
         deadline = time.monotonic() + self.settings.report_retry_for
+        if not self.ask_next:
+            body.pop("next", None)
         while True:
             try:
                 return await self.unit.call(QUEUEMASTER, body, timeout=5)
             except RequestFailed as exc:
+                if isinstance(exc, InvalidParams) and body.pop("next", None) is not None:
+                    # A queuemaster from before `next` refuses the field: report the old way from now on.
+                    log.warning("queuemaster does not hand out work with rendered; not asking again")
+                    self.ask_next = False
+                    continue
                 if not isinstance(exc, NoServer):
                     log.error("queuemaster refused rendered", error=str(exc), metatile=body["metatile"])
                     return None
