@@ -231,7 +231,7 @@ def main() -> None:
                                                      capture_output=True, text=True, check=True).stdout.strip()}
         for pair in range(a.pairs if a.compare else 1):
             if a.compare:
-                old_runs.append(child(tmp, a.scaling if a.old_scaling else []))
+                old_runs.append(child(tmp, a.scaling if a.old_scaling and pair == 0 else []))
             new_runs.append(child(None, a.scaling if pair == 0 else []))
     out["new"] = {"summary": _summary(new_runs), "processes": new_runs}
     if a.compare:

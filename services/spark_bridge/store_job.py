@@ -6,8 +6,8 @@ Order matters, and is chosen so that a crash anywhere leaves something the next 
 2. resolve the diff against the *old* geometry (three lookups in Spark) and aggregate the metatiles (one
    Spark action, collected);
 3. apply the diff to the rendering store (one SQLite transaction, recording the sequence), so tiles
-   rendered from now on show the edit. The transaction is built while step 2 runs and committed only
-   after it succeeded and the guards passed (``_RenderApply``);
+   rendered from now on show the edit. The transaction is built in a child process while step 2 runs and
+   committed only after it succeeded and the guards passed (render_apply);
 4. publish the expirations (the queuemaster re-renders from the updated rendering store);
 5. commit the diff to the geometry store (new snapshot, atomic ``CURRENT`` swap) with its sequence.
 
@@ -18,7 +18,6 @@ sequence. Duplicated expirations only cost a re-render; a missed one would leave
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,6 @@ from services.osmstore.geometry import GeometryStore
 from services.osmstore.geometry_apply import apply_locked, check_sequence
 from services.osmstore.osc_diff import read_diff
 from services.osmstore.render_db import RENDER_DB
-from services.osmstore.render_store import apply_osc
 from services.spark_bridge.expire_collect import collect, metatile_rows
 from services.spark_bridge.expire_job import (
     ExpireParams,
@@ -42,6 +40,7 @@ from services.spark_bridge.expire_job import (
     way_samples,
 )
 from services.spark_bridge.job_context import JobContext
+from services.spark_bridge.render_apply import RenderApply
 from services.spark_bridge.store_expire import check_geometry_cap, resolve
 
 
@@ -59,52 +58,6 @@ def _base_tiles(segments: DataFrame, zoom: int) -> DataFrame:
 def _frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:
     # An empty Arrow table has no rows to infer from under Spark Connect: its schema is spelt out.
     return spark.createDataFrame(table) if table.num_rows else spark.createDataFrame([], schema)
-
-
-class _RenderApply:
-    """``apply_osc`` in a thread of its own while Spark computes the expiry, committed only on its word.
-
-    The rendering store update is SQLite and Python, the expiry is the JVM: run one after the other they
-    added up (1.8 s + the Spark time for a 10,000-object diff). The transaction stays open until
-    ``commit()`` (Spark succeeded and no guard tripped) or ``abandon()`` (anything else), so a failed or
-    refused job still leaves the rendering store unchanged, and the order of the commits is kept.
-    """
-
-    def __init__(self, store_dir: Path, osc_path: Path, sequence: int | None, sha256: str, ctx: JobContext) -> None:
-        self._verdict: bool | None = None
-        self._decided = threading.Event()
-        self._result: dict[str, int] | None = None
-        self._error: BaseException | None = None
-        self._ctx = ctx
-        self._thread = threading.Thread(target=self._run, args=(store_dir, osc_path, sequence, sha256),
-                                        name=f"render-apply-{ctx.job_id}", daemon=True)
-        self._thread.start()
-
-    def _run(self, store_dir: Path, osc_path: Path, sequence: int | None, sha256: str) -> None:
-        try:
-            self._result = apply_osc(store_dir, osc_path, sequence=sequence, sha256=sha256, commit_if=self._wait)
-            self._ctx.log("rendering store: diff applied, waiting for the expiry")
-        except BaseException as exc:  # noqa: BLE001 - handed to the job thread by commit()
-            self._error = exc
-
-    def _wait(self) -> bool:
-        self._decided.wait()
-        return bool(self._verdict)
-
-    def _decide(self, verdict: bool) -> None:
-        self._verdict = verdict
-        self._decided.set()
-        self._thread.join()
-
-    def commit(self) -> dict[str, int]:
-        self._decide(True)
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-    def abandon(self) -> None:
-        self._decide(False)
 
 
 def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: JobContext) -> dict[str, Any]:
@@ -126,7 +79,7 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
             out["inputs"] = dict(ctx.counters)
             return out
         ctx.set_phase("resolving")
-        render = (_RenderApply(job.store_dir, osc_path, job.sequence, diff.sha256, ctx)
+        render = (RenderApply(job.store_dir, osc_path, job.sequence, diff.sha256)
                   if job.apply and render_db.is_file() else None)
         try:
             resolution = resolve(ctx.spark, diff, geometry, manifest, params.max_zoom)
