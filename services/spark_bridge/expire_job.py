@@ -35,6 +35,10 @@ from services.spark_bridge.way_segments import BUFFERED_TILES_PER_SAMPLE, Expire
 __all__ = ["ExpireParams", "ExpireTooLarge", "run_expire", "propagate", "metatile_counts"]
 
 UNRESOLVED_IDS_SHOWN = 1000
+# A job of at most this many propagated rows (base rows x zooms) is aggregated with one exchange into
+# SMALL_JOB_PARTITIONS partitions (expired_metatiles).
+SMALL_JOB_ROWS = 4_000_000
+SMALL_JOB_PARTITIONS = 2
 
 
 @dataclass(frozen=True)
@@ -100,15 +104,38 @@ def normalise_list_tiles(tiles: DataFrame, params: ExpireParams) -> DataFrame:
     return spread.select("z", (F.col("bx") + F.col("dx")).alias("x"), (F.col("by") + F.col("dy")).alias("y"))
 
 
-def propagate(base: DataFrame, min_zoom: int) -> DataFrame:
-    """Every tile (z >= min_zoom) and its ancestors down to min_zoom, deduplicated by 64-bit key."""
+def _ancestors(base: DataFrame, min_zoom: int) -> DataFrame:
+    """Every tile (z >= min_zoom) and its ancestors down to min_zoom, with their 64-bit keys (duplicates kept)."""
     exploded = base.select("x", "y", "z", F.explode(F.sequence(F.lit(min_zoom), F.col("z"))).alias("tz"))
     shifted = exploded.select(
         F.col("tz").alias("z"),
         shift_right("x", F.col("z") - F.col("tz")).alias("x"),
         shift_right("y", F.col("z") - F.col("tz")).alias("y"),
     )
-    return shifted.withColumn("key", tile_key(F.col("z"), F.col("x"), F.col("y"))).dropDuplicates(["key"])
+    return shifted.withColumn("key", tile_key(F.col("z"), F.col("x"), F.col("y")))
+
+
+def propagate(base: DataFrame, min_zoom: int) -> DataFrame:
+    """Every tile (z >= min_zoom) and its ancestors down to min_zoom, deduplicated by 64-bit key."""
+    return _ancestors(base, min_zoom).dropDuplicates(["key"])
+
+
+def expired_metatiles(base: DataFrame, params: ExpireParams, base_rows: int | None) -> DataFrame:
+    """``metatile_counts(propagate(base))``, and for a job known to be small, the same with one exchange.
+
+    The general plan shuffles twice (dedupe by key, then group by metatile), into
+    ``spark.sql.shuffle.partitions`` (200 by default; adaptive execution coalesces them afterwards, but
+    every map task still writes that many blocks). A minutely job has a few hundred thousand rows: it
+    is repartitioned once, by metatile, into SMALL_JOB_PARTITIONS, and both the dedupe (by metatile and
+    key) and the count then run where the rows already are.
+    """
+    zooms = params.max_zoom - params.min_zoom + 1
+    if base_rows is None or base_rows * zooms > SMALL_JOB_ROWS:
+        return metatile_counts(propagate(base, params.min_zoom))
+    tiles = _ancestors(base, params.min_zoom).select(
+        "z", "key", F.shiftright("x", METATILE_SHIFT).alias("mx"), F.shiftright("y", METATILE_SHIFT).alias("my"))
+    together = tiles.repartition(SMALL_JOB_PARTITIONS, "z", "mx", "my").dropDuplicates(["z", "mx", "my", "key"])
+    return together.groupBy("z", "mx", "my").agg(F.count(F.lit(1)).alias("tiles"))
 
 
 def metatile_counts(tiles: DataFrame) -> DataFrame:
@@ -240,7 +267,7 @@ def run_expire(inputs: list[ExpireInput], params: ExpireParams, ctx: JobContext)
     if base.frame is not None:
         check_base_estimate(base, params, ctx)
         ctx.set_phase("expiring")
-        rows = [metatile_rows(metatile_counts(propagate(base.frame, params.min_zoom))), *base.counts]
+        rows = [metatile_rows(expired_metatiles(base.frame, params, base.bound)), *base.counts]
         collected = collect(rows)
         for name, value in collected.counts.items():
             ctx.count(name, value)

@@ -33,8 +33,7 @@ from services.spark_bridge.expire_collect import collect, metatile_rows
 from services.spark_bridge.expire_job import (
     ExpireParams,
     buffered_tiles,
-    metatile_counts,
-    propagate,
+    expired_metatiles,
     publish,
     summarise,
     way_samples,
@@ -90,7 +89,9 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
             ctx.set_phase("expiring")
             segments = _frame(ctx.spark, resolution.segments, "lon0 double, lat0 double, lon1 double, lat1 double")
             base = _base_tiles(segments, params.max_zoom)
-            collected = collect([metatile_rows(metatile_counts(propagate(base, params.min_zoom)))])
+            # The general plan (None: size not known up front): the single-exchange one for small jobs was
+            # no faster here, a diff's samples pile up in few tiles and want the map-side dedupe.
+            collected = collect([metatile_rows(expired_metatiles(base, params, None))])
             summarise(collected, params, ctx, out)
         except BaseException:
             if render is not None:
