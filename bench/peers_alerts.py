@@ -75,7 +75,8 @@ async def _qbroker_connect(url: str) -> tuple[Publish, Stop]:
     return publish, unit.stop
 
 
-async def _floor_listen(url: str, done: Done) -> Stop:
+async def _raw_listen(url: str, done: Done, check: Callable[[DeliveredMessage], None] | None = None) -> Stop:
+    """One raw aiormq listener (prefetch 256, an ack per message), checking each message with ``check``."""
     connection = await aiormq.connect(url)
     channel = await connection.channel(publisher_confirms=False)
     await channel.basic_qos(prefetch_count=256)
@@ -85,11 +86,17 @@ async def _floor_listen(url: str, done: Done) -> Stop:
     counter = _Counter(done)
 
     async def on_alert(message: DeliveredMessage) -> None:
+        if check is not None:
+            check(message)
         counter.count(orjson.loads(message.body))
         await channel.basic_ack(message.delivery_tag or 0)
 
     await channel.basic_consume(queue, on_alert, no_ack=False)
     return connection.close
+
+
+async def _floor_listen(url: str, done: Done) -> Stop:
+    return await _raw_listen(url, done)
 
 
 async def _floor_connect(url: str) -> tuple[Publish, Stop]:
@@ -115,25 +122,15 @@ async def _floor_connect(url: str) -> tuple[Publish, Stop]:
 # message-id, type, user-id, timestamp) and checking it on arrival as qbroker does: what qbroker's alerts
 # would cost on raw aiormq with today's wire format.
 
+def _wire_check(message: DeliveredMessage) -> None:
+    props = message.header.properties
+    headers = props.headers or {}
+    if headers.get("version") != 1 or not props.message_id or not headers.get("name"):
+        raise ValueError("bad header")
+
+
 async def _wire_listen(url: str, done: Done) -> Stop:
-    connection = await aiormq.connect(url)
-    channel = await connection.channel(publisher_confirms=False)
-    await channel.basic_qos(prefetch_count=256)
-    await channel.exchange_declare("alert", exchange_type="topic")
-    queue = (await channel.queue_declare("", exclusive=True, auto_delete=True)).queue or ""
-    await channel.queue_bind(queue, "alert", routing_key="bench.tick")
-    counter = _Counter(done)
-
-    async def on_alert(message: DeliveredMessage) -> None:
-        props = message.header.properties
-        headers = props.headers or {}
-        if headers.get("version") != 1 or not props.message_id or not headers.get("name"):
-            raise ValueError("bad header")
-        counter.count(orjson.loads(message.body))
-        await channel.basic_ack(message.delivery_tag or 0)
-
-    await channel.basic_consume(queue, on_alert, no_ack=False)
-    return connection.close
+    return await _raw_listen(url, done, _wire_check)
 
 
 async def _wire_connect(url: str) -> tuple[Publish, Stop]:
