@@ -37,6 +37,8 @@ def _expiration(timeout: float) -> float:
 async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingMessage) -> None:
     """Handle one request from ``rpc_<endpoint>`` and send exactly one reply."""
     reply_to = message.reply_to
+    # A guaranteed (persistent) request's notice and reply are confirmed before the request is acked.
+    guaranteed = message.delivery_mode == 2
     ctx: RequestContext | None = None
     try:
         # No reply-to is a one-way request (RQ NOREPLY, EventMQ reply-requested=false): run it anyway.
@@ -49,8 +51,6 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         own = endpoint.options.max_body_bytes
         limit = bus.config.max_body_bytes if own is None else min(own, bus.config.max_body_bytes)
         body = read_body(message, accept=bus.config.accept, max_bytes=limit)
-        # A guaranteed (persistent) request's notice and reply are confirmed before the request is acked.
-        guaranteed = message.delivery_mode == 2
         if reply_to and (message.headers or {}).get("notify") == "delivered":
             await bus.send_notice(reply_to, message.message_id, confirm=guaranteed)
         # A redelivered request re-published by a server of our account keeps its first sender's account.
@@ -75,8 +75,7 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         result, error = None, exc.to_info(part=endpoint.name)
     debug = ctx.debug if ctx is not None else False
     if reply_to:
-        await bus.send_reply(reply_to, message.message_id, result, error, debug=debug,
-                             confirm=message.delivery_mode == 2)
+        await bus.send_reply(reply_to, message.message_id, result, error, debug=debug, confirm=guaranteed)
     elif error is not None:
         bus.log.warning("one-way request failed", name=endpoint.name, correlation_id=message.message_id,
                          error=error.message)

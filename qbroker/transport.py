@@ -2,10 +2,9 @@
 
 qbroker needs little of a connection: open channels, declare exchanges and queues, bind, consume,
 publish, and be told when a channel or the connection closes. The protocols below say exactly that,
-so any client that offers it can carry a unit. ``amqp://`` and ``amqps://`` are aio-pika
-with aiormq under each message (``qbroker.amqp_transport``); other
-schemes are registered by whoever provides them (``import qbroker.testing`` registers ``memory://``),
-so production code never loads a test double.
+so any client that offers it can carry a unit. ``amqp://`` and ``amqps://`` are aio-pika with aiormq
+under each message (``qbroker.amqp_transport``); other schemes are registered by whoever provides them
+(``import qbroker.testing`` registers ``memory://``), so production code never loads a test double.
 """
 
 from __future__ import annotations
