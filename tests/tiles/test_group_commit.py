@@ -83,11 +83,11 @@ def rows_on_disk(state_file):
 
 async def test_rendered_is_answered_only_once_its_finish_is_committed(tmp_path):
     qm = make_qm(tmp_path)
-    qm.group_commits()
+    qm.commits.start()
     qm.register(RegisterRequest(hostname="h", pid=1, threadid=0), "r")
     qm.expire("10/0/0;10/8/0", strict=False)
     [(_, m)] = qm.next_assignments()
-    await qm.durable()
+    await qm.commits.durable()
     assert rows_on_disk(tmp_path / "q.sqlite")[pack(m)] == 1  # in flight, on disk
     answer = await COMMANDS["rendered"].run(qm, RenderedRequest(metatile=str(m)), "r")
     assert answer["expected"] is True
@@ -99,11 +99,11 @@ async def test_rendered_is_answered_only_once_its_finish_is_committed(tmp_path):
 
 async def test_writes_share_one_commit_until_an_answer_or_a_short_while(tmp_path):
     qm = make_qm(tmp_path)
-    qm.group_commits()
+    qm.commits.start()
     qm.expire("10/0/0", strict=False)
     qm.expire("10/8/0", strict=False)
     assert qm.commits.uncommitted and rows_on_disk(tmp_path / "q.sqlite") == {}  # not yet: one commit for both
-    await qm.durable()
+    await qm.commits.durable()
     assert not qm.commits.uncommitted and len(rows_on_disk(tmp_path / "q.sqlite")) == 2
     commits = qm.commits.commits
     # A dispatch round answers nobody: its picks are committed a moment later by themselves.
@@ -123,8 +123,8 @@ async def test_waiter_rows_do_not_wait_for_the_queue_transaction(tmp_path):
     """The waiter store has its own connection to the same file; SQLite has one write lock, which the
     queue's open group transaction holds: the queue commits first instead of deadlocking the loop."""
     qm = make_qm(tmp_path)
-    qm.group_commits()
-    waiters = WaiterStore(tmp_path / "q.sqlite", before_write=qm.flush)
+    qm.commits.start()
+    waiters = WaiterStore(tmp_path / "q.sqlite", before_write=qm.commits.flush)
     waiters._db.execute("PRAGMA busy_timeout = 100")  # fail fast if the lock were still held
     qm.expire("10/0/0", strict=False)
     assert qm.commits.uncommitted
@@ -209,7 +209,7 @@ async def test_broadcasts_handled_in_one_loop_turn_share_a_commit(tmp_path):
     from services.tiles.queuemaster.commands import expire_broadcast
 
     qm = make_qm(tmp_path)
-    qm.group_commits()
+    qm.commits.start()
     before = qm.commits.commits
     outcomes = await asyncio.gather(expire_broadcast(qm, "10/0/0;10/8/8"), expire_broadcast(qm, b"10/16/16"))
     assert [o["queued"] for o in outcomes] == [2, 1]

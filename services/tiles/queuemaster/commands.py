@@ -51,7 +51,7 @@ class Command:
                 result = await result
         finally:
             # Group commits: what this command changed is on disk before either wire answers it.
-            await qm.durable()
+            await qm.commits.durable()
         return result
 
 
@@ -97,5 +97,5 @@ async def expire_broadcast(qm: Queuemaster, body: Any) -> dict[str, Any] | None:
         log.warning("expiry message is not text", body_type=type(body).__name__)
         return None
     totals = await qm.expire_in_chunks(body)
-    await qm.durable_soon()  # acked when this returns: committed by then (with others of this loop turn)
+    await qm.commits.durable_soon()  # acked when this returns: committed by then (with others of this loop turn)
     return totals

@@ -43,7 +43,7 @@ class QueuemasterService:
         self.settings = qm.settings
         # Its own connection to the state file: a write there must not wait on the queue's open group
         # transaction (one writer at a time), so the queue commits first.
-        self.waiter_store = WaiterStore(qm.settings.state_file, before_write=qm.flush)
+        self.waiter_store = WaiterStore(qm.settings.state_file, before_write=qm.commits.flush)
         # Read now, before the unit starts consuming: a `render` served between the unit's start and
         # ours would otherwise be taken for a previous run's and answered twice.
         self._restored = self.waiter_store.take_live()
@@ -185,7 +185,7 @@ class QueuemasterService:
             self._call_soon(self._answer_restored(waiter))
         if restored:
             log.info("answering requests waiting before the restart", count=len(restored))
-        self.qm.group_commits()
+        self.qm.commits.start()
         self._tasks = [asyncio.create_task(self._dispatch_loop()),
                        asyncio.create_task(self._liveness_loop())]
         await self.announce()
@@ -203,4 +203,4 @@ class QueuemasterService:
             task.cancel()
         await self.osm.stop()
         self.qm.fail_waiters()
-        self.qm.flush()
+        self.qm.commits.flush()

@@ -4,8 +4,9 @@ It owns the render queue, the registered render threads, the waiters of ``render
 log and the counters. The bus adapter (``service``) feeds it validated messages, sends the
 ``render`` commands it decides on (``next_assignments``) and reports dead renderers. Everything here runs
 on the event loop thread. Queue mutations are committed to SQLite before the method returns, until the
-bus adapter turns on ``group_commits``: then mutations join one transaction, and whoever answers a
-message first awaits ``durable()``, which commits it, so nothing is acknowledged before it is on disk.
+bus adapter starts ``commits`` (a ``GroupCommit``): then mutations join one transaction, and whoever
+answers a message first awaits ``commits.durable()``, which commits it, so nothing is acknowledged before
+it is on disk.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class Queuemaster:
         self.waiting = 0  # futures in ``waiters`` not done yet
         self.work_available = asyncio.Event()  # set whenever a dispatch might now succeed
         self.work_available.set()
+        # The bus adapter starts grouping (``commits.start()``) and awaits ``commits.durable()`` before it
+        # answers anything that depends on a mutation: see ``group_commit``.
         self.commits = GroupCommit(self.store, self.render_log)
 
     def fail_waiters(self) -> None:
@@ -89,23 +92,8 @@ class Queuemaster:
 
     def close(self) -> None:
         self.fail_waiters()
-        self.flush()
-        self.store.close()
-
-    def group_commits(self) -> None:
-        """From now on (call it on the event loop) group commits: see ``group_commit``."""
-        self.commits.start()
-
-    async def durable(self) -> None:
-        """Return once every mutation made so far is committed (at once if nothing is pending)."""
-        await self.commits.durable()
-
-    async def durable_soon(self) -> None:
-        """``durable()`` shared with the other callers of this loop turn (expiry broadcasts)."""
-        await self.commits.durable_soon()
-
-    def flush(self) -> None:
         self.commits.flush()
+        self.store.close()
 
     # -- parsing with the configured zoom range --------------------------------------------------------
 
