@@ -117,6 +117,22 @@ class FeatureWriter:
                                          (osm_type, osm_id)).rowcount
         return removed
 
+    def remove_many(self, osm_type: str, osm_ids: list[int]) -> int:
+        """``remove`` for a batch of objects of one type (at most SQLite's variable limit less one): the
+        same rows go, in two statements per table instead of two per table and object (a diff rebuilds
+        thousands of ways, and the per-object statements were a third of applying it)."""
+        if not osm_ids:
+            return 0
+        marks = ", ".join("?" for _ in osm_ids)
+        args = (osm_type, *osm_ids)
+        removed = 0
+        for table in FEATURE_TABLES:
+            self.conn.execute(f"DELETE FROM idx_{table}_geom WHERE pkid IN "  # noqa: S608
+                              f"(SELECT fid FROM {table} WHERE osm_type = ? AND osm_id IN ({marks}))", args)
+            removed += self.conn.execute(f"DELETE FROM {table} WHERE osm_type = ? AND osm_id IN ({marks})",  # noqa: S608
+                                         args).rowcount
+        return removed
+
 
 def tags_json(tags: Iterable[tuple[str, str]] | Mapping[str, str]) -> str:
     items = tags.items() if isinstance(tags, Mapping) else tags

@@ -136,10 +136,9 @@ class _DiffApplier:
         self.dirty_relations = self._ids("SELECT id FROM relations WHERE id IN ({})", self.dirty_relations)
         if self._is_coastline(self.dirty_ways):
             self.coastline_changed = True
-        for way_id in self.dirty_ways:
-            self.stats["features_removed"] += self.writer.remove("w", way_id)
-        for rel_id in self.dirty_relations:
-            self.stats["features_removed"] += self.writer.remove("r", rel_id)
+        for osm_type, ids in (("w", self.dirty_ways), ("r", self.dirty_relations)):
+            for chunk in _chunks(ids):
+                self.stats["features_removed"] += self.writer.remove_many(osm_type, chunk)
         self.stats["ways_rebuilt"] = len(self.dirty_ways)
         self.stats["relations_rebuilt"] = len(self.dirty_relations)
         if self.dirty_ways or self.dirty_relations:
@@ -164,11 +163,17 @@ class _DiffApplier:
                         f"SELECT id, lon, lat FROM nodes WHERE id IN ({marks}) ORDER BY id", chunk):  # noqa: S608
                     writer.add_node(osmium.osm.mutable.Node(id=nid, location=(lon, lat), version=1))
             for chunk in _chunks(way_ids):
+                # Two queries per chunk, not two per way (thousands of ways per diff).
+                marks = ", ".join("?" for _ in chunk)
+                tags = dict(self.conn.execute(f"SELECT id, tags FROM ways WHERE id IN ({marks})", chunk))  # noqa: S608
+                refs: dict[int, list[int]] = {way_id: [] for way_id in chunk}
+                for way_id, node_id in self.conn.execute(
+                        f"SELECT way_id, node_id FROM way_nodes WHERE way_id IN ({marks}) "  # noqa: S608
+                        "ORDER BY way_id, seq", chunk):
+                    refs[way_id].append(node_id)
                 for way_id in chunk:
-                    tags = json.loads(self.conn.execute("SELECT tags FROM ways WHERE id = ?", (way_id,)).fetchone()[0])
-                    refs = [r[0] for r in self.conn.execute(
-                        "SELECT node_id FROM way_nodes WHERE way_id = ? ORDER BY seq", (way_id,))]
-                    writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=refs, tags=tags, version=1))
+                    writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=refs[way_id],
+                                                          tags=json.loads(tags[way_id]), version=1))
             for rel_id in sorted(self.dirty_relations):
                 tags = json.loads(self.conn.execute("SELECT tags FROM relations WHERE id = ?", (rel_id,)).fetchone()[0])
                 members = [tuple(m) for m in self.conn.execute(
