@@ -34,6 +34,7 @@ from .queue_store import QueueStore
 from .render_log import RenderLog, RenderLogRecord
 from .render_queue import RenderQueue
 from .render_threads import RenderThread, RenderThreadRegistry
+from .render_waiters import RenderWaiters
 from .stats import QueuemasterStats
 
 log = structlog.get_logger("toposm.queuemaster")
@@ -75,20 +76,23 @@ class Queuemaster:
         self.threads = RenderThreadRegistry()
         self.stats = QueuemasterStats()
         self.rng = random.Random(settings.seed)
-        self.waiters: dict[Metatile, list[asyncio.Future[dict[str, Any]]]] = {}
-        self.waiting = 0  # futures in ``waiters`` not done yet
+        self.render_waiters = RenderWaiters()
         self.work_available = asyncio.Event()  # set whenever a dispatch might now succeed
         self.work_available.set()
         # The bus adapter starts grouping (``commits.start()``) and awaits ``commits.durable()`` before it
         # answers anything that depends on a mutation: see ``group_commit``.
         self.commits = GroupCommit(self.store, self.render_log)
 
+    @property
+    def waiters(self) -> dict[Metatile, list[asyncio.Future[dict[str, Any]]]]:
+        return self.render_waiters.by_metatile
+
+    @property
+    def waiting(self) -> int:
+        return self.render_waiters.waiting
+
     def fail_waiters(self) -> None:
-        for futures in self.waiters.values():
-            for f in futures:
-                if not f.done():
-                    f.set_exception(RequestError("queuemaster_stopped", "the queuemaster is shutting down"))
-        self.waiters.clear()
+        self.render_waiters.fail_all()
 
     def close(self) -> None:
         self.fail_waiters()
@@ -181,47 +185,14 @@ class Queuemaster:
         if self.waiting >= MAX_WAITERS:
             self.stats.count("requests_refused_busy")
             raise RequestError("busy", f"{self.waiting} render requests are waiting already; retry later")
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.waiters.setdefault(m, []).append(future)
-        self.waiting += 1
-        future.add_done_callback(self._waiter_done)
+        future = self.render_waiters.add(m)
         self.work_available.set()
-        if deadline is None:
-            result = await future
-        else:
-            try:
-                # The metatile stays queued: only this waiter leaves.
-                result = await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - time.time()))
-            except TimeoutError:
-                self._drop_waiter(m, future)
-                self.stats.count("requests_past_deadline")
-                raise RequestError("render_timeout",
-                                   f"metatile {m} not rendered before the request's deadline") from None
+        try:
+            result = await self.render_waiters.wait(m, future, deadline)
+        except TimeoutError:
+            self.stats.count("requests_past_deadline")
+            raise RequestError("render_timeout", f"metatile {m} not rendered before the request's deadline") from None
         return {**answer, **result}
-
-    def _waiter_done(self, _: asyncio.Future[dict[str, Any]]) -> None:
-        self.waiting -= 1
-
-    def _drop_waiter(self, m: Metatile, future: asyncio.Future[dict[str, Any]]) -> None:
-        futures = self.waiters.get(m, [])
-        if future in futures:
-            futures.remove(future)
-        if not futures:
-            self.waiters.pop(m, None)
-        if not future.done():
-            future.remove_done_callback(self._waiter_done)  # counted off here, not a loop turn later
-            self.waiting -= 1
-            future.cancel()
-
-    def _answer_waiters(self, m: Metatile, status: str, reason: str | None) -> None:
-        for future in self.waiters.pop(m, []):
-            if future.done():
-                continue
-            if status == "ok":
-                future.set_result({})
-            else:
-                error = RequestError("render_failed", f"metatile {m} failed to render: {reason}")
-                future.set_exception(error)
 
     # -- render threads ---------------------------------------------------------------------------------
 
@@ -297,14 +268,14 @@ class Queuemaster:
             # the metatile again: its tiles are good for the waiters; the other thread reports for itself.
             self.stats.count("rendered_by_replaced_thread")
             if req.status == "ok":
-                self._answer_waiters(m, "ok", None)
+                self.render_waiters.answer(m, "ok", None)
             return {"command": "ack", "metatile": str(m), "expected": False}
         if self.queue.state_of(m) != "rendering":
             # Not in flight (e.g. given up on as dead, then the renderer came back): nothing to settle
             # except waiters, which a successful render does satisfy.
             self.stats.count("rendered_unexpected")
             if req.status == "ok":
-                self._answer_waiters(m, "ok", None)
+                self.render_waiters.answer(m, "ok", None)
             return {"command": "ack", "metatile": str(m), "expected": False}
         again = self.queue.finish(m)
         renderer = thread.endpoint if thread else (
@@ -325,7 +296,7 @@ class Queuemaster:
             metatile=str(m), zoom=m.z, renderer=renderer, start=req.start or now - duration,
             duration=round(duration, 4), status=req.status, reason=req.reason))
         self.commits.pending()  # the line waits for the group commit (its finish opened one anyway)
-        self._answer_waiters(m, req.status, req.reason)
+        self.render_waiters.answer(m, req.status, req.reason)
         answer: dict[str, Any] = {"command": "ack", "metatile": str(m), "expected": True, "queued_again": again}
         if req.next and thread is not None and thread.wire == "qbroker" and thread.idle:
             # The thread asked for its next metatile in this answer: no `render` round trip for it.
@@ -399,7 +370,7 @@ class Queuemaster:
                 "rendering": len(self.queue.in_flight()),
             },
             "renderers": [t.describe() for t in self.threads],
-            "waiting_requests": sum(len(v) for v in self.waiters.values()),
+            "waiting_requests": self.render_waiters.count(),
             "zoom_range": [self.zooms.min_zoom, self.zooms.max_zoom],
             **self.stats.describe(group_commits=self.commits.commits),
         }
