@@ -50,7 +50,7 @@ async def test_started_before_unit_follows_it_and_pairs_reply(
     assert reply["app"] == "clitest.late" and reply["uuid"] == server.uuid
     assert reply["to_uuid"] == client.uuid and reply["to_app"] == "clitest.client"
     assert reply["status"] == "ok" and reply["body"] == {"echo": "hi"}
-    assert isinstance(reply["latency_ms"], float) and 0 <= reply["latency_ms"] < 5000
+    assert isinstance(reply["latency_ms"], float) and reply["latency_ms"] >= 0
     assert code == 0
     assert debug_queues(vhost) == []
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -120,10 +119,9 @@ async def test_cancel_long_job_queue_bound_and_progress(bridge, client, make_uni
     assert live[-1]["state"] == "running" and live[-1]["phase"] in ("estimating", "expiring")
     queued_cancel = await client.call("spark.job", {"command": "cancel", "job_id": second["job_id"]})
     assert queued_cancel["state"] == "cancelled"
-    started = time.monotonic()
-    running_cancel = await client.call("spark.job", {"command": "cancel", "job_id": first["job_id"]}, timeout=60)
+    # The call's own timeout is the ceiling: a cancel that hangs fails with CallTimeout.
+    running_cancel = await client.call("spark.job", {"command": "cancel", "job_id": first["job_id"]}, timeout=30)
     assert running_cancel["state"] == "cancelled"
-    assert time.monotonic() - started < 30
     # Spark really stopped: nothing of the job group is still active.
     await eventually(lambda: not spark.sparkContext.statusTracker().getActiveJobsIds(), timeout=20)
     with pytest.raises(RequestFailed) as err:

@@ -153,7 +153,7 @@ async def test_expire_progress_and_cancel_over_spark_connect(connect_bridge, mak
         await asyncio.sleep(0.3)
     snapshot = await client.call("spark.job", {"command": "progress", "job_id": job["job_id"]})
     assert snapshot["state"] == "running" and snapshot["spark"] is None  # no status tracker under Connect
-    started = time.monotonic()
-    cancelled = await client.call("spark.job", {"command": "cancel", "job_id": job["job_id"]}, timeout=60)
-    assert cancelled["state"] == "cancelled" and time.monotonic() - started < 30
+    # The call's own timeout is the ceiling: a cancel that hangs fails with CallTimeout.
+    cancelled = await client.call("spark.job", {"command": "cancel", "job_id": job["job_id"]}, timeout=30)
+    assert cancelled["state"] == "cancelled"
     assert any(p["job_id"] == job["job_id"] and p["state"] == "running" for p in progress)
