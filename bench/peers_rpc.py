@@ -166,32 +166,52 @@ async def _declare_seed(channel: aiormq.abc.AbstractChannel) -> None:
     await channel.exchange_declare("reply", exchange_type="direct")
 
 
-async def _floor_seed_serve(url: str) -> Stop:
+Answer = Callable[[DeliveredMessage], tuple[bytes, Basic.Properties]]
+
+
+async def _seed_serve(url: str, answer: Answer, *, reply_channel: bool) -> Stop:
+    """A server with the seed's structure: ``rpc_bench.echo`` bound to the topic ``rpc`` exchange, each
+    reply published (unconfirmed; on a channel of its own with ``reply_channel``) before the ack."""
     connection = await aiormq.connect(url)
-    channel = await connection.channel(publisher_confirms=False)
-    await channel.basic_qos(prefetch_count=256)
-    await _declare_seed(channel)
-    await channel.queue_declare("rpc_bench.echo")
-    await channel.queue_bind("rpc_bench.echo", "rpc", routing_key="bench.echo")
+    consume = await connection.channel(publisher_confirms=False)
+    publish = await connection.channel(publisher_confirms=False) if reply_channel else consume
+    await consume.basic_qos(prefetch_count=256)
+    await _declare_seed(consume)
+    await consume.queue_declare("rpc_bench.echo")
+    await consume.queue_bind("rpc_bench.echo", "rpc", routing_key="bench.echo")
 
     async def on_request(message: DeliveredMessage) -> None:
-        props = message.header.properties
-        await channel.basic_publish(message.body, exchange="reply", routing_key=props.reply_to or "",
-                                    properties=Basic.Properties(correlation_id=props.message_id,
-                                                                content_type="application/json"))
-        await channel.basic_ack(message.delivery_tag or 0)  # after the reply, as the seed does
+        body, properties = answer(message)
+        await publish.basic_publish(body, exchange="reply", routing_key=message.header.properties.reply_to or "",
+                                    properties=properties)
+        await consume.basic_ack(message.delivery_tag or 0)  # after the reply, as the seed does
 
-    await channel.basic_consume("rpc_bench.echo", on_request, no_ack=False)
+    await consume.basic_consume("rpc_bench.echo", on_request, no_ack=False)
     return connection.close
 
 
-async def _floor_seed_connect(url: str) -> tuple[Call, Stop]:
+async def _seed_client(url: str) -> tuple[aiormq.abc.AbstractConnection, aiormq.abc.AbstractChannel, str, str]:
+    """A client's connection, its confirming channel, its uuid and its reply queue bound to ``reply``."""
     connection = await aiormq.connect(url)
     channel = await connection.channel(publisher_confirms=True)
     await _declare_seed(channel)
     me = uuid.uuid4().hex
     queue = (await channel.queue_declare("", exclusive=True, auto_delete=True)).queue or ""
     await channel.queue_bind(queue, "reply", routing_key=me)
+    return connection, channel, me, queue
+
+
+def _floor_answer(message: DeliveredMessage) -> tuple[bytes, Basic.Properties]:
+    props = Basic.Properties(correlation_id=message.header.properties.message_id, content_type="application/json")
+    return message.body, props
+
+
+async def _floor_seed_serve(url: str) -> Stop:
+    return await _seed_serve(url, _floor_answer, reply_channel=False)
+
+
+async def _floor_seed_connect(url: str) -> tuple[Call, Stop]:
+    connection, channel, me, queue = await _seed_client(url)
     replies = _Replies()
     await channel.basic_consume(queue, replies.on_reply, no_ack=True)
 
@@ -264,34 +284,20 @@ def _wire_check(message: DeliveredMessage) -> Any:
 
 
 async def _wire_serve(url: str) -> Stop:
-    connection = await aiormq.connect(url)
-    consume = await connection.channel(publisher_confirms=False)
-    publish = await connection.channel(publisher_confirms=False)
-    await consume.basic_qos(prefetch_count=256)
-    await _declare_seed(consume)
-    await consume.queue_declare("rpc_bench.echo")
-    await consume.queue_bind("rpc_bench.echo", "rpc", routing_key="bench.echo")
     me = uuid.uuid4().hex
 
-    async def on_request(message: DeliveredMessage) -> None:
+    def answer(message: DeliveredMessage) -> tuple[bytes, Basic.Properties]:
         body = _wire_check(message)
-        props = message.header.properties
-        reply = _wire_properties("reply", "bench.server", me, uuid.uuid4().hex, correlation_id=props.message_id)
-        await publish.basic_publish(orjson.dumps(body), exchange="reply", routing_key=props.reply_to or "",
-                                    properties=reply)
-        await consume.basic_ack(message.delivery_tag or 0)
+        correlation_id = message.header.properties.message_id
+        return orjson.dumps(body), _wire_properties("reply", "bench.server", me, uuid.uuid4().hex,
+                                                    correlation_id=correlation_id)
 
-    await consume.basic_consume("rpc_bench.echo", on_request, no_ack=False)
-    return connection.close
+    # Replies on a channel of their own, as qbroker sends them.
+    return await _seed_serve(url, answer, reply_channel=True)
 
 
 async def _wire_connect(url: str) -> tuple[Call, Stop]:
-    connection = await aiormq.connect(url)
-    channel = await connection.channel(publisher_confirms=True)
-    await _declare_seed(channel)
-    me = uuid.uuid4().hex
-    queue = (await channel.queue_declare("", exclusive=True, auto_delete=True)).queue or ""
-    await channel.queue_bind(queue, "reply", routing_key=me)
+    connection, channel, me, queue = await _seed_client(url)
     pending: dict[str, asyncio.Future[Any]] = {}
 
     async def on_reply(message: DeliveredMessage) -> None:
