@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     from tests.osmstore.osm_fixtures import read_extract
 
     sys.path.insert(0, str(ROOT / "bench"))
-    from osm_expire import make_diff
+    from osm_expire import TimedExpire, make_diff
 
     helsinki = ROOT / "var" / "osm" / "Helsinki.osm.pbf"
     extract = read_extract(helsinki)
@@ -98,30 +97,18 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
         live = work / "store"
         shutil.copytree(store, live)
         bridge_unit = Unit("spark.bridge", config=Config(url=url))
-        client = Unit("bench.client", config=Config(url=url))
-        received: list[float] = []
-
-        @client.on_alert("expire_toposm")
-        async def on_expire(body: str) -> None:
-            received.append(time.perf_counter())
-
+        client = TimedExpire(url)
         bridge = SparkBridge(bridge_unit, spark, work / "state", max_jobs=1, input_roots=[work], stores=[live],
                              limits=BridgeLimits())
         await bridge_unit.start()
-        await client.start()
+        await client.unit.start()
 
         async def call(params: dict[str, Any]) -> dict[str, Any]:
-            received.clear()
-            started = time.perf_counter()
-            reply = await client.call("spark.expire", {**params, "min_zoom": ZOOMS[0], "max_zoom": ZOOMS[1],
-                                                       "wait": True}, timeout=3600)
-            replied = time.perf_counter()
+            reply, last, to_reply = await client.call({**params, "min_zoom": ZOOMS[0], "max_zoom": ZOOMS[1]},
+                                                      settle=120)
             result = reply["result"]
-            deadline = time.monotonic() + 120
-            while len(received) < result["published"]["messages"] and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            return {"seconds_to_last_expiration": round(received[-1] - started, 3) if received else None,
-                    "seconds_to_reply": round(replied - started, 3),
+            return {"seconds_to_last_expiration": round(last, 3) if last is not None else None,
+                    "seconds_to_reply": round(to_reply, 3),
                     "spark_jobs": len(tracker.getJobIdsForGroup(job_tag(reply["job_id"]))),
                     "total_tiles": result["total_tiles"], "total_metatiles": result["total_metatiles"],
                     "messages": result["published"]["messages"], "inputs": result["inputs"]}
@@ -146,7 +133,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
                 out["scaling"].append({"input_tiles": n, **await call({"paths": [str(path)]})})
                 path.unlink()
         finally:
-            await client.stop()
+            await client.unit.stop()
             await bridge.close()
             await bridge_unit.stop()
             spark.stop()
