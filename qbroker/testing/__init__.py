@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -66,13 +67,25 @@ async def running(*units: Unit, drain_timeout: float = 2.0) -> AsyncIterator[tup
                 await unit.kill()
 
 
-async def eventually(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.01) -> None:
-    """Wait until ``predicate()`` is true (for effects of casts and alerts, which nobody answers).
+async def eventually(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.01,
+                     *, ignore: tuple[type[BaseException], ...] = ()) -> Any:
+    """Wait until ``predicate()`` is true (for effects of casts and alerts, which nobody answers) and
+    return what it returned. ``predicate`` may be a coroutine function; an exception in ``ignore`` (say,
+    a service not up yet) counts as not yet.
 
     Raises AssertionError after ``timeout`` seconds, so it reads as a failed assertion in test output.
     """
     deadline = time.monotonic() + timeout
-    while not predicate():
+    last: Any = None
+    while True:
+        try:
+            last = predicate()
+            if inspect.isawaitable(last):
+                last = await last
+        except ignore as exc:
+            last = exc
+        if last and not isinstance(last, BaseException):
+            return last
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached within {timeout}s")
+            raise AssertionError(f"condition not reached within {timeout}s; last: {last!r}")
         await asyncio.sleep(interval)

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from qbroker import Cleared, RequestContext
+from qbroker.testing import eventually
 from tests.cli.conftest import Example
 from tests.cli.helpers import run_cli
 
 
-async def _wait_for(condition: object, timeout: float = 60.0) -> None:  # the ceiling only catches hangs
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
+async def _wait_for(condition: Callable[[], Any], timeout: float = 60.0) -> None:  # a ceiling for hangs
+    await eventually(condition, timeout, 0.05)
 
 
 async def test_alert_publishes_json_and_text(amqp_url: str, example: Example) -> None:

@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from qbroker import Config, Unit
+from qbroker.testing import eventually
 from tests.cli.helpers import QBROKER, cli_env, run_cli
 
 HANG = 60.0
@@ -39,20 +40,20 @@ async def test_schedule_add_list_remove_with_a_scheduler_process(amqp_url: str) 
             assert len(schedule_id) == 16
             assert await asyncio.wait_for(ticks.get(), HANG) == 4  # sent by the scheduler process
 
-            listed: Any = None
-            deadline = asyncio.get_running_loop().time() + HANG  # a ceiling in time, not in tries
-            while not (listed := (await run_cli(amqp_url, "schedule", "list", "--json", **env)).json())["schedules"]:
-                assert asyncio.get_running_loop().time() < deadline, listed
-                await asyncio.sleep(0.2)
+            async def listed_json() -> Any:
+                listed = (await run_cli(amqp_url, "schedule", "list", "--json", **env)).json()
+                return listed if listed["schedules"] else None
+
+            listed = await eventually(listed_json, HANG, 0.2)
             assert [s["id"] for s in listed["schedules"]] == [schedule_id]
             table = await run_cli(amqp_url, "schedule", "list", **env)
             assert f"{schedule_id}  cast  test.tick  every 0.2s" in table.stdout
 
             assert (await run_cli(amqp_url, "schedule", "remove", schedule_id, **env)).code == 0
-            deadline = asyncio.get_running_loop().time() + HANG
-            while (await run_cli(amqp_url, "schedule", "list", **env)).stdout.strip() != "no schedules":
-                assert asyncio.get_running_loop().time() < deadline, "the schedule was not removed"
-                await asyncio.sleep(0.2)
+            async def removed() -> bool:
+                return (await run_cli(amqp_url, "schedule", "list", **env)).stdout.strip() == "no schedules"
+
+            await eventually(removed, HANG, 0.2)
     finally:
         if scheduler.returncode is None:
             with contextlib.suppress(ProcessLookupError):  # it may have exited on its own (a failure)

@@ -60,10 +60,7 @@ async def _listed(client: Unit, predicate: Any) -> tuple[str | None, list[dict[s
         found.append(await list_schedules(client, timeout=1.0))
         return bool(predicate(*found[-1]))
 
-    deadline = asyncio.get_running_loop().time() + HANG
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, f"never listed as expected: {found[-1]}"
-        await asyncio.sleep(0.05)
+    await eventually(check, HANG, 0.05)
     return found[-1]
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import gzip
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from qbroker.testing import eventually as qbroker_eventually
 
 
 @dataclass
@@ -104,12 +104,4 @@ def oracle_metatiles(tiles: set[tuple[int, int, int]]) -> set[str]:
 
 
 async def eventually(predicate, timeout: float = 30.0, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        await asyncio.sleep(step)
-    raise AssertionError("condition not reached in time")
+    return await qbroker_eventually(predicate, timeout, step)

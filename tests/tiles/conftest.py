@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from qbroker import Config, QBrokerError, Unit
+from qbroker.testing import eventually as qbroker_eventually
 from tests.broker import create_vhost, delete_vhost, url_for_vhost
 
 BIN = Path(sys.executable).parent
@@ -103,18 +103,9 @@ class TileBus:
 
 async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 30.0,
                      interval: float = 0.2) -> Any:
-    """Poll ``check`` until it returns something truthy (and return it), or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = await check()
-        except QBrokerError as exc:  # e.g. the queuemaster is not up yet
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s; last: {last!r}")
+    """Poll ``check`` until it returns something truthy (and return it), or fail after ``timeout``;
+    a QBrokerError (e.g. the queuemaster is not up yet) counts as not yet."""
+    return await qbroker_eventually(check, timeout, interval, ignore=(QBrokerError,))
 
 
 async def stats(unit: Unit) -> dict[str, Any]:
