@@ -17,6 +17,7 @@ from aio_pika.abc import AbstractIncomingMessage
 from pamqp.commands import Basic
 from pydantic import BaseModel, ValidationError
 
+from qbroker.amqp_properties import WireProperties
 from qbroker.codecs import JSON, CodecError, CodecRegistry, default_codecs
 from qbroker.errors import BadMessage, ErrorInfo
 
@@ -95,17 +96,7 @@ class OutgoingMessage:
 
     @property
     def properties(self) -> Basic.Properties:
-        timestamp = self.timestamp
-        if isinstance(timestamp, int | float):
-            timestamp = datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
-        return Basic.Properties(
-            content_type=self.content_type, content_encoding=self.content_encoding, headers=self.headers,
-            # Absent means transient in AMQP: one property less to encode and decode per message.
-            delivery_mode=self.delivery_mode if self.delivery_mode != 1 else None, priority=self.priority,
-            correlation_id=self.correlation_id, reply_to=self.reply_to, message_id=self.message_id,
-            timestamp=timestamp, message_type=self.type, user_id=self.user_id, app_id=self.app_id,
-            expiration=str(int(self.expiration * 1000)) if self.expiration is not None else None,
-        )
+        return WireProperties(self)
 
     def __repr__(self) -> str:
         return f"<OutgoingMessage type={self.type!r} message_id={self.message_id!r} {len(self.body)} bytes>"
