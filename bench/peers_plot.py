@@ -13,7 +13,8 @@ from typing import Any
 STYLE = {"same": "-", "two": "--"}
 LABEL = {"same": "one process", "two": "two processes"}
 COLORS = {"qbroker": "tab:red", "aio_pika_rpc": "tab:blue", "faststream": "tab:green",
-          "floor_seed": "tab:gray", "floor_direct": "black", "qbroker_wire_aiormq": "tab:orange"}
+          "floor_seed": "tab:gray", "floor_seed_queued": "tab:brown", "floor_direct": "black",
+          "qbroker_wire_aiormq": "tab:orange"}
 
 
 def plot(result: dict[str, Any], out: Path) -> None:

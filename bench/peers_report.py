@@ -10,8 +10,8 @@ import subprocess
 from typing import Any
 
 # (peer, the ratio qbroker/peer that issue 14 asks for)
-RPC_GOALS = {"aio_pika_rpc": 1.0, "faststream": 2.0, "floor_seed": 0.85, "floor_direct": None,
-             "qbroker_wire_aiormq": None}
+RPC_GOALS = {"aio_pika_rpc": 1.0, "faststream": 2.0, "floor_seed": 0.85, "floor_seed_queued": None,
+             "floor_direct": None, "qbroker_wire_aiormq": None}
 ALERT_GOAL = ("floor_oneway", 0.8)
 HEADLINE_LEVELS = ("1", "64")
 

@@ -11,6 +11,9 @@ the calls the same way for everyone (same workers, same clock), so only the clie
 - ``floor_seed``: raw aiormq with the seed's structure: a topic request exchange, a direct reply exchange
   and a reply queue per client, publisher confirms on requests (pipelined: the reply is awaited, the
   confirm checked by a callback), the server acks each request after publishing its reply.
+- ``floor_seed_queued``: not the goal's floor; floor_seed with its writes queued on the connection
+  instead of awaited (aiormq's ``wait=False``), as qbroker writes them: what that one choice gives raw
+  aiormq.
 - ``floor_direct``: raw aiormq, direct reply-to, no acks, no confirms: the physical floor.
 - ``qbroker_wire_aiormq``: not a peer; floor_seed carrying qbroker's whole envelope (see below): what a
   hot path on aiormq directly could reach with the wire format unchanged.
@@ -169,9 +172,11 @@ async def _declare_seed(channel: aiormq.abc.AbstractChannel) -> None:
 Answer = Callable[[DeliveredMessage], tuple[bytes, Basic.Properties]]
 
 
-async def _seed_serve(url: str, answer: Answer, *, reply_channel: bool) -> Stop:
+async def _seed_serve(url: str, answer: Answer, *, reply_channel: bool, queued: bool = False) -> Stop:
     """A server with the seed's structure: ``rpc_bench.echo`` bound to the topic ``rpc`` exchange, each
-    reply published (unconfirmed; on a channel of its own with ``reply_channel``) before the ack."""
+    reply published (unconfirmed; on a channel of its own with ``reply_channel``) before the ack. With
+    ``queued`` the reply and the ack are queued on the connection without awaiting their socket write
+    (aiormq's ``wait=False``), as qbroker writes them; aiormq's default awaits each write."""
     connection = await aiormq.connect(url)
     consume = await connection.channel(publisher_confirms=False)
     publish = await connection.channel(publisher_confirms=False) if reply_channel else consume
@@ -183,8 +188,8 @@ async def _seed_serve(url: str, answer: Answer, *, reply_channel: bool) -> Stop:
     async def on_request(message: DeliveredMessage) -> None:
         body, properties = answer(message)
         await publish.basic_publish(body, exchange="reply", routing_key=message.header.properties.reply_to or "",
-                                    properties=properties)
-        await consume.basic_ack(message.delivery_tag or 0)  # after the reply, as the seed does
+                                    properties=properties, wait=not queued)
+        await consume.basic_ack(message.delivery_tag or 0, wait=not queued)  # after the reply, as the seed does
 
     await consume.basic_consume("rpc_bench.echo", on_request, no_ack=False)
     return connection.close
@@ -210,7 +215,11 @@ async def _floor_seed_serve(url: str) -> Stop:
     return await _seed_serve(url, _floor_answer, reply_channel=False)
 
 
-async def _floor_seed_connect(url: str) -> tuple[Call, Stop]:
+async def _floor_seed_queued_serve(url: str) -> Stop:
+    return await _seed_serve(url, _floor_answer, reply_channel=False, queued=True)
+
+
+async def _floor_seed_client(url: str, *, queued: bool) -> tuple[Call, Stop]:
     connection, channel, me, queue = await _seed_client(url)
     replies = _Replies()
     await channel.basic_consume(queue, replies.on_reply, no_ack=True)
@@ -219,11 +228,19 @@ async def _floor_seed_connect(url: str) -> tuple[Call, Stop]:
         message_id, future = replies.expect()
         properties = Basic.Properties(message_id=message_id, reply_to=me, content_type="application/json")
         publish = asyncio.ensure_future(channel.basic_publish(PAYLOAD_BYTES, exchange="rpc", routing_key="bench.echo",
-                                                             properties=properties))
+                                                             properties=properties, wait=not queued))
         publish.add_done_callback(_confirm_failed(future))
         return await future
 
     return call, connection.close
+
+
+async def _floor_seed_connect(url: str) -> tuple[Call, Stop]:
+    return await _floor_seed_client(url, queued=False)
+
+
+async def _floor_seed_queued_connect(url: str) -> tuple[Call, Stop]:
+    return await _floor_seed_client(url, queued=True)
 
 
 async def _floor_direct_serve(url: str) -> Stop:
@@ -259,7 +276,8 @@ async def _floor_direct_connect(url: str) -> tuple[Call, Stop]:
 # Not a peer: what qbroker would cost if its hot path spoke aiormq directly. The seed's structure as in
 # floor_seed, plus everything qbroker puts on and checks of each message: the header table (version, app,
 # name, deadline), app-id, type, user-id, timestamp, expiration, JSON bodies encoded and decoded, replies
-# written (without a confirm, as qbroker sends them) before the request's ack.
+# written (without a confirm, as qbroker sends them) before the request's ack, writes queued as qbroker
+# queues them.
 
 def _wire_properties(kind: str, app: str, app_id: str, message_id: str, **extra: Any) -> Basic.Properties:
     headers: dict[str, Any] = {"version": 1, "app": app}
@@ -292,8 +310,8 @@ async def _wire_serve(url: str) -> Stop:
         return orjson.dumps(body), _wire_properties("reply", "bench.server", me, uuid.uuid4().hex,
                                                     correlation_id=correlation_id)
 
-    # Replies on a channel of their own, as qbroker sends them.
-    return await _seed_serve(url, answer, reply_channel=True)
+    # Replies on a channel of their own and writes queued, as qbroker sends them.
+    return await _seed_serve(url, answer, reply_channel=True, queued=True)
 
 
 async def _wire_connect(url: str) -> tuple[Call, Stop]:
@@ -314,7 +332,8 @@ async def _wire_connect(url: str) -> tuple[Call, Stop]:
         properties = _wire_properties("rpc", "bench.client", me, message_id, reply_to=me, name="bench.echo",
                                       deadline=int((time.time() + 60) * 1000), expiration="59000")
         publish = asyncio.ensure_future(channel.basic_publish(orjson.dumps(PAYLOAD), exchange="rpc",
-                                                             routing_key="bench.echo", properties=properties))
+                                                             routing_key="bench.echo", properties=properties,
+                                                             wait=False))
         publish.add_done_callback(_confirm_failed(future))
         return await future
 
@@ -327,6 +346,7 @@ CONTENDERS: dict[str, Contender] = {
         Contender("aio_pika_rpc", _aio_pika_serve, _aio_pika_connect),
         Contender("faststream", _faststream_serve, _faststream_connect),
         Contender("floor_seed", _floor_seed_serve, _floor_seed_connect),
+        Contender("floor_seed_queued", _floor_seed_queued_serve, _floor_seed_queued_connect),
         Contender("floor_direct", _floor_direct_serve, _floor_direct_connect),
         Contender("qbroker_wire_aiormq", _wire_serve, _wire_connect),
     )
