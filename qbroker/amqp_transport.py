@@ -153,7 +153,8 @@ class Delivery:
     async def ack(self, multiple: bool = False) -> None:
         tag = self._settle("ack")
         if tag is not None:
-            # Queued, not awaited until written: as for publishing (``_Exchange.publish``).
+            # Queued, not awaited until written, as publishes are (``_Exchange.publish``); a unit's stop
+            # gets what is queued out before it closes (``Bus.flush``).
             await self.channel.basic_ack(delivery_tag=tag, multiple=multiple, wait=False)
         self._processed = True
 
@@ -217,7 +218,8 @@ class _Exchange(aio_pika.Exchange):
         and aiormq wait for the writer task to have written each publish, a second task switch per
         message that orders nothing the queue does not order already: a reply queued before its
         request's ack is written before it, and a connection that dies loses both or neither's effect
-        (the request is redelivered). Backpressure stays: the writer drains the socket as it writes."""
+        (the request is redelivered). Backpressure stays: the writer drains the socket as it writes. A
+        close drops what is still queued: a unit's stop flushes first (``Bus.flush``)."""
         if self.internal:  # as aio-pika: refused here, before the broker closes the channel for it
             raise ValueError(f"Can not publish to internal exchange: '{self.name}'!")
         if self.channel.is_closed:

@@ -54,6 +54,7 @@ class Bus:
         self._on_connected = on_connected
         self._exchanges: Exchanges | None = None
         self._unconfirmed_reply: Exchange | None = None  # the reply exchange on a channel without confirms
+        self._publisher: Channel | None = None  # the channel with confirms that ``_exchanges`` are on
         self._reopening: asyncio.Future[None] | None = None
         self._consumers: list[tuple[Queue, str]] = []
         # Between start() and stop_consuming(): a channel the broker closes under us means "reconnect".
@@ -72,6 +73,20 @@ class Bus:
             with contextlib.suppress(Exception):
                 await queue.cancel(tag)
         self._consumers.clear()
+
+    async def flush(self, timeout: float) -> None:
+        """Wait until what this unit queued on the connection so far (replies, acks) is with the broker.
+
+        Publishes and acks are queued on the connection, not awaited until written (docs/performance.md),
+        and closing a connection drops what is still queued: a reply and its request's ack never sent, so
+        the request would run again elsewhere. One round trip on the publishing channel (a no-op
+        ``basic.qos``; that channel consumes nothing) comes back only after everything queued before it
+        was written, in order, on the same socket. Never raises: at worst the stop is what a kill is."""
+        publisher = self._publisher
+        if publisher is None or publisher.is_closed:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(publisher.set_qos(prefetch_count=0), timeout)
 
     async def close(self, reason: str) -> None:
         self._serving = False
@@ -103,12 +118,13 @@ class Bus:
         exchanges = await declare_exchanges(channel, self.config)
         replies = await connection.channel(publisher_confirms=False)
         self._unconfirmed_reply = await replies.get_exchange(exchanges.reply.name, ensure=False)
+        self._publisher = channel
 
         def _closed(_: object, exc: BaseException | None = None) -> None:
             if exc is None or not self._serving or connection.is_closed or self._exchanges is not exchanges:
                 return
             self.log.warning("publish channel closed by broker; reopening it", error=repr(exc))
-            self._exchanges = self._unconfirmed_reply = None
+            self._exchanges = self._unconfirmed_reply = self._publisher = None
             for other in (channel, replies):
                 if not other.is_closed:
                     asyncio.ensure_future(_quietly(other.close()))
@@ -125,7 +141,7 @@ class Bus:
             self.supervisor.lose(exc)
 
     async def _lost(self, exc: BaseException | None) -> None:
-        self._exchanges = self._unconfirmed_reply = None
+        self._exchanges = self._unconfirmed_reply = self._publisher = None
         self.pending.fail_all(ConnectionLost("connection to the broker was lost; the request may be retried"))
 
     async def dead_letter_consumers(self) -> int | None:

@@ -205,6 +205,7 @@ class Unit:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
             self.log.warning("drain timed out; closing with handlers still running", running=self._inflight)
+        await self.bus.flush(timeout)  # the last replies and acks, queued, reach the broker before the close
         await self.announcer.announce(STOP)
         await self._close()
 

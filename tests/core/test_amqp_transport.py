@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import uuid
 from typing import Any
 
 import aio_pika
 import pytest
+import structlog
 from aio_pika.exceptions import ChannelInvalidStateError, MessageProcessError
 
 from qbroker.amqp_transport import Delivery, connect_amqp
+from qbroker.bus import Bus
+from qbroker.config import Config
 from qbroker.envelope import OutgoingMessage
 
 HANG = 30  # a ceiling that only catches hangs
@@ -103,3 +107,46 @@ async def test_settling_errors_are_aio_pikas(amqp_url: str) -> None:
             await unsettleable.ack()
     finally:
         await connection.close()
+
+
+
+async def test_acks_queued_on_the_connection_reach_the_broker_by_a_flush(amqp_url: str) -> None:
+    # Acks (and replies) are queued, not awaited until written, and closing a connection drops what is
+    # still queued (here ~5% of a burst of 200 acks without the flush): Bus.flush, which a unit's stop
+    # runs before it closes, is what gets them out.
+    bus = Bus(Config(url=amqp_url), app="test.flush", uuid=uuid.uuid4().hex, log=structlog.get_logger(),
+              on_connected=lambda _: asyncio.sleep(0))
+    await bus.start()
+    try:
+        assert await bus.wait_connected(HANG)
+        connection = bus.connection
+        assert connection is not None
+        channel = await connection.channel()
+        queue = await channel.declare_queue("t.flush")
+        for n in range(200):
+            await channel.default_exchange.publish(aio_pika.Message(str(n).encode()), routing_key="t.flush")
+        deliveries: list[Delivery] = []
+        all_in = asyncio.Event()
+
+        async def on_message(message: Delivery) -> None:
+            deliveries.append(message)
+            if len(deliveries) == 200:
+                all_in.set()
+
+        await queue.consume(on_message)
+        await asyncio.wait_for(all_in.wait(), HANG)
+        for delivery in deliveries:
+            await delivery.ack()
+        await bus.flush(HANG)
+        await connection.close()
+    finally:
+        await bus.close("test over")
+    # A dropped ack would have put its message back in the queue.
+    check = await connect_amqp(amqp_url, timeout=HANG)
+    try:
+        channel = await check.channel()
+        declared = await channel.declare_queue("t.flush", passive=True)
+        assert declared.declaration_result.message_count == 0  # type: ignore[attr-defined]
+        await channel.queue_delete("t.flush")
+    finally:
+        await check.close()
