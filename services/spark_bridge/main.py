@@ -13,6 +13,7 @@ from qbroker import Unit, serve
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
 from services.spark_bridge.spark_session import DEFAULT_MASTER, build_session
+from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores
 
 log = structlog.get_logger("spark_bridge")
@@ -55,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--store", action="append", type=Path, default=[], metavar="DIR",
                    help="an OSM store (toposm-import) that expire requests may name to resolve and apply "
                    "diffs against (repeatable); requests name it by its directory name")
+    p.add_argument("--driver-lookup-mib", type=float, default=DRIVER_LOOKUP_BYTES / (1 << 20), metavar="MIB",
+                   help="store partitions a diff's lookups may read on the bridge itself (decoded MiB per "
+                   "lookup step, default %(default)g); bigger lookups run in Spark; 0: always in Spark")
     p.add_argument("--app", default="spark.bridge", help="qbroker app name of this unit")
     p.add_argument("--progress-interval", type=float, default=1.0, help="seconds between progress alerts")
     p.add_argument(
@@ -85,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for root in args.input_root:
         if not root.is_dir():
             p.error(f"--input-root {root}: not a directory")
+    if args.driver_lookup_mib < 0:
+        p.error("--driver-lookup-mib must not be negative")
+    args.driver_lookup_bytes = int(args.driver_lookup_mib * (1 << 20))
     try:
         Stores.of(args.store)  # checked here too so a bad --store is a usage error, not a traceback
     except ValueError as exc:
@@ -103,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
 
         return SparkBridge(unit, build, args.state_dir, max_jobs=args.max_jobs,
                            progress_interval=args.progress_interval, input_roots=args.input_root,
-                           limits=args.limits, stores=args.store)
+                           limits=args.limits, stores=args.store, driver_lookup_bytes=args.driver_lookup_bytes)
 
     serve(args.app, make_service)
 

@@ -27,6 +27,7 @@ from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.models import ExpireRequest, StatsRequest
 from services.spark_bridge.stats_job import StatsParams, run_stats
 from services.spark_bridge.store_job import run_store_expire
+from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores, store_job_for
 
 log = structlog.get_logger("spark_bridge")
@@ -63,9 +64,10 @@ class SparkBridge:
         input_roots: Sequence[Path] | None = None,
         limits: BridgeLimits | None = None,
         stores: Sequence[Path] = (),
+        driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES,
     ) -> None:
         self.unit = unit
-        self.stores = Stores.of(stores)  # the only stores a request may name (--store)
+        self.stores = Stores.of(stores, driver_lookup_bytes)  # the only stores a request may name (--store)
         self.state_dir = state_dir
         self.limits = limits or BridgeLimits()
         # No roots given: a directory of the bridge's own, never "anywhere the bridge user can read".

@@ -3,8 +3,8 @@
 Order matters, and is chosen so that a crash anywhere leaves something the next run repairs:
 
 1. under the geometry store's writer lock, check the sequence (a replay changes nothing; a gap fails);
-2. resolve the diff against the *old* geometry (three lookups in Spark) and aggregate the metatiles (one
-   Spark action, collected);
+2. resolve the diff against the *old* geometry (three lookups: on the driver when the partitions they
+   read are small, else in Spark) and aggregate the metatiles (one Spark action, collected);
 3. apply the diff to the rendering store (one SQLite transaction, recording the sequence), so tiles
    rendered from now on show the edit. The transaction is built in a child process while step 2 runs and
    committed only after it succeeded and the guards passed (render_apply);
@@ -41,6 +41,7 @@ from services.spark_bridge.expire_job import (
 from services.spark_bridge.job_context import JobContext
 from services.spark_bridge.render_apply import RenderApply
 from services.spark_bridge.store_expire import check_geometry_cap, resolve
+from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class StoreJob:
     store_dir: Path
     sequence: int | None
     apply: bool  # false: expire against the store without changing it (a dry run, benchmarks)
+    # Store partitions a lookup step may read on the driver (decoded bytes); more goes to Spark (store_lookup).
+    driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES
 
 
 def _base_tiles(segments: DataFrame, zoom: int) -> DataFrame:
@@ -81,7 +84,7 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
         render = (RenderApply(job.store_dir, osc_path, job.sequence, diff.sha256)
                   if job.apply and render_db.is_file() else None)
         try:
-            resolution = resolve(ctx.spark, diff, geometry, manifest, params.max_zoom)
+            resolution = resolve(ctx.spark, diff, geometry, manifest, params.max_zoom, job.driver_lookup_bytes)
             for name, value in resolution.counts.items():
                 ctx.count(name, value)
             ctx.check_cancelled()

@@ -16,6 +16,7 @@ from services.osmstore.geometry import GEOMETRY_DIR, GeometryStore, GeometryStor
 from services.spark_bridge.expire_inputs import ExpireInput, InputKind
 from services.spark_bridge.models import ExpireRequest
 from services.spark_bridge.store_job import StoreJob
+from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 
 
 class UnknownStore(LookupError):
@@ -25,9 +26,10 @@ class UnknownStore(LookupError):
 @dataclass(frozen=True)
 class Stores:
     by_name: dict[str, Path]
+    driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES  # see store_lookup
 
     @classmethod
-    def of(cls, dirs: Sequence[Path]) -> Stores:
+    def of(cls, dirs: Sequence[Path], driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES) -> Stores:
         """Validate every ``--store`` at start (a geometry store must be there); raises ValueError."""
         by_name: dict[str, Path] = {}
         for given in dirs:
@@ -41,7 +43,9 @@ class Stores:
             by_name[path.name] = path
             by_name[str(given)] = path
             by_name[str(path)] = path
-        return cls(by_name)
+        if driver_lookup_bytes < 0:
+            raise ValueError("driver_lookup_bytes must not be negative")
+        return cls(by_name, driver_lookup_bytes)
 
     def get(self, name: str) -> Path:
         try:
@@ -61,4 +65,5 @@ def store_job_for(stores: Stores, request: ExpireRequest, inputs: list[ExpireInp
         raise RequestFailed("unknown_store", str(exc)) from None
     if len(inputs) != 1 or inputs[0].kind is not InputKind.OSC:
         raise RequestFailed("bad_input", "with store, paths must name exactly one osmChange file (.osc or .osc.gz)")
-    return StoreJob(store_dir=store_dir, sequence=request.sequence, apply=request.apply)
+    return StoreJob(store_dir=store_dir, sequence=request.sequence, apply=request.apply,
+                    driver_lookup_bytes=stores.driver_lookup_bytes)

@@ -25,11 +25,12 @@ from tests.osmstore.osm_fixtures import node_xml, osc, read_extract, way_xml
 VENV_BIN = Path(sys.executable).parent
 
 
-@pytest.fixture
-def connect_store_bridge(connect_url, amqp_url, tmp_path, store) -> Iterator[subprocess.Popen]:
+# The Helsinki store's lookups fit the driver's default budget; with 0 they run in Spark, over Connect.
+@pytest.fixture(params=["64", "0"], ids=["driver-lookups", "spark-lookups"])
+def connect_store_bridge(request, connect_url, amqp_url, tmp_path, store) -> Iterator[subprocess.Popen]:
     bridge = subprocess.Popen(
         [str(VENV_BIN / "qbroker-spark-bridge"), "--master", connect_url, "--state-dir", str(tmp_path / "state"),
-         "--input-root", str(tmp_path), "--store", str(store)],
+         "--input-root", str(tmp_path), "--store", str(store), "--driver-lookup-mib", request.param],
         env={**os.environ, "QBROKER_URL": amqp_url},
         stdout=(tmp_path / "bridge.log").open("w"), stderr=subprocess.STDOUT)
     yield bridge
