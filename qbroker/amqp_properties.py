@@ -158,6 +158,7 @@ class WireProperties(Basic.Properties):
         self.content_type = message.content_type
         self.content_encoding = message.content_encoding
         self.headers = message.headers
+        # Absent means transient in AMQP: one property less to encode and decode per message.
         self.delivery_mode = message.delivery_mode if message.delivery_mode != 1 else None
         self.priority = message.priority
         self.correlation_id = message.correlation_id
