@@ -98,6 +98,27 @@ class FeatureWriter:
         self.conn = conn
         self.written = 0
         self._insert_sql = {table: _insert_sql(table, tuple(columns)) for table, columns in FEATURE_TABLES.items()}
+        # (osm_type, osm_id) -> the tables holding its features, for the objects ``preload`` looked up:
+        # ``remove`` then deletes from those tables only (most changed nodes have no feature at all, and
+        # two statements per table and object were most of a diff's statements).
+        self._tables: dict[tuple[str, int], set[str]] = {}
+
+    def preload(self, osm_type: str, osm_ids: list[int]) -> None:
+        """Look up in which tables the features of ``osm_ids`` (at most SQLite's variable limit less one) are."""
+        for osm_id in osm_ids:
+            self._tables.setdefault((osm_type, osm_id), set())
+        if not osm_ids:
+            return
+        marks = ", ".join("?" for _ in osm_ids)
+        for table in FEATURE_TABLES:
+            for (osm_id,) in self.conn.execute(f"SELECT DISTINCT osm_id FROM {table} "  # noqa: S608
+                                               f"WHERE osm_type = ? AND osm_id IN ({marks})", (osm_type, *osm_ids)):
+                self._tables[(osm_type, osm_id)].add(table)
+
+    def has_features(self, table: str, osm_type: str, osm_id: int) -> bool | None:
+        """Whether ``table`` holds a feature of the object; None when it was not preloaded."""
+        tables = self._tables.get((osm_type, osm_id))
+        return None if tables is None else table in tables
 
     def add(self, table: str, osm_type: str, osm_id: int, attrs: Attrs, geom: bytes, bbox: BBox) -> None:
         sql, columns = self._insert_sql[table]
@@ -106,15 +127,21 @@ class FeatureWriter:
         self.conn.execute(f"INSERT INTO idx_{table}_geom VALUES (?, ?, ?, ?, ?)",  # noqa: S608
                           (cur.lastrowid, minx, maxx, miny, maxy))
         self.written += 1
+        tables = self._tables.get((osm_type, osm_id))
+        if tables is not None:
+            tables.add(table)
 
     def remove(self, osm_type: str, osm_id: int) -> int:
         """Drop every feature made from one OSM object; returns how many went."""
         removed = 0
-        for table in FEATURE_TABLES:
+        known = self._tables.get((osm_type, osm_id))
+        for table in [t for t in FEATURE_TABLES if known is None or t in known]:
             self.conn.execute(f"DELETE FROM idx_{table}_geom WHERE pkid IN "  # noqa: S608
                               f"(SELECT fid FROM {table} WHERE osm_type = ? AND osm_id = ?)", (osm_type, osm_id))
             removed += self.conn.execute(f"DELETE FROM {table} WHERE osm_type = ? AND osm_id = ?",  # noqa: S608
                                          (osm_type, osm_id)).rowcount
+        if known is not None:
+            known.clear()
         return removed
 
     def remove_many(self, osm_type: str, osm_ids: list[int]) -> int:
@@ -126,6 +153,10 @@ class FeatureWriter:
         marks = ", ".join("?" for _ in osm_ids)
         args = (osm_type, *osm_ids)
         removed = 0
+        for osm_id in osm_ids:
+            known = self._tables.get((osm_type, osm_id))
+            if known is not None:
+                known.clear()
         for table in FEATURE_TABLES:
             self.conn.execute(f"DELETE FROM idx_{table}_geom WHERE pkid IN "  # noqa: S608
                               f"(SELECT fid FROM {table} WHERE osm_type = ? AND osm_id IN ({marks}))", args)

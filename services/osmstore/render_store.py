@@ -5,8 +5,9 @@ their members) and then rebuilds every rendered feature the change touches: the 
 every way using a node that moved, and every multipolygon using a changed or rebuilt way. Geometries are
 rebuilt by running the same feature code as the import over a small OSM file holding those ways and
 relations with their nodes' stored locations, so libosmium assembles the multipolygons exactly as it did at
-import. The whole diff runs in one SQLite transaction: any error (a corrupt or truncated file included)
-rolls it back and the store is as before.
+import; the file leaves out the ways and relations whose tags make no feature (unless a multipolygon in it
+needs the way): their features are removed and none would come back. The whole diff runs in one SQLite
+transaction: any error (a corrupt or truncated file included) rolls it back and the store is as before.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import osmium
 from . import render_db
 from .coastline import rebuild_sea
 from .features import FeatureExtractor
+from .tags import area_features, line_features
 
 _CHUNK = 500  # ids per IN (...) query, well under SQLite's variable limit
 
@@ -58,15 +60,29 @@ class _DiffApplier:
         self.deleted_ways: set[int] = set()
         self.dirty_relations: set[int] = set()
         self.coastline_changed = False
+        # What the store holds of the diff's objects, read in a few batched queries up front (``preload``)
+        # and kept up to date as the diff is applied: one query per object was most of the statements.
+        self.locations: dict[int, tuple[float, float]] = {}
+        self.existing: dict[str, set[int]] = {"ways": set(), "relations": set()}
 
-    def _exists(self, table: str, obj_id: int) -> bool:
-        return self.conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", (obj_id,)).fetchone() is not None  # noqa: S608
+    def preload(self, ids: dict[str, set[int]]) -> None:
+        """Read the stored state of the diff's objects (``ids``: osm type n/w/r -> ids)."""
+        for chunk in _chunks(ids["n"]):
+            marks = ", ".join("?" for _ in chunk)
+            self.locations.update((i, (lon, lat)) for i, lon, lat in self.conn.execute(
+                f"SELECT id, lon, lat FROM nodes WHERE id IN ({marks})", chunk))  # noqa: S608
+        self.existing["ways"] = self._ids("SELECT id FROM ways WHERE id IN ({})", ids["w"])
+        self.existing["relations"] = self._ids("SELECT id FROM relations WHERE id IN ({})", ids["r"])
+        for osm_type, osm_ids in ids.items():
+            for chunk in _chunks(osm_ids):
+                self.writer.preload(osm_type, chunk)
 
     def node(self, n: osmium.osm.Node) -> None:
-        old = self.conn.execute("SELECT lon, lat FROM nodes WHERE id = ?", (n.id,)).fetchone()
+        old = self.locations.get(n.id)
         self.stats["features_removed"] += self.writer.remove("n", n.id)
         if n.deleted or not n.location.valid():
             self.conn.execute("DELETE FROM nodes WHERE id = ?", (n.id,))
+            self.locations.pop(n.id, None)
             self.stats["nodes_deleted"] += 1
             if old is not None:
                 self.moved_nodes.add(n.id)
@@ -74,6 +90,7 @@ class _DiffApplier:
         lon, lat = n.location.lon, n.location.lat
         self.conn.execute("INSERT INTO nodes (id, lon, lat) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE "
                           "SET lon = excluded.lon, lat = excluded.lat", (n.id, lon, lat))
+        self.locations[n.id] = (lon, lat)
         self.stats["nodes_created" if old is None else "nodes_modified"] += 1
         if old is not None and (old[0], old[1]) != (lon, lat):
             self.moved_nodes.add(n.id)
@@ -83,12 +100,16 @@ class _DiffApplier:
         return bool(self._ids("SELECT osm_id FROM coastline WHERE osm_type = 'w' AND osm_id IN ({})", way_ids))
 
     def way(self, w: osmium.osm.Way) -> None:
-        existed = self._exists("ways", w.id)
-        if w.tags.get("natural") == "coastline" or self._is_coastline([w.id]):
+        existed = w.id in self.existing["ways"]
+        coastline = self.writer.has_features("coastline", "w", w.id)
+        if coastline is None:  # not preloaded
+            coastline = self._is_coastline([w.id])
+        if w.tags.get("natural") == "coastline" or coastline:
             self.coastline_changed = True
         self.conn.execute("DELETE FROM way_nodes WHERE way_id = ?", (w.id,))
         if w.deleted:
             self.conn.execute("DELETE FROM ways WHERE id = ?", (w.id,))
+            self.existing["ways"].discard(w.id)
             self.stats["features_removed"] += self.writer.remove("w", w.id)
             self.stats["ways_deleted"] += 1
             self.deleted_ways.add(w.id)
@@ -96,6 +117,7 @@ class _DiffApplier:
             return
         self.conn.execute("INSERT INTO ways (id, tags) VALUES (?, ?) ON CONFLICT (id) DO UPDATE "
                           "SET tags = excluded.tags", (w.id, _tags(w)))
+        self.existing["ways"].add(w.id)
         self.conn.executemany("INSERT INTO way_nodes (way_id, seq, node_id) VALUES (?, ?, ?)",
                               [(w.id, i, ref.ref) for i, ref in enumerate(w.nodes)])
         self.stats["ways_modified" if existed else "ways_created"] += 1
@@ -103,16 +125,18 @@ class _DiffApplier:
         self.deleted_ways.discard(w.id)
 
     def relation(self, r: osmium.osm.Relation) -> None:
-        existed = self._exists("relations", r.id)
+        existed = r.id in self.existing["relations"]
         self.conn.execute("DELETE FROM relation_members WHERE relation_id = ?", (r.id,))
         if r.deleted:
             self.conn.execute("DELETE FROM relations WHERE id = ?", (r.id,))
+            self.existing["relations"].discard(r.id)
             self.stats["features_removed"] += self.writer.remove("r", r.id)
             self.stats["relations_deleted"] += 1
             self.dirty_relations.discard(r.id)
             return
         self.conn.execute("INSERT INTO relations (id, tags) VALUES (?, ?) ON CONFLICT (id) DO UPDATE "
                           "SET tags = excluded.tags", (r.id, _tags(r)))
+        self.existing["relations"].add(r.id)
         self.conn.executemany(
             "INSERT INTO relation_members (relation_id, seq, member_type, member_id, role) VALUES (?, ?, ?, ?, ?)",
             [(r.id, i, m.type, m.ref, m.role) for i, m in enumerate(r.members)])
@@ -150,10 +174,41 @@ class _DiffApplier:
         if self.coastline_changed:
             self.stats["sea_polygons"] = rebuild_sea(self.conn, self.writer)
 
+    def _area_relations(self) -> dict[int, dict[str, str]]:
+        """The dirty relations that can make a feature (an area with area tags), with their tags. Only
+        they go into the rebuild file: the others (routes, restrictions...) make none, and with their
+        member ways and those ways' nodes they were most of the file."""
+        found: dict[int, dict[str, str]] = {}
+        for chunk in _chunks(self.dirty_relations):
+            marks = ", ".join("?" for _ in chunk)
+            for rel_id, tags_text in self.conn.execute(
+                    f"SELECT id, tags FROM relations WHERE id IN ({marks})", chunk):  # noqa: S608
+                tags = json.loads(tags_text)
+                # An assembled area carries the relation's tags but "type": either way, no area feature.
+                if area_features(tags) or area_features({k: v for k, v in tags.items() if k != "type"}):
+                    found[rel_id] = tags
+        return found
+
     def _write_rebuild_file(self, path: Path) -> None:
-        member_ways = self._ids("SELECT member_id FROM relation_members WHERE member_type = 'w' "
-                                "AND relation_id IN ({})", self.dirty_relations)
-        way_ids = self._ids("SELECT id FROM ways WHERE id IN ({})", self.dirty_ways | member_ways)
+        relations = self._area_relations()
+        members: dict[int, list[tuple[str, int, str]]] = {rel_id: [] for rel_id in relations}
+        for chunk in _chunks(relations):
+            marks = ", ".join("?" for _ in chunk)
+            for rel_id, member_type, member_id, role in self.conn.execute(
+                    "SELECT relation_id, member_type, member_id, role FROM relation_members "  # noqa: S608
+                    f"WHERE relation_id IN ({marks}) ORDER BY relation_id, seq", chunk):
+                members[rel_id].append((member_type, member_id, role))
+        member_ways = {m[1] for rel in members.values() for m in rel if m[0] == "w"}
+        way_tags: dict[int, dict[str, str]] = {}
+        for chunk in _chunks(self.dirty_ways | member_ways):
+            marks = ", ".join("?" for _ in chunk)
+            for way_id, tags_text in self.conn.execute(
+                    f"SELECT id, tags FROM ways WHERE id IN ({marks})", chunk):  # noqa: S608
+                tags = json.loads(tags_text)
+                # A way without line or area tags makes no feature: it is needed only as a member.
+                if way_id in member_ways or line_features(tags) or area_features(tags):
+                    way_tags[way_id] = tags
+        way_ids = set(way_tags)
         writer = osmium.SimpleWriter(str(path))
         try:
             node_ids = self._ids("SELECT DISTINCT node_id FROM way_nodes WHERE way_id IN ({})", way_ids)
@@ -163,9 +218,8 @@ class _DiffApplier:
                         f"SELECT id, lon, lat FROM nodes WHERE id IN ({marks}) ORDER BY id", chunk):  # noqa: S608
                     writer.add_node(osmium.osm.mutable.Node(id=nid, location=(lon, lat), version=1))
             for chunk in _chunks(way_ids):
-                # Two queries per chunk, not two per way (thousands of ways per diff).
+                # One query per chunk, not one per way (thousands of ways per diff).
                 marks = ", ".join("?" for _ in chunk)
-                tags = dict(self.conn.execute(f"SELECT id, tags FROM ways WHERE id IN ({marks})", chunk))  # noqa: S608
                 refs: dict[int, list[int]] = {way_id: [] for way_id in chunk}
                 for way_id, node_id in self.conn.execute(
                         f"SELECT way_id, node_id FROM way_nodes WHERE way_id IN ({marks}) "  # noqa: S608
@@ -173,13 +227,10 @@ class _DiffApplier:
                     refs[way_id].append(node_id)
                 for way_id in chunk:
                     writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=refs[way_id],
-                                                          tags=json.loads(tags[way_id]), version=1))
-            for rel_id in sorted(self.dirty_relations):
-                tags = json.loads(self.conn.execute("SELECT tags FROM relations WHERE id = ?", (rel_id,)).fetchone()[0])
-                members = [tuple(m) for m in self.conn.execute(
-                    "SELECT member_type, member_id, role FROM relation_members WHERE relation_id = ? ORDER BY seq",
-                    (rel_id,))]
-                writer.add_relation(osmium.osm.mutable.Relation(id=rel_id, members=members, tags=tags, version=1))
+                                                          tags=way_tags[way_id], version=1))
+            for rel_id in sorted(relations):
+                writer.add_relation(osmium.osm.mutable.Relation(id=rel_id, members=members[rel_id],
+                                                                tags=relations[rel_id], version=1))
         finally:
             writer.close()
 
@@ -195,6 +246,15 @@ class _RebuildHandler(osmium.SimpleHandler):
 
     def area(self, a: osmium.osm.Area) -> None:
         self.features.area(a)
+
+
+def _diff_ids(osc_path: Path) -> dict[str, set[int]]:
+    """The ids of the diff's objects by type (n/w/r): a first, cheap read, so that the stored state of all
+    of them is looked up in a few batched queries."""
+    ids: dict[str, set[int]] = {"n": set(), "w": set(), "r": set()}
+    for obj in osmium.FileProcessor(_osc_file(osc_path)):
+        ids[obj.type_str()].add(obj.id)
+    return ids
 
 
 def _already_applied(conn: sqlite3.Connection, sequence: int | None, sha256: str | None) -> bool:
@@ -232,6 +292,7 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
                 conn.execute("ROLLBACK")
                 return {"skipped": 1}
             applier = _DiffApplier(conn)
+            applier.preload(_diff_ids(osc_path))
             for obj in osmium.FileProcessor(_osc_file(osc_path)):
                 if isinstance(obj, osmium.osm.Node):
                     applier.node(obj)

@@ -1,0 +1,87 @@
+"""A diff that changes the same objects several times: applied at once, it must leave the store as its
+steps applied one diff each. apply_osc reads the stored state of the diff's objects up front (locations,
+which ways and relations exist, which feature tables hold their features) and keeps it in step as it
+goes; a step that saw stale state would leave a feature behind or miss one."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+from services.osmstore.render_db import FEATURE_TABLES
+from services.osmstore.render_store import apply_osc
+from tests.osmstore.osm_fixtures import node_xml, way_xml
+
+_COUNTERS = ("nodes_created", "nodes_modified", "nodes_deleted", "ways_created", "ways_modified", "ways_deleted")
+
+
+def _db(store: Path) -> sqlite3.Connection:
+    return sqlite3.connect(store / "render.sqlite")
+
+
+def _contents(store: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every OSM row, and every feature with its index box but not its fid (which depends on how the
+    inserts were grouped into diffs)."""
+    db = _db(store)
+    out = {t: db.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()  # noqa: S608
+           for t in ("nodes", "ways", "way_nodes", "relations", "relation_members")}
+    for table, columns in FEATURE_TABLES.items():
+        cols = ", ".join(f't."{c}"' for c in columns)
+        out[table] = sorted(db.execute(
+            f"SELECT t.osm_type, t.osm_id, {cols}, t.geom, i.xmin, i.xmax, i.ymin, i.ymax "  # noqa: S608
+            f"FROM {table} t JOIN idx_{table}_geom i ON i.pkid = t.fid").fetchall(), key=repr)
+        assert db.execute(f"SELECT count(*) FROM idx_{table}_geom").fetchone()[0] == len(out[table])  # noqa: S608
+    return out
+
+
+def _osc(blocks: list[tuple[str, str]]) -> str:
+    body = "\n".join(f"<{action}>{item}</{action}>" for action, item in blocks)
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n<osmChange version="0.6">\n{body}\n</osmChange>\n'
+
+
+def test_repeated_objects_in_one_diff_end_as_in_separate_diffs(imported_store: Path, tmp_path: Path) -> None:
+    db = _db(imported_store)
+    place, lon, lat = db.execute("SELECT p.osm_id, n.lon, n.lat FROM places p JOIN nodes n ON n.id = p.osm_id "
+                                 "WHERE p.osm_type = 'n' ORDER BY p.osm_id LIMIT 1").fetchone()
+    street, tags_text = db.execute("SELECT w.id, w.tags FROM roads r JOIN ways w ON w.id = r.osm_id "
+                                   "WHERE r.osm_type = 'w' ORDER BY w.id LIMIT 1").fetchone()
+    refs = [r for (r,) in db.execute("SELECT node_id FROM way_nodes WHERE way_id = ? ORDER BY seq", (street,))]
+    moved = refs[len(refs) // 2]
+    mlon, mlat = db.execute("SELECT lon, lat FROM nodes WHERE id = ?", (moved,)).fetchone()
+    db.close()
+    tags = {"highway": "residential", "name": "Toistokatu"}
+    blocks = [
+        ("modify", node_xml(place, lon + 1e-4, lat, {"place": "suburb", "name": "Eka"}, version=10)),
+        ("delete", f'<node id="{place}" version="11"/>'),
+        ("create", node_xml(place, lon, lat + 1e-4, {"place": "suburb", "name": "Toka"}, version=12)),
+        ("modify", node_xml(moved, mlon + 2e-4, mlat, version=10)),
+        ("delete", f'<way id="{street}" version="10"/>'),
+        ("create", way_xml(street, refs, tags, version=11)),
+        ("modify", node_xml(moved, mlon, mlat, version=11)),
+        ("modify", way_xml(street, refs[:-1], {**tags, "name": "Kolmas"}, version=12)),
+    ]
+    assert "Toistokatu" not in tags_text
+
+    at_once = tmp_path / "at-once"
+    shutil.copytree(imported_store, at_once)
+    path = tmp_path / "all.osc"
+    path.write_text(_osc(blocks))
+    stats = apply_osc(at_once, path)
+
+    stepwise = tmp_path / "stepwise"
+    shutil.copytree(imported_store, stepwise)
+    totals = dict.fromkeys(_COUNTERS, 0)
+    for i, block in enumerate(blocks):
+        step = tmp_path / f"step{i}.osc"
+        step.write_text(_osc([block]))
+        for key, value in apply_osc(stepwise, step).items():
+            if key in totals:
+                totals[key] += value
+
+    assert {k: stats.get(k, 0) for k in _COUNTERS} == totals
+    assert _contents(at_once) == _contents(stepwise)
+    names = _db(at_once).execute("SELECT name FROM places WHERE osm_type = 'n' AND osm_id = ?", (place,)).fetchall()
+    assert names == [("Toka",)]
+    roads = _db(at_once).execute("SELECT name FROM roads WHERE osm_type = 'w' AND osm_id = ?", (street,)).fetchall()
+    assert roads == [("Kolmas",)]
