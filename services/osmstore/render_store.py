@@ -248,13 +248,24 @@ class _RebuildHandler(osmium.SimpleHandler):
         self.features.area(a)
 
 
-def _diff_ids(osc_path: Path) -> dict[str, set[int]]:
-    """The ids of the diff's objects by type (n/w/r): a first, cheap read, so that the stored state of all
-    of them is looked up in a few batched queries."""
+def _diff_plan(osc_path: Path) -> tuple[dict[str, set[int]], set[int]]:
+    """A first, cheap read of the diff: the ids of its objects by type (n/w/r), so that the stored state of
+    all of them is looked up in a few batched queries, and the positions in the file of the versions to
+    apply. An object may appear several times (a minutely diff can carry several versions of it, a merged
+    one in any order): the highest version wins and of equal versions the last one read, exactly as the
+    geometry store picks them (``osc_diff.read_diff``), so the two stores end in the same state whatever
+    the order in the file."""
     ids: dict[str, set[int]] = {"n": set(), "w": set(), "r": set()}
-    for obj in osmium.FileProcessor(_osc_file(osc_path)):
-        ids[obj.type_str()].add(obj.id)
-    return ids
+    winners: dict[tuple[str, int], tuple[int, int]] = {}  # (type, id) -> (version, position)
+    for position, obj in enumerate(osmium.FileProcessor(_osc_file(osc_path))):
+        if isinstance(obj, osmium.osm.Changeset):
+            continue  # not in an osmChange; nothing to apply
+        kind = obj.type_str()
+        ids[kind].add(obj.id)
+        known = winners.get((kind, obj.id))
+        if known is None or obj.version >= known[0]:
+            winners[(kind, obj.id)] = (obj.version, position)
+    return ids, {position for _, position in winners.values()}
 
 
 def _already_applied(conn: sqlite3.Connection, sequence: int | None, sha256: str | None) -> bool:
@@ -292,8 +303,11 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
                 conn.execute("ROLLBACK")
                 return {"skipped": 1}
             applier = _DiffApplier(conn)
-            applier.preload(_diff_ids(osc_path))
-            for obj in osmium.FileProcessor(_osc_file(osc_path)):
+            ids, applied_positions = _diff_plan(osc_path)
+            applier.preload(ids)
+            for position, obj in enumerate(osmium.FileProcessor(_osc_file(osc_path))):
+                if position not in applied_positions:
+                    continue  # replaced by a higher (or an equal, later) version in the same diff
                 if isinstance(obj, osmium.osm.Node):
                     applier.node(obj)
                 elif isinstance(obj, osmium.osm.Way):

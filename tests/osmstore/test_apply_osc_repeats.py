@@ -9,6 +9,9 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import pytest
+
+from services.osmstore.osc_diff import read_diff
 from services.osmstore.render_db import FEATURE_TABLES
 from services.osmstore.render_store import apply_osc
 from tests.osmstore.osm_fixtures import node_xml, way_xml
@@ -79,9 +82,61 @@ def test_repeated_objects_in_one_diff_end_as_in_separate_diffs(imported_store: P
             if key in totals:
                 totals[key] += value
 
-    assert {k: stats.get(k, 0) for k in _COUNTERS} == totals
     assert _contents(at_once) == _contents(stepwise)
+    # What is applied is each object's last version only, so the counters are those of its last step.
+    winners = tmp_path / "winners"
+    shutil.copytree(imported_store, winners)
+    expected = dict.fromkeys(_COUNTERS, 0)
+    for i in (2, 6, 7):  # place v12, moved v11, street v12
+        step = tmp_path / f"winner{i}.osc"
+        step.write_text(_osc([blocks[i]]))
+        for key, value in apply_osc(winners, step).items():
+            if key in expected:
+                expected[key] += value
+    assert {k: stats.get(k, 0) for k in _COUNTERS} == expected
+    assert _contents(winners) == _contents(at_once)
+    assert totals["nodes_modified"] > expected["nodes_modified"]  # the stepwise run did apply every version
     names = _db(at_once).execute("SELECT name FROM places WHERE osm_type = 'n' AND osm_id = ?", (place,)).fetchall()
     assert names == [("Toka",)]
     roads = _db(at_once).execute("SELECT name FROM roads WHERE osm_type = 'w' AND osm_id = ?", (street,)).fetchall()
     assert roads == [("Kolmas",)]
+
+
+def test_highest_version_wins_whatever_the_order_in_the_file(imported_store: Path, tmp_path: Path) -> None:
+    """A merged diff may list an object's versions out of order: the rendering store keeps the highest, as
+    the geometry store does (``read_diff``), not the last one in the file."""
+    db = _db(imported_store)
+    place, lon, lat = db.execute("SELECT p.osm_id, n.lon, n.lat FROM places p JOIN nodes n ON n.id = p.osm_id "
+                                 "WHERE p.osm_type = 'n' ORDER BY p.osm_id LIMIT 1").fetchone()
+    (street,) = db.execute("SELECT w.id FROM roads r JOIN ways w ON w.id = r.osm_id "
+                           "WHERE r.osm_type = 'w' ORDER BY w.id LIMIT 1").fetchone()
+    refs = [r for (r,) in db.execute("SELECT node_id FROM way_nodes WHERE way_id = ? ORDER BY seq", (street,))]
+    db.close()
+    tags = {"highway": "residential"}
+    blocks = [
+        ("modify", node_xml(place, lon, lat, {"place": "suburb", "name": "Uusin"}, version=21)),
+        ("modify", node_xml(place, lon + 1e-4, lat, {"place": "suburb", "name": "Vanha"}, version=20)),
+        ("modify", way_xml(street, refs, {**tags, "name": "Uusin tie"}, version=31)),
+        ("delete", f'<way id="{street}" version="30"/>'),
+    ]
+    path = tmp_path / "merged.osc"
+    path.write_text(_osc(blocks))
+    diff = read_diff(path)
+    assert diff.nodes[place].version == 21 and diff.ways[street].version == 31 and not diff.ways[street].deleted
+
+    at_once = tmp_path / "at-once"
+    shutil.copytree(imported_store, at_once)
+    apply_osc(at_once, path)
+    db = _db(at_once)
+    location = db.execute("SELECT lon, lat FROM nodes WHERE id = ?", (place,)).fetchone()
+    assert location == pytest.approx((lon, lat), abs=1e-7)
+    assert db.execute("SELECT name FROM places WHERE osm_type = 'n' AND osm_id = ?", (place,)).fetchall() == [
+        ("Uusin",)]
+    assert db.execute("SELECT name FROM roads WHERE osm_type = 'w' AND osm_id = ?", (street,)).fetchall() == [
+        ("Uusin tie",)]
+
+    highest_only = tmp_path / "highest-only"
+    shutil.copytree(imported_store, highest_only)
+    path.write_text(_osc([blocks[0], blocks[2]]))
+    apply_osc(highest_only, path)
+    assert _contents(at_once) == _contents(highest_only)
