@@ -83,7 +83,8 @@ def test_repeated_objects_in_one_diff_end_as_in_separate_diffs(imported_store: P
                 totals[key] += value
 
     assert _contents(at_once) == _contents(stepwise)
-    # What is applied is each object's last version only, so the counters are those of its last step.
+    # Only each object's highest version is applied (here also its last), so the counters are those of
+    # the steps that carry them.
     winners = tmp_path / "winners"
     shutil.copytree(imported_store, winners)
     expected = dict.fromkeys(_COUNTERS, 0)
@@ -134,6 +135,7 @@ def test_highest_version_wins_whatever_the_order_in_the_file(imported_store: Pat
         ("Uusin",)]
     assert db.execute("SELECT name FROM roads WHERE osm_type = 'w' AND osm_id = ?", (street,)).fetchall() == [
         ("Uusin tie",)]
+    db.close()
 
     highest_only = tmp_path / "highest-only"
     shutil.copytree(imported_store, highest_only)
