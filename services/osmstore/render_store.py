@@ -17,8 +17,9 @@ import json
 import sqlite3
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import osmium
 
@@ -67,10 +68,8 @@ class _DiffApplier:
 
     def preload(self, ids: dict[str, set[int]]) -> None:
         """Read the stored state of the diff's objects (``ids``: osm type n/w/r -> ids)."""
-        for chunk in _chunks(ids["n"]):
-            marks = ", ".join("?" for _ in chunk)
-            self.locations.update((i, (lon, lat)) for i, lon, lat in self.conn.execute(
-                f"SELECT id, lon, lat FROM nodes WHERE id IN ({marks})", chunk))  # noqa: S608
+        self.locations.update((i, (lon, lat)) for i, lon, lat in self._rows(
+            "SELECT id, lon, lat FROM nodes WHERE id IN ({})", ids["n"]))
         self.existing["ways"] = self._ids("SELECT id FROM ways WHERE id IN ({})", ids["w"])
         self.existing["relations"] = self._ids("SELECT id FROM relations WHERE id IN ({})", ids["r"])
         for osm_type, osm_ids in ids.items():
@@ -143,12 +142,14 @@ class _DiffApplier:
         self.stats["relations_modified" if existed else "relations_created"] += 1
         self.dirty_relations.add(r.id)
 
-    def _ids(self, sql: str, ids: Iterable[int]) -> set[int]:
-        found: set[int] = set()
+    def _rows(self, sql: str, ids: Iterable[int]) -> Iterator[Any]:
+        """The rows of ``sql``, whose ``{}`` is an ``IN`` list, for ``ids``: a query per chunk of ids, the
+        chunks in id order."""
         for chunk in _chunks(ids):
-            marks = ", ".join("?" for _ in chunk)
-            found.update(row[0] for row in self.conn.execute(sql.format(marks), chunk))
-        return found
+            yield from self.conn.execute(sql.format(", ".join("?" for _ in chunk)), chunk)
+
+    def _ids(self, sql: str, ids: Iterable[int]) -> set[int]:
+        return {row[0] for row in self._rows(sql, ids)}
 
     def rebuild(self) -> None:
         """Re-derive the features of every way and relation whose geometry or tags may have changed."""
@@ -179,44 +180,34 @@ class _DiffApplier:
         they go into the rebuild file: the others (routes, restrictions...) make none, and with their
         member ways and those ways' nodes they were most of the file."""
         found: dict[int, dict[str, str]] = {}
-        for chunk in _chunks(self.dirty_relations):
-            marks = ", ".join("?" for _ in chunk)
-            for rel_id, tags_text in self.conn.execute(
-                    f"SELECT id, tags FROM relations WHERE id IN ({marks})", chunk):  # noqa: S608
-                tags = json.loads(tags_text)
-                # An assembled area carries the relation's tags but "type": either way, no area feature.
-                if area_features(tags) or area_features({k: v for k, v in tags.items() if k != "type"}):
-                    found[rel_id] = tags
+        for rel_id, tags_text in self._rows("SELECT id, tags FROM relations WHERE id IN ({})", self.dirty_relations):
+            tags = json.loads(tags_text)
+            # An assembled area carries the relation's tags but "type": either way, no area feature.
+            if area_features(tags) or area_features({k: v for k, v in tags.items() if k != "type"}):
+                found[rel_id] = tags
         return found
 
     def _write_rebuild_file(self, path: Path) -> None:
         relations = self._area_relations()
         members: dict[int, list[tuple[str, int, str]]] = {rel_id: [] for rel_id in relations}
-        for chunk in _chunks(relations):
-            marks = ", ".join("?" for _ in chunk)
-            for rel_id, member_type, member_id, role in self.conn.execute(
-                    "SELECT relation_id, member_type, member_id, role FROM relation_members "  # noqa: S608
-                    f"WHERE relation_id IN ({marks}) ORDER BY relation_id, seq", chunk):
-                members[rel_id].append((member_type, member_id, role))
+        for rel_id, member_type, member_id, role in self._rows(
+                "SELECT relation_id, member_type, member_id, role FROM relation_members "
+                "WHERE relation_id IN ({}) ORDER BY relation_id, seq", relations):
+            members[rel_id].append((member_type, member_id, role))
         member_ways = {m[1] for rel in members.values() for m in rel if m[0] == "w"}
         way_tags: dict[int, dict[str, str]] = {}
-        for chunk in _chunks(self.dirty_ways | member_ways):
-            marks = ", ".join("?" for _ in chunk)
-            for way_id, tags_text in self.conn.execute(
-                    f"SELECT id, tags FROM ways WHERE id IN ({marks})", chunk):  # noqa: S608
-                tags = json.loads(tags_text)
-                # A way without line or area tags makes no feature: it is needed only as a member.
-                if way_id in member_ways or line_features(tags) or area_features(tags):
-                    way_tags[way_id] = tags
+        wanted = self.dirty_ways | member_ways
+        for way_id, tags_text in self._rows("SELECT id, tags FROM ways WHERE id IN ({})", wanted):
+            tags = json.loads(tags_text)
+            # A way without line or area tags makes no feature: it is needed only as a member.
+            if way_id in member_ways or line_features(tags) or area_features(tags):
+                way_tags[way_id] = tags
         way_ids = set(way_tags)
         writer = osmium.SimpleWriter(str(path))
         try:
             node_ids = self._ids("SELECT DISTINCT node_id FROM way_nodes WHERE way_id IN ({})", way_ids)
-            for chunk in _chunks(node_ids):
-                marks = ", ".join("?" for _ in chunk)
-                for nid, lon, lat in self.conn.execute(
-                        f"SELECT id, lon, lat FROM nodes WHERE id IN ({marks}) ORDER BY id", chunk):  # noqa: S608
-                    writer.add_node(osmium.osm.mutable.Node(id=nid, location=(lon, lat), version=1))
+            for nid, lon, lat in self._rows("SELECT id, lon, lat FROM nodes WHERE id IN ({}) ORDER BY id", node_ids):
+                writer.add_node(osmium.osm.mutable.Node(id=nid, location=(lon, lat), version=1))
             for chunk in _chunks(way_ids):
                 # One query per chunk, not one per way (thousands of ways per diff).
                 marks = ", ".join("?" for _ in chunk)
