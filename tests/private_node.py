@@ -16,7 +16,7 @@ from pathlib import Path
 from tests.broker import rabbitmqctl
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -50,21 +50,52 @@ class PrivateNode:
 
     def wait_ready(self, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
+        crash_dump = self.base / "log" / "erl_crash.dump"
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     return
             except OSError:
+                if crash_dump.exists():
+                    raise NodeDied(f"private RabbitMQ node {self.name} died while starting: "
+                                   f"{_crash_slogan(crash_dump)}") from None
                 time.sleep(0.2)
         raise RuntimeError(f"private RabbitMQ node {self.name} did not listen on {self.port} in {timeout}s")
 
 
-def start_private_node(config: str | None = None, files: dict[str, bytes] | None = None) -> PrivateNode:
+class NodeDied(RuntimeError):
+    """The node's Erlang VM stopped during boot (it wrote a crash dump), e.g. a port taken meanwhile."""
+
+
+def _crash_slogan(dump: Path) -> str:
+    with dump.open(errors="replace") as lines:
+        for line in lines:
+            if line.startswith("Slogan:"):
+                return line.removeprefix("Slogan:").strip()[:300]
+    return "no slogan in the crash dump"
+
+
+def start_private_node(config: str | None = None, files: dict[str, bytes] | None = None,
+                       attempts: int = 3) -> PrivateNode:
     """A fresh node; ``config`` is its rabbitmq.conf (e.g. a TLS listener) and ``files`` are written next
-    to it first (certificates), owned by the node's user, so the config can name them as ``{base}/name``."""
+    to it first (certificates), owned by the node's user, so the config can name them as ``{base}/name``.
+
+    The ports are picked free but only bound by the node seconds later; on a shared machine another
+    process can take one meanwhile and the node dies at boot, so a node that dies is started again on
+    fresh ports (a node that merely boots slowly is waited for, not retried)."""
     if shutil.which("rabbitmq-server") is None:
         raise RuntimeError("rabbitmq-server is not installed: run bin/ensure-rabbitmq")
-    port = _free_port()
+    for attempt in range(1, attempts + 1):
+        try:
+            return _start_once(config, files)
+        except NodeDied:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_once(config: str | None, files: dict[str, bytes] | None) -> PrivateNode:
+    port = free_port()
     base = Path(tempfile.mkdtemp(prefix="qbroker-node-"))
     (base / "enabled_plugins").write_text("[].\n")
     owned = [base, base / "enabled_plugins"]
@@ -84,7 +115,7 @@ def start_private_node(config: str | None = None, files: dict[str, bytes] | None
         os.environ,
         RABBITMQ_NODENAME=node.name,
         RABBITMQ_NODE_PORT=str(port),
-        RABBITMQ_DIST_PORT=str(_free_port()),
+        RABBITMQ_DIST_PORT=str(free_port()),
         RABBITMQ_MNESIA_BASE=str(base / "mnesia"),
         RABBITMQ_LOG_BASE=str(base / "log"),
         RABBITMQ_ENABLED_PLUGINS_FILE=str(base / "enabled_plugins"),
@@ -92,7 +123,11 @@ def start_private_node(config: str | None = None, files: dict[str, bytes] | None
         RABBITMQ_PID_FILE=str(base / "pid"),
     )
     subprocess.run(["rabbitmq-server", "-detached"], env=env, check=True, capture_output=True, timeout=60)
-    node.wait_ready()
+    try:
+        node.wait_ready()
+    except NodeDied:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
     return node
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from qbroker import BrokerUnavailable, Config, Unit
-from tests.private_node import PrivateNode, start_private_node, stop_private_node
+from tests.private_node import NodeDied, PrivateNode, free_port, start_private_node, stop_private_node
 
 pytestmark = pytest.mark.rabbitmq_only
 HANG = 30.0
@@ -49,12 +49,6 @@ class TlsNode:
         return f"amqps://guest:guest@127.0.0.1:{self.tls_port}/"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def tls_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsNode]:
     if shutil.which("openssl") is None:
@@ -64,19 +58,27 @@ def tls_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsNode]:
     make_ca(certs, "other-ca")  # a CA the server's certificate is not signed by
     make_cert(certs, "ca", "server", server=True)
     make_cert(certs, "ca", "client", server=False)
-    port = _free_port()
-    config = (
-        f"listeners.ssl.default = 127.0.0.1:{port}\n"
-        "ssl_options.cacertfile = {base}/ca.crt\n"
-        "ssl_options.certfile = {base}/server.crt\n"
-        "ssl_options.keyfile = {base}/server.key\n"
-        "ssl_options.verify = verify_peer\n"
-        "ssl_options.fail_if_no_peer_cert = true\n"
-        "ssl_options.versions.1 = tlsv1.2\n"
-        "ssl_options.versions.2 = tlsv1.3\n"
-    )
     files = {name: (certs / name).read_bytes() for name in ("ca.crt", "server.crt", "server.key")}
-    node = start_private_node(config=config, files=files)
+    # The TLS port is written into the config, so a port taken before the node binds it means a new
+    # config: pick again (start_private_node retries only the ports it picks itself).
+    for attempt in range(1, 4):
+        port = free_port()
+        config = (
+            f"listeners.ssl.default = 127.0.0.1:{port}\n"
+            "ssl_options.cacertfile = {base}/ca.crt\n"
+            "ssl_options.certfile = {base}/server.crt\n"
+            "ssl_options.keyfile = {base}/server.key\n"
+            "ssl_options.verify = verify_peer\n"
+            "ssl_options.fail_if_no_peer_cert = true\n"
+            "ssl_options.versions.1 = tlsv1.2\n"
+            "ssl_options.versions.2 = tlsv1.3\n"
+        )
+        try:
+            node = start_private_node(config=config, files=files)
+            break
+        except NodeDied:
+            if attempt == 3:
+                raise
     try:
         _wait_port(port)
         yield TlsNode(node, port, certs)
