@@ -31,8 +31,10 @@ def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
     p.add_argument("--propagate-to-zoom", type=int, default=None,
                    help="expire ancestors of expired metatiles down to this zoom")
     p.add_argument("--seed", type=int, default=None, help="seed the strategy RNG (reproducible picks)")
-    p.add_argument("--ping-interval", type=float, default=1.0, help="seconds between renderer liveness pings")
-    p.add_argument("--ping-misses", type=int, default=3, help="unanswered pings before a renderer is dead")
+    p.add_argument("--ping-interval", type=float, default=1.0,
+                   help="seconds between liveness checks of each render thread "
+                   "(qbroker threads are pinged; a seed-wire thread's queue is asked of the broker)")
+    p.add_argument("--ping-misses", type=int, default=3, help="missed checks in a row before a render thread is dead")
     env = AccessPolicy.from_env()
     p.add_argument("--renderer-users", default=",".join(sorted(env.renderers or ())),
                    help="broker accounts of renderers (comma-separated; env TOPOSM_RENDERER_USERS): only they may "

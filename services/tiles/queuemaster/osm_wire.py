@@ -6,7 +6,13 @@ key ``expire_toposm``. The queuemaster binds one durable queue to those keys (an
 programs listen) and answers commands on the default exchange with routing key = ``reply_to`` and the
 request's ``correlation_id`` (or ``message_id``) copied. Replies are the same JSON the qbroker endpoint
 returns (both wires run the one command table in ``commands``); errors are
-``{"command": <cmd>, "status": "fail"|"error", "error": <id>, "message": ...}``.
+``{"command": <cmd>, "status": "fail"|"error", "error": <id>, "message": ..., "detail"?: ...}``.
+
+The default exchange reaches any queue by name, past every topic permission: a command whose ``reply_to``
+is not shaped like a client's reply queue (``seed_wire.client_reply_queue``) is refused whole, with nothing
+published anywhere (logged and counted as ``osm_reply_to_refused``). Render threads on this wire are never
+asked anything the seed does not define: their liveness is their queue's, asked of the broker
+(``osm_liveness``).
 """
 
 from __future__ import annotations
@@ -19,23 +25,23 @@ import aio_pika
 import orjson
 import structlog
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, AbstractIncomingMessage
-from aiormq.exceptions import ChannelPreconditionFailed
 
-from qbroker import CallTimeout, ConnectionLost, ErrorInfo, InvalidParams, QBrokerError, RequestFailed
+from qbroker import ConnectionLost, ErrorInfo, InvalidParams, QBrokerError, RequestFailed
 from qbroker.transport import Connection
 
 from ..messages import RegisterRequest
+from ..seed_wire import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER_TOPIC, client_reply_queue, declare_osm_exchange
 from ..tilemath import Metatile
 from .commands import expire_broadcast, parse_command
+from .osm_liveness import QueueLiveness, probe_queue
 from .render_threads import RenderThread
 from .state_machine import Queuemaster
 from .waiter_store import WaiterStore
 
 log = structlog.get_logger("toposm.osm_wire")
-OSM_EXCHANGE = "osm"
 OSM_QUEUE = "toposm.queuemaster.osm"
 OSM_PART = "toposm.queuemaster"  # the error part: the same command table as the qbroker endpoint
-BINDINGS = ("toposm.queuemaster", "expire_toposm", "toposm")
+BINDINGS = (QUEUEMASTER_TOPIC, EXPIRE_TOPIC, ALL_PROGRAMS)
 
 
 # Commands in progress on the osm wire at once (a `render` may wait minutes): beyond this, answer `busy`
@@ -58,32 +64,24 @@ class OsmWire:
         self.waiters = waiters  # long-running commands (render) kept on disk until answered
         self.max_body_bytes = max_body_bytes  # the unit's limit: the osm wire is capped like the rest
         self.max_commands = max_commands
+        self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
-        self._pings: dict[str, asyncio.Future[dict[str, Any]]] = {}  # correlation id -> awaiting its pong
 
     async def declare(self, transport_connection: Connection) -> None:
         """on_connected hook: (re)declare the osm exchange and our queue, and consume it."""
         # The seed's osm wire is plain AMQP (exchange flags, get_exchange, qos), beyond qbroker's narrow
         # transport protocol: it needs the aio-pika connection of an amqp:// unit.
         connection = cast(AbstractConnection, transport_connection)
-        channel = await connection.channel()
-        try:
-            exchange = await channel.declare_exchange(OSM_EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True)
-        except ChannelPreconditionFailed:
-            # A seed-wire client declared `osm` first with other flags (e.g. not durable): use it as it is.
-            # The failed declare closed the channel, so open another and only check the exchange exists.
-            log.warning("osm exchange exists with other flags; using it as declared")
-            channel = await connection.channel()
-            exchange = await channel.get_exchange(OSM_EXCHANGE, ensure=True)
+        channel, exchange = await declare_osm_exchange(connection)
         await channel.set_qos(prefetch_count=256)
         # Durable, so expirations published while the queuemaster restarts wait for it.
         queue = await channel.declare_queue(OSM_QUEUE, durable=True)
         for key in BINDINGS:
             await queue.bind(exchange, routing_key=key)
-        self._channel, self._exchange = channel, exchange
+        self._connection, self._channel, self._exchange = connection, channel, exchange
         await queue.consume(self._on_message)
 
     async def stop(self) -> None:
@@ -101,7 +99,7 @@ class OsmWire:
         await self._exchange.publish(
             aio_pika.Message(orjson.dumps({"command": "queuemaster online"}),
                              content_type="application/json"),
-            routing_key="toposm",
+            routing_key=ALL_PROGRAMS,
         )
 
     # -- render threads that speak the raw wire ------------------------------------------------------------
@@ -117,19 +115,13 @@ class OsmWire:
         await self._publish(thread.endpoint, {"command": "render", "metatile": str(metatile)},
                             message_id=uuid.uuid4().hex)
 
-    async def ping(self, thread: RenderThread, timeout: float) -> dict[str, Any]:
-        """``ping`` (our extension of the seed) on ``osm``; a raw renderer answers ``pong`` to our queue."""
-        correlation_id = uuid.uuid4().hex
-        pong: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pings[correlation_id] = pong
-        try:
-            await self._publish(thread.endpoint, {"command": "ping"}, correlation_id=correlation_id)
-            try:
-                return await asyncio.wait_for(pong, timeout)
-            except TimeoutError:
-                raise CallTimeout(f"no pong from {thread.endpoint} within {timeout}s") from None
-        finally:
-            self._pings.pop(correlation_id, None)
+    async def liveness(self, thread: RenderThread) -> QueueLiveness:
+        """What the broker says about the thread's own queue (its ``reply_to``); nothing is sent to it."""
+        if self._connection is None or self._connection.is_closed:
+            raise ConnectionLost("the osm wire is not connected")
+        if thread.reply_to is None:  # registration on this wire demands one: never the case
+            return QueueLiveness.CONNECTED
+        return await probe_queue(self._connection, thread.reply_to)
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         if self._stopping:
@@ -137,6 +129,12 @@ class OsmWire:
             return
         # Ack first: a `render` may wait minutes, and every outcome is answered (or logged) below.
         await message.ack()
+        if message.reply_to is not None and not client_reply_queue(message.reply_to):
+            # Answering would publish into whatever queue it names (dead, rpc_*, a renderer's queue).
+            self.qm.stats.count("osm_reply_to_refused")
+            log.warning("osm message refused: reply_to is no client reply queue", routing_key=message.routing_key,
+                        reply_to=message.reply_to[:128], correlation_id=message.correlation_id)
+            return
         size = len(message.body)
         if size > self.max_body_bytes:
             log.warning("osm message too large; dropped", routing_key=message.routing_key, size=size)
@@ -170,12 +168,11 @@ class OsmWire:
             command = body.pop("command")
             if command == "queuemaster online":
                 return  # our own announcement, heard on `toposm`
-            if command == "pong":
-                pong = self._pings.get(message.correlation_id or "")
-                if pong is not None and not pong.done():
-                    pong.set_result(body)
-                return  # an answer, not a command: nothing to reply
             handler, request = parse_command(command, body)
+            if isinstance(request, RegisterRequest) and message.reply_to is None:
+                # The seed: renderer -> queuemaster messages carry the renderer's queue as reply_to. Without
+                # one we could neither reach the thread's answers nor tell whether it is still there.
+                raise InvalidParams("register on the osm wire needs the render thread's queue as reply_to")
             # Acked already: a render in progress would be lost with a SIGKILL, so keep it until answered.
             stored = self._keep(handler.name, request, message) if handler.long_running else None
             try:

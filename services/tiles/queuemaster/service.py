@@ -5,8 +5,10 @@
   (``osm_wire``) reads too.
 * Expirations arrive as text ``z/x/y;...`` alerts on ``expire_toposm``.
 * A dispatch loop sends ``render`` to idle render threads whenever work or a thread becomes available.
-* A liveness loop pings every registered thread; NoServer (its exclusive queue vanished with its process)
-  or ``ping_misses`` unanswered pings in a row mean it died: its metatile goes back to the front.
+* A liveness loop pings every registered qbroker thread; NoServer (its exclusive queue vanished with its
+  process) or ``ping_misses`` unanswered pings in a row mean it died: its metatile goes back to the front.
+  A thread on the seed's ``osm`` wire is never sent anything the seed does not define: the broker is asked
+  about its queue instead (``osm_liveness``): gone, or unconsumed ``ping_misses`` times in a row, is dead.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from qbroker import CallTimeout, ErrorInfo, HandlerCrashed, NoServer, QBrokerErr
 from ..messages import Message
 from ..tilemath import Metatile
 from .commands import COMMANDS, ENDPOINT, Command, expire_broadcast
+from .osm_liveness import QueueLiveness
 from .osm_wire import OsmWire, error_result
 from .render_threads import RenderThread
 from .state_machine import Queuemaster, request_deadline
@@ -128,25 +131,44 @@ class QueuemasterService:
         timeout = max(self.settings.ping_interval * 3, 5.0)
         try:
             if thread.wire == "osm":
-                reply: Any = await self.osm.ping(thread, timeout)
-            else:
-                reply = await self.unit.call(thread.endpoint, {"command": "ping"}, timeout=timeout)
+                await self._check_osm_thread(thread)
+                return
+            reply: Any = await self.unit.call(thread.endpoint, {"command": "ping"}, timeout=timeout)
         except NoServer:
             self.qm.thread_lost(thread, "no_server on ping")
             return
         except (CallTimeout, QBrokerError) as exc:
-            thread.missed_pings += 1
-            if thread.missed_pings >= self.settings.ping_misses:
-                self.qm.thread_lost(thread, f"{thread.missed_pings} pings unanswered: {exc}")
+            self._missed(thread, f"pings unanswered: {exc}")
             return
         finally:
             thread.ping_in_flight = False
+            self.qm.stats.count("liveness_checks")
         thread.missed_pings = 0
         # A thread refused as busy stays out of rotation until it says it is idle.
         if thread.pending and thread.metatile is None and isinstance(reply, dict) \
                 and reply.get("state") == "idle":
             thread.pending = False
             self.qm.work_available.set()
+
+    async def _check_osm_thread(self, thread: RenderThread) -> None:
+        """A seed-wire thread: the broker's word on its queue. A failed probe (our own connection's
+        trouble) says nothing about the thread: it is neither a miss nor a death."""
+        try:
+            state = await self.osm.liveness(thread)
+        except Exception as exc:
+            log.warning("osm liveness probe failed", renderer=thread.endpoint, error=str(exc))
+            return
+        if state is QueueLiveness.GONE:
+            self.qm.thread_lost(thread, f"its queue {thread.reply_to} is gone")
+        elif state is QueueLiveness.UNCONSUMED:
+            self._missed(thread, f"nobody consumes its queue {thread.reply_to}")
+        else:
+            thread.missed_pings = 0
+
+    def _missed(self, thread: RenderThread, why: str) -> None:
+        thread.missed_pings += 1
+        if thread.missed_pings >= self.settings.ping_misses:
+            self.qm.thread_lost(thread, f"{thread.missed_pings} liveness checks missed: {why}")
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

@@ -1,0 +1,98 @@
+"""Programs written from the seed's text alone work beside ours on the ``osm`` wire (issue 21, issue 20.9)."""
+
+import asyncio
+
+import aio_pika
+
+from .conftest import eventually, stats, wait_renderers
+from .seed_programs import SeedRenderThread, ask, osm_client, osm_wire_ready
+
+
+async def _counter(client, name):
+    return (await stats(client))["counters"].get(name, 0)
+
+
+async def test_an_idle_seed_thread_is_kept_while_connected_and_dropped_when_gone(bus):
+    """Liveness of a seed-wire thread asks nothing of it: many liveness periods later it is still registered
+    (it answers no `ping`), renders what is requested, and is dropped as soon as its connection closes."""
+    bus.queuemaster("--ping-interval", "0.1", "--ping-misses", "2")
+    client = await bus.client()
+    raw = SeedRenderThread(bus.tile_root)
+    await raw.start(bus.url)
+    try:
+        s = await wait_renderers(client, 1)
+        assert s["renderers"][0]["renderer"] == raw.name
+        first = await _counter(client, "liveness_checks")
+
+        async def many_rounds():  # far past ping_misses periods (and past the ping timeout of 5 s)
+            return await _counter(client, "liveness_checks") >= first + 60
+
+        await eventually(many_rounds, timeout=60)
+        s = await stats(client)
+        assert [r["renderer"] for r in s["renderers"]] == [raw.name]
+        assert s["counters"].get("renderers_lost", 0) == 0
+        reply = await client.call("toposm.queuemaster", {"command": "render", "tile": "9/10/20"}, timeout=30)
+        assert reply["metatile"] == "9/1/2" and raw.rendered == ["9/1/2"]
+        assert raw.unknown == []  # nothing outside the seed was sent to it
+    finally:
+        await raw.close()
+
+    async def dropped():
+        s = await stats(client)
+        return not s["renderers"] and s["counters"].get("renderers_lost") == 1
+
+    await eventually(dropped)
+
+
+async def test_a_seed_thread_works_next_to_qbroker_renderers(bus):
+    bus.queuemaster()
+    client = await bus.client()
+    raw = SeedRenderThread(bus.tile_root)
+    await raw.start(bus.url)
+    try:
+        await wait_renderers(client, 1)
+        bus.renderer()  # a qbroker renderer beside it
+        await wait_renderers(client, 2)
+        tiles = [f"12/{8 * i}/{8 * i}" for i in range(1, 7)]
+        replies = await asyncio.gather(*(client.call("toposm.queuemaster", {"command": "render", "tile": t},
+                                                     timeout=60) for t in tiles))
+        assert all(r["command"] == "rendered" for r in replies)
+        by = {line["renderer"] for line in bus.render_log_lines()}
+        assert raw.name in by and any(name != raw.name for name in by), by
+        assert raw.unknown == []
+    finally:
+        await raw.close()
+
+
+async def test_osm_answers_go_only_to_client_reply_queues(bus):
+    """Issue 20.9: reply_to on the osm wire names a client's reply queue (broker-named `amq.gen-*` or
+    `toposm.reply.<word>`); a command naming any other queue (the bus's own: dead, rpc_*, reply_<uuid>,
+    the queuemaster's own) is refused whole: nothing is published there, and it is counted."""
+    bus.queuemaster()
+    client = await bus.client()
+    connection, exchange, replies = await osm_client(bus.url)
+    try:
+        await osm_wire_ready(connection)
+        channel = exchange.channel
+        targets = ["rpc_spark.job", "reply_0123456789abcdef0123456789abcdef", "toposm.render.h.1.0"]
+        for name in targets:  # queues of the bus's shapes, nobody consuming: whatever lands stays countable
+            await channel.declare_queue(name, durable=True)
+        # and the bus's own `dead` (its collectors take whatever lands) and the queuemaster's own queue
+        for name in [*targets, "dead", "toposm.queuemaster.osm"]:
+            await exchange.publish(aio_pika.Message(b'{"command": "stats"}', reply_to=name, correlation_id="x"),
+                                   routing_key="toposm.queuemaster")
+
+        async def refused():
+            return await _counter(client, "osm_reply_to_refused") == len(targets) + 2
+
+        await eventually(refused)
+        for name in targets:
+            queue = await channel.declare_queue(name, passive=True)
+            assert queue.declaration_result.message_count == 0, name
+            await queue.delete(if_unused=False)
+        # client reply queues are answered: broker-named and the documented prefix
+        assert (await ask(exchange, replies, b'{"command": "stats"}'))["command"] == "stats"
+        named = await channel.declare_queue("toposm.reply.test-client", exclusive=True)
+        assert (await ask(exchange, named, b'{"command": "stats"}'))["command"] == "stats"
+    finally:
+        await connection.close()
