@@ -186,14 +186,14 @@ async def test_queuemaster_sigkill_with_10000_queued_and_50_requesters(bus):
 
 async def test_queuemaster_sigkill_answers_seed_wire_requesters_after_restart(bus):
     """The same for `render` asked on the seed's raw `osm` wire: answered there, as raw JSON, after the restart."""
-    from .test_bus_wire import _osm_client, _osm_wire_ready
+    from .seed_programs import osm_client, osm_wire_ready
 
     qm = bus.queuemaster()
     client = await bus.client()
     await eventually(lambda: stats(client))
-    connection, exchange, replies = await _osm_client(bus.url)
+    connection, exchange, replies = await osm_client(bus.url)
     try:
-        await _osm_wire_ready(connection)
+        await osm_wire_ready(connection)
         tiles = {"c1": "11/100/100", "c2": "11/900/900"}
         for correlation_id, tile in tiles.items():
             await exchange.publish(aio_pika.Message(json.dumps({"command": "render", "tile": tile}).encode(),

@@ -25,7 +25,7 @@ from tests.broker import rabbitmqctl
 from tests.fuzz_messages import generate
 
 from .conftest import eventually, stats
-from .test_bus_wire import _osm_wire_ready
+from .seed_programs import osm_wire_ready
 
 pytestmark = pytest.mark.fuzz
 
@@ -74,7 +74,7 @@ async def test_fuzzed_osm_messages_are_all_settled_and_answered(bus) -> None:  #
         await eventually(lambda: stats(client))
         ready_connection = await aio_pika.connect(bus.url)
         try:
-            await _osm_wire_ready(ready_connection)
+            await osm_wire_ready(ready_connection)
         finally:
             await ready_connection.close()
         expected: set[str] = set()
