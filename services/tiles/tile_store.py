@@ -14,6 +14,8 @@ from pathlib import Path
 
 from .tilemath import Metatile, Tile
 
+TILE_MODE = 0o644
+
 
 class TileStore:
     def __init__(self, root: str | Path) -> None:
@@ -38,6 +40,9 @@ class TileStore:
             final.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{tile.y}.", suffix=".tmp", dir=final.parent)
             try:
+                # mkstemp makes it 0600; a tile is public web content, and a front server (nginx, whose
+                # workers may run as another account) must read it
+                os.fchmod(fd, TILE_MODE)
                 with os.fdopen(fd, "wb") as out:
                     out.write(data)
                 os.replace(tmp, final)

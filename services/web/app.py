@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,8 +17,9 @@ import orjson
 import structlog
 from aiohttp import web
 
-from services.tiles.tilemath import TileError, ZoomRange, parse_tile
+from services.tiles.tilemath import Tile, TileError, ZoomRange, parse_tile
 
+from .cache_policy import NO_STORE, CachePolicy
 from .status import StatusModel
 from .tiles import TileRefused, TileServer
 from .web_metrics import WebMetrics
@@ -51,13 +53,20 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             return web.Response(status=500, text=f"internal error (correlation id {correlation_id})\n")
 
 
-def client_of(request: web.Request) -> str:
+def client_of(request: web.Request, *, behind_front: bool = False) -> str:
     # The peer address, not X-Forwarded-For: a header anyone can forge would defeat the per-client cap.
+    # Behind toposm-web's own front the peer is always the front (it alone reaches the backend's socket,
+    # see front.py), which sets X-Real-IP to the client's address, overwriting any the client sent.
+    if behind_front:
+        return request.headers.get("X-Real-IP") or "unknown"
     return request.remote or "unknown"
 
 
 class WebApp:
-    def __init__(self, status: StatusModel, metrics: WebMetrics, tiles: TileServer, zooms: ZoomRange) -> None:
+    def __init__(self, status: StatusModel, metrics: WebMetrics, tiles: TileServer, zooms: ZoomRange,
+                 cache: CachePolicy | None = None, *, behind_front: bool = False) -> None:
+        self.cache = cache or CachePolicy()
+        self.behind_front = behind_front
         self.status = status
         self.metrics = metrics
         self.tiles = tiles
@@ -85,7 +94,7 @@ class WebApp:
 
         return serve
 
-    def parse_tile(self, text: str) -> object:
+    def parse_tile(self, text: str) -> Tile:
         try:
             return parse_tile(text, self.zooms)
         except TileError as exc:
@@ -95,14 +104,22 @@ class WebApp:
         m = request.match_info
         tile = self.parse_tile(f"{m['z']}/{m['x']}/{m['y']}")
         try:
-            served = await self.tiles.get(tile, client_of(request))  # type: ignore[arg-type]
+            served = await self.tiles.get(tile, self.client(request))
         except TileRefused as exc:
             self.metrics.tile_requests.labels(f"refused_{exc.status}").inc()
-            headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else {}
+            headers = {**NO_STORE, "X-Tile-State": "missing"}
+            if exc.retry_after:
+                headers["Retry-After"] = str(exc.retry_after)
             return web.Response(status=exc.status, text=f"{exc.status}: {exc.message}\n", headers=headers)
         self.metrics.tile_requests.labels(served.state).inc()
-        return web.FileResponse(served.path, headers={"Cache-Control": "no-cache", "X-Tile-State": served.state,
+        # A tile rendered for this request is as fresh as can be; only a dirty one gets the short max-age.
+        cache_state = "dirty" if served.state == "dirty" else "fresh"
+        headers = self.cache.headers(tile.z, cache_state, served.age, time.time())
+        return web.FileResponse(served.path, headers={**headers, "X-Tile-State": served.state,
                                                       "Content-Type": "image/png"})
+
+    def client(self, request: web.Request) -> str:
+        return client_of(request, behind_front=self.behind_front)
 
     async def api_status(self, request: web.Request) -> web.Response:
         return json_response(self.status.snapshot())
@@ -123,7 +140,7 @@ class WebApp:
             raise web.HTTPBadRequest(text='400: body must be JSON: {"tile": "z/x/y"}\n')
         tile = self.parse_tile(text)
         try:
-            answer = await self.tiles.rerender(tile, client_of(request))  # type: ignore[arg-type]
+            answer = await self.tiles.rerender(tile, self.client(request))
         except TileRefused as exc:
             return json_response({"error": exc.message}, status=exc.status)
         return json_response(answer, status=202)

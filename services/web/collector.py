@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import orjson
 import structlog
 
 from qbroker import QBrokerError, RequestContext, RequestError, RequestFailed, Unit
-from services.tiles.tilemath import ZoomRange, parse_tile_list
+from services.tiles.tilemath import Tile, ZoomRange, parse_tile_list
 
 from .status import StatusModel
 from .web_metrics import WebMetrics
@@ -43,6 +44,8 @@ class Collector:
         self._log_inode: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.wake = asyncio.Event()  # set to poll at once (after a render request)
+        # told of every expiry list seen on the bus (the tile server keeps it on disk, see freshness.py)
+        self.expired_listeners: list[Callable[[list[Tile]], Awaitable[None]]] = []
         unit.on_alert(PROGRESS_PATTERN)(self._on_progress)
         unit.on_alert(EXPIRE_TOPIC)(self._on_expire)
 
@@ -79,6 +82,8 @@ class Collector:
         if not isinstance(body, str):
             return
         tiles, _ = parse_tile_list(body[:1_000_000], self.zooms)
+        for listener in self.expired_listeners:
+            await listener(tiles)
         self.status.mark_expired(tiles)
         await self.status.touch()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from qbroker.runner import serve
 from services.tiles.tilemath import ZoomRange
 
+from .cache_policy import add_cache_options, cache_policy_from
 from .service import APP, WebService, WebSettings
 from .tiles import OnDemandLimits
 
@@ -25,9 +26,11 @@ def parse_args(argv: list[str] | None = None) -> WebSettings:
     p.add_argument("--render-timeout", type=float, default=30.0, help="seconds a tile request waits for a render")
     p.add_argument("--max-renders-per-client", type=int, default=8)
     p.add_argument("--max-renders", type=int, default=64, help="on-demand metatile renders in flight in total")
+    add_cache_options(p)
     a = p.parse_args(argv)
     try:
         zooms = ZoomRange(a.min_zoom, a.max_zoom)
+        cache = cache_policy_from(a)
     except ValueError as exc:
         p.error(str(exc))
     if not 0 <= a.port <= 65535:
@@ -35,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> WebSettings:
     if a.poll_interval <= 0 or a.render_timeout <= 0 or a.max_renders < 1 or a.max_renders_per_client < 1:
         p.error("intervals, timeouts and limits must be positive")
     return WebSettings(tile_root=a.tile_root, host=a.host, port=a.port, render_log=a.render_log, zooms=zooms,
-                       poll_interval=a.poll_interval,
+                       poll_interval=a.poll_interval, cache=cache,
                        limits=OnDemandLimits(per_client=a.max_renders_per_client, total=a.max_renders,
                                              timeout=a.render_timeout))
 

@@ -18,6 +18,7 @@ from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import ZoomRange
 
 from .app import WebApp
+from .cache_policy import CachePolicy
 from .collector import Collector
 from .status import StatusModel
 from .tiles import OnDemandLimits, TileServer
@@ -36,6 +37,7 @@ class WebSettings:
     zooms: ZoomRange = ZoomRange(0, 18)
     poll_interval: float = 1.0
     limits: OnDemandLimits = field(default_factory=OnDemandLimits)
+    cache: CachePolicy = field(default_factory=CachePolicy)
 
 
 class WebService:
@@ -48,7 +50,8 @@ class WebService:
         self.collector = Collector(unit, self.status, self.metrics, zooms=settings.zooms,
                                    poll_interval=settings.poll_interval, render_log=settings.render_log)
         self.tiles = TileServer(TileStore(settings.tile_root), self.collector, self.status, settings.limits)
-        self.web = WebApp(self.status, self.metrics, self.tiles, settings.zooms)
+        self.collector.expired_listeners.append(self.tiles.expired)
+        self.web = WebApp(self.status, self.metrics, self.tiles, settings.zooms, settings.cache)
         self._runner: web.AppRunner | None = None
         self.port = settings.port
 

@@ -1,8 +1,12 @@
 """Serving ``/tiles/z/x/y.png`` from the tile store with render on demand, like mod_tile.
 
 * a fresh tile is served from the store;
-* a stale tile (its metatile expired after the file was written) is served at once and a render queued;
+* a dirty tile (its metatile expired after the file was written) is served at once and a render queued;
 * a missing tile is requested from the queuemaster (``render``) and served when rendered, within a timeout.
+
+Which is which comes from the tile root itself (services/tiles/freshness.py): expiry timestamps on disk,
+written here for every expiry list seen on the bus, so a restart or another server of the same root
+(the nginx front) sees the same state.
 
 On-demand renders are bounded: one ``render`` call per metatile however many requests want it, at most
 ``per_client`` metatiles in flight per client address (HTTP 429 beyond) and ``total`` metatiles in flight
@@ -13,17 +17,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from qbroker import NoServer, QBrokerError, RequestError, RequestFailed
+from services.tiles.freshness import FreshnessStore, TileState
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Metatile, Tile
 
 from .collector import QUEUEMASTER, Collector
 from .status import StatusModel
+
+log = structlog.get_logger("toposm.web")
 
 
 class TileRefused(Exception):
@@ -39,7 +49,12 @@ class TileRefused(Exception):
 @dataclass
 class ServedTile:
     path: Path
-    state: str  # fresh | stale | rendered
+    state: TileState  # missing: it was, and has been rendered for this request
+    mtime: float
+
+    @property
+    def age(self) -> float:
+        return time.time() - self.mtime
 
 
 @dataclass
@@ -52,6 +67,7 @@ class OnDemandLimits:
 class TileServer:
     def __init__(self, store: TileStore, collector: Collector, status: StatusModel, limits: OnDemandLimits) -> None:
         self.store = store
+        self.freshness = FreshnessStore(store)
         self.collector = collector
         self.status = status
         self.limits = limits
@@ -75,16 +91,14 @@ class TileServer:
 
     async def get(self, tile: Tile, client: str) -> ServedTile:
         metatile = tile.metatile
-        mtime = self._mtime(tile)
-        if mtime is not None:
-            expired_at = self.status.tracker.expired_at(metatile)
-            if expired_at is None or mtime >= expired_at:
-                if expired_at is not None:
-                    self.status.tracker.done(metatile)
-                return ServedTile(self.store.path(tile), "fresh")
-            with contextlib.suppress(TileRefused):  # a full render budget must not hide the stale tile
+        found = self.freshness.state(tile)
+        if found.state == "fresh" and found.mtime is not None:
+            self.status.tracker.done(metatile)
+            return ServedTile(found.path, "fresh", found.mtime)
+        if found.state == "dirty" and found.mtime is not None:
+            with contextlib.suppress(TileRefused):  # a full render budget must not hide the dirty tile
                 self.start(tile, client)
-            return ServedTile(self.store.path(tile), "stale")
+            return ServedTile(found.path, "dirty", found.mtime)
         task = self.start(tile, client, waiting=True)
         try:
             await asyncio.wait_for(asyncio.shield(task), self.limits.timeout)
@@ -99,9 +113,17 @@ class TileServer:
             raise TileRefused(503, f"render of {tile} not confirmed: {type(exc).__name__}", retry_after=5) from None
         finally:
             self._release(client, metatile)
-        if self._mtime(tile) is None:
+        mtime = self._mtime(tile)
+        if mtime is None:
             raise TileRefused(404, f"tile {tile} was rendered but is not in the tile store")
-        return ServedTile(self.store.path(tile), "rendered")
+        return ServedTile(self.store.path(tile), "missing", mtime)
+
+    async def expired(self, tiles: list[Tile]) -> None:
+        """An expiry list from the bus: timestamp its metatiles in the tile root (off the event loop)."""
+        try:
+            await asyncio.to_thread(self.freshness.expire, [t.metatile for t in tiles])
+        except OSError as exc:
+            log.error("cannot record expired metatiles in the tile root", error=str(exc), tiles=len(tiles))
 
     def start(self, tile: Tile, client: str, *, waiting: bool = False) -> asyncio.Task[Any]:
         """Join the render of the tile's metatile, or start one if the budgets allow. A waiting request
@@ -157,6 +179,7 @@ class TileServer:
         except QBrokerError as exc:
             raise TileRefused(502, f"expire of {tile} refused: {exc}") from None
         if self._mtime(tile) is not None:
+            await self.expired([tile])
             self.status.tracker.mark(tile.metatile, "expired")
         self.start(tile, client)
         return {"tile": str(tile), "metatile": str(tile.metatile), "state": "queued"}

@@ -1,4 +1,4 @@
-"""toposm-web over HTTP: tiles on demand, stale tiles, bad input, the render budgets, metrics, JSON."""
+"""toposm-web over HTTP: tiles on demand, dirty tiles, bad input, the render budgets, metrics, JSON."""
 
 from __future__ import annotations
 
@@ -31,20 +31,20 @@ async def test_missing_tile_is_rendered_on_demand_then_served_fresh(bus: TileBus
     await wait_renderers(await bus.client(), 1)
     status, body, headers = await get(web.url + "/tiles/5/3/4.png")
     assert status == 200, body
-    assert body.startswith(PNG) and headers["X-Tile-State"] == "rendered"
+    assert body.startswith(PNG) and headers["X-Tile-State"] == "missing"  # missing, rendered for this request
     assert (bus.tile_root / "5/3/4.png").read_bytes() == body
     status, body, headers = await get(web.url + "/tiles/5/3/4.png")
     assert status == 200 and headers["X-Tile-State"] == "fresh"
 
 
-async def test_stale_tile_is_served_at_once_and_rendered_again(bus: TileBus, web: Web) -> None:
+async def test_dirty_tile_is_served_at_once_and_rendered_again(bus: TileBus, web: Web) -> None:
     bus.queuemaster()
     renderer = bus.renderer()
     client = await bus.client()
     await wait_renderers(client, 1)
     assert (await get(web.url + "/tiles/6/10/20.png"))[0] == 200
     before = (bus.tile_root / "6/10/20.png").stat().st_mtime_ns
-    renderer.stop()  # nobody renders now: the tile stays stale until a renderer comes back
+    renderer.stop()  # nobody renders now: the tile stays dirty until a renderer comes back
     await wait_renderers(client, 0)
     await client.alert("expire_toposm", "6/10/20", content_type="text/plain")
 
@@ -54,7 +54,7 @@ async def test_stale_tile_is_served_at_once_and_rendered_again(bus: TileBus, web
     await eventually(tracked)
     status, body, headers = await get(web.url + "/tiles/6/10/20.png")
     assert status == 200 and body.startswith(PNG)
-    assert headers["X-Tile-State"] == "stale"
+    assert headers["X-Tile-State"] == "dirty"
     bus.renderer()
 
     async def rerendered() -> bool:
