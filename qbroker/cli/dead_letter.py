@@ -6,6 +6,8 @@ to a name nobody serves fails at once with ``no_server`` instead of at its deadl
 
 from __future__ import annotations
 
+import argparse
+
 from qbroker.config import Config
 from qbroker.runner import serve
 from qbroker.unit import Unit
@@ -27,8 +29,24 @@ class DeadLetterProcess:
             self.unit.log.info("dead letters collected", **self.unit.dead_letters.stats())
 
 
-def main() -> None:
-    serve(APP, DeadLetterProcess, config=Config(dead_letters=True))
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, read before anything touches the broker (``--help`` and mistakes end here)."""
+    p = argparse.ArgumentParser(
+        prog="qbroker-dead-letter", description=__doc__,
+        epilog="The broker and exchanges come from the environment: QBROKER_URL, QBROKER_EXCHANGE_PREFIX, "
+        "QBROKER_USERNAME, QBROKER_PASSWORD_FILE (see qbroker.config).")
+    p.add_argument("--drain-timeout", type=float, default=None, metavar="SECONDS",
+                   help="on SIGTERM, seconds to finish the dead letters in hand (default QBROKER_DRAIN_TIMEOUT, "
+                   "else 10)")
+    args = p.parse_args(argv)
+    if args.drain_timeout is not None and args.drain_timeout < 0:
+        p.error("--drain-timeout must not be negative")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    serve(APP, DeadLetterProcess, config=Config(dead_letters=True), drain_timeout=args.drain_timeout)
 
 
 if __name__ == "__main__":
