@@ -72,13 +72,14 @@ async def serve_async(unit: Unit, service: Service, *, stop: asyncio.Event | Non
 
     def on_signal(sig: signal.Signals) -> None:
         nonlocal killed
+        # Act first, log second: whatever happens to the log line, the signal has taken effect.
         if not stop.is_set():
-            unit.log.info("stopping", signal=sig.name)
             stop.set()
+            unit.log.info("stopping", signal=sig.name)
         elif not killed and main is not None:
-            unit.log.warning("second signal: killing", signal=sig.name)
             killed = True
             main.cancel()
+            unit.log.warning("second signal: killing", signal=sig.name)
 
     for sig in SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)

@@ -25,7 +25,7 @@ from qbroker.envelope import JSON, new_message_id
 from qbroker.errors import CallTimeout, ConnectionLost, ErrorInfo, NotStarted, QBrokerError
 from qbroker.exchanges import declare_unit_queue
 from qbroker.handlers import Extra, Handler
-from qbroker.log import get_logger
+from qbroker.log import dropped_log_lines, get_logger
 from qbroker.replies import PendingReplies, Reply
 from qbroker.schedule import Schedule, Scheduler
 from qbroker.serving import EndpointServing, broadcast_key, broadcast_listener
@@ -387,6 +387,8 @@ class Unit:
             "endpoints": {name: ep.describe() for name, ep in sorted(self.endpoints.items())},
             "idle": self.serving.paused,
             **({"dead_letters": self.dead_letters.stats()} if self.dead_letters is not None else {}),
+            # Log lines this process dropped because their stream failed (qbroker.log): a dead log pipe.
+            **({"log_lines_dropped": dropped} if (dropped := dropped_log_lines()) else {}),
         }
 
     async def _answer_ping(self) -> dict[str, Any]:
