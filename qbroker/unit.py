@@ -353,12 +353,14 @@ class Unit:
         return self.scheduler.remove(schedule_id)
 
     async def alert(self, name: str, body: Any = None, *, content_type: str = JSON,
-                    error: ErrorInfo | None = None) -> None:
+                    error: ErrorInfo | None = None, message_id: str | None = None) -> None:
         """Broadcast the alert ``name`` to every listener whose pattern matches (nobody answers).
 
-        ``error`` attaches an error element: report an error state, or (status ``ok``) say it is over."""
+        ``error`` attaches an error element: report an error state, or (status ``ok``) say it is over.
+        ``message_id`` (default: a new random one) lets a sender give one event the same id wherever it
+        publishes it, so listeners that hear it twice can tell."""
         self._check_started("alert")
-        message = self.bus.make_message(body, kind="alert", name=name, message_id=new_message_id(),
+        message = self.bus.make_message(body, kind="alert", name=name, message_id=message_id or new_message_id(),
                                         content_type=content_type, error=error)
         if not await self.bus.wait_connected(self.config.call_timeout):
             raise ConnectionLost(f"not connected to a broker (alert {name})")

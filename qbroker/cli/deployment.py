@@ -105,7 +105,8 @@ def permissions_for(role: Role, prefix: str) -> Permissions:
     served = {
         "queuemaster": [rf"{p}rpc_toposm\.queuemaster", "osm", r"toposm\.queuemaster\.osm"],
         "renderer": [rf"{p}rpc_{RENDER_ANY}"],
-        "spark_bridge": [rf"{p}rpc_spark\.(expire|stats|job)"],
+        # and `osm`, where its expirations go too (the seed's wire)
+        "spark_bridge": [rf"{p}rpc_spark\.(expire|stats|job)", "osm"],
         # The seed wire: a client declares `osm` and a server-named reply queue of its own.
         "client": ["osm", r"amq\.gen-[A-Za-z0-9_-]+"],
         "operator": [],
@@ -135,18 +136,21 @@ RENDER_ANY = r"toposm\.render(\." + WORD + r"(\.[0-9]+(\.[0-9]+)?)?)?"
 SPARK = r"spark\.(expire|stats|job)"
 _ROLE_TOPICS: dict[str, dict[str, list[str]]] = {
     "queuemaster": {"call": [RENDER_ANY], "serve": [r"toposm\.queuemaster"],
-                    "alert": ["toposm"], "hear": ["toposm", "expire_toposm"],
-                    "osm_write": ["toposm"], "osm_read": [r"toposm\.queuemaster", "expire_toposm", "toposm"]},
+                    # expirations heard on one wire only are relayed to the other (services/tiles/expiry_wires.py)
+                    "alert": ["toposm", "expire_toposm"], "hear": ["toposm", "expire_toposm"],
+                    "osm_write": ["toposm", "expire_toposm"],
+                    "osm_read": [r"toposm\.queuemaster", "expire_toposm", "toposm"]},
     "renderer": {"call": [r"toposm\.queuemaster"], "serve": [RENDER_ANY],
                  # listens on every level of toposm.render.<host>.<pid>.<thread> (the seed's hierarchy)
                  "alert": [], "hear": [r"toposm(\.render(\." + WORD + r"){0,3})?"], "osm_write": [], "osm_read": []},
     "spark_bridge": {"call": [], "serve": [SPARK], "alert": ["expire_toposm", r"spark\.progress\.[0-9a-f]+"],
-                     "hear": [], "osm_write": [], "osm_read": []},
+                     "hear": [], "osm_write": ["expire_toposm"], "osm_read": []},
     "client": {"call": [r"toposm\.queuemaster", SPARK], "serve": [], "alert": [],
                # discovery and job progress; not qbroker.broadcast.*, which are requests to servers
                # `qbroker call` follows `<first word of the name>.progress.#` while its call runs
                "hear": [WORD + r"\.progress\..+", r"qbroker\.(start|stop)"],
-               "osm_write": [r"toposm\.queuemaster"], "osm_read": []},
+               # toposm-web hears expirations on the seed's wire too
+               "osm_write": [r"toposm\.queuemaster"], "osm_read": ["expire_toposm"]},
 }
 
 

@@ -2,8 +2,9 @@
 
 Submitting answers ``{"job_id", "kind", "state"}`` at once; with ``wait=true`` the handler detaches
 (acks the request so a long job does not hold a prefetch slot) and answers the finished job record.
-Progress goes out as ``spark.progress.<job_id>`` alerts; expirations as text alerts on
-``expire_toposm``. Every invalid request is answered ``fail`` naming the problem.
+Progress goes out as ``spark.progress.<job_id>`` alerts; expirations as text on ``expire_toposm``, once
+on qbroker's ``alert`` exchange and once on the seed's ``osm`` (``services.tiles.expiry_wires``). Every
+invalid request is answered ``fail`` naming the problem.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from services.spark_bridge.stats_job import StatsParams, run_stats
 from services.spark_bridge.store_job import run_store_expire
 from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores, store_job_for
+from services.tiles.expiry_wires import OsmPublisher, publish_expiry
 
 log = structlog.get_logger("spark_bridge")
 
-EXPIRE_TOPIC = "expire_toposm"
 PROGRESS_PREFIX = "spark.progress."
 PUBLISH_TIMEOUT = 60.0
 
@@ -84,6 +85,8 @@ class SparkBridge:
         self._session: SparkSession | None = None
         if isinstance(spark, SparkSession):
             self._manager = self._make_manager(spark)
+        self._osm = OsmPublisher()
+        unit.on_connected(self._osm.declare)
         self._register()
 
     def _make_manager(self, spark: SparkSession) -> JobManager:
@@ -125,7 +128,7 @@ class SparkBridge:
 
         def publish(text: str) -> None:  # called from the job's worker thread
             async def send() -> None:
-                await self.unit.alert(EXPIRE_TOPIC, text, content_type="text/plain")
+                await publish_expiry(self.unit, self._osm, text)  # on qbroker's alert and the seed's osm
 
             asyncio.run_coroutine_threadsafe(send(), loop).result(timeout=PUBLISH_TIMEOUT)
 

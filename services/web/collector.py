@@ -18,6 +18,8 @@ import orjson
 import structlog
 
 from qbroker import QBrokerError, RequestContext, RequestError, RequestFailed, Unit
+from services.tiles.expiry_wires import OsmExpiryListener, TwinFilter, Wire, expiry_key, expiry_text
+from services.tiles.seed_wire import EXPIRE_TOPIC
 from services.tiles.tilemath import Tile, ZoomRange, parse_tile_list
 
 from .status import StatusModel
@@ -27,7 +29,6 @@ log = structlog.get_logger("toposm.web")
 QUEUEMASTER = "toposm.queuemaster"
 SPARK_JOBS = "spark.job"
 PROGRESS_PATTERN = "spark.progress.#"
-EXPIRE_TOPIC = "expire_toposm"
 MAX_LOG_READ = 1 << 20  # bytes of render log read per poll: a huge backlog is caught up over several polls
 
 
@@ -48,6 +49,9 @@ class Collector:
         self.expired_listeners: list[Callable[[list[Tile]], Awaitable[None]]] = []
         unit.on_alert(PROGRESS_PATTERN)(self._on_progress)
         unit.on_alert(EXPIRE_TOPIC)(self._on_expire)
+        # Expirations come on both wires (a seed program publishes on `osm` only): each list taken once.
+        self.expiry_twins = TwinFilter()
+        unit.on_connected(OsmExpiryListener(self._on_osm_expire).declare)
 
     async def call(self, endpoint: str, body: Any, timeout: float) -> Any:
         status = "ok"
@@ -74,14 +78,17 @@ class Collector:
         self.status.job_progress(body)
         await self.status.touch()
 
-    async def _on_expire(self, body: Any) -> None:
-        if isinstance(body, bytes | bytearray):
-            body = bytes(body).decode("utf-8", "replace")
-        if isinstance(body, list):
-            body = ";".join(str(item) for item in body)
-        if not isinstance(body, str):
+    async def _on_expire(self, body: Any, ctx: RequestContext) -> None:
+        await self._expiry_heard(body, ctx.message_id, "alert")
+
+    async def _on_osm_expire(self, body: bytes, message_id: str | None) -> None:
+        await self._expiry_heard(body, message_id, "osm")
+
+    async def _expiry_heard(self, body: Any, message_id: str | None, wire: Wire) -> None:
+        text = expiry_text(body)
+        if text is None or not self.expiry_twins.first(expiry_key(message_id, text), wire):
             return
-        tiles, _ = parse_tile_list(body[:1_000_000], self.zooms)
+        tiles, _ = parse_tile_list(text[:1_000_000], self.zooms)
         for listener in self.expired_listeners:
             await listener(tiles)
         self.status.mark_expired(tiles)

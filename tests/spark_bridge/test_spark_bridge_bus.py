@@ -6,6 +6,7 @@ import json
 import random
 from pathlib import Path
 
+import aio_pika
 import pytest
 from spark_helpers import (
     OscNode,
@@ -22,7 +23,7 @@ from qbroker import InvalidParams, RequestFailed
 CALL = 120.0
 
 
-async def test_expire_wait_publishes_metatiles_to_listener(bridge, client, make_unit, tmp_path) -> None:
+async def test_expire_wait_publishes_metatiles_to_listener(bridge, client, make_unit, tmp_path, amqp_url) -> None:
     received: list[str] = []
     listener = await make_unit("test.expire.listener")
 
@@ -31,6 +32,19 @@ async def test_expire_wait_publishes_metatiles_to_listener(bridge, client, make_
         received.append(body)
 
     await listener.start()
+    # A listener written from the TopOSM seed alone: bound only to `expire_toposm` on `osm`.
+    seed = await aio_pika.connect(amqp_url)
+    channel = await seed.channel()
+    osm = await channel.declare_exchange("osm", aio_pika.ExchangeType.TOPIC, durable=True)
+    seed_queue = await channel.declare_queue("", exclusive=True)
+    await seed_queue.bind(osm, routing_key="expire_toposm")
+    heard_on_osm: list[str] = []
+
+    async def on_osm(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        async with message.process():
+            heard_on_osm.append(message.body.decode())
+
+    await seed_queue.consume(on_osm)
     rng = random.Random(11)
     nodes = [OscNode(i, rng.uniform(-10, 10), rng.uniform(40, 50)) for i in range(1, 40)]
     path = write_osc(tmp_path / "diff.osc.gz", modify=[*nodes, OscWay(7, [1, 2]), OscWay(8, [1, 12345])])
@@ -53,6 +67,10 @@ async def test_expire_wait_publishes_metatiles_to_listener(bridge, client, make_
     # Way 7 adds the tiles between nodes 1 and 2; every node metatile is published.
     assert expected_meta <= set(tiles)
     assert sum(result["metatiles_per_zoom"].values()) == len(tiles)
+    # the same lists, once each, on the seed's wire
+    await eventually(lambda: len(heard_on_osm) >= len(received))
+    assert sorted(heard_on_osm) == sorted(received)
+    await seed.close()
 
 
 async def test_submit_then_query_job(bridge, client, tmp_path) -> None:

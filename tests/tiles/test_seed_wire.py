@@ -4,6 +4,8 @@ import asyncio
 
 import aio_pika
 
+from qbroker import Config, Unit
+
 from .conftest import eventually, stats, wait_renderers
 from .seed_programs import SeedRenderThread, ask, osm_client, osm_wire_ready
 
@@ -94,5 +96,50 @@ async def test_osm_answers_go_only_to_client_reply_queues(bus):
         assert (await ask(exchange, replies, b'{"command": "stats"}'))["command"] == "stats"
         named = await channel.declare_queue("toposm.reply.test-client", exclusive=True)
         assert (await ask(exchange, named, b'{"command": "stats"}'))["command"] == "stats"
+    finally:
+        await connection.close()
+
+
+async def test_expirations_reach_both_wires_once(bus):
+    """A list published on one wire only (a seed program on `osm`, `qbroker alert expire_toposm`) reaches the
+    other wire's listeners too, once (relayed by the queuemaster, never back), and is taken once."""
+    bus.queuemaster()
+    client = await bus.client()
+    heard_on_alert: list[str] = []
+    listener = Unit("test.expire.alert", config=Config(url=bus.url))
+
+    @listener.on_alert("expire_toposm")
+    async def on_alert(body: str) -> None:
+        heard_on_alert.append(body)
+
+    await listener.start()
+    bus.units.append(listener)
+    connection, exchange, _ = await osm_client(bus.url)
+    try:
+        seed_listener = await exchange.channel.declare_queue("", exclusive=True)
+        await seed_listener.bind(exchange, routing_key="expire_toposm")  # bound to expire_toposm on osm only
+        heard_on_osm: list[str] = []
+
+        async def on_osm(message):
+            async with message.process():
+                heard_on_osm.append(message.body.decode())
+
+        await seed_listener.consume(on_osm)
+        await osm_wire_ready(connection)
+        await exchange.publish(aio_pika.Message(b"9/10/20;9/11/21"), routing_key="expire_toposm")  # seed producer
+        await client.alert("expire_toposm", "10/1/2", content_type="text/plain")  # alert-only producer
+
+        async def both_heard():
+            return len(heard_on_alert) == 2 and len(heard_on_osm) == 2
+
+        await eventually(both_heard)
+        assert sorted(heard_on_alert) == sorted(heard_on_osm) == ["10/1/2", "9/10/20;9/11/21"]
+        counters = (await stats(client))["counters"]
+        # taken once each (3 tiles), though the queuemaster heard each list on both wires
+        assert counters["expired"] == 3 and counters["expiry_twins"] == 2
+        # a marker published after them comes after any echo would have: none came
+        await client.alert("expire_toposm", "11/1/1", content_type="text/plain")
+        await eventually(lambda: "11/1/1" in heard_on_osm and "11/1/1" in heard_on_alert)
+        assert len(heard_on_alert) == len(heard_on_osm) == 3
     finally:
         await connection.close()

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from qbroker import InvalidParams, UnknownCommand
 
+from ..expiry_wires import expiry_text
 from ..messages import (
     ExpireRequest,
     Message,
@@ -88,14 +89,11 @@ def parse_command(name: Any, params: Any) -> tuple[Command, Message]:
 async def expire_broadcast(qm: Queuemaster, body: Any) -> dict[str, Any] | None:
     """An expiry broadcast (``expire_toposm``): nobody to answer, so invalid items are logged and counted.
     Taken in chunks that each hold the loop a few milliseconds, whatever the list's size."""
-    if isinstance(body, bytes | bytearray):
-        body = bytes(body).decode("utf-8", "replace")
-    if isinstance(body, list):
-        body = ";".join(str(item) for item in body)
-    if not isinstance(body, str):
+    text = expiry_text(body)
+    if text is None:
         qm.stats.count("invalid_expiry_messages")
         log.warning("expiry message is not text", body_type=type(body).__name__)
         return None
-    totals = await qm.expire_in_chunks(body)
+    totals = await qm.expire_in_chunks(text)
     await qm.commits.durable_soon()  # acked when this returns: committed by then (with others of this loop turn)
     return totals

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import aio_pika
@@ -32,7 +33,7 @@ from qbroker.transport import Connection
 from ..messages import RegisterRequest
 from ..seed_wire import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER_TOPIC, client_reply_queue, declare_osm_exchange
 from ..tilemath import Metatile
-from .commands import expire_broadcast, parse_command
+from .commands import parse_command
 from .osm_liveness import QueueLiveness, probe_queue
 from .render_threads import RenderThread
 from .state_machine import Queuemaster
@@ -57,10 +58,15 @@ def error_result(command: Any, info: ErrorInfo) -> dict[str, Any]:
     return result
 
 
+# What to do with an expiry list heard here: (body, message id), from the service (both wires' expiries meet).
+ExpiryHandler = Callable[[bytes, str | None], Awaitable[None]]
+
+
 class OsmWire:
-    def __init__(self, qm: Queuemaster, *, max_body_bytes: int = 16 * 1024 * 1024,
+    def __init__(self, qm: Queuemaster, on_expiry: ExpiryHandler, *, max_body_bytes: int = 16 * 1024 * 1024,
                  max_commands: int = MAX_COMMANDS, waiters: WaiterStore | None = None) -> None:
         self.qm = qm
+        self.on_expiry = on_expiry
         self.waiters = waiters  # long-running commands (render) kept on disk until answered
         self.max_body_bytes = max_body_bytes  # the unit's limit: the osm wire is capped like the rest
         self.max_commands = max_commands
@@ -142,9 +148,9 @@ class OsmWire:
                                         "message": f"body of {size} bytes exceeds the limit of "
                                                    f"{self.max_body_bytes}"})
             return
-        if message.routing_key == "expire_toposm":
+        if message.routing_key == EXPIRE_TOPIC:
             try:
-                await expire_broadcast(self.qm, message.body)
+                await self.on_expiry(message.body, message.message_id)
             except Exception:  # never let one bad message kill the consumer
                 log.exception("expiry on osm failed")
             return

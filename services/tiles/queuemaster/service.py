@@ -3,7 +3,9 @@
 * ``toposm.queuemaster`` is a qbroker command endpoint (register, rendered, unregister, render, expire,
   stats) built from the command table in ``commands``, which the seed's literal ``osm`` exchange wire
   (``osm_wire``) reads too.
-* Expirations arrive as text ``z/x/y;...`` alerts on ``expire_toposm``.
+* Expirations arrive as text ``z/x/y;...`` on ``expire_toposm``, on both wires (qbroker's ``alert`` and
+  the seed's ``osm``); each list is taken once, and one its producer published on one wire only is relayed
+  to the other (``expiry_wires``).
 * A dispatch loop sends ``render`` to idle render threads whenever work or a thread becomes available.
 * A liveness loop pings every registered qbroker thread; NoServer (its exclusive queue vanished with its
   process) or ``ping_misses`` unanswered pings in a row mean it died: its metatile goes back to the front.
@@ -22,6 +24,7 @@ import structlog
 
 from qbroker import CallTimeout, ErrorInfo, HandlerCrashed, NoServer, QBrokerError, RequestContext, RequestFailed, Unit
 
+from ..expiry_wires import OsmPublisher, TwinFilter, Wire, expiry_key, expiry_text, relay_expiry
 from ..messages import Message
 from ..tilemath import Metatile
 from .commands import COMMANDS, ENDPOINT, Command, expire_broadcast
@@ -50,7 +53,10 @@ class QueuemasterService:
         # Read now, before the unit starts consuming: a `render` served between the unit's start and
         # ours would otherwise be taken for a previous run's and answered twice.
         self._restored = self.waiter_store.take_live()
-        self.osm = OsmWire(qm, max_body_bytes=unit.config.max_body_bytes, waiters=self.waiter_store)
+        self.osm = OsmWire(qm, self._on_osm_expiry, max_body_bytes=unit.config.max_body_bytes,
+                           waiters=self.waiter_store)
+        self.osm_publisher = OsmPublisher()  # relays expiries heard on alert only
+        self.expiry_twins = TwinFilter()
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
         endpoint = unit.commands(ENDPOINT, prefetch=256)
@@ -58,6 +64,7 @@ class QueuemasterService:
             endpoint.command(command.name)(self._endpoint_handler(command))
         unit.on_alert(EXPIRE_TOPIC)(self._on_expire)
         unit.on_connected(self.osm.declare)
+        unit.on_connected(self.osm_publisher.declare)
 
     def _endpoint_handler(self, command: Command) -> Callable[..., Coroutine[Any, Any, Any]]:
         async def handle(request: Message, ctx: RequestContext) -> Any:
@@ -80,8 +87,25 @@ class QueuemasterService:
         handle.__annotations__ = {"request": command.request, "ctx": RequestContext, "return": Any}
         return handle
 
-    async def _on_expire(self, body: Any) -> None:
+    async def _on_expire(self, body: Any, ctx: RequestContext) -> None:
+        await self._expiry_heard(body, ctx.message_id, "alert")
+
+    async def _on_osm_expiry(self, body: bytes, message_id: str | None) -> None:
+        await self._expiry_heard(body, message_id, "osm")
+
+    async def _expiry_heard(self, body: Any, message_id: str | None, wire: Wire) -> None:
+        """Taken once whichever wire it came by first; relayed to the other wire unless already there."""
+        text = expiry_text(body)
+        if text is not None and not self.expiry_twins.first(expiry_key(message_id, text), wire):
+            self.qm.stats.count("expiry_twins")  # the other wire's copy of one already taken
+            return
         await expire_broadcast(self.qm, body)
+        if text is None:
+            return
+        try:
+            await relay_expiry(self.unit, self.osm_publisher, text, message_id, wire)
+        except Exception as exc:  # the list is taken here; only the other wire's listeners miss it
+            log.warning("expiry not relayed", heard_on=wire, error=str(exc))
 
     # -- dispatch -------------------------------------------------------------------------------------
 
