@@ -8,7 +8,9 @@ the next open after a crash).
 
 Sequence numbers: a diff with a ``sequence`` must be the next one after the store's (``SequenceGap``
 otherwise); one at or below the store's is a replay and changes nothing. A diff without a sequence is
-recognised as a replay by its SHA-256 among the last applied ones.
+recognised as a replay by its SHA-256 among the last applied ones. A merged diff (several replication
+diffs in one, as ``toposm-replicate`` sends when it catches up) covers ``first..sequence``: it is applied
+when ``first`` is the next one, a replay when ``sequence`` is already applied, refused otherwise.
 """
 
 from __future__ import annotations
@@ -48,8 +50,11 @@ class Replay:
     reason: str
 
 
-def check_sequence(manifest: Manifest, sequence: int | None, sha256: str) -> Replay | None:
-    """None when the diff is to be applied; a Replay when it already was. Raises SequenceGap."""
+def check_sequence(manifest: Manifest, sequence: int | None, sha256: str, *,
+                   first: int | None = None) -> Replay | None:
+    """None when the diff is to be applied; a Replay when it already was. Raises SequenceGap.
+
+    ``first``: the first sequence a merged diff covers (default ``sequence``: one diff)."""
     if sequence is None or manifest.sequence is None:
         # No sequence to go by: a diff is recognised by its digest. (With sequences the digest is not
         # used: two replication diffs may well be byte-identical, e.g. two empty minutes.)
@@ -58,9 +63,13 @@ def check_sequence(manifest: Manifest, sequence: int | None, sha256: str) -> Rep
         return None
     if sequence <= manifest.sequence:
         return Replay(f"sequence {sequence} is already applied (the store is at {manifest.sequence})")
-    if sequence > manifest.sequence + 1:
-        raise SequenceGap(f"sequence {sequence} does not follow the store's {manifest.sequence}: "
-                          f"diffs {manifest.sequence + 1}..{sequence - 1} are missing")
+    first = sequence if first is None else first
+    if first > manifest.sequence + 1:
+        raise SequenceGap(f"sequence {first} does not follow the store's {manifest.sequence}: "
+                          f"diffs {manifest.sequence + 1}..{first - 1} are missing")
+    if first <= manifest.sequence:  # part of the range is in the store already: a state we cannot check
+        raise SequenceGap(f"diffs {first}..{sequence} overlap the store's sequence {manifest.sequence}: "
+                          f"send {manifest.sequence + 1}..{sequence}")
     return None
 
 
@@ -137,13 +146,13 @@ def apply_diff(store: GeometryStore, diff: OscDiff, sequence: int | None = None)
 
 
 def apply_locked(store: GeometryStore, manifest: Manifest, diff: OscDiff,
-                 sequence: int | None = None) -> dict[str, object]:
+                 sequence: int | None = None, *, first: int | None = None) -> dict[str, object]:
     """Apply ``diff`` (the caller holds ``store.locked()``, which gave ``manifest``).
 
     Returns what changed, or ``{"applied": False, "replay": reason}`` for a diff the store already holds.
     Raises SequenceGap (nothing applied) or GeometryStoreError.
     """
-    replay = check_sequence(manifest, sequence, diff.sha256)
+    replay = check_sequence(manifest, sequence, diff.sha256, first=first)
     if replay is not None:
         return {"applied": False, "replay": replay.reason, "sequence": manifest.sequence}
     nxt = _NextSnapshot(store, manifest)
@@ -156,7 +165,10 @@ def apply_locked(store: GeometryStore, manifest: Manifest, diff: OscDiff,
     counts = dict(manifest.counts)
     for name in ("nodes", "way_nodes", "members"):
         counts[name] = counts.get(name, 0) + nxt.deltas[name]
-    applied = [*manifest.applied, {"sequence": sequence, "sha256": diff.sha256}]
+    entry = {"sequence": sequence, "sha256": diff.sha256}
+    if first is not None and first != sequence:
+        entry["first_sequence"] = first
+    applied = [*manifest.applied, entry]
     new_sequence = sequence if sequence is not None else manifest.sequence
     try:
         write_manifest(store.root, Manifest(snapshot=nxt.name, sequence=new_sequence, counts=counts,

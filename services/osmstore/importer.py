@@ -197,12 +197,16 @@ def main(argv: list[str] | None = None) -> None:
     target.add_argument("--store", type=Path, help="directory of the embedded stores (render.sqlite, geometry/)")
     target.add_argument("--postgis", metavar="DSN", help="import with osm2pgsql into this PostGIS database instead")
     p.add_argument("--replace", action="store_true", help="rebuild --store if it already exists")
+    p.add_argument("--flat-nodes", type=Path, metavar="FILE",
+                   help="with --postgis: keep node locations in this osm2pgsql flat-nodes file (countries, planet)")
     a = p.parse_args(argv)
+    if a.flat_nodes is not None and not a.postgis:
+        p.error("--flat-nodes goes with --postgis")
     try:
         if a.postgis:
             from .postgis import import_postgis
 
-            import_postgis(a.extract, a.postgis)
+            import_postgis(a.extract, a.postgis, flat_nodes=a.flat_nodes)
             from .style_layers import connection_params
 
             where = connection_params(a.postgis).get("dbname", "the database")  # not the DSN: it may hold a password

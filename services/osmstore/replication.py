@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAX_SEQUENCE = 999_999_999
-_STATE_BYTES = 64 * 1024  # a state file is a few lines; anything bigger is not one
+STATE_BYTES = 64 * 1024  # a state file is a few lines; anything bigger is not one
 
 
 class ReplicationError(Exception):
@@ -48,11 +48,16 @@ def read_state(path: Path) -> ReplicationState:
     """Parse a state file; raises ReplicationError naming the file when it is missing or malformed."""
     try:
         with path.open("rb") as fh:
-            raw = fh.read(_STATE_BYTES + 1)
+            raw = fh.read(STATE_BYTES + 1)
     except OSError as exc:
         raise ReplicationError(f"{path}: cannot read the state file ({exc.strerror or exc})") from None
-    if len(raw) > _STATE_BYTES:
-        raise ReplicationError(f"{path}: too big for a state file")
+    return parse_state(raw, str(path))
+
+
+def parse_state(raw: bytes, where: str) -> ReplicationState:
+    """Parse the bytes of a state file read from ``where`` (a path or a URL, for the message)."""
+    if len(raw) > STATE_BYTES:
+        raise ReplicationError(f"{where}: too big for a state file")
     values: dict[str, str] = {}
     for line in raw.decode("utf-8", errors="replace").splitlines():
         line = line.strip()
@@ -62,7 +67,7 @@ def read_state(path: Path) -> ReplicationState:
         values[key.strip()] = value.strip().replace("\\:", ":")
     number = values.get("sequenceNumber", "")
     if not number.isdigit() or int(number) > MAX_SEQUENCE:
-        raise ReplicationError(f"{path}: no valid sequenceNumber")
+        raise ReplicationError(f"{where}: no valid sequenceNumber")
     return ReplicationState(int(number), values.get("timestamp"))
 
 

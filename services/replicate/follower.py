@@ -1,16 +1,18 @@
-"""The replication follower: applies each new diff of a replication directory, in order, through the bridge.
+"""The replication follower: applies each new diff of a replication source, in order, to the stores.
 
-For every sequence after the store's own (its geometry store records the last applied one), the follower
-checks that the diff and its state file are there and agree, then calls ``spark.expire`` with the diff,
-the store's name and the sequence, and waits for the job: the bridge resolves the diff against the
-store, updates the rendering store, publishes the expirations (the queuemaster re-renders) and commits
-the geometry store with the sequence. The store is therefore the one record of progress: after a restart
-the follower continues from whatever the store says, so no diff is skipped or applied twice (and the
-bridge refuses a diff that does not follow the store's sequence).
+The source is a local replication directory or a replication server over HTTP(S) (``source``). Each
+round reads ``state.txt``, then, while a store is behind, takes the next diffs (up to ``batch`` of them),
+merges them into one file (``batch.py``: sequence order, the highest version of each object) and applies
+that to every store at the lowest sequence: the embedded store through the Spark bridge (which expires
+the tiles, updates the rendering store and commits the geometry store with the sequence) and, with
+``postgis``, a PostGIS store through ``osm2pgsql --append`` (``sinks.py``). Each store's own record is the
+one record of its progress: after a restart the follower continues from whatever the stores say, so no
+diff is skipped or applied twice (and the bridge refuses a diff that does not follow the store's
+sequence). A batch never spans a store's sequence, so a store behind the others catches up first.
 
-A missing diff (a gap) or one the bridge cannot read stops the follower with a clear error; the bridge
-has applied nothing of that diff. A bridge that is down or slow is not an error: the diff is tried again
-at the next poll.
+A missing diff (a gap) or one that cannot be read stops the follower with a clear error, before any store
+saw any of it. A source or bridge that does not answer is not an error: the follower backs off
+(``interval`` doubled per failure, at most ``max_backoff``), logs it, and tries again.
 """
 
 from __future__ import annotations
@@ -19,33 +21,55 @@ import asyncio
 import json
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from qbroker import QBrokerError, RequestFailed, Unit
-from services.osmstore.geometry import GeometryStore, GeometryStoreError
-from services.osmstore.replication import ReplicationError, diff_path, read_state, state_path
+from qbroker import QBrokerError, Unit
+from services.osmstore.postgis import ExpireOutput
+from services.osmstore.replication import ReplicationError
+
+from .batch import Batch, build_batch, clear_spool
+from .sinks import BridgeCall, EmbeddedStore, PostgisStore, Sink
+from .source import SourceUnavailable, is_url, open_source
 
 log = structlog.get_logger("toposm.replicate")
 
-EXPIRE = "spark.expire"
 STATUS_FILE = "replication.json"
+SPOOL_DIR = "replication-spool"  # under the store unless --spool says otherwise
 
 
 @dataclass(frozen=True)
 class FollowSettings:
-    source: Path
+    source: Path | str  # a replication directory, or an http(s):// URL of one
     store: Path
     store_name: str
-    start: int | None = None  # the first sequence to apply when the store has none yet
+    start: int | None = None  # the first sequence to apply when a store has none yet
     interval: float = 60.0  # seconds between looks at state.txt
     once: bool = False  # apply what is published, then stop
     min_zoom: int = 10
     max_zoom: int = 18
     call_timeout: float = 3600.0
+    batch: int = 10  # diffs merged into one job at most when behind
+    max_backoff: float = 900.0  # the longest wait after repeated failures
+    spool: Path | None = None  # merged diffs for the bridge (under its --input-root); default STORE/replication-spool
+    http_timeout: float = 60.0
+    http_retries: int = 3  # per request, pyosmium's policy (5xx, 429), before the follower backs off
+    postgis: str | None = None  # a PostGIS DSN kept current too (osm2pgsql --append)
+    flat_nodes: Path | None = None  # the flat-nodes file the PostGIS import used
+    expire_output: Path | None = None  # osm2pgsql's expired tiles (min_zoom..max_zoom) appended here
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.spool if self.spool is not None else self.store / SPOOL_DIR
+
+
+def backoff(failures: int, interval: float, ceiling: float) -> float:
+    """Seconds to wait after ``failures`` failures in a row: interval, 2x, 4x ... at most ``ceiling``."""
+    return float(min(ceiling, interval * 2 ** min(max(failures - 1, 0), 32)))
 
 
 class Follower:
@@ -54,8 +78,20 @@ class Follower:
     def __init__(self, unit: Unit, settings: FollowSettings) -> None:
         self.unit = unit
         self.settings = settings
+        self.source = open_source(settings.source, timeout=settings.http_timeout, retries=settings.http_retries)
+        self.embedded = EmbeddedStore(unit, settings.store, BridgeCall(
+            settings.store_name, settings.min_zoom, settings.max_zoom, settings.call_timeout))
+        self.sinks: list[Sink] = [self.embedded]
+        if settings.postgis is not None:
+            expire = (ExpireOutput(settings.min_zoom, settings.max_zoom, settings.expire_output)
+                      if settings.expire_output is not None else None)
+            self.sinks.append(PostgisStore(settings.postgis, str(settings.source), flat_nodes=settings.flat_nodes,
+                                           expire=expire))
         self.error: str | None = None
         self.applied: list[int] = []
+        self.jobs: list[tuple[int, int]] = []  # (first, last) of each batch applied
+        self.failures = 0  # in a row; reset by a successful round
+        self.retries = 0  # rounds that failed and were retried, in all
         self.finished = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -68,81 +104,90 @@ class Follower:
         if self._task is not None:
             await self._task
 
-    def store_sequence(self) -> int | None:
-        try:
-            return GeometryStore.of_store(self.settings.store).sequence
-        except GeometryStoreError as exc:
-            raise ReplicationError(str(exc)) from None
-
     async def _run(self) -> None:
+        s = self.settings
         try:
+            await asyncio.to_thread(clear_spool, s.spool_dir)
             while not self._stopping.is_set():
+                delay = s.interval
                 try:
                     await self.catch_up()
-                except (QBrokerError, TimeoutError) as exc:
-                    if self.settings.once:
-                        raise ReplicationError(f"the bridge did not answer: {exc}") from None
-                    log.warning("bridge unavailable; trying again at the next poll", error=str(exc)[:300])
-                if self.settings.once:
+                    self.failures = 0
+                except (QBrokerError, TimeoutError, SourceUnavailable) as exc:
+                    what = "source" if isinstance(exc, SourceUnavailable) else "bridge"
+                    if s.once:
+                        raise ReplicationError(f"the {what} did not answer: {exc}") from None
+                    self.failures += 1
+                    self.retries += 1
+                    delay = backoff(self.failures, s.interval, s.max_backoff)
+                    log.warning(f"{what} unavailable; backing off", error=str(exc)[:300], failures=self.failures,
+                                retry_in=round(delay, 2))
+                if s.once:
                     break
                 try:
-                    await asyncio.wait_for(self._stopping.wait(), self.settings.interval)
+                    await asyncio.wait_for(self._stopping.wait(), delay)
                 except TimeoutError:
                     pass
         except ReplicationError as exc:
             self.error = str(exc)
             log.error("replication stopped", error=self.error)
         finally:
+            self.source.close()
             self.finished.set()
 
+    def _position(self, sink: Sink) -> int:
+        position = sink.position()
+        if position is not None:
+            return position
+        if self.settings.start is None:
+            where = self.settings.store if sink is self.embedded else "the PostGIS store"
+            raise ReplicationError(f"{where}: the store has no replication sequence yet; "
+                                   "pass --start N (the first diff to apply)")
+        return self.settings.start - 1
+
     async def catch_up(self) -> list[int]:
-        """Apply every published diff after the store's sequence, in order; returns the sequences applied."""
+        """Apply every published diff after the stores' sequences, in order; returns the sequences applied."""
         s = self.settings
-        published = (await asyncio.to_thread(read_state, s.source / "state.txt")).sequence
-        current = self.store_sequence()
-        if current is None:
-            if s.start is None:
-                raise ReplicationError(f"{s.store}: the store has no replication sequence yet; "
-                                       "pass --start N (the first diff to apply)")
-            current = s.start - 1
+        published = (await asyncio.to_thread(self.source.latest)).sequence
         done: list[int] = []
-        for sequence in range(current + 1, published + 1):
-            if self._stopping.is_set():
+        while not self._stopping.is_set():
+            positions = [await asyncio.to_thread(self._position, sink) for sink in self.sinks]
+            low = min(positions)
+            if low >= published:
                 break
-            await self.apply(sequence, published)
-            done.append(sequence)
+            last = min(published, low + s.batch)
+            # Never across a store's sequence (nor the rendering store's, ahead after a crash): each store
+            # gets exactly the diffs after its own.
+            for bound in [*positions, await asyncio.to_thread(self.embedded.render_position)]:
+                if bound is not None and low < bound < last:
+                    last = bound
+            batch = await asyncio.to_thread(build_batch, self.source, low + 1, last, s.spool_dir, published=published)
+            try:
+                await self._apply(batch, [sink for sink, at in zip(self.sinks, positions, strict=True) if at == low])
+            finally:
+                batch.discard()
+            done.extend(batch.sequences)
         return done
 
-    async def apply(self, sequence: int, published: int) -> dict[str, Any]:
-        s = self.settings
-        diff, state_file = diff_path(s.source, sequence), state_path(s.source, sequence)
-        if not diff.is_file():
-            raise ReplicationError(f"gap: {diff} is missing (state.txt is at {published}, the store needs "
-                                   f"{sequence} next); nothing was applied")
-        state = await asyncio.to_thread(read_state, state_file)
-        if state.sequence != sequence:
-            raise ReplicationError(f"{state_file}: says sequence {state.sequence}, expected {sequence}")
+    async def _apply(self, batch: Batch, sinks: list[Sink]) -> None:
+        bound = log.bind(correlation_id=uuid.uuid4().hex[:12], first=batch.first, last=batch.last)
         started = time.monotonic()
-        try:
-            reply = await self.unit.call(EXPIRE, {
-                "paths": [str(diff.resolve())], "store": s.store_name, "sequence": sequence,
-                "min_zoom": s.min_zoom, "max_zoom": s.max_zoom, "wait": True,
-            }, timeout=s.call_timeout)
-        except RequestFailed as exc:  # the bridge refused or the job failed: the diff is not applied
-            raise ReplicationError(f"diff {sequence} ({diff}): {exc}") from None
-        result = reply.get("result") or {}
-        store = result.get("store") or {}
-        if not store.get("applied") and "replay" not in store:
-            raise ReplicationError(f"diff {sequence} ({diff}): the bridge did not apply it ({store})")
-        self.applied.append(sequence)
-        await asyncio.to_thread(self._write_status, sequence, state.timestamp, result)
-        log.info("diff applied", sequence=sequence, timestamp=state.timestamp, replay=store.get("replay"),
-                 metatiles=result.get("total_metatiles"), seconds=round(time.monotonic() - started, 2))
-        return dict(result)
+        results: dict[str, dict[str, Any]] = {}
+        for sink in sinks:
+            results[sink.name] = await sink.apply(batch)
+        self.applied.extend(batch.sequences)
+        self.jobs.append((batch.first, batch.last))
+        result = results.get(EmbeddedStore.name, {})
+        await asyncio.to_thread(self._write_status, batch, result, sorted(results))
+        bound.info("diffs applied", stores=sorted(results), timestamp=batch.timestamp,
+                   replay=(result.get("store") or {}).get("replay"), metatiles=result.get("total_metatiles"),
+                   seconds=round(time.monotonic() - started, 2))
 
-    def _write_status(self, sequence: int, timestamp: str | None, result: dict[str, Any]) -> None:
-        """For operators: what was applied last (the store's manifest stays the record of progress)."""
-        status = {"source": str(self.settings.source), "sequence": sequence, "timestamp": timestamp,
+    def _write_status(self, batch: Batch, result: dict[str, Any], stores: list[str]) -> None:
+        """For operators: what was applied last (each store's own record stays the record of progress)."""
+        source = self.settings.source
+        status = {"source": source if is_url(source) else str(source), "sequence": batch.last,
+                  "first_sequence": batch.first, "timestamp": batch.timestamp, "stores": stores,
                   "applied_at": time.time(), "metatiles": result.get("total_metatiles"),
                   "inputs": result.get("inputs")}
         path = self.settings.store / STATUS_FILE

@@ -1,7 +1,9 @@
-"""``toposm-replicate --source DIR --store DIR``: follow OSM replication diffs into a store (QBROKER_URL).
+"""``toposm-replicate --source DIR|URL --store DIR``: follow OSM replication diffs into a store (QBROKER_URL).
 
 The Spark bridge must run with ``--store DIR`` for the same store (it applies the diffs and publishes the
-expirations) and with the replication directory under one of its ``--input-root`` directories.
+expirations), with the spool (default ``STORE/replication-spool``, where the merged diffs are written)
+under one of its ``--input-root`` directories. With ``--postgis DSN`` a PostGIS store imported with
+``toposm-import --postgis`` is kept current too, with osm2pgsql.
 """
 
 from __future__ import annotations
@@ -13,34 +15,60 @@ from pathlib import Path
 from qbroker import Unit
 from qbroker.runner import serve
 from services.replicate.follower import Follower, FollowSettings
+from services.replicate.source import is_url
 
 APP = "toposm.replicate"
 
 
 def parse_args(argv: list[str] | None = None) -> FollowSettings:
     p = argparse.ArgumentParser(prog="toposm-replicate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--source", type=Path, required=True,
-                   help="replication directory (state.txt, 000/000/001.osc.gz, 000/000/001.state.txt)")
+    p.add_argument("--source", required=True,
+                   help="replication directory or its http(s):// URL, e.g. "
+                        "https://planet.openstreetmap.org/replication/minute/ (state.txt, 000/000/001.osc.gz, ...)")
     p.add_argument("--store", type=Path, required=True, help="the store (toposm-import --store) to keep current")
     p.add_argument("--store-name", help="the store's name on the bridge (default: the directory's name)")
-    p.add_argument("--start", type=int, help="first sequence to apply when the store has none yet")
+    p.add_argument("--start", type=int, help="first sequence to apply when a store has none yet")
     p.add_argument("--interval", type=float, default=60.0, help="seconds between looks at state.txt")
     p.add_argument("--once", action="store_true", help="apply what is published, then exit")
     p.add_argument("--min-zoom", type=int, default=10)
     p.add_argument("--max-zoom", type=int, default=18)
-    p.add_argument("--call-timeout", type=float, default=3600.0, help="seconds to wait for one diff's job")
+    p.add_argument("--call-timeout", type=float, default=3600.0, help="seconds to wait for one job of the bridge")
+    p.add_argument("--batch", type=int, default=10, help="diffs merged into one job at most when behind")
+    p.add_argument("--max-backoff", type=float, default=900.0,
+                   help="longest wait, in seconds, when the source or the bridge keeps failing")
+    p.add_argument("--spool", type=Path, help="where merged diffs are written for the bridge (under one of its "
+                                              "--input-root; default STORE/replication-spool)")
+    p.add_argument("--http-timeout", type=float, default=60.0, help="seconds per HTTP request")
+    p.add_argument("--postgis", metavar="DSN", help="also keep this PostGIS store current (osm2pgsql --append)")
+    p.add_argument("--flat-nodes", type=Path, metavar="FILE", help="with --postgis: the import's flat-nodes file")
+    p.add_argument("--expire-output", type=Path, metavar="FILE",
+                   help="with --postgis: append osm2pgsql's expired tiles (--min-zoom..--max-zoom) to FILE")
     a = p.parse_args(argv)
-    if not (a.source / "state.txt").is_file():
+    source: Path | str = a.source
+    if is_url(a.source):
+        source = a.source if a.source.endswith("/") else a.source + "/"
+    elif "://" in a.source:
+        p.error(f"--source {a.source}: only http:// and https:// URLs, or a directory")
+    elif not (Path(a.source) / "state.txt").is_file():
         p.error(f"--source {a.source}: no state.txt (not a replication directory)")
+    else:
+        source = Path(a.source).resolve()
     if not (a.store / "geometry").is_dir():
         p.error(f"--store {a.store}: no geometry store (import the extract with toposm-import)")
-    if a.interval <= 0 or a.call_timeout <= 0 or (a.start is not None and a.start < 0):
-        p.error("--interval and --call-timeout must be positive, --start not negative")
+    if min(a.interval, a.call_timeout, a.max_backoff, a.http_timeout) <= 0 or (a.start is not None and a.start < 0):
+        p.error("--interval, --call-timeout, --max-backoff and --http-timeout must be positive, --start not negative")
+    if a.batch < 1:
+        p.error("--batch must be at least 1")
     if not 0 <= a.min_zoom <= a.max_zoom <= 22:
         p.error("zooms must satisfy 0 <= --min-zoom <= --max-zoom <= 22")
-    return FollowSettings(source=a.source.resolve(), store=a.store.resolve(),
-                          store_name=a.store_name or a.store.resolve().name, start=a.start, interval=a.interval,
-                          once=a.once, min_zoom=a.min_zoom, max_zoom=a.max_zoom, call_timeout=a.call_timeout)
+    if (a.flat_nodes or a.expire_output) and not a.postgis:
+        p.error("--flat-nodes and --expire-output go with --postgis")
+    return FollowSettings(source=source, store=a.store.resolve(), store_name=a.store_name or a.store.resolve().name,
+                          start=a.start, interval=a.interval, once=a.once, min_zoom=a.min_zoom, max_zoom=a.max_zoom,
+                          call_timeout=a.call_timeout, batch=a.batch, max_backoff=a.max_backoff,
+                          spool=a.spool.resolve() if a.spool else None, http_timeout=a.http_timeout,
+                          postgis=a.postgis, flat_nodes=a.flat_nodes.resolve() if a.flat_nodes else None,
+                          expire_output=a.expire_output.resolve() if a.expire_output else None)
 
 
 class _Process(Follower):

@@ -40,6 +40,8 @@ class ExpireRequest(_Request):
     store: str | None = Field(None, min_length=1, max_length=4096, description="A store this bridge was "
                               "started with (--store): resolve the diff against its geometry, then apply it.")
     sequence: int | None = Field(None, ge=0, description="With store: the diff's replication sequence number.")
+    first_sequence: int | None = Field(None, ge=0, description="With sequence: the diff merges the replication "
+                                       "diffs first_sequence..sequence (default: it is diff sequence alone).")
     apply: bool = Field(True, description="With store: apply the diff to the store (false: expire only).")
 
     @model_validator(mode="after")
@@ -48,6 +50,8 @@ class ExpireRequest(_Request):
             raise ValueError(f"min_zoom ({self.min_zoom}) is greater than max_zoom ({self.max_zoom})")
         if self.store is None and (self.sequence is not None or not self.apply):
             raise ValueError("sequence and apply only go with store")
+        if self.first_sequence is not None and (self.sequence is None or self.first_sequence > self.sequence):
+            raise ValueError("first_sequence needs a sequence at or above it")
         return self
 
 

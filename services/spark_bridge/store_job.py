@@ -51,6 +51,7 @@ class StoreJob:
     apply: bool  # false: expire against the store without changing it (a dry run, benchmarks)
     # Store partitions a lookup step may read on the driver (decoded bytes); more goes to Spark (store_lookup).
     driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES
+    first_sequence: int | None = None  # a merged diff of first_sequence..sequence (toposm-replicate catching up)
 
 
 def _base_tiles(segments: DataFrame, zoom: int) -> DataFrame:
@@ -85,7 +86,7 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
         raise
     with geometry.locked() as manifest:
         try:
-            replay = check_sequence(manifest, job.sequence, sha256)
+            replay = check_sequence(manifest, job.sequence, sha256, first=job.first_sequence)
         except SequenceGap:
             read_diff(osc_path)  # an unreadable diff is reported as such before any sequence problem
             raise
@@ -126,7 +127,7 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
             out["published"] = publish(collected, params, ctx)
         if job.apply:
             ctx.set_phase("geometry store")
-            applied = apply_locked(geometry, manifest, diff, job.sequence)
+            applied = apply_locked(geometry, manifest, diff, job.sequence, first=job.first_sequence)
             store_out.update(applied)
         out["store"] = store_out
     out["inputs"] = {k: v for k, v in ctx.counters.items() if k not in ("tiles", "metatiles", "published")}

@@ -66,4 +66,4 @@ def store_job_for(stores: Stores, request: ExpireRequest, inputs: list[ExpireInp
     if len(inputs) != 1 or inputs[0].kind is not InputKind.OSC:
         raise RequestFailed("bad_input", "with store, paths must name exactly one osmChange file (.osc or .osc.gz)")
     return StoreJob(store_dir=store_dir, sequence=request.sequence, apply=request.apply,
-                    driver_lookup_bytes=stores.driver_lookup_bytes)
+                    driver_lookup_bytes=stores.driver_lookup_bytes, first_sequence=request.first_sequence)

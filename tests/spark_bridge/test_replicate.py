@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 
 from services.osmstore.geometry import GeometryStore
-from services.osmstore.replication import ReplicationError, ReplicationState, diff_path, state_path, write_state
-from services.replicate.follower import Follower, FollowSettings
-from services.spark_bridge.limits import BridgeLimits
-from services.spark_bridge.service import SparkBridge
+from services.osmstore.replication import ReplicationError, ReplicationState, write_state
+from services.replicate.follower import Follower
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
-from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml
+from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract
+from tests.spark_bridge.replicate_helpers import edits, publish, settings, store_bridge  # noqa: F401 - fixture
 
 BIN = Path(sys.executable).parent
 
@@ -27,46 +26,6 @@ BIN = Path(sys.executable).parent
 @pytest.fixture(scope="module")
 def extract(helsinki: Path) -> Extract:
     return read_extract(helsinki)
-
-
-@pytest.fixture
-async def store_bridge(make_unit, spark, tmp_path, store):
-    unit = await make_unit("spark.bridge")
-    limits = BridgeLimits(max_tiles=10**8, max_tiles_per_geometry=10**8)
-    service = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, input_roots=[tmp_path], limits=limits,
-                          stores=[store])
-    await unit.start()
-    yield service
-    await service.close()
-
-
-def publish(source: Path, sequence: int, text: str | bytes) -> None:
-    """Publish a diff as OSM does: the diff and its state file first, the top-level state.txt last."""
-    path = diff_path(source, sequence)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(text if isinstance(text, bytes) else gzip.compress(text.encode()))
-    stamp = f"2026-11-24T00:{sequence:02d}:00Z"
-    write_state(state_path(source, sequence), ReplicationState(sequence, stamp))
-    write_state(source / "state.txt", ReplicationState(sequence, stamp))
-
-
-def edits(extract: Extract) -> list[str]:
-    street = next(w for w, (refs, tags) in sorted(extract.ways.items())
-                  if tags.get("name") == "Mikonkatu" and tags.get("highway"))
-    refs, tags = extract.ways[street]
-    moved = refs[1]
-    lon, lat = extract.nodes[moved]
-    corners = [(24.9440, 60.1700), (24.9444, 60.1700), (24.9444, 60.1702), (24.9440, 60.1702)]
-    nodes = [node_xml(9_300_000_001 + i, x, y, version=1) for i, (x, y) in enumerate(corners)]
-    ring = [9_300_000_001 + i for i in range(4)] + [9_300_000_001]
-    return [osc(modify=[way_xml(street, refs, {**tags, "name": "Qbrokerinkatu"})]),
-            osc(modify=[node_xml(moved, lon + 0.0005, lat + 0.0002)]),
-            osc(create=[*nodes, way_xml(9_300_000_100, ring, {"building": "yes"}, version=1)])]
-
-
-def settings(source: Path, store: Path, **kw) -> FollowSettings:
-    return FollowSettings(source=source, store=store, store_name=store.name, min_zoom=14, max_zoom=16,
-                          call_timeout=600, **kw)
 
 
 async def test_follows_in_order_and_resumes_after_a_restart(store_bridge, make_unit, store, extract,
@@ -86,6 +45,7 @@ async def test_follows_in_order_and_resumes_after_a_restart(store_bridge, make_u
     follower = Follower(await make_unit("toposm.replicate"), settings(source, store, start=1))
     await follower.unit.start()
     assert await follower.catch_up() == [1, 2]
+    assert follower.jobs == [(1, 2)]  # behind by two: one job of the bridge for both, merged
     assert GeometryStore.of_store(store).sequence == 2
     db = sqlite3.connect(store / "render.sqlite")
     assert db.execute("SELECT value FROM meta WHERE key = 'sequence'").fetchone() == ("2",)
@@ -99,7 +59,8 @@ async def test_follows_in_order_and_resumes_after_a_restart(store_bridge, make_u
     assert await restarted.catch_up() == [3]
     assert await restarted.catch_up() == []  # nothing new: nothing repeated
     manifest = GeometryStore.of_store(store).manifest()
-    assert [a["sequence"] for a in manifest.applied] == [1, 2, 3] and manifest.sequence == 3
+    assert [(a.get("first_sequence"), a["sequence"]) for a in manifest.applied] == [(1, 2), (None, 3)]
+    assert manifest.sequence == 3
     assert db.execute("SELECT name FROM buildings WHERE osm_id = 9300000100").fetchone() is not None
     assert expirations  # the bridge published what the queuemaster re-renders
 
