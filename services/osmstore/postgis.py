@@ -63,7 +63,7 @@ def append_postgis(osc: Path, dsn: str, *, flat_nodes: Path | None = None, expir
 
     ``flat_nodes`` must be the file the import used (node locations live there, not in the database)."""
     if flat_nodes is None and _uses_flat_nodes(dsn):
-        raise ImportFailed("the PostGIS store was imported with --flat-nodes (planet_osm_nodes is empty): "
+        raise ImportFailed("the PostGIS store was imported with --flat-nodes (no planet_osm_nodes): "
                            "pass the same file")
     if flat_nodes is not None and not flat_nodes.is_file():
         raise ImportFailed(f"--flat-nodes {flat_nodes}: no such file (it is written by the import)")
@@ -107,7 +107,8 @@ def psql(dsn: str, script: str, **variables: str) -> str:
 
 
 def _uses_flat_nodes(dsn: str) -> bool:
-    return psql(dsn, "SELECT NOT EXISTS (SELECT 1 FROM planet_osm_nodes) AND EXISTS (SELECT 1 FROM planet_osm_ways)"
+    # With --flat-nodes osm2pgsql (1.8, Debian 12) creates no planet_osm_nodes table.
+    return psql(dsn, "SELECT to_regclass('planet_osm_ways') IS NOT NULL AND to_regclass('planet_osm_nodes') IS NULL"
                 ) == "t"
 
 

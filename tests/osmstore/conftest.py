@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,3 +42,16 @@ def store(imported_store: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "store"
     shutil.copytree(imported_store, copy)
     return copy
+
+
+@pytest.fixture(scope="module")
+def postgis_dsn() -> Iterator[str]:
+    """A database of its own per test module (bin/ensure-postgis installs and starts what is missing)."""
+    db = f"toposm_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    out = subprocess.run([str(ROOT / "bin" / "ensure-postgis"), db], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, f"bin/ensure-postgis (PostgreSQL, PostGIS, osm2pgsql) failed: {out.stderr}"
+    dsn = out.stdout.strip().splitlines()[-1]
+    yield dsn
+    # WITH (FORCE): mapnik's postgis plugin keeps its pooled connections open
+    subprocess.run(["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-c",
+                    f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], capture_output=True, timeout=60)

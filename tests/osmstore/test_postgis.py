@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import io
-import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import mercantile
@@ -17,21 +15,8 @@ from services.osmstore.postgis import import_postgis
 from services.osmstore.style import ROAD_COLOURS
 from services.tiles.renderer.backends.mapnik_backend import MapnikBackend
 from services.tiles.tilemath import Tile
-from tests.osmstore.conftest import ROOT
 from tests.osmstore.osm_fixtures import read_extract
 from tests.osmstore.test_render import _middle_of, _share_near
-
-
-@pytest.fixture(scope="module")
-def postgis_dsn() -> Iterator[str]:
-    db = f"toposm_test_{os.getpid()}"
-    out = subprocess.run([str(ROOT / "bin" / "ensure-postgis"), db], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    dsn = out.stdout.strip().splitlines()[-1]
-    yield dsn
-    # WITH (FORCE): mapnik's postgis plugin keeps its pooled connections open
-    subprocess.run(["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-c",
-                    f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], capture_output=True, timeout=60)
 
 
 def test_osm2pgsql_import_and_render(postgis_dsn: str, helsinki: Path) -> None:
