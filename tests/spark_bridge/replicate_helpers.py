@@ -25,6 +25,19 @@ async def store_bridge(make_unit, spark, tmp_path, store):
     await service.close()
 
 
+async def listen_for_expirations(make_unit) -> list[str]:
+    """The bodies of the expire_toposm alerts the bridge publishes from now on (``z/x/y;z/x/y...``)."""
+    bodies: list[str] = []
+    listener = await make_unit("test.replicate.listener")
+
+    @listener.on_alert("expire_toposm")
+    async def on_expire(body: str) -> None:
+        bodies.append(body)
+
+    await listener.start()
+    return bodies
+
+
 def publish(source: Path, sequence: int, text: str | bytes) -> None:
     """Publish a diff as OSM does: the diff and its state file first, the top-level state.txt last."""
     path = diff_path(source, sequence)

@@ -18,7 +18,13 @@ from services.osmstore.replication import ReplicationError, ReplicationState, wr
 from services.replicate.follower import Follower
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
 from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract
-from tests.spark_bridge.replicate_helpers import edits, publish, settings, store_bridge  # noqa: F401 - fixture
+from tests.spark_bridge.replicate_helpers import (  # noqa: F401 - store_bridge is a fixture
+    edits,
+    listen_for_expirations,
+    publish,
+    settings,
+    store_bridge,
+)
 
 BIN = Path(sys.executable).parent
 
@@ -34,14 +40,7 @@ async def test_follows_in_order_and_resumes_after_a_restart(store_bridge, make_u
     first, second, third = edits(extract)
     publish(source, 1, first)
     publish(source, 2, second)
-    expirations: list[str] = []
-    listener = await make_unit("test.replicate.listener")
-
-    @listener.on_alert("expire_toposm")
-    async def on_expire(body: str) -> None:
-        expirations.append(body)
-
-    await listener.start()
+    expirations = await listen_for_expirations(make_unit)
     follower = Follower(await make_unit("toposm.replicate"), settings(source, store, start=1))
     await follower.unit.start()
     assert await follower.catch_up() == [1, 2]

@@ -20,7 +20,12 @@ from services.replicate.sinks import PostgisStore
 from services.replicate.source import LocalSource
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, postgis_dsn, store  # noqa: F401
 from tests.osmstore.osm_fixtures import node_xml, osc, read_extract, way_xml
-from tests.spark_bridge.replicate_helpers import publish, settings, store_bridge  # noqa: F401 - fixture
+from tests.spark_bridge.replicate_helpers import (  # noqa: F401 - store_bridge is a fixture
+    listen_for_expirations,
+    publish,
+    settings,
+    store_bridge,
+)
 
 MIN_Z, MAX_Z = 14, 16
 
@@ -43,14 +48,7 @@ async def test_postgis_kept_current_and_bridge_expiry_covers_osm2pgsql(store_bri
     ring = [NEW_BUILDING_ID + 1 + i for i in range(4)] + [NEW_BUILDING_ID + 1]
     publish(source, 2, osc(modify=[node_xml(refs[len(refs) // 2], lon + 0.0004, lat - 0.0003, version=50),
                                    way_xml(NEW_BUILDING_ID, ring, {"building": "yes", "name": "Qbroker Hall"})]))
-    published: list[str] = []
-    listener = await make_unit("test.replicate.listener")
-
-    @listener.on_alert("expire_toposm")
-    async def on_expire(body: str) -> None:
-        published.append(body)
-
-    await listener.start()
+    published = await listen_for_expirations(make_unit)
     expired = tmp_path / "osm2pgsql-expired.list"
     follower = Follower(await make_unit("toposm.replicate"),
                         settings(source, store, start=1, postgis=postgis_dsn, expire_output=expired))
