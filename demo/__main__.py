@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from urllib.parse import urlsplit
 
 import qbroker
 from demo.accounts import DemoAccounts, demo_accounts
+from demo.leftovers import PidFile, clear_leftovers, stop_on_signals
 from demo.osm_changes import DemoEdit, helsinki_edit, publish
 from demo.stack import free_port, start_stack, tile_at, write_overview
 from qbroker import QBrokerError, Unit
@@ -94,8 +96,14 @@ async def replicate(workdir: Path, store: Path, env: dict[str, str] | None) -> d
     proc = await asyncio.create_subprocess_exec(
         str(BIN / "toposm-replicate"), "--source", str(workdir / "replication"), "--store", str(store),
         "--start", "1", "--once", "--min-zoom", "12", "--max-zoom", "17",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
-    out, _ = await asyncio.wait_for(proc.communicate(), 600)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True)
+    PidFile(workdir).add(proc.pid)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), 600)
+    except BaseException:  # interrupted (a signal, a timeout): it must not outlive the demo
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
     (workdir / "replicate.log").write_bytes(out)
     if proc.returncode != 0:
         raise RuntimeError(f"toposm-replicate failed ({proc.returncode}): {out.decode()[-1000:]}")
@@ -108,7 +116,10 @@ async def run(workdir: Path, renderers: int, web_url: str, keep_running: bool, e
     lon, lat = edit.centre
     async with Unit("qbroker.demo") as unit:
         await wait_web(web_url)
+        # The map opens on the data anyway; this link opens it on the edited street, in the map's own URL form.
+        street_map = f"{web_url}/map#map=17/{lat:.5f}/{lon:.5f}"
         step(f"live status page {web_url}/   slippy map {web_url}/map   metrics {web_url}/metrics")
+        print(f"  the edited street (Mikonkatu) on the map: {street_map}", flush=True)
         step("waiting for the queuemaster, the renderers and the Spark bridge")
         deadline = time.monotonic() + 120
         while len((await wait_until_answering(unit, QM, {"command": "stats"}, 60))["renderers"]) < renderers:
@@ -182,7 +193,7 @@ async def run(workdir: Path, renderers: int, web_url: str, keep_running: bool, e
         step(f"map tiles are in {workdir / 'tiles'}; overview mosaics: {', '.join(overviews)}")
         print("  map data © OpenStreetMap contributors (ODbL 1.0)")
         if keep_running:
-            step(f"still running: status {web_url}/  map {web_url}/map  (Ctrl-C stops)")
+            step(f"still running: status {web_url}/  map {street_map}  (Ctrl-C, SIGTERM or SIGHUP stops)")
             await asyncio.Event().wait()
 
 
@@ -201,12 +212,15 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("var/demo"))
     parser.add_argument("--renderers", type=int, default=2)
     parser.add_argument("--web-port", type=int, default=8080, help="toposm-web's port (another if taken)")
-    parser.add_argument("--keep-running", action="store_true", help="leave the services up until Ctrl-C")
+    parser.add_argument("--keep-running", action="store_true",
+                        help="leave the services up until Ctrl-C (or SIGTERM, SIGHUP)")
     parser.add_argument("--accounts", action=argparse.BooleanOptionalAction, default=None,
                         help="one broker account per program, made with `qbroker provision` (needs rabbitmqctl "
                         "on this host) and deleted afterwards; see docs/security.md. Default: on when the "
                         "broker is local and rabbitmqctl can be run here")
     args = parser.parse_args()
+    # A closed terminal (SIGHUP), `timeout` or a supervisor (SIGTERM) stop the demo as Ctrl-C does.
+    stop_on_signals(signal.SIGTERM, signal.SIGHUP)
     # The demo's own corner of the broker: a prefix keeps it out of the way of other traffic on the vhost.
     os.environ.setdefault("QBROKER_EXCHANGE_PREFIX", "demo.")
     os.environ.setdefault("QBROKER_LOG_LEVEL", "WARNING")
@@ -215,18 +229,26 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"qbroker demo on {qbroker.Config().urls[0].split('@')[-1]} (exchange prefix "
           f"{os.environ['QBROKER_EXCHANGE_PREFIX']!r}); logs in {workdir}")
-    with contextlib.ExitStack() as stack:
-        accounts = None
-        use_accounts, why = (args.accounts, "as asked") if args.accounts is not None else can_provision_here()
+    use_accounts, why = (args.accounts, "as asked") if args.accounts is not None else can_provision_here()
+    done = "services stopped." + (" Broker accounts deleted." if use_accounts else "")
+    try:
+        cleared = clear_leftovers(workdir, accounts=use_accounts)
+        if cleared:
+            print(f"  {cleared}")
         print(f"  broker accounts per program: {'yes' if use_accounts else 'no'} ({why})")
-        if use_accounts:
-            accounts = stack.enter_context(demo_accounts(workdir, qbroker.Config().url,
-                                                         os.environ["QBROKER_EXCHANGE_PREFIX"]))
-            # this process (and the `qbroker call` it runs) is a client like any other
-            os.environ.update({k: v for k, v in accounts.env("client").items() if k.startswith("QBROKER_")})
-            print(f"  accounts: {', '.join(sorted(accounts.names.values()))}")
-        run_demo(args, workdir, accounts)
-    print("\ndemo finished: services stopped.")
+        with contextlib.ExitStack() as stack:
+            accounts = None
+            if use_accounts:
+                accounts = stack.enter_context(demo_accounts(workdir, qbroker.Config().url,
+                                                             os.environ["QBROKER_EXCHANGE_PREFIX"]))
+                # this process (and the `qbroker call` it runs) is a client like any other
+                os.environ.update({k: v for k, v in accounts.env("client").items() if k.startswith("QBROKER_")})
+                print(f"  accounts: {', '.join(sorted(accounts.names.values()))}")
+            run_demo(args, workdir, accounts)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM/SIGHUP (stop_on_signals)
+        print(f"\ndemo stopped ({stop or 'SIGINT'}): {done}", flush=True)
+        return
+    print(f"\ndemo finished: {done}")
 
 
 def prepare_data(workdir: Path) -> tuple[Path, DemoEdit]:
@@ -259,21 +281,23 @@ def run_demo(args: argparse.Namespace, workdir: Path, accounts: DemoAccounts | N
         stdout=bridge_log, stderr=subprocess.STDOUT, start_new_session=True,
         env=accounts.env("spark") if accounts is not None else None,
     )
+    pids = PidFile(workdir)
+    pids.add(bridge.pid)
     try:
         port = free_port(args.web_port)
         with start_stack(workdir, renderers=args.renderers, backend="mapnik", web_port=port,
-                         env_for=accounts.env if accounts is not None else None, store=store):
+                         env_for=accounts.env if accounts is not None else None, store=store) as procs:
+            pids.add(*(p.pid for p in procs))
             qbroker.run(run(workdir, args.renderers, f"http://127.0.0.1:{port}", args.keep_running, edit, store,
                             accounts.env("client") if accounts is not None else None))
-    except KeyboardInterrupt:
-        pass
     finally:
         bridge.terminate()
         try:
             bridge.wait(30)
         except subprocess.TimeoutExpired:
-            bridge.kill()
+            os.killpg(bridge.pid, signal.SIGKILL)  # its Spark JVM too
         bridge_log.close()
+        pids.stop_leftovers()  # all stopped above; this forgets the file (and stops anything that lingered)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from demo.leftovers import DEPLOYMENT_FILE
 from qbroker.cli.cmd_provision import apply, remove
 from qbroker.cli.deployment import load_deployment, service_env
 
@@ -37,7 +38,8 @@ def demo_accounts(workdir: Path, url: str, prefix: str) -> Iterator[DemoAccounts
     vhost = unquote(parts.path[1:]) or "/"
     tag = uuid.uuid4().hex[:6]  # two demos on one broker never share accounts
     names = {program: f"demo-{tag}-{program}" for program in ROLES}
-    description = workdir / "deployment.toml"
+    # Kept until the accounts are deleted: a run killed before that leaves it for the next (demo/leftovers.py).
+    description = workdir / DEPLOYMENT_FILE
     accounts = "".join(f'[[account]]\nname = "{names[p]}"\nrole = "{role}"\n\n' for p, role in ROLES.items())
     description.write_text(f'vhost = "{vhost}"\nexchange_prefix = "{prefix}"\nsecrets_dir = "secrets"\n\n'
                            f"{accounts}")
@@ -50,3 +52,4 @@ def demo_accounts(workdir: Path, url: str, prefix: str) -> Iterator[DemoAccounts
         yield DemoAccounts(names, files, env)
     finally:
         remove(deployment)
+        description.unlink(missing_ok=True)

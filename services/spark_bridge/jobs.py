@@ -148,7 +148,10 @@ class JobManager:
 
     def _finish(self, record: JobRecord, ctx: JobContext, state: JobState, error: str | None = None) -> None:
         record.state, record.error, record.finished_at = state, error, time.time()
-        record.phase, record.counters = ctx.phase, dict(ctx.counters)
+        # A job that succeeded is done, whatever its last step was called; one that failed or was cancelled
+        # keeps the phase it stopped in (where to look).
+        record.phase = "done" if state is JobState.SUCCEEDED else ctx.phase
+        record.counters = dict(ctx.counters)
         ctx.log(f"{state.value}" + (f": {error}" if error else ""))
         self.store.save(record)
 

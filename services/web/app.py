@@ -20,6 +20,7 @@ from aiohttp import web
 from services.tiles.tilemath import Tile, TileError, ZoomRange, parse_tile
 
 from .cache_policy import NO_STORE, CachePolicy
+from .extent import tile_root_extent
 from .status import StatusModel
 from .tiles import TileRefused, TileServer
 from .web_metrics import WebMetrics
@@ -82,6 +83,7 @@ class WebApp:
         app.router.add_get("/events", self.events)
         app.router.add_get("/api/status", self.api_status)
         app.router.add_get("/api/overlay", self.api_overlay)
+        app.router.add_get("/api/extent", self.api_extent)
         app.router.add_post("/api/render", self.api_render)
         app.router.add_get("/tiles/{z}/{x}/{y}.png", self.tile)
         app.router.add_get("/metrics", self.prometheus)
@@ -129,6 +131,10 @@ class WebApp:
         items = self.status.tracker.items()[-MAX_OVERLAY:]
         return json_response({"metatiles": [{"z": m.z, "mx": m.mx, "my": m.my, "side": m.side, "state": state}
                                             for m, state in items], "total": len(self.status.tracker)})
+
+    async def api_extent(self, request: web.Request) -> web.Response:
+        """Where the tile store's data is: the map opens there unless its URL says otherwise."""
+        return json_response(await asyncio.to_thread(tile_root_extent, self.tiles.store.root))
 
     async def api_render(self, request: web.Request) -> web.Response:
         try:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import aiohttp
 from PIL import Image
@@ -21,6 +24,7 @@ async def test_status_page_is_live(bus: TileBus, web: Web, browser: Any, artifac
     bus.queuemaster()
     bus.renderer(threads=2)
     await wait_renderers(await bus.client(), 2)
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Kolkata"})
     await asyncio.to_thread(browser.get, web.url + "/")
     await wait_for(browser, "document.querySelectorAll('#renderers tr td:first-child').length === 2 && "
                             "[...document.querySelectorAll('#renderers td:first-child')]"
@@ -37,8 +41,14 @@ async def test_status_page_is_live(bus: TileBus, web: Web, browser: Any, artifac
                                     "'#counters tr[data-counter=requested]').lastChild.textContent;"
                                     f" return c !== '{before}' && c; }})()")
     assert int(after) > int(before)
-    await wait_for(browser, "[...document.querySelectorAll('#recent td:first-child')]"
-                            ".some(td => td.textContent === '7/0/0')")
+    row = await wait_for(browser, "(() => { const tr = [...document.querySelectorAll('#recent tr')].find("
+                                  "tr => tr.firstChild.textContent === '7/0/0');"
+                                  " return tr && [...tr.children].map(td => td.textContent); })()")
+    # When it finished, on the viewer's clock (UTC+05:30 here), and how long ago.
+    async with aiohttp.ClientSession() as session, session.get(web.url + "/api/status") as response:
+        render = next(r for r in (await response.json())["recent_renders"] if r["metatile"] == "7/0/0")
+    ended = datetime.fromtimestamp(render["start"] + render["duration"], ZoneInfo("Asia/Kolkata"))
+    assert re.fullmatch(ended.strftime("%H:%M:%S") + r" (just now|\d+ s ago)", row[3]), row
     await asyncio.to_thread(browser.save_screenshot, str(artifacts / "status.png"))
 
 

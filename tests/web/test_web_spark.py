@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import aiohttp
 import pytest
@@ -16,6 +19,7 @@ from tests.tiles.conftest import TileBus, eventually
 from tests.web.conftest import start_web, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
+VIEWER_ZONE = "Asia/Kolkata"
 
 
 async def test_jobs_show_on_the_page_and_in_metrics(amqp_url: str, make_unit: Any, browser: Any,
@@ -23,6 +27,8 @@ async def test_jobs_show_on_the_page_and_in_metrics(amqp_url: str, make_unit: An
     tb = TileBus(amqp_url, tmp_path)  # toposm-web on the bridge's vhost; no tile services needed here
     web = start_web(tb)
     try:
+        # The viewer is in India (UTC+05:30, no daylight saving): the page shows times in the viewer's zone.
+        browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": VIEWER_ZONE})
         await asyncio.to_thread(browser.get, web.url + "/")
         await wait_for(browser, "document.body.dataset.version !== '-1'")
         log = tmp_path / "render.log"
@@ -37,6 +43,16 @@ async def test_jobs_show_on_the_page_and_in_metrics(amqp_url: str, make_unit: An
         row = await wait_for(browser, "[...document.querySelectorAll('#jobs tr')].map(tr => tr.textContent)"
                                       f".find(t => t.startsWith('{short}') && t.includes('succeeded'))")
         assert "stats" in row
+        # Its final phase, not the last step it was in ("writing"), and when it finished, in local time.
+        status = await client.call("spark.job", {"command": "status", "job_id": job["job_id"]})
+        assert status["phase"] == "done"
+        finished = datetime.fromtimestamp(status["finished_at"], ZoneInfo(VIEWER_ZONE)).strftime("%H:%M:%S")
+        cells = await wait_for(browser, "(() => { const tr = [...document.querySelectorAll('#jobs tr')].find("
+                                        f"tr => tr.textContent.startsWith('{short}'));"
+                                        " const c = [...tr.children].map(td => td.textContent);"
+                                        " return c[5].startsWith('finished') && c; })()")
+        assert cells[2:4] == ["succeeded", "done"], cells
+        assert re.fullmatch(f"finished {finished} " + r"(just now|\d+ s ago)", cells[5]), cells
 
         async def scraped() -> bool:
             async with aiohttp.ClientSession() as session, session.get(web.url + "/metrics") as response:

@@ -1,9 +1,55 @@
 // Slippy map of the tile store; overlay of metatiles expired or requested; click to request a render.
+// The view lives in the URL hash as on openstreetmap.org (#map=zoom/lat/lon), so a reload or a shared link
+// shows the same place; without one the map opens where the tile store has tiles (/api/extent).
 "use strict";
 
-const params = new URLSearchParams(location.search);
-const map = L.map("map", { worldCopyJump: true }).setView(
-  [Number(params.get("lat") || 20), Number(params.get("lon") || 0)], Number(params.get("zoom") || 2));
+const map = L.map("map", { worldCopyJump: true });
+
+// The view a URL asks for: #map=zoom/lat/lon, or the older ?zoom=&lat=&lon= form; null when it asks none.
+function viewInUrl() {
+  const hash = /^#map=(\d{1,2})\/(-?[\d.]+)\/(-?[\d.]+)$/.exec(location.hash);
+  if (hash) return { zoom: Number(hash[1]), lat: Number(hash[2]), lon: Number(hash[3]) };
+  const params = new URLSearchParams(location.search);
+  if (params.has("lat") && params.has("lon")) {
+    return { zoom: Number(params.get("zoom") || 12), lat: Number(params.get("lat")), lon: Number(params.get("lon")) };
+  }
+  return null;
+}
+
+function showUrlView() {
+  const view = viewInUrl();
+  if (!view || ![view.zoom, view.lat, view.lon].every(Number.isFinite)) return false;
+  map.setView([view.lat, view.lon], Math.min(Math.max(view.zoom, 0), 18));
+  return true;
+}
+
+// As openstreetmap.org: enough decimals to place the centre within a pixel at this zoom.
+function hashOfView() {
+  const zoom = map.getZoom(), centre = map.getCenter().wrap();
+  const decimals = Math.max(0, Math.ceil(Math.log10((256 * 2 ** zoom) / 360)));
+  return `#map=${zoom}/${centre.lat.toFixed(decimals)}/${centre.lng.toFixed(decimals)}`;
+}
+
+map.on("moveend", () => {
+  const hash = hashOfView();
+  if (hash !== location.hash) history.replaceState(null, "", location.pathname + hash);
+});
+window.addEventListener("hashchange", showUrlView);
+
+async function openOnTheData() {
+  try {
+    const extent = await (await fetch("/api/extent")).json();
+    if (extent.bounds) {
+      map.fitBounds(extent.bounds, { maxZoom: extent.zoom });
+      return;
+    }
+  } catch (err) {
+    // no extent: the world view below
+  }
+  map.setView([20, 0], 2);
+}
+
+if (!showUrlView()) openOnTheData();
 const tiles = L.tileLayer("/tiles/{z}/{x}/{y}.png", {
   maxZoom: 18, tileSize: 256, attribution: "© OpenStreetMap contributors",
 }).addTo(map);

@@ -1,0 +1,71 @@
+"""Where the tile store's data is, for the map to open there (``GET /api/extent``).
+
+The deepest zoom that has tiles says best where the map has been drawn (a render writes a whole metatile, and
+the demo's and an operator's renders go deepest where the data is). Its tiles' bounding box is answered as
+latitude/longitude bounds for Leaflet's ``fitBounds``. The scan is capped: on a large store the deepest zooms
+hold millions of tiles, so a zoom with more than ``MAX_SCANNED`` entries gives way to the one above it
+(a quarter as many tiles).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+MAX_SCANNED = 20_000
+
+
+def _numbers(path: Path, suffix: str = "") -> list[int]:
+    """The names in ``path`` that are a number (plus ``suffix``), as numbers; [] when ``path`` is not a dir."""
+    try:
+        names = [entry.name for entry in os.scandir(path)]
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        stem = name[: -len(suffix)] if suffix and name.endswith(suffix) else (None if suffix else name)
+        if stem is not None and stem.isdigit():
+            out.append(int(stem))
+    return out
+
+
+def _latitude(y: float, zoom: int) -> float:
+    return math.degrees(math.atan(math.sinh(math.pi * (1 - 2 * y / (1 << zoom)))))
+
+
+def _longitude(x: float, zoom: int) -> float:
+    return x / (1 << zoom) * 360.0 - 180.0
+
+
+def _zoom_box(root: Path, zoom: int) -> tuple[int, int, int, int] | None:
+    """(min x, min y, max x, max y) of the tiles at ``zoom``; None when none, or too many to scan."""
+    xs = _numbers(root / str(zoom))
+    if len(xs) > MAX_SCANNED:
+        return None
+    scanned, ys_min, ys_max, xs_with = len(xs), [], [], []
+    for x in xs:
+        ys = _numbers(root / str(zoom) / str(x), ".png")
+        scanned += len(ys)
+        if scanned > MAX_SCANNED:
+            return None
+        if ys:
+            xs_with.append(x)
+            ys_min.append(min(ys))
+            ys_max.append(max(ys))
+    if not xs_with:
+        return None
+    return min(xs_with), min(ys_min), max(xs_with), max(ys_max)
+
+
+def tile_root_extent(root: Path) -> dict[str, Any]:
+    """``{"zoom": z, "bounds": [[south, west], [north, east]]}`` of the tiles at the deepest zoom that has any
+    (and is small enough to scan); ``{"zoom": None, "bounds": None}`` for an empty store."""
+    for zoom in sorted(_numbers(root), reverse=True):
+        box = _zoom_box(root, zoom) if zoom <= 30 else None
+        if box is not None:
+            x0, y0, x1, y1 = box
+            return {"zoom": zoom, "bounds": [[_latitude(y1 + 1, zoom), _longitude(x0, zoom)],
+                                             [_latitude(y0, zoom), _longitude(x1 + 1, zoom)]]}
+    return {"zoom": None, "bounds": None}
