@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -15,6 +16,7 @@ from qbroker.context import RequestContext
 from qbroker.envelope import JSON, new_message_id, read_body, read_error, read_header
 from qbroker.errors import QBrokerError
 from qbroker.handlers import run_handler
+from qbroker.middleware import ChainCache, Next, Outcome
 from qbroker.replies import Reply
 
 
@@ -45,6 +47,14 @@ class Dispatch(Protocol):
 class Listener:
     pattern: str
     handler: Dispatch
+    chain: ChainCache = field(default_factory=ChainCache, repr=False, compare=False)  # its middleware chain
+
+    def run(self, bus: Bus) -> Next:
+        """This listener's handler inside the unit's middleware (no built-ins: they are a request's)."""
+        return self.chain.get(bus.middleware, lambda: bus.middleware.build([], self._run))
+
+    async def _run(self, ctx: RequestContext, body: Any) -> Outcome:
+        return await run_handler(self.handler.call, body, ctx, ctx.part or self.pattern, None)
 
 
 async def serve_alert(bus: Bus, listeners: list[Listener], message: AbstractIncomingMessage) -> None:
@@ -53,7 +63,7 @@ async def serve_alert(bus: Bus, listeners: list[Listener], message: AbstractInco
     try:
         header = read_header(message)
         body = read_body(message, accept=bus.config.accept, max_bytes=bus.config.max_body_bytes)
-        error = read_error(message)
+        alert_error = read_error(message)
     except QBrokerError as exc:
         bus.log.warning("malformed alert", name=name, correlation_id=message.message_id, error=str(exc))
         if message.reply_to:
@@ -63,8 +73,9 @@ async def serve_alert(bus: Bus, listeners: list[Listener], message: AbstractInco
     for listener in listeners:
         if not topic_matches(listener.pattern, name):
             continue
-        ctx = RequestContext(header=header, kind="alert", logger=bus.log, error=error)
-        result, error = await run_handler(listener.handler.call, body, ctx, name, None, bus.handler_observers)
+        ctx = RequestContext(header=header, kind="alert", logger=bus.log, message=message, error=alert_error,
+                             part=name)
+        result, error = await listener.run(bus)(ctx, body)
         if error is not None and error.status in ("error", "fail"):
             ctx.log.warning("alert listener failed", pattern=listener.pattern, error=error.message)
         if header.reply_to and (result is not None or error is not None):
@@ -75,13 +86,22 @@ async def serve_alert(bus: Bus, listeners: list[Listener], message: AbstractInco
 async def gather(bus: Bus, name: str, body: Any, *, timeout: float, max_replies: int | None = None,
                  gap: float | None = None, content_type: str = JSON) -> AsyncIterator[Reply]:
     """Broadcast ``name`` and yield replies until ``max_replies``, the deadline, or ``gap`` of silence."""
+    with bus.middleware.sending("gather", name) as sending:
+        replies = _gather(bus, name, body, timeout, max_replies, gap, content_type, sending.headers)
+        async with contextlib.aclosing(replies):  # an early break closes the gather (and its hooks) at once
+            async for reply in replies:
+                yield reply
+
+
+async def _gather(bus: Bus, name: str, body: Any, timeout: float, max_replies: int | None, gap: float | None,
+                  content_type: str, headers: dict[str, Any]) -> AsyncIterator[Reply]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     message_id = new_message_id()
     replies = bus.pending.open_gather(message_id)
     try:
         message = bus.make_message(body, kind="alert", name=name, message_id=message_id,
-                                    reply_to=bus.uuid, content_type=content_type)
+                                    reply_to=bus.uuid, content_type=content_type, extra_headers=headers)
         await bus.publish("alert", name, message)
         count = 0
         while max_replies is None or count < max_replies:

@@ -32,6 +32,7 @@ from qbroker.errors import (
     RequestFailed,
 )
 from qbroker.exchanges import Exchanges, declare_exchanges, declare_unit_queue
+from qbroker.middleware import MiddlewareStack
 from qbroker.replies import PendingReplies, Reply, failed_reply, parse_reply
 from qbroker.transport import Channel, Connection, Consumer, Exchange, Queue
 
@@ -49,7 +50,8 @@ class Bus:
         self.uuid = uuid
         self.log = log
         self.pending = PendingReplies()
-        self.handler_observers: list[Callable[[str, str, str, float], None]] = []  # e.g. qbroker.metrics.instrument
+        # The middleware chains of this unit's endpoints and listeners, and its send hooks.
+        self.middleware = MiddlewareStack()
         self.supervisor = ConnectionSupervisor(config, self._connected, self._lost, app=app, uuid=uuid)
         self._on_connected = on_connected
         self._exchanges: Exchanges | None = None

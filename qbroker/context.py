@@ -23,6 +23,10 @@ class RequestContext:
     detached: bool = False
     # An alert's error element, when the sender attached one (e.g. status ``ok``: an error state is over).
     error: ErrorInfo | None = None
+    # The endpoint name, or the listener's alert name: what metrics and spans are labelled with.
+    part: str | None = None
+    # A middleware re-published the request (a retry, a redelivery count): that copy gets the one reply.
+    handed_on: bool = False
     _bound: FilteringBoundLogger | None = field(default=None, repr=False)
 
     @property
@@ -77,7 +81,7 @@ class RequestContext:
         The reply is still sent when the handler returns. If this unit dies before then, the request
         is not redelivered: the caller sees its own timeout.
         """
-        if self.detached or self.message is None:
-            return
+        if self.detached or self.message is None or self.kind != "rpc":
+            return  # an alert is acked once all its listeners ran
         self.detached = True
         await self.message.ack()

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from qbroker.context import RequestContext
 from qbroker.errors import InvalidParams, UnknownCommand
 from qbroker.handlers import Extra, Handler
+from qbroker.middleware import ChainCache
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,6 +40,7 @@ class Endpoint:
     options: EndpointOptions
     handler: Handler | None = None
     executor: Executor | None = field(default=None, repr=False)  # the unit's pool for sync handlers
+    chain: ChainCache = field(default_factory=ChainCache, repr=False, compare=False)  # its middleware chain
 
     async def dispatch(self, body: Any, ctx: RequestContext) -> Any:
         assert self.handler is not None

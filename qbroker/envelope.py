@@ -122,6 +122,7 @@ def build_message(
     persistent: bool = False,
     notify: bool = False,
     notice: str | None = None,
+    extra_headers: dict[str, Any] | None = None,
     codecs: CodecRegistry = default_codecs,
 ) -> OutgoingMessage:
     headers: dict[str, Any] = {"version": PROTOCOL_VERSION, "app": app}
@@ -138,6 +139,9 @@ def build_message(
         headers["deadline"] = int(deadline * 1000)
     if error is not None:
         headers["error"] = error.model_dump(exclude_none=True)
+    if extra_headers:  # a middleware's (e.g. traceparent): never in place of the protocol's own
+        for key, value in extra_headers.items():
+            headers.setdefault(key, value)
     data = b"" if body is None and content_type == JSON else codecs.encode(body, content_type)
     return OutgoingMessage(
         data,

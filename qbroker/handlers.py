@@ -6,9 +6,8 @@ import asyncio
 import contextvars
 import functools
 import inspect
-import time
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any, Literal, get_type_hints
 
@@ -117,30 +116,17 @@ class Handler:
         return result
 
 
-HandlerObserver = Callable[[str, str, str, float], None]
-"""Called after each handler with (part, kind, status, seconds); e.g. qbroker.metrics."""
-
-
 async def run_handler(dispatch: Dispatch, body: Any, ctx: RequestContext, part: str,
-                      timeout: float | None,
-                      observers: Sequence[HandlerObserver] = ()) -> tuple[Any, ErrorInfo | None]:
+                      timeout: float | None) -> tuple[Any, ErrorInfo | None]:
     """Run a handler and turn whatever happens into (body, error element). Never raises.
 
-    Every log line of the handler carries the correlation id (structlog contextvars); ``observers``
-    see (part, kind, status, seconds) afterwards."""
-    started = time.perf_counter()
+    Every log line of the handler carries the correlation id (structlog contextvars)."""
     # bind/reset by hand: the context-manager form costs more than the rest of this function.
     tokens = structlog.contextvars.bind_contextvars(correlation_id=ctx.header.message_id)
     try:
-        result, error = await _run_guarded(dispatch, body, ctx, part, timeout)
+        return await _run_guarded(dispatch, body, ctx, part, timeout)
     finally:
         structlog.contextvars.reset_contextvars(**tokens)
-    for observe in observers:
-        try:
-            observe(part, ctx.kind, "ok" if error is None else error.status, time.perf_counter() - started)
-        except Exception:  # an observer's bug must not turn into a lost reply
-            ctx.log.exception("handler observer failed", part=part)
-    return result, error
 
 
 async def _run_guarded(dispatch: Dispatch, body: Any, ctx: RequestContext, part: str,

@@ -22,10 +22,11 @@ from qbroker.dead_letter import DeadLetterCollector
 from qbroker.discovery import PING, START, STOP, Announcer
 from qbroker.endpoints import CommandEndpoint, Endpoint, EndpointOptions
 from qbroker.envelope import JSON, new_message_id
-from qbroker.errors import CallTimeout, ConnectionLost, ErrorInfo, NotStarted, QBrokerError
+from qbroker.errors import ConnectionLost, ErrorInfo, NotStarted
 from qbroker.exchanges import declare_unit_queue
 from qbroker.handlers import Extra, Handler
 from qbroker.log import dropped_log_lines, get_logger
+from qbroker.middleware import Middleware
 from qbroker.replies import PendingReplies, Reply
 from qbroker.schedule import Schedule, Scheduler
 from qbroker.serving import EndpointServing, broadcast_key, broadcast_listener
@@ -52,7 +53,8 @@ class Unit:
         self.endpoints: dict[str, Endpoint] = {}
         self._alert_queue: Queue | None = None
         self.listeners: list[Listener] = []
-        self.handler_observers = self.bus.handler_observers  # qbroker.metrics hooks in here
+        # (part, kind, status, seconds) after each handler: the chain's HandlerObservers link (qbroker.metrics)
+        self.handler_observers = self.bus.middleware.observers
         self.state: State = "new"
         self._hooks: list[OnConnected] = []
         self._inflight = 0
@@ -174,6 +176,14 @@ class Unit:
         self._check_started("resume")
         await self.serving.resume()
 
+    def use(self, middleware: Middleware, *, inner: bool = False) -> Middleware:
+        """Add ``middleware`` to every request and alert this unit handles and every message it sends.
+
+        Outer ones (the default) run before the built-ins (poison count, deadline, delivered notice,
+        retries) in the order added; ``inner`` ones just around the handler. See qbroker.middleware."""
+        self.bus.middleware.use(middleware, inner=inner)
+        return middleware
+
     def on_connected(self, hook: OnConnected) -> OnConnected:
         """Run ``hook(connection)`` after every (re)connect, once the qbroker topology is declared."""
         self._hooks.append(hook)
@@ -291,23 +301,12 @@ class Unit:
         when a server picks the request up (RQ DELIVERED). See docs/semantics.md."""
         self._check_started("call")
         timeout = self.config.call_timeout if timeout is None else timeout
-        attempt = 0
-        while True:
-            try:
-                reply = await rpc.call(self.bus, name, body, timeout=timeout, debug=debug, priority=priority,
-                                       content_type=content_type, guarantee=guarantee, on_delivered=on_delivered)
-                reply.raise_for_status()
-                if reply.warning is not None:
-                    self.log.warning("call answered with a warning", name=name, warning=reply.warning.message,
-                                     correlation_id=reply.header.correlation_id)
-                return reply
-            except QBrokerError as exc:
-                if not exc.retryable or attempt >= retries or self.state != "started":
-                    if isinstance(exc, CallTimeout):
-                        raise await rpc.explain_timeout(self.bus, exc) from None
-                    raise
-                attempt += 1
-                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+        return await rpc.call_with_retries(self.bus, name, body, timeout=timeout, debug=debug, priority=priority,
+                                           retries=retries, content_type=content_type, guarantee=guarantee,
+                                           on_delivered=on_delivered, running=self._running)
+
+    def _running(self) -> bool:
+        return self.state == "started"
 
     async def call(self, name: str, body: Any = None, *, timeout: float | None = None, debug: bool = False,
                    priority: int | None = None, retries: int = 0, content_type: str = JSON,
@@ -324,12 +323,14 @@ class Unit:
         self._check_started("cast")
         # Unserved casts expire (to `dead`, counted) instead of running as a stale burst on restart.
         ttl = self.config.cast_ttl if ttl is None else ttl
-        message = self.bus.make_message(body, kind="rpc", name=name, message_id=new_message_id(),
-                                        content_type=content_type, expiration_s=ttl, priority=priority,
-                                        deadline=time.time() + ttl, persistent=guarantee)
-        if not await self.bus.wait_connected(self.config.call_timeout):
-            raise ConnectionLost(f"not connected to a broker (cast {name})")
-        await self.bus.publish("rpc", name, message)
+        with self.bus.middleware.sending("cast", name) as sending:
+            message = self.bus.make_message(body, kind="rpc", name=name, message_id=new_message_id(),
+                                            content_type=content_type, expiration_s=ttl, priority=priority,
+                                            deadline=time.time() + ttl, persistent=guarantee,
+                                            extra_headers=sending.headers)
+            if not await self.bus.wait_connected(self.config.call_timeout):
+                raise ConnectionLost(f"not connected to a broker (cast {name})")
+            await self.bus.publish("rpc", name, message)
 
     def schedule(self, name: str, body: Any = None, *, every: float | None = None, cron: str | None = None,
                  kind: Literal["cast", "alert"] = "cast", nohaste: bool = False) -> Schedule:
@@ -360,11 +361,12 @@ class Unit:
         ``message_id`` (default: a new random one) lets a sender give one event the same id wherever it
         publishes it, so listeners that hear it twice can tell."""
         self._check_started("alert")
-        message = self.bus.make_message(body, kind="alert", name=name, message_id=message_id or new_message_id(),
-                                        content_type=content_type, error=error)
-        if not await self.bus.wait_connected(self.config.call_timeout):
-            raise ConnectionLost(f"not connected to a broker (alert {name})")
-        await self.bus.publish("alert", name, message)
+        with self.bus.middleware.sending("alert", name) as sending:
+            message = self.bus.make_message(body, kind="alert", name=name, message_id=message_id or new_message_id(),
+                                            content_type=content_type, error=error, extra_headers=sending.headers)
+            if not await self.bus.wait_connected(self.config.call_timeout):
+                raise ConnectionLost(f"not connected to a broker (alert {name})")
+            await self.bus.publish("alert", name, message)
 
     def gather(self, name: str, body: Any = None, *, timeout: float | None = None, max_replies: int | None = None,
                gap: float | None = None, content_type: str = JSON) -> AsyncIterator[Reply]:

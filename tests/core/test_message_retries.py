@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from qbroker import RequestContext, RequestError
-from qbroker.rpc import RETRIES
+from qbroker.request_middleware import RETRIES
 from tests.conftest import MakeUnit
 from tests.core.waits import queue_exists, ready_messages
 

@@ -10,7 +10,7 @@ import orjson
 
 from qbroker import RequestContext
 from qbroker.bus import SENDER_HEADER
-from qbroker.rpc import FAILURES
+from qbroker.request_middleware import FAILURES
 from tests.security.test_broker_permissions import raw
 
 HANG = 60.0

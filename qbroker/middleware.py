@@ -1,0 +1,169 @@
+"""Middleware: one ordered chain around every request and alert a unit handles, and a hook around every
+message it sends. The built-in behaviours (poison counting, deadlines, delivered notices, retries, handler
+observers) are links of the same chain, so tracing, auth, metrics or rate limits are added the same way,
+without forking (the onion of FastStream's middlewares, with Dramatiq's fixed order of built-ins).
+
+Order for a request from ``rpc_<name>``, outermost first (a link sees the outcome of everything inside it):
+
+    1. ``Unit.use(mw)`` middlewares, in the order added        tracing, auth, rate limits
+    2. PoisonCount      a redelivered request: re-queue it with its count, or answer ``poison_request``
+    3. Deadline         the caller gave up: answer ``deadline_passed``, do not run it
+    4. DeliveredNotice  the caller asked to know when a server picked its request up
+    5. Retries          status ``error``: park a copy for a later try (endpoints with ``retries``)
+    6. ``Unit.use(mw, inner=True)`` middlewares               around the handler alone
+    7. HandlerObservers ``unit.handler_observers`` (qbroker.metrics), when there are any
+    8. the handler: ``run_handler`` (validation, timeout, exception -> error element)
+
+An alert (and a broadcast) runs 1, 6, 7, 8 per matching listener. The header and body are read before
+the chain (a message that cannot be read never reaches it). ``call_next`` returns ``(result, error)``
+and does not raise; a middleware refuses a request by returning ``refuse(exc)`` (or raising a
+``QBrokerError``, which the links outside it then see as an exception). A link that answers in the
+request's place (a re-published copy will be answered) sets ``ctx.handed_on``: no reply is sent then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from qbroker.context import RequestContext
+from qbroker.errors import ErrorInfo, QBrokerError
+
+Outcome = tuple[Any, ErrorInfo | None]
+Next = Callable[[RequestContext, Any], Awaitable[Outcome]]
+SendKind = Literal["call", "cast", "alert", "gather"]
+HandlerObserver = Callable[[str, str, str, float], None]
+"""Called after each handler with (part, kind, status, seconds); e.g. qbroker.metrics."""
+
+
+def refuse(exc: QBrokerError, part: str) -> Outcome:
+    """The outcome that answers a request (of endpoint ``part``) with ``exc`` instead of running it."""
+    return None, exc.to_info(part=part)
+
+
+@dataclass
+class Sending:
+    """One message this unit sends (a call, cast, alert or gather), as the ``send`` hooks see it.
+
+    ``headers`` are added to the message's AMQP headers (e.g. a W3C ``traceparent``); ``reply`` is set
+    when a call is answered."""
+
+    kind: SendKind
+    name: str
+    headers: dict[str, Any] = field(default_factory=dict)
+    reply: Any = None
+
+
+class Middleware:
+    """Override ``handle`` (around handled requests and alerts) and/or ``send`` (around sent messages)."""
+
+    async def handle(self, call_next: Next, ctx: RequestContext, body: Any) -> Outcome:
+        return await call_next(ctx, body)
+
+    def send(self, sending: Sending) -> contextlib.AbstractContextManager[None] | None:
+        """A context entered before the message is built and left when it is done with (a call answered,
+        a gather ended): what it raises passes through it. None: nothing to do."""
+        return None
+
+
+def _overrides(middleware: Middleware, name: str) -> bool:
+    return getattr(type(middleware), name) is not getattr(Middleware, name)
+
+
+class HandlerObservers(Middleware):
+    """``unit.handler_observers``: callbacks told (part, kind, status, seconds) after each handler."""
+
+    def __init__(self, observers: list[HandlerObserver]) -> None:
+        self.observers = observers
+
+    async def handle(self, call_next: Next, ctx: RequestContext, body: Any) -> Outcome:
+        started = time.perf_counter()
+        result, error = await call_next(ctx, body)
+        seconds = time.perf_counter() - started
+        status = "ok" if error is None else error.status
+        part = ctx.part or ctx.header.name or ""
+        for observe in self.observers:
+            try:
+                observe(part, ctx.kind, status, seconds)
+            except Exception:  # an observer's bug must not turn into a lost reply
+                ctx.log.exception("handler observer failed", part=part)
+        return result, error
+
+
+class ObserverList(list[HandlerObserver]):
+    """A list of observers that rebuilds the chains when it changes (so an empty one costs nothing)."""
+
+    def __init__(self, changed: Callable[[], None]) -> None:
+        super().__init__()
+        self._changed = changed
+
+    def append(self, observer: HandlerObserver) -> None:
+        super().append(observer)
+        self._changed()
+
+    def remove(self, observer: HandlerObserver) -> None:
+        super().remove(observer)
+        self._changed()
+
+
+class MiddlewareStack:
+    """The middlewares of one unit, and the chains built from them (rebuilt when they change)."""
+
+    def __init__(self) -> None:
+        self.outer: list[Middleware] = []
+        self.inner: list[Middleware] = []
+        self.senders: list[Middleware] = []
+        self.version = 0
+        self.observers = ObserverList(self._changed)
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    def use(self, middleware: Middleware, *, inner: bool = False) -> None:
+        (self.inner if inner else self.outer).append(middleware)
+        if _overrides(middleware, "send"):
+            self.senders.append(middleware)
+        self._changed()
+
+    def build(self, builtins: list[Middleware], terminal: Next) -> Next:
+        """``terminal`` wrapped in: outer, ``builtins``, inner, observers (see the module's order)."""
+        links = [*self.outer, *builtins, *self.inner]
+        if self.observers:
+            links.append(HandlerObservers(self.observers))
+        chain = terminal
+        for middleware in reversed(links):
+            if _overrides(middleware, "handle"):
+                chain = functools.partial(middleware.handle, chain)
+        return chain
+
+    @contextlib.contextmanager
+    def sending(self, kind: SendKind, name: str) -> Iterator[Sending]:
+        """The ``send`` hooks of every middleware around one sent message, first added outermost."""
+        sending = Sending(kind, name)
+        with contextlib.ExitStack() as stack:
+            for middleware in self.senders:
+                hook = middleware.send(sending)
+                if hook is not None:
+                    stack.enter_context(hook)
+            yield sending
+
+
+class ChainCache:
+    """A chain built on first use and again after the stack changed (one integer compare per message)."""
+
+    __slots__ = ("version", "chain")
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.chain: Next | None = None
+
+    def get(self, stack: MiddlewareStack, build: Callable[[], Next]) -> Next:
+        chain = self.chain
+        if chain is None or self.version != stack.version:
+            chain = self.chain = build()
+            self.version = stack.version
+        return chain
