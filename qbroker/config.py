@@ -65,6 +65,8 @@ class Config(BaseSettings):
     # A request whose deliveries ended this many times without an answer (its server crashed, hung until
     # the broker dropped it, or was killed) is answered ``poison_request`` and sent to `dead`.
     max_redeliveries: int = Field(3, ge=1)
+    # QBROKER_OTEL=1: every unit traces with OpenTelemetry (qbroker.tracing; pip install qbroker[otel]).
+    otel: bool = False
     # A starting unit waits up to this long for listening debuggers (qbroker-debug) to follow its replies,
     # so a short-lived client's reply is never missed; with no debugger it does not wait at all.
     debugger_wait: float = Field(0.5, ge=0)

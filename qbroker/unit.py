@@ -70,6 +70,10 @@ class Unit:
         self.announcer = Announcer(self.bus, self.describe)
         self.on_alert(PING)(self._answer_ping)
         self.dead_letters = DeadLetterCollector(self.bus) if config.dead_letters else None
+        if config.otel:
+            from qbroker.tracing import Tracing  # an optional dependency: imported only when asked for
+
+            self.use(Tracing())
 
     # -- registration ---------------------------------------------------------------------------
 
