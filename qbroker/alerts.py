@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Protocol
@@ -94,7 +94,7 @@ async def gather(bus: Bus, name: str, body: Any, *, timeout: float, max_replies:
 
 
 async def _gather(bus: Bus, name: str, body: Any, timeout: float, max_replies: int | None, gap: float | None,
-                  content_type: str, headers: dict[str, Any]) -> AsyncIterator[Reply]:
+                  content_type: str, headers: dict[str, Any]) -> AsyncGenerator[Reply, None]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     message_id = new_message_id()

@@ -84,6 +84,16 @@ class Handler:
             return self.whole_body.json_schema()
         return self.model.model_json_schema()
 
+    def result_schema(self) -> dict[str, Any]:
+        """The JSON schema of what the handler returns, from its return annotation ({} when it has none)."""
+        annotation = get_type_hints(self.fn).get("return", Any)
+        if annotation is Any or annotation is None or isinstance(annotation, str):
+            return {} if annotation is not None else {"type": "null"}
+        try:
+            return TypeAdapter(annotation).json_schema()
+        except Exception:  # a type pydantic cannot describe (a plain class): documented as "anything"
+            return {}
+
     def bind(self, body: Any) -> dict[str, Any]:
         """Keyword arguments for the handler, or InvalidParams naming the offending fields."""
         try:

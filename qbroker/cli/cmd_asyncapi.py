@@ -1,0 +1,84 @@
+"""``qbroker asyncapi``: an AsyncAPI 3.0 document of the units on the bus, or of an app's code."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from qbroker.cli.exit_codes import ExitCode
+from qbroker.cli.output import say
+from qbroker.cli.session import GlobalOptions, run_with_unit
+
+if TYPE_CHECKING:
+    from qbroker import Unit
+
+EXAMPLES = """
+[bold]Examples[/]
+
+  qbroker asyncapi > bus.json                      [dim]# the units running now (qbroker.ping)[/]
+
+  qbroker asyncapi myapp.service:make_service -o api.json   [dim]# from code: no broker needed[/]
+
+APP is MODULE:NAME, where NAME is a Unit, or a callable that registers endpoints on the Unit it is given
+(what qbroker.serve takes). The module is imported: give only code you trust, as with python -m.
+"""
+
+
+def _unit_of_code(spec: str, app: str | None) -> Unit:
+    from qbroker import Unit
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise typer.BadParameter(f"{spec!r}: expected MODULE:NAME (e.g. myapp.service:make_service)")
+    sys.path.insert(0, str(Path.cwd()))  # as python -m does: the app's own modules, from where it runs
+    target: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    if isinstance(target, Unit):
+        return target
+    if not callable(target):
+        raise typer.BadParameter(f"{spec!r} is neither a Unit nor a callable taking one")
+    unit = Unit(app or module_name)
+    target(unit)  # registers the endpoints and listeners; nothing connects
+    return unit
+
+
+def asyncapi(
+    ctx: typer.Context,
+    app_spec: Annotated[str | None, typer.Argument(metavar="[APP]", help="MODULE:NAME of an app's code; "
+                                                   "without it, the units on the bus")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+    title: Annotated[str, typer.Option("--title", help="info.title of the document.")] = "qbroker bus",
+    version: Annotated[str, typer.Option("--version", help="info.version of the document.")] = "1.0.0",
+    timeout: Annotated[float, typer.Option("--timeout", "-t", min=0.001,
+                                           help="Seconds to wait for ping replies (bus only).")] = 1.5,
+) -> None:
+    """Write an AsyncAPI 3.0 document: a channel per endpoint and alert, pydantic schemas, AMQP bindings."""
+    from qbroker.asyncapi import describe_code, document
+
+    options: GlobalOptions = ctx.obj
+    config = options.config()
+
+    def write(units: list[dict[str, Any]]) -> int:
+        text = json.dumps(document(units, config=config, title=title, version=version), indent=2, sort_keys=False)
+        if output is None:
+            sys.stdout.write(text + "\n")
+        else:
+            output.write_text(text + "\n", encoding="utf-8")
+            say(f"wrote {output} ({len(units)} unit{'s' if len(units) != 1 else ''})")
+        return int(ExitCode.OK)
+
+    if app_spec is not None:
+        raise typer.Exit(write([describe_code(_unit_of_code(app_spec, options.app))]))
+
+    async def action(unit: Unit) -> int:
+        units = [reply.body async for reply in unit.gather("qbroker.ping", {}, timeout=timeout)
+                 if isinstance(reply.body, dict) and reply.body.get("uuid") != unit.uuid]
+        return write(units)
+
+    raise typer.Exit(run_with_unit(options, action))
