@@ -51,10 +51,13 @@ class Listener:
 
     def run(self, bus: Bus) -> Next:
         """This listener's handler inside the unit's middleware (no built-ins: they are a request's)."""
-        return self.chain.get(bus.middleware, lambda: bus.middleware.build([], self._run))
+        cache = self.chain
+        if cache.version == bus.middleware.version:
+            return cache.chain
+        return cache.set(bus.middleware, bus.middleware.build([], self._run))
 
     async def _run(self, ctx: RequestContext, body: Any) -> Outcome:
-        return await run_handler(self.handler.call, body, ctx, ctx.part or self.pattern, None)
+        return await run_handler(self.handler.call, ctx.part or self.pattern, None, ctx, body)
 
 
 async def serve_alert(bus: Bus, listeners: list[Listener], message: AbstractIncomingMessage) -> None:

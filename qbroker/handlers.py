@@ -126,11 +126,13 @@ class Handler:
         return result
 
 
-async def run_handler(dispatch: Dispatch, body: Any, ctx: RequestContext, part: str,
-                      timeout: float | None) -> tuple[Any, ErrorInfo | None]:
+async def run_handler(dispatch: Dispatch, part: str, timeout: float | None, ctx: RequestContext,
+                      body: Any) -> tuple[Any, ErrorInfo | None]:
     """Run a handler and turn whatever happens into (body, error element). Never raises.
 
-    Every log line of the handler carries the correlation id (structlog contextvars)."""
+    Every log line of the handler carries the correlation id (structlog contextvars). The parameters
+    end in (ctx, body), so ``functools.partial(run_handler, dispatch, part, timeout)`` is the innermost
+    link of a middleware chain without a frame of its own."""
     # bind/reset by hand: the context-manager form costs more than the rest of this function.
     tokens = structlog.contextvars.bind_contextvars(correlation_id=ctx.header.message_id)
     try:

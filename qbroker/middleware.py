@@ -152,18 +152,20 @@ class MiddlewareStack:
             yield sending
 
 
+async def _unbuilt(ctx: RequestContext, body: Any) -> Outcome:
+    raise AssertionError("a chain used before it was built")  # pragma: no cover - version -1 never matches
+
+
 class ChainCache:
-    """A chain built on first use and again after the stack changed (one integer compare per message)."""
+    """A chain built on first use and again after the stack changed: the user compares ``version`` with
+    the stack's (one integer compare per message, inline: this is the hot path) and calls ``set``."""
 
     __slots__ = ("version", "chain")
 
     def __init__(self) -> None:
         self.version = -1
-        self.chain: Next | None = None
+        self.chain: Next = _unbuilt
 
-    def get(self, stack: MiddlewareStack, build: Callable[[], Next]) -> Next:
-        chain = self.chain
-        if chain is None or self.version != stack.version:
-            chain = self.chain = build()
-            self.version = stack.version
+    def set(self, stack: MiddlewareStack, chain: Next) -> Next:
+        self.chain, self.version = chain, stack.version
         return chain

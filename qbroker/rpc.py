@@ -17,7 +17,7 @@ from qbroker.endpoints import Endpoint
 from qbroker.envelope import JSON, new_message_id, read_body, read_header
 from qbroker.errors import CallTimeout, ConnectionLost, QBrokerError, RequestError
 from qbroker.handlers import run_handler
-from qbroker.middleware import Next, Outcome
+from qbroker.middleware import Next
 from qbroker.replies import Reply
 from qbroker.request_middleware import request_builtins
 
@@ -44,7 +44,9 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         if sender != header.user_id:
             header = header.model_copy(update={"user_id": sender})
         ctx = RequestContext(header=header, kind="rpc", logger=bus.log, message=message, part=endpoint.name)
-        chain = endpoint.chain.get(bus.middleware, lambda: _build_chain(bus, endpoint))
+        cache = endpoint.chain
+        chain = cache.chain if cache.version == bus.middleware.version else cache.set(bus.middleware, _build_chain(
+            bus, endpoint))
         result, error = await chain(ctx, body)
         if ctx.handed_on:  # a re-published copy (a retry, a redelivery count) gets the one reply
             if not ctx.detached:
@@ -67,12 +69,8 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
 
 
 def _build_chain(bus: Bus, endpoint: Endpoint) -> Next:
-    run = functools.partial(_run_endpoint, endpoint)
+    run = functools.partial(run_handler, endpoint.dispatch, endpoint.name, endpoint.options.timeout)
     return bus.middleware.build(request_builtins(bus, endpoint), run)
-
-
-async def _run_endpoint(endpoint: Endpoint, ctx: RequestContext, body: Any) -> Outcome:
-    return await run_handler(endpoint.dispatch, body, ctx, endpoint.name, endpoint.options.timeout)
 
 
 def _publish_failed(publish: asyncio.Future[None], future: asyncio.Future[Reply], name: str) -> None:

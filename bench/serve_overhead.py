@@ -1,0 +1,123 @@
+"""The server's CPU per request in ``rpc.serve_request``, an older qbroker against this one; prints JSON.
+
+    .venv/bin/python bench/serve_overhead.py --old 11a40a1 [--rounds 7] [--requests 20000]
+
+The RPC hot path without the broker, whose noise on a shared machine hides a few percent: a real
+``Bus`` (not connected; its reply and ack are no-ops) serves a realistic request (header with deadline,
+JSON body, a handler with two validated parameters) ``--requests`` times. Each measurement runs in a fresh
+process (this script with ``--child``), old and new alternating within a round; the ratio that counts is
+taken within a round (docs/performance.md, issue 24).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _child(tree: str, requests: int) -> None:
+    sys.path.insert(0, tree)
+    import asyncio
+
+    import orjson
+
+    from qbroker import Config
+    from qbroker.bus import Bus
+    from qbroker.endpoints import Endpoint, EndpointOptions
+    from qbroker.handlers import Handler
+    from qbroker.log import get_logger
+    from qbroker.rpc import serve_request
+
+    class Message:  # what aio-pika hands a consumer, as far as serve_request reads it
+        def __init__(self) -> None:
+            self.headers = {"version": 1, "app": "bench", "name": "bench.echo",
+                            "deadline": int((time.time() + 3600) * 1000)}
+            self.body = orjson.dumps({"text": "hello", "times": 2})
+            self.message_id, self.reply_to, self.correlation_id = "m" * 32, "r" * 32, None
+            self.content_type, self.app_id, self.type, self.user_id = "application/json", "a" * 32, "rpc", None
+            self.redelivered, self.delivery_mode, self.processed = False, 1, False
+
+        async def ack(self) -> None:
+            self.processed = True
+
+    async def echo(text: str, times: int = 1) -> dict[str, str]:
+        return {"text": text * times}
+
+    async def main() -> dict[str, float]:
+        async def no_connection(*_: object) -> None:
+            return None
+
+        bus = Bus(Config(), app="bench", uuid="u" * 32, log=get_logger(), on_connected=no_connection)
+
+        async def send_reply(*_: object, **__: object) -> None:
+            return None
+
+        bus.send_reply = send_reply  # type: ignore[method-assign]
+        endpoint = Endpoint(name="bench.echo", options=EndpointOptions())
+        endpoint.handler = Handler(echo, "bench.echo")
+        for _ in range(1000):  # warm up
+            await serve_request(bus, endpoint, Message())  # type: ignore[arg-type]
+        messages = [Message() for _ in range(requests)]
+        cpu = time.process_time()
+        for message in messages:
+            await serve_request(bus, endpoint, message)  # type: ignore[arg-type]
+        return {"cpu_us_per_request": (time.process_time() - cpu) / requests * 1e6}
+
+    import uvloop
+
+    print(json.dumps(uvloop.run(main())))
+
+
+def _measure(tree: str, requests: int) -> float:
+    env = {**os.environ, "QBROKER_LOG_LEVEL": "WARNING", "PYTHONPATH": ""}
+    out = subprocess.run([sys.executable, __file__, "--child", tree, str(requests)], capture_output=True,
+                         text=True, env=env, timeout=600, check=True)
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["cpu_us_per_request"])
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _child(sys.argv[2], int(sys.argv[3]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--old", required=True, help="the commit whose qbroker to compare with")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--requests", type=int, default=20000)
+    args = parser.parse_args()
+    old_us: list[float] = []
+    new_us: list[float] = []
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as old_tree:
+        archive = subprocess.run(["git", "archive", args.old, "qbroker"], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", old_tree], input=archive.stdout, check=True)
+        for round_no in range(args.rounds):
+            order = [("old", old_tree), ("new", str(ROOT))]
+            if round_no % 2:
+                order.reverse()  # neither always goes first
+            for variant, tree in order:
+                (old_us if variant == "old" else new_us).append(_measure(tree, args.requests))
+            print(f"round {round_no + 1}: old {old_us[-1]:.1f} us, new {new_us[-1]:.1f} us", file=sys.stderr)
+    ratios = [n / o for n, o in zip(new_us, old_us, strict=True)]
+    print(json.dumps({
+        "old": args.old, "requests": args.requests, "rounds": args.rounds, "nproc": os.cpu_count(),
+        "load_before": load_before, "load_after": os.getloadavg(),
+        "old_cpu_us_per_request": {"median": round(statistics.median(old_us), 2), "min": round(min(old_us), 2),
+                                   "max": round(max(old_us), 2)},
+        "new_cpu_us_per_request": {"median": round(statistics.median(new_us), 2), "min": round(min(new_us), 2),
+                                   "max": round(max(new_us), 2)},
+        "new/old cpu": {"median": round(statistics.median(ratios), 3), "min": round(min(ratios), 3),
+                        "max": round(max(ratios), 3)},
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
