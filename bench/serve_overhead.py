@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _child(tree: str, requests: int) -> None:
     sys.path.insert(0, tree)
-    import asyncio
 
     import orjson
 
