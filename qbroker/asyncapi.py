@@ -94,6 +94,14 @@ def _exchange(config: Config, role: Literal["rpc", "reply", "alert"], kind: str,
     return {"name": config.exchange_name(role), "type": kind, "durable": True, "autoDelete": False, "vhost": vhost}
 
 
+def _topic_channel(address: str, title: str, description: str, message: str, message_id: str,
+                   exchange: dict[str, Any]) -> dict[str, Any]:
+    """A channel whose address is a routing key (or a topic pattern) on ``exchange``."""
+    return {"address": address, "title": title, "description": description,
+            "messages": {message: {"$ref": REF + f"messages/{message_id}"}},
+            "bindings": {"amqp": {"is": "routingKey", "exchange": exchange, "bindingVersion": BINDING_VERSION}}}
+
+
 def _payload(described: dict[str, Any]) -> dict[str, Any]:
     commands = described.get("commands")
     if not commands:
@@ -156,11 +164,8 @@ def document(units: list[dict[str, Any]], *, config: Config | None = None, title
             "payload": schemas.add(f"{key}.reply", described.get("result") or {}),
             "bindings": {"amqp": {"messageType": "reply", "bindingVersion": BINDING_VERSION}}}
         channels["reply"]["messages"][f"{key}.reply"] = {"$ref": REF + f"messages/{key}.reply"}
-        channels[f"rpc.{key}"] = {
-            "address": name, "title": f"requests to {name}", "description": f"served by {served_by}",
-            "messages": {"request": {"$ref": REF + f"messages/{key}.request"}},
-            "bindings": {"amqp": {"is": "routingKey", "exchange": _exchange(config, "rpc", "topic", vhost),
-                                  "bindingVersion": BINDING_VERSION}}}
+        channels[f"rpc.{key}"] = _topic_channel(name, f"requests to {name}", f"served by {served_by}",
+                                                "request", f"{key}.request", _exchange(config, "rpc", "topic", vhost))
         operations[f"serve.{key}"] = {
             "action": "receive", "channel": {"$ref": f"#/channels/rpc.{key}"},
             "summary": f"{served_by} answer{'s' if len(set(apps)) == 1 else ''} {name}",
@@ -175,12 +180,9 @@ def document(units: list[dict[str, Any]], *, config: Config | None = None, title
             "name": f"{key}.alert", "title": f"alert {pattern}", "contentType": "application/json",
             "headers": {"$ref": REF + "schemas/RequestHeaders"}, "payload": schemas.add(f"{key}.alert", schema),
             "bindings": {"amqp": {"messageType": "alert", "bindingVersion": BINDING_VERSION}}}
-        channels[f"alert.{key}"] = {
-            "address": pattern, "title": f"alerts matching {pattern}",
-            "description": "a topic pattern on the alert exchange ('*' one word, '#' any number)",
-            "messages": {"alert": {"$ref": REF + f"messages/{key}.alert"}},
-            "bindings": {"amqp": {"is": "routingKey", "exchange": _exchange(config, "alert", "topic", vhost),
-                                  "bindingVersion": BINDING_VERSION}}}
+        channels[f"alert.{key}"] = _topic_channel(
+            pattern, f"alerts matching {pattern}", "a topic pattern on the alert exchange ('*' one word, '#' any "
+            "number)", "alert", f"{key}.alert", _exchange(config, "alert", "topic", vhost))
         operations[f"listen.{key}"] = {
             "action": "receive", "channel": {"$ref": f"#/channels/alert.{key}"},
             "summary": f"{', '.join(sorted(set(apps)))} listen{'s' if len(set(apps)) == 1 else ''} to {pattern}",
