@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from qbroker.cli.output import print_result
+from qbroker.cli.output import print_result, printable
 from qbroker.cli.progress import ProgressView
 from qbroker.cli.session import GlobalOptions, run_with_unit
 
@@ -43,15 +43,18 @@ def _table(jobs: list[dict[str, Any]]) -> None:
         return
     if sys.stdout.isatty():
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         table = Table("job", "kind", "state", "phase", "error")
         for job in jobs:
-            table.add_row(*(str(job.get(k) or "") for k in ("job_id", "kind", "state", "phase", "error")))
+            table.add_row(*(escape(printable(str(job.get(k) or ""))) for k in ("job_id", "kind", "state", "phase",
+                                                                                "error")))
         Console().print(table)
         return
     for job in jobs:
-        sys.stdout.write("\t".join(str(job.get(k) or "-") for k in ("job_id", "kind", "state", "phase")) + "\n")
+        sys.stdout.write("\t".join(printable(str(job.get(k) or "-")) for k in ("job_id", "kind", "state", "phase"))
+                         + "\n")
 
 
 def _run(ctx: typer.Context, action: Any, prepare: Any = None) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from qbroker.cli.output import print_result
+from qbroker.cli.output import json_renderable, print_result, printable
 from qbroker.cli.session import GlobalOptions, run_with_unit
 
 if TYPE_CHECKING:
@@ -65,9 +65,15 @@ def endpoint_label(name: str, info: Any) -> str:
     return f"{name} [{', '.join(sorted(commands))}]" if commands else name
 
 
+def _cell(value: Any) -> str:
+    """A table cell from a ping reply (the wire): control characters escaped, then rich markup."""
+    from rich.markup import escape
+
+    return escape(printable(str(value)))
+
+
 def render_units(units: list[dict[str, Any]], *, schemas: bool) -> None:
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     # Piped: wide enough that a uuid is never folded (people grep for it).
@@ -80,12 +86,12 @@ def render_units(units: list[dict[str, Any]], *, schemas: bool) -> None:
         names = endpoints if isinstance(endpoints, dict) else {name: {} for name in endpoints}
         uptime = info.get("uptime")
         table.add_row(
-            escape(str(info.get("app", "?"))),
-            escape(str(info.get("uuid", "?"))),
-            escape(str(info.get("host", "?"))),
-            str(info.get("pid", "")),
+            _cell(info.get("app", "?")),
+            _cell(info.get("uuid", "?")),
+            _cell(info.get("host", "?")),
+            _cell(info.get("pid", "")),
             f"{uptime:.0f}s" if isinstance(uptime, int | float) else "",
-            escape("\n".join(endpoint_label(name, names[name]) for name in sorted(names)) or "-"),
+            "\n".join(_cell(endpoint_label(str(name), names[name])) for name in sorted(names)) or "-",
         )
     console.print(table)
     if schemas:
@@ -93,24 +99,20 @@ def render_units(units: list[dict[str, Any]], *, schemas: bool) -> None:
 
 
 def render_schemas(console: Any, units: list[dict[str, Any]]) -> None:
-    from rich.json import JSON
-    from rich.markup import escape
     from rich.tree import Tree
-
-    from qbroker.cli.output import to_json
 
     for info in units:
         endpoints = info.get("endpoints") or {}
         if not isinstance(endpoints, dict) or not endpoints:
             continue
-        tree = Tree(f"[bold]{escape(str(info.get('app')))}[/] {escape(str(info.get('uuid')))}")
+        tree = Tree(f"[bold]{_cell(info.get('app'))}[/] {_cell(info.get('uuid'))}")
         for name in sorted(endpoints):
             entry = endpoints[name] if isinstance(endpoints[name], dict) else {}
-            branch = tree.add(f"[cyan]{escape(name)}[/]")
+            branch = tree.add(f"[cyan]{_cell(name)}[/]")
             commands = entry.get("commands")
             if commands:
                 for command in sorted(commands):
-                    branch.add(f"[green]{escape(command)}[/]").add(JSON(to_json(commands[command])))
+                    branch.add(f"[green]{_cell(command)}[/]").add(json_renderable(commands[command]))
             elif entry.get("schema") is not None:
-                branch.add(JSON(to_json(entry["schema"])))
+                branch.add(json_renderable(entry["schema"]))
         console.print(tree)

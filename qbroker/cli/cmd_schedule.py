@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from qbroker.cli.exit_codes import UsageProblem
-from qbroker.cli.output import print_result
+from qbroker.cli.output import print_result, printable
 from qbroker.cli.session import GlobalOptions, run_with_unit, usage_guard
 from qbroker.cli.values import build_body
 
@@ -104,8 +104,8 @@ def list_(
         for s in schedules:
             timing = f"every {s['every']}s" if s.get("every") else f"cron '{s.get('cron')}'"
             runs = f"{s['runs']}/{s['run_count']}" if s.get("run_count") else str(s["runs"])
-            sys.stdout.write(f"{s['id']}  {s['kind']:<5} {s['name']}  {timing}  runs {runs}"
-                             f"  next {_when(s['next_due'])}\n")
+            line = f"{s['id']}  {s['kind']:<5} {s['name']}  {timing}  runs {runs}  next {_when(s['next_due'])}"
+            sys.stdout.write(printable(line) + "\n")  # the scheduler's answer: from the wire
         return 0
 
     raise typer.Exit(run_with_unit(ctx.obj, action))

@@ -1,4 +1,12 @@
-"""Printing results: pretty, coloured JSON on a terminal, plain JSON when piped; messages on stderr."""
+"""Printing results: pretty, coloured JSON on a terminal, plain JSON when piped; messages on stderr.
+
+Whatever came off the wire (app ids, unit names, hostnames, bodies, error messages) is hostile text: a
+client that sets its app id to ``ESC]0;...ESC[2J`` would retitle and clear an operator's terminal, and
+C1 codes (U+0080-U+009F, e.g. U+009B, a one-character CSI) do the same on terminals that honour them.
+``printable`` is the one escaping function: every text the CLI prints passes through it (or through
+``to_json``, which applies it), piped or on a terminal. The one exception is ``--raw`` of a binary body
+into a pipe, which is the body's bytes by request (``qbroker call ... --raw > tile.png``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,20 @@ import sys
 from typing import Any, TextIO
 
 import orjson
+
+# C0, DEL and C1: the characters a terminal may act on instead of showing.
+_CONTROLS = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
+_ESCAPED = {code: f"\\u{code:04x}" for code in _CONTROLS}
+_ESCAPED_KEEP_LINES = {code: text for code, text in _ESCAPED.items() if chr(code) not in "\n\t"}
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` with every C0/C1 control character (and DEL) written as ``\\u00XX``: shown, never obeyed.
+
+    ``lines``: keep newlines and tabs (a multi-line body or traceback); otherwise the text stays on one
+    line, so a message cannot forge the lines after it. The escape is also valid inside a JSON string.
+    """
+    return text.translate(_ESCAPED_KEEP_LINES if lines else _ESCAPED)
 
 
 def _default(value: Any) -> Any:
@@ -20,8 +42,19 @@ def _default(value: Any) -> Any:
 
 
 def to_json(value: Any, *, indent: bool = False) -> str:
+    """JSON text safe to print: orjson escapes C0 inside strings, ``printable`` the C1 codes and DEL it
+    leaves (the newlines it keeps are the indentation's: a string's own are escaped as ``\\n``)."""
     option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
-    return orjson.dumps(value, default=_default, option=option).decode()
+    return printable(orjson.dumps(value, default=_default, option=option).decode(), lines=True)
+
+
+def json_renderable(value: Any) -> Any:
+    """Pretty, highlighted JSON for rich, from ``to_json``'s text as it is (rich's own JSON view parses it
+    again and would print the escaped characters raw)."""
+    from rich.highlighter import JSONHighlighter
+    from rich.text import Text
+
+    return JSONHighlighter()(Text(to_json(value, indent=True)))
 
 
 def print_result(value: Any, *, raw: bool = False, stream: TextIO | None = None) -> None:
@@ -32,18 +65,20 @@ def print_result(value: Any, *, raw: bool = False, stream: TextIO | None = None)
     """
     out = stream or sys.stdout
     if raw:
-        if isinstance(value, bytes | bytearray):
+        if isinstance(value, bytes | bytearray) and not out.isatty():
             out.flush()
             out.buffer.write(bytes(value))  # type: ignore[attr-defined]
             out.buffer.flush()  # type: ignore[attr-defined]
             return
-        out.write((value if isinstance(value, str) else to_json(value)) + "\n")
+        if isinstance(value, bytes | bytearray):  # binary on a terminal: shown, escaped
+            value = bytes(value).decode("utf-8", "backslashreplace")
+        out.write((printable(value, lines=True) if isinstance(value, str) else to_json(value)) + "\n")
         out.flush()
         return
     if out.isatty():
         from rich.console import Console
 
-        Console(file=out).print_json(to_json(value))
+        Console(file=out).print(json_renderable(value))
         return
     out.write(to_json(value, indent=True) + "\n")
     out.flush()
@@ -56,7 +91,9 @@ def print_json_line(value: Any, stream: TextIO | None = None) -> None:
 
 
 def say(message: str, *, style: str | None = None) -> None:
-    """One line on stderr (coloured on a terminal); stdout stays clean for pipes."""
+    """One line on stderr (coloured on a terminal); stdout stays clean for pipes. Messages quote the wire
+    (error messages, app ids): escaped by ``printable``."""
+    message = printable(message)
     if sys.stderr.isatty() and style:
         from rich.console import Console
         from rich.markup import escape

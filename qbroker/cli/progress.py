@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+from qbroker.cli.output import printable
+
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
@@ -37,7 +39,8 @@ def describe(snapshot: dict[str, Any]) -> tuple[str, int | None, int]:
         parts.append(", ".join(f"{k} {v}" for k, v in list(counters.items())[:4]))
     total = spark.get("tasks")
     done = spark.get("tasks_completed", 0)
-    return (" ".join(p for p in parts if p), total if isinstance(total, int) and total > 0 else None,
+    text = printable(" ".join(p for p in parts if p))  # an alert: off the wire
+    return (text, total if isinstance(total, int) and total > 0 else None,
             done if isinstance(done, int) else 0)
 
 
@@ -72,6 +75,9 @@ class ProgressView:
         self._last[job_id] = text
 
     def _show_bar(self, job_id: str, text: str, total: int | None, done: int) -> None:
+        from rich.markup import escape
+
+        text = escape(text)  # the bar's text is rich markup: brackets from the wire are shown, not obeyed
         if self._progress is None:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

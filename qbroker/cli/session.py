@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qbroker.cli.exit_codes import ExitCode, UsageProblem, exit_code_for, is_unreachable
-from qbroker.cli.output import say
+from qbroker.cli.output import printable, say
 
 if TYPE_CHECKING:
     from qbroker import Config, Unit
@@ -129,7 +129,7 @@ def run_with_unit(
             traceback.print_exc(file=sys.stderr)
             remote = remote_traceback(exc)
             if remote:
-                sys.stderr.write("remote traceback:\n" + remote.rstrip() + "\n")
+                sys.stderr.write("remote traceback:\n" + printable(remote.rstrip(), lines=True) + "\n")
         say(f"qbroker: {describe(exc)}", style="bold red")
         return int(exit_code_for(exc))
 

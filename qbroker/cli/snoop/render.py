@@ -9,7 +9,7 @@ import sys
 from datetime import datetime
 from typing import Any, TextIO
 
-from qbroker.cli.output import to_json
+from qbroker.cli.output import printable, to_json
 from qbroker.cli.snoop.events import Event
 
 KIND_STYLE = {"alert": "magenta", "request": "cyan", "reply": "green", "dead": "red"}
@@ -34,7 +34,8 @@ def _size(n: int) -> str:
 
 
 def columns(event: Event) -> list[tuple[str, str | None]]:
-    """(text, rich style) per column; kept separate from colouring so plain output is identical."""
+    """(text, rich style) per column; kept separate from colouring so plain output is identical. Every
+    text is escaped (``printable``): names, apps, statuses and error messages all come off the wire."""
     clock = datetime.fromtimestamp(event.time).strftime("%H:%M:%S.%f")[:-3]
     sender = f"{event.app or '?'}/{_short(event.uuid)}"
     if event.kind == "reply":
@@ -62,7 +63,7 @@ def columns(event: Event) -> list[tuple[str, str | None]]:
         cols.append((f"via {event.via}", "dim"))
     if event.error_message and event.status in ("warn", "error", "fail"):
         cols.append((event.error_message, STATUS_STYLE.get(event.status or "")))
-    return cols
+    return [(printable(text), style) for text, style in cols]
 
 
 class Renderer:

@@ -1,0 +1,153 @@
+"""Terminal control sequences from the bus reach an operator's terminal only escaped (issue 20, item 10).
+
+A provisioned ``client`` account names its unit and host ``ESC]0;...BEL ESC[2J`` (retitle, clear) with a
+C1 CSI (U+009B) too, and publishes raw with such an app id; a compromised service answers with such a
+body and error message. ``qbroker list``, ``qbroker call`` and ``qbroker-debug`` run as the operator,
+piped and on a pseudo-terminal: the output holds the escaped text (``\\u001b``), never the codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pty
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import pytest
+
+from qbroker import RequestFailed, Unit
+from tests.security.conftest import Provisioned
+
+BIN = Path(sys.executable).parent
+EVIL = "\x1b]0;pwned\x07\x1b[2J\x9b31mEVIL\x7f\x85"
+HANG = 90.0  # a ceiling that only catches hangs
+SGR = re.compile(rb"\x1b\[[0-9;]*m")  # the colours rich itself writes on a terminal
+
+
+def assert_inert(output: bytes) -> None:
+    """Nothing a terminal would act on but rich's own colours; the attack is there, escaped."""
+    text = SGR.sub(b"", output).decode("utf-8", "replace")
+    assert "\\u001b]0;pwned" in text, text[-2000:]
+    acting = sorted({f"U+{ord(c):04X}" for c in text if (ord(c) < 0x20 and c not in "\n\r\t")
+                     or 0x7F <= ord(c) < 0xA0})
+    assert not acting, (acting, text[-2000:])
+
+
+class Output:
+    """A CLI process, piped or on a pseudo-terminal, its output collected as it comes."""
+
+    def __init__(self, args: list[str], env: dict[str, str], *, terminal: bool) -> None:
+        self.data = bytearray()
+        self._changed = threading.Condition()
+        if terminal:
+            master, slave = pty.openpty()
+            self.proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+            os.close(slave)
+            source: Any = os.fdopen(master, "rb", buffering=0)
+        else:
+            self.proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT)
+            source = self.proc.stdout
+        self._reader = threading.Thread(target=self._read, args=(source,), daemon=True)
+        self._reader.start()
+
+    def _read(self, source: Any) -> None:
+        try:
+            read = getattr(source, "read1", source.read)  # whatever is there, not a full 4096 bytes
+            while chunk := read(4096):
+                with self._changed:
+                    self.data += chunk
+                    self._changed.notify_all()
+        except OSError:  # a pty's master reads EIO once the process is gone
+            pass
+        finally:
+            source.close()
+
+    def wait_for(self, text: bytes) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: text in self.data, HANG), bytes(self.data[-2000:])
+
+    def finish(self) -> tuple[int, bytes]:
+        code = self.proc.wait(HANG)
+        self._reader.join(HANG)
+        return code, bytes(self.data)
+
+
+def _env(provisioned: Provisioned) -> dict[str, str]:
+    return dict(os.environ, QBROKER_URL=provisioned.url_with_password("operator"), TERM="xterm-256color",
+                COLUMNS="200")
+
+
+@pytest.fixture
+async def hostile(as_role) -> Any:
+    """A client's unit named and hosted EVIL (it answers qbroker.ping), and a service answering EVIL."""
+    client = await as_role("client", app=f"test.client{EVIL}", start=False)
+    client.host = f"host{EVIL}"
+    await client.start()
+    service = await as_role("operator", app=f"test.service{EVIL}", start=False)
+
+    @service.rpc("t.evil")
+    async def evil(fail: bool = False) -> Any:
+        if fail:
+            raise RequestFailed("evil", f"error message {EVIL}")
+        return {"text": f"body {EVIL}", EVIL: 1}
+
+    @service.rpc("t.evil_text")
+    async def evil_text() -> str:
+        return f"text body {EVIL}\nsecond line"
+
+    await service.start()
+    return client
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["piped", "terminal"])
+async def test_list_and_call_escape_what_came_off_the_wire(hostile, provisioned, terminal: bool) -> None:
+    env = _env(provisioned)
+    runs = {
+        "list": [str(BIN / "qbroker"), "list", "--timeout", "3"],
+        "list_schemas": [str(BIN / "qbroker"), "list", "--schemas", "--timeout", "3"],
+        "call": [str(BIN / "qbroker"), "call", "t.evil"],
+        "call_raw": [str(BIN / "qbroker"), "call", "t.evil_text", "--raw"],
+        "call_fail": [str(BIN / "qbroker"), "call", "t.evil", "fail=true"],
+    }
+    outputs = {label: Output(args, env, terminal=terminal) for label, args in runs.items()}
+    for label, output in outputs.items():
+        code = (await asyncio.to_thread(output.finish))[0]
+        assert code == (2 if label == "call_fail" else 0), (label, output.data[-1000:])
+        assert_inert(bytes(output.data))
+    assert b"second line" in outputs["call_raw"].data  # a multi-line text body keeps its lines
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["piped", "terminal"])
+async def test_debug_escapes_names_apps_bodies_and_errors(hostile, provisioned, terminal: bool) -> None:
+    env = _env(provisioned)
+    debug = Output([str(BIN / "qbroker-debug"), "--name", "t.evil", "--name", "qbroker.stop", "--body",
+                    "--count", "5", "--discover-timeout", "0.5", "--recheck", "0"], env, terminal=terminal)
+    await asyncio.to_thread(debug.wait_for, b"watching")
+    # The client's raw publish: its own app id and app header (RabbitMQ checks user_id only).
+    raw = await aio_pika.connect(provisioned.url_with_password("client"))
+    async with raw:
+        channel = await raw.channel()
+        alert = await channel.get_exchange(f"{provisioned.deployment.exchange_prefix}alert", ensure=False)
+        await alert.publish(aio_pika.Message(b'{"text": "x"}', app_id=EVIL, content_type="application/json",
+                                             user_id=provisioned.names["client"], headers={"app": EVIL}),
+                            routing_key="qbroker.stop")
+    unit = Unit("test.caller", config=provisioned.config("operator"))
+    await unit.start()
+    try:
+        await unit.call("t.evil", {}, timeout=HANG)
+        with pytest.raises(RequestFailed):
+            await unit.call("t.evil", {"fail": True}, timeout=HANG)
+    finally:
+        await unit.stop()
+    code, output = await asyncio.to_thread(debug.finish)
+    assert code == 0, output[-2000:]
+    assert_inert(output)
+    text = output.decode("utf-8", "replace")
+    assert text.count("\\u001b]0;pwned") >= 4, text  # app id, app, bodies, error message
