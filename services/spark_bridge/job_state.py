@@ -35,6 +35,9 @@ class JobRecord(BaseModel):
 
     job_id: str
     kind: str
+    # The broker account (AMQP user_id, validated by RabbitMQ) that submitted the job: only it and the
+    # bridge's operators see and cancel the job. None: submitted in-process, or recorded before owners.
+    owner: str | None = None
     state: JobState = JobState.QUEUED
     params: dict[str, Any]
     submitted_at: float

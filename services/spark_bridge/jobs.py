@@ -88,13 +88,14 @@ class JobManager:
     # -- submitting and running ------------------------------------------------------------------
 
     def submit(
-        self, kind: str, params: dict[str, Any], body: JobBody, publish: Callable[[str], None] | None = None
+        self, kind: str, params: dict[str, Any], body: JobBody, publish: Callable[[str], None] | None = None,
+        owner: str | None = None,
     ) -> JobRecord:
         if len(self._live) >= self.max_pending:
             raise JobsBusy(f"{len(self._live)} jobs are queued or running (the limit is {self.max_pending})")
         self.prune()
         job_id = uuid.uuid4().hex[:16]
-        record = JobRecord(job_id=job_id, kind=kind, params=params, submitted_at=time.time())
+        record = JobRecord(job_id=job_id, kind=kind, owner=owner, params=params, submitted_at=time.time())
         ctx = JobContext(job_id, self.spark, self.store.log_path(job_id), publish=publish)
         ctx.log(f"submitted {kind} job")
         live = _LiveJob(record=record, ctx=ctx)
@@ -218,11 +219,13 @@ class JobManager:
             record.phase, record.counters = live.ctx.phase, dict(live.ctx.counters)
         return record
 
-    def list_jobs(self, state: JobState | None = None, kind: str | None = None, limit: int = 50) -> list[JobRecord]:
+    def list_jobs(self, state: JobState | None = None, kind: str | None = None, limit: int = 50,
+                  visible: Callable[[JobRecord], bool] | None = None) -> list[JobRecord]:
         records = [
             r
             for r in self._records.values()
             if (state is None or r.state is state) and (kind is None or r.kind == kind)
+            and (visible is None or visible(r))
         ]
         records.sort(key=lambda r: r.submitted_at, reverse=True)
         return records[:limit]

@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--driver-lookup-mib", type=float, default=DRIVER_LOOKUP_BYTES / (1 << 20), metavar="MIB",
                    help="store partitions a diff's lookups may read on the bridge itself (decoded MiB per "
                    "lookup step, default %(default)g); bigger lookups run in Spark; 0: always in Spark")
+    p.add_argument("--operator-users", default=os.environ.get("TOPOSM_OPERATOR_USERS", ""),
+                   help="broker accounts that see and cancel every job (comma-separated; env TOPOSM_OPERATOR_USERS); "
+                   "every other account sees and cancels only the jobs it submitted")
     p.add_argument("--app", default="spark.bridge", help="qbroker app name of this unit")
     p.add_argument("--progress-interval", type=float, default=1.0, help="seconds between progress alerts")
     p.add_argument(
@@ -92,6 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.driver_lookup_mib < 0:
         p.error("--driver-lookup-mib must not be negative")
     args.driver_lookup_bytes = int(args.driver_lookup_mib * (1 << 20))
+    args.operator_users = frozenset(u.strip() for u in args.operator_users.split(",") if u.strip())
     try:
         Stores.of(args.store)  # checked here too so a bad --store is a usage error, not a traceback
     except ValueError as exc:
@@ -110,7 +114,8 @@ def main(argv: list[str] | None = None) -> None:
 
         return SparkBridge(unit, build, args.state_dir, max_jobs=args.max_jobs,
                            progress_interval=args.progress_interval, input_roots=args.input_root,
-                           limits=args.limits, stores=args.store, driver_lookup_bytes=args.driver_lookup_bytes)
+                           limits=args.limits, stores=args.store, driver_lookup_bytes=args.driver_lookup_bytes,
+                           operator_users=args.operator_users)
 
     serve(args.app, make_service)
 

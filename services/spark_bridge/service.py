@@ -66,8 +66,11 @@ class SparkBridge:
         limits: BridgeLimits | None = None,
         stores: Sequence[Path] = (),
         driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES,
+        operator_users: frozenset[str] = frozenset(),
     ) -> None:
         self.unit = unit
+        # Accounts that see and cancel every job (TOPOSM_OPERATOR_USERS); everyone else only their own.
+        self.operator_users = operator_users
         self.stores = Stores.of(stores, driver_lookup_bytes)  # the only stores a request may name (--store)
         self.state_dir = state_dir
         self.limits = limits or BridgeLimits()
@@ -150,11 +153,28 @@ class SparkBridge:
             ) from None
         return _finished_reply(record)
 
-    def _job(self, job_id: str) -> JobRecord:
+    def _visible_to(self, user: str | None) -> Callable[[JobRecord], bool]:
+        """Who sees (and cancels) a job: its owner, and the operators. A job of someone else's reads as
+        unknown, so that job ids of other accounts cannot be probed."""
+        if user is not None and user in self.operator_users:
+            return lambda record: True
+        return lambda record: user is not None and record.owner == user
+
+    def _job(self, job_id: str, ctx: RequestContext) -> JobRecord:
         try:
-            return self.manager.get(job_id)
+            record = self.manager.get(job_id)
         except UnknownJob:
-            raise RequestFailed("unknown_job", f"no job {job_id!r}") from None
+            record = None
+        if record is None or not self._visible_to(ctx.user_id)(record):
+            raise RequestFailed("unknown_job", f"no job {job_id!r}")
+        return record
+
+    @staticmethod
+    def _owner(ctx: RequestContext) -> str:
+        if ctx.user_id is None:
+            # The owner is the account RabbitMQ validated; a request without one could own nothing.
+            raise RequestFailed("no_user_id", "spark jobs belong to the sending account: set the AMQP user_id")
+        return ctx.user_id
 
     def _register(self) -> None:
         unit = self.unit
@@ -179,6 +199,7 @@ class SparkBridge:
                 batch_max_tiles=request.batch_max_tiles,
             )
 
+            owner = self._owner(ctx)
             store_job = store_job_for(self.stores, request, inputs)
 
             def body(job: JobContext) -> dict[str, Any]:
@@ -187,12 +208,13 @@ class SparkBridge:
                 return run_expire(inputs, params, job)
 
             publish = self._expiration_sender() if request.publish else None
-            record = self._submit("expire", request.model_dump(mode="json"), body, publish=publish)
+            record = self._submit("expire", request.model_dump(mode="json"), body, owner, publish=publish)
             ctx.log.info("expire job submitted", job_id=record.job_id, inputs=len(inputs))
             return await self._submitted(record, request.wait, request.wait_timeout, ctx)
 
         @unit.rpc("spark.stats", prefetch=16)
         async def stats(request: StatsRequest, ctx: RequestContext) -> dict[str, Any]:
+            owner = self._owner(ctx)
             try:
                 paths, request_paths, out_base = await asyncio.to_thread(self._stats_paths, request)
             except InputRefused as exc:
@@ -208,48 +230,49 @@ class SparkBridge:
                 out_dir = out_base or self.manager.store.results_dir(job.job_id)
                 return run_stats(paths, request_paths, params, out_dir, job)
 
-            record = self._submit("stats", request.model_dump(mode="json"), body)
+            record = self._submit("stats", request.model_dump(mode="json"), body, owner)
             ctx.log.info("stats job submitted", job_id=record.job_id)
             return await self._submitted(record, request.wait, request.wait_timeout, ctx)
 
         jobs = unit.commands("spark.job", prefetch=32)
 
         @jobs.command("status")
-        async def status(job_id: str) -> dict[str, Any]:
-            return self._job(job_id).model_dump(mode="json", exclude={"result"})
+        async def status(job_id: str, ctx: RequestContext) -> dict[str, Any]:
+            return self._job(job_id, ctx).model_dump(mode="json", exclude={"result"})
 
         @jobs.command("progress")
-        async def progress(job_id: str) -> dict[str, Any]:
-            self._job(job_id)
+        async def progress(job_id: str, ctx: RequestContext) -> dict[str, Any]:
+            self._job(job_id, ctx)
             return await asyncio.to_thread(self.manager.progress, job_id)
 
         @jobs.command("result")
-        async def result(job_id: str) -> dict[str, Any]:
-            record = self._job(job_id)
+        async def result(job_id: str, ctx: RequestContext) -> dict[str, Any]:
+            record = self._job(job_id, ctx)
             if not record.state.finished:
                 raise RequestFailed("job_not_finished", f"job {job_id} is {record.state.value}")
             _finished_reply(record)  # a failed/cancelled job has no result: answer fail with the reason
             return {"job_id": job_id, "kind": record.kind, "result": record.result}
 
         @jobs.command("log")
-        async def log_tail(job_id: str, lines: int = 50) -> dict[str, Any]:
-            self._job(job_id)
+        async def log_tail(job_id: str, ctx: RequestContext, lines: int = 50) -> dict[str, Any]:
+            self._job(job_id, ctx)
             if not 0 <= lines <= 10_000:
                 raise RequestFailed("bad_lines", "lines must be between 0 and 10000")
             return {"job_id": job_id, "lines": await asyncio.to_thread(self.manager.log_tail, job_id, lines)}
 
         @jobs.command("cancel")
         async def cancel(job_id: str, ctx: RequestContext) -> dict[str, Any]:
-            self._job(job_id)
+            self._job(job_id, ctx)
             await ctx.detach()  # stopping Spark tasks can take a moment
             record = await self.manager.cancel(job_id)
             return {"job_id": job_id, "state": record.state.value, "error": record.error}
 
         @jobs.command("list")
-        async def list_jobs(state: JobState | None = None, kind: str | None = None, limit: int = 50) -> dict[str, Any]:
+        async def list_jobs(ctx: RequestContext, state: JobState | None = None, kind: str | None = None,
+                            limit: int = 50) -> dict[str, Any]:
             if not 1 <= limit <= 1000:
                 raise RequestFailed("bad_limit", "limit must be between 1 and 1000")
-            records = self.manager.list_jobs(state=state, kind=kind, limit=limit)
+            records = self.manager.list_jobs(state=state, kind=kind, limit=limit, visible=self._visible_to(ctx.user_id))
             return {"jobs": [r.summary() for r in records], "max_jobs": self.manager.max_jobs}
 
     def _stats_paths(self, request: StatsRequest) -> tuple[list[Path], list[Path], Path | None]:
@@ -259,9 +282,9 @@ class SparkBridge:
         out = output_dir(self.outputs_root, request.output_dir) if request.output_dir is not None else None
         return paths, request_paths, out
 
-    def _submit(self, kind: str, params: dict[str, Any], body: Any, publish: Any = None) -> JobRecord:
+    def _submit(self, kind: str, params: dict[str, Any], body: Any, owner: str, publish: Any = None) -> JobRecord:
         try:
-            return self.manager.submit(kind, params, body, publish=publish)
+            return self.manager.submit(kind, params, body, publish=publish, owner=owner)
         except JobsBusy as exc:
             # Status error, not fail: the same request succeeds once jobs finish.
             raise RequestError("busy", f"the bridge is busy: {exc}; try again later") from None

@@ -20,11 +20,12 @@ HANG = 120.0
 
 
 @pytest.fixture
-async def bridge(as_role, spark, tmp_path) -> AsyncIterator[SparkBridge]:  # noqa: F811 - fixture use
+async def bridge(as_role, provisioned, spark, tmp_path) -> AsyncIterator[SparkBridge]:  # noqa: F811 - fixture use
     unit = await as_role("spark_bridge", app="spark.bridge", start=False)
     root = tmp_path / "inputs"
     root.mkdir()
-    service = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, input_roots=[root])
+    service = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, input_roots=[root],
+                          operator_users=frozenset({provisioned.names["operator"]}))
     await unit.start()
     yield service
     await service.close()
@@ -63,3 +64,33 @@ async def test_client_cannot_read_probe_or_exhaust_the_bridge_host(bridge, as_ro
         await client.call("spark.stats", {"paths": ["render.log"], "output_dir": str(outside)}, timeout=HANG)
     assert info.value.id == "bad_output_name"
     assert list(outside.iterdir()) == [] and not Path("/anywhere").exists()
+
+
+async def test_jobs_belong_to_the_account_that_submitted_them(bridge, as_role, provisioned) -> None:
+    """Issue 20 item 6: a client sees and cancels only its own jobs; an operator sees and cancels all."""
+    client, operator = await as_role("client"), await as_role("operator")
+    root = bridge.input_roots.roots[0]
+    (root / "mine.list").write_text("10/0/0\n")
+    (root / "ops-secret-name.list").write_text("10/1/1\n")
+    body = {"publish": False, "wait": True}
+    theirs = await operator.call("spark.expire", {**body, "paths": ["ops-secret-name.list"]}, timeout=HANG)
+    mine = await client.call("spark.expire", {**body, "paths": ["mine.list"]}, timeout=HANG)
+    assert theirs["owner"] == provisioned.names["operator"] and mine["owner"] == provisioned.names["client"]
+
+    listed = await client.call("spark.job", {"command": "list"}, timeout=HANG)
+    assert [job["job_id"] for job in listed["jobs"]] == [mine["job_id"]]
+    for command in ("status", "progress", "result", "log", "cancel"):
+        with pytest.raises(RequestFailed) as info:
+            await client.call("spark.job", {"command": command, "job_id": theirs["job_id"]}, timeout=HANG)
+        # the same answer as for a job that does not exist: nothing about it, not even that it exists
+        assert info.value.id == "unknown_job", (command, info.value)
+        assert "ops-secret-name" not in info.value.message
+    status = await client.call("spark.job", {"command": "status", "job_id": mine["job_id"]}, timeout=HANG)
+    assert status["params"]["paths"] == ["mine.list"]
+
+    everything = await operator.call("spark.job", {"command": "list"}, timeout=HANG)
+    assert {job["job_id"] for job in everything["jobs"]} == {mine["job_id"], theirs["job_id"]}
+    for command in ("status", "log", "cancel"):
+        await operator.call("spark.job", {"command": command, "job_id": mine["job_id"]}, timeout=HANG)
+    # the ids survive a restart of the bridge: ownership is persisted with the record
+    assert bridge.manager.store.load_all()[0].owner in set(provisioned.names.values())
