@@ -33,8 +33,12 @@ KEEPALIVE = 15.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def json_response(data: object, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+def json_response(data: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json", headers=headers)
+
+
+def retry_after(exc: TileRefused) -> dict[str, str]:
+    return {"Retry-After": str(exc.retry_after)} if exc.retry_after else {}
 
 
 @web.middleware
@@ -109,9 +113,7 @@ class WebApp:
             served = await self.tiles.get(tile, self.client(request))
         except TileRefused as exc:
             self.metrics.tile_requests.labels(f"refused_{exc.status}").inc()
-            headers = {**NO_STORE, "X-Tile-State": "missing"}
-            if exc.retry_after:
-                headers["Retry-After"] = str(exc.retry_after)
+            headers = {**NO_STORE, "X-Tile-State": "missing", **retry_after(exc)}
             return web.Response(status=exc.status, text=f"{exc.status}: {exc.message}\n", headers=headers)
         self.metrics.tile_requests.labels(served.state).inc()
         # A tile rendered for this request is as fresh as can be; only a dirty one gets the short max-age.
@@ -146,10 +148,10 @@ class WebApp:
             raise web.HTTPBadRequest(text='400: body must be JSON: {"tile": "z/x/y"}\n')
         tile = self.parse_tile(text)
         try:
-            answer = await self.tiles.rerender(tile, self.client(request))
+            status, answer = await self.tiles.rerender(tile, self.client(request))
         except TileRefused as exc:
-            return json_response({"error": exc.message}, status=exc.status)
-        return json_response(answer, status=202)
+            return json_response({"error": exc.message}, status=exc.status, headers=retry_after(exc))
+        return json_response(answer, status=status)
 
     async def prometheus(self, request: web.Request) -> web.Response:
         body = await asyncio.to_thread(self.metrics.render)

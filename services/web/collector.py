@@ -47,6 +47,7 @@ class Collector:
         self.wake = asyncio.Event()  # set to poll at once (after a render request)
         # told of every expiry list seen on the bus (the tile server keeps it on disk, see freshness.py)
         self.expired_listeners: list[Callable[[list[Tile]], Awaitable[None]]] = []
+        self.stopping = False
         unit.on_alert(PROGRESS_PATTERN)(self._on_progress)
         unit.on_alert(EXPIRE_TOPIC)(self._on_expire)
         # Expirations come on both wires (a seed program publishes on `osm` only): each list taken once.
@@ -154,14 +155,18 @@ class Collector:
         return count
 
     async def _loop(self, poll: Any, every: float, wake: asyncio.Event) -> None:
-        while True:
+        # Checks ``stopping`` as well as being cancelled: Python 3.11's wait_for swallows a cancel that
+        # lands as its inner wait completes (a render finishing at stop sets ``wake``), and the loop
+        # went on polling for good. asyncio.timeout has no such window.
+        while not self.stopping:
             try:
                 await poll()
             except Exception:  # a bug in one poll must not blank the whole page
                 log.exception("status poll failed", poll=poll.__name__)
             await self.status.touch()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), every)
+                async with asyncio.timeout(every):
+                    await wake.wait()
             wake.clear()
 
     async def _fast(self) -> None:
@@ -175,9 +180,10 @@ class Collector:
             asyncio.create_task(self._loop(self.poll_units, max(5.0, self.poll_interval * 5), asyncio.Event())),
         ]
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = 1.0) -> None:
+        """Cancel the polls; one that does not end within ``timeout`` is left to the event loop's close."""
+        self.stopping = True
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=timeout)

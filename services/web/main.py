@@ -9,7 +9,7 @@ from qbroker.runner import serve
 from services.tiles.tilemath import ZoomRange
 
 from .cache_policy import add_cache_options, cache_policy_from
-from .service import APP, WebService, WebSettings
+from .service import APP, DRAIN_TIMEOUT, WebService, WebSettings
 from .tiles import OnDemandLimits
 
 
@@ -27,6 +27,12 @@ def parse_args(argv: list[str] | None = None) -> WebSettings:
     p.add_argument("--max-renders-per-client", type=int, default=8)
     p.add_argument("--max-renders", type=int, default=64, help="on-demand metatile renders in flight in total")
     add_cache_options(p)
+    p.add_argument("--rerenders-per-minute", type=int, default=30,
+                   help="re-render requests (POST /api/render) a client address may send on a minute")
+    p.add_argument("--rerender-interval", type=float, default=60.0,
+                   help="seconds after a render during which a re-render of that metatile is a no-op")
+    p.add_argument("--drain-timeout", type=float, default=DRAIN_TIMEOUT,
+                   help="seconds SIGTERM waits for requests in flight before closing them")
     a = p.parse_args(argv)
     try:
         zooms = ZoomRange(a.min_zoom, a.max_zoom)
@@ -35,12 +41,14 @@ def parse_args(argv: list[str] | None = None) -> WebSettings:
         p.error(str(exc))
     if not 0 <= a.port <= 65535:
         p.error("--port must be 0..65535")
-    if a.poll_interval <= 0 or a.render_timeout <= 0 or a.max_renders < 1 or a.max_renders_per_client < 1:
+    if (a.poll_interval <= 0 or a.render_timeout <= 0 or a.drain_timeout <= 0 or a.rerender_interval < 0
+            or min(a.max_renders, a.max_renders_per_client, a.rerenders_per_minute) < 1):
         p.error("intervals, timeouts and limits must be positive")
     return WebSettings(tile_root=a.tile_root, host=a.host, port=a.port, render_log=a.render_log, zooms=zooms,
-                       poll_interval=a.poll_interval, cache=cache,
+                       poll_interval=a.poll_interval, cache=cache, drain_timeout=a.drain_timeout,
                        limits=OnDemandLimits(per_client=a.max_renders_per_client, total=a.max_renders,
-                                             timeout=a.render_timeout))
+                                             timeout=a.render_timeout, rerender_interval=a.rerender_interval,
+                                             rerenders_per_minute=a.rerenders_per_minute))
 
 
 class _AnnouncedWebService(WebService):
@@ -53,7 +61,8 @@ class _AnnouncedWebService(WebService):
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
-    serve(APP, lambda unit: _AnnouncedWebService(unit, settings), drain_timeout=2)
+    # The service's own stop takes at most half the drain timeout, the unit's drain the other half.
+    serve(APP, lambda unit: _AnnouncedWebService(unit, settings), drain_timeout=settings.drain_timeout / 2)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ This is the shape ``qbroker.runner.serve(app, make_service)`` expects (``make_se
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from .web_metrics import WebMetrics
 
 log = structlog.get_logger("toposm.web")
 APP = "toposm.web"
+DRAIN_TIMEOUT = 2.0  # seconds from SIGTERM to exit, whatever is in flight
 
 
 @dataclass
@@ -36,6 +38,7 @@ class WebSettings:
     render_log: Path | None = None
     zooms: ZoomRange = ZoomRange(0, 18)
     poll_interval: float = 1.0
+    drain_timeout: float = DRAIN_TIMEOUT
     limits: OnDemandLimits = field(default_factory=OnDemandLimits)
     cache: CachePolicy = field(default_factory=CachePolicy)
 
@@ -63,7 +66,10 @@ class WebService:
     async def start(self) -> None:
         """After ``unit.start()``: poll the bus and serve HTTP."""
         self.collector.start()
-        self._runner = web.AppRunner(self.web.build(), access_log=None, shutdown_timeout=5)
+        # aiohttp waits up to shutdown_timeout twice (for handlers to end, then after cancelling them): the
+        # HTTP side gets at most half of the drain timeout (main.py gives the unit's drain the other half).
+        self._runner = web.AppRunner(self.web.build(), access_log=None,
+                                     shutdown_timeout=self.settings.drain_timeout / 8)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
         await site.start()
@@ -74,9 +80,15 @@ class WebService:
                  metrics=f"{self.url}/metrics")
 
     async def stop(self) -> None:
+        """Bounded whatever is in flight (a flood of tile requests, a queuemaster that is gone): renders are
+        cancelled first, so the requests waiting for them answer 503 at once, then the live streams end."""
         self.web.closing.set()
+        await self.tiles.close(timeout=self.settings.drain_timeout / 8)
         await self.status.touch()  # ends the live streams
         if self._runner is not None:
-            await self._runner.cleanup()
-        await self.tiles.close()
-        await self.collector.stop()
+            try:
+                async with asyncio.timeout(self.settings.drain_timeout / 4):
+                    await self._runner.cleanup()
+            except TimeoutError:
+                log.warning("HTTP connections still open at the drain timeout; closing anyway")
+        await self.collector.stop(timeout=self.settings.drain_timeout / 8)

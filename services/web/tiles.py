@@ -11,6 +11,11 @@ written here for every expiry list seen on the bus, so a restart or another serv
 On-demand renders are bounded: one ``render`` call per metatile however many requests want it, at most
 ``per_client`` metatiles in flight per client address (HTTP 429 beyond) and ``total`` metatiles in flight
 (HTTP 503 beyond). Nothing queues without bound here; the queuemaster's own queue is the only queue.
+
+A re-render (the map's click, ``POST /api/render``) is admitted by the same budgets *before* anything is
+sent: a refused request reaches the queuemaster not at all. Admitted, it joins a render already in flight
+for its metatile (nothing sent), is a no-op for a metatile rendered less than ``rerender_interval`` ago, and
+costs one of its client's ``rerenders_per_minute``; only then are ``expire`` and ``render`` sent.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from limits import RateLimitItemPerMinute
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
 
 from qbroker import NoServer, QBrokerError, RequestError, RequestFailed
 from services.tiles.freshness import FreshnessStore, TileState
@@ -62,6 +70,8 @@ class OnDemandLimits:
     per_client: int = 8
     total: int = 64
     timeout: float = 30.0
+    rerender_interval: float = 60.0  # seconds: a metatile rendered more recently is not re-rendered on a click
+    rerenders_per_minute: int = 30  # per client address
 
 
 class TileServer:
@@ -75,6 +85,10 @@ class TileServer:
         # client -> metatiles it waits for (with a count of its requests for each): the budget is renders,
         # so the 64 tiles of one metatile that a map view asks for at once cost one slot, not 64.
         self.per_client: dict[str, Counter[Metatile]] = {}
+        # Moving window per client address (limits' memory storage forgets idle clients by itself).
+        self.rerender_rate = RateLimitItemPerMinute(limits.rerenders_per_minute)
+        self.rerender_limiter = MovingWindowRateLimiter(MemoryStorage())
+        self.closing = False
 
     @property
     def in_flight(self) -> int:
@@ -111,6 +125,10 @@ class TileServer:
             raise TileRefused(502, f"render of {tile} failed: {exc.message}") from None
         except QBrokerError as exc:
             raise TileRefused(503, f"render of {tile} not confirmed: {type(exc).__name__}", retry_after=5) from None
+        except asyncio.CancelledError:
+            if task.cancelled():  # the render was cancelled (toposm-web is stopping), not this request
+                raise TileRefused(503, "toposm-web is stopping", retry_after=5) from None
+            raise
         finally:
             self._release(client, metatile)
         mtime = self._mtime(tile)
@@ -125,20 +143,30 @@ class TileServer:
         except OSError as exc:
             log.error("cannot record expired metatiles in the tile root", error=str(exc), tiles=len(tiles))
 
-    def start(self, tile: Tile, client: str, *, waiting: bool = False) -> asyncio.Task[Any]:
-        """Join the render of the tile's metatile, or start one if the budgets allow. A waiting request
-        holds its client's slot until it returns; a background render until it finishes."""
-        metatile = tile.metatile
-        mine = self.per_client.setdefault(client, Counter())
+    def admit(self, metatile: Metatile, client: str) -> None:
+        """Raise TileRefused unless ``client`` may wait for ``metatile`` now (joining a render in flight
+        costs no total budget, but a slot of the client's own)."""
+        if self.closing:
+            raise TileRefused(503, "toposm-web is stopping", retry_after=5)
+        mine = self.per_client.get(client, ())
         if metatile not in mine and len(mine) >= self.limits.per_client:
             raise TileRefused(429, f"too many renders in flight for this client (limit {self.limits.per_client})",
                               retry_after=5)
+        if metatile not in self.renders and len(self.renders) >= self.limits.total:
+            raise TileRefused(503, f"render budget exhausted ({self.limits.total} metatiles in flight)",
+                              retry_after=5)
+
+    def start(self, tile: Tile, client: str, *, waiting: bool = False,
+              expired: asyncio.Future[None] | None = None) -> asyncio.Task[Any]:
+        """Join the render of the tile's metatile, or start one if the budgets allow. A waiting request
+        holds its client's slot until it returns; a background render until it finishes. ``expired``: a
+        new render expires the metatile first and resolves the future with the outcome of that."""
+        metatile = tile.metatile
+        self.admit(metatile, client)
+        mine = self.per_client.setdefault(client, Counter())
         task = self.renders.get(metatile)
         if task is None:
-            if len(self.renders) >= self.limits.total:
-                raise TileRefused(503, f"render budget exhausted ({self.limits.total} metatiles in flight)",
-                                  retry_after=5)
-            task = asyncio.create_task(self._render(tile))
+            task = asyncio.create_task(self._render(tile, expired))
             self.renders[metatile] = task
             task.add_done_callback(lambda done: self._finished(metatile, done))
             self.status.tracker.mark(metatile, "requested")
@@ -148,7 +176,15 @@ class TileServer:
             task.add_done_callback(lambda _: self._release(client, metatile))
         return task
 
-    async def _render(self, tile: Tile) -> Any:
+    async def _render(self, tile: Tile, expired: asyncio.Future[None] | None = None) -> Any:
+        if expired is not None:
+            try:
+                await self.collector.call(QUEUEMASTER, {"command": "expire", "tiles": str(tile)}, timeout=5)
+            except BaseException as exc:
+                if not expired.done():
+                    expired.set_exception(exc) if isinstance(exc, Exception) else expired.cancel()
+                raise
+            expired.set_result(None)
         # The call's own deadline is the render timeout: a longer render keeps its place in the queue.
         return await self.collector.call(QUEUEMASTER, {"command": "render", "tile": str(tile)},
                                          timeout=self.limits.timeout)
@@ -170,23 +206,45 @@ class TileServer:
         if not mine:
             del self.per_client[client]
 
-    async def rerender(self, tile: Tile, client: str) -> dict[str, Any]:
-        """A click on the map: expire the tile's metatile (so a fresh one renders again) and queue it."""
+    async def rerender(self, tile: Tile, client: str) -> tuple[int, dict[str, Any]]:
+        """A click on the map: expire the tile's metatile (so a fresh one renders again) and queue it.
+        Every check comes before anything is sent (module docstring); returns (HTTP status, answer)."""
+        metatile = tile.metatile
+        answer: dict[str, Any] = {"tile": str(tile), "metatile": str(metatile), "state": "queued"}
+        self.admit(metatile, client)
+        if metatile in self.renders:  # queued already: joining it sends nothing
+            self.start(tile, client)
+            return 202, answer
+        found = self.freshness.state(tile)
+        if found.state == "fresh" and found.mtime is not None:
+            age = time.time() - found.mtime
+            if age < self.limits.rerender_interval:  # rendering it again would change nothing
+                return 200, {**answer, "state": "fresh", "age": round(age, 1)}
+        if not self.rerender_limiter.hit(self.rerender_rate, client):
+            raise TileRefused(429, f"too many re-renders for this client (limit {self.limits.rerenders_per_minute}"
+                                   " a minute)", retry_after=10)
+        expired: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.start(tile, client, expired=expired)
         try:
-            await self.collector.call(QUEUEMASTER, {"command": "expire", "tiles": str(tile)}, timeout=5)
+            await asyncio.wait_for(asyncio.shield(expired), 10)
         except NoServer:
             raise TileRefused(503, "no queuemaster is running", retry_after=10) from None
-        except QBrokerError as exc:
+        except (QBrokerError, TimeoutError) as exc:
             raise TileRefused(502, f"expire of {tile} refused: {exc}") from None
-        if self._mtime(tile) is not None:
+        except asyncio.CancelledError:
+            if expired.cancelled():  # the render was cancelled (toposm-web is stopping), not this request
+                raise TileRefused(503, "toposm-web is stopping", retry_after=5) from None
+            raise
+        if found.mtime is not None:
             await self.expired([tile])
-            self.status.tracker.mark(tile.metatile, "expired")
-        self.start(tile, client)
-        return {"tile": str(tile), "metatile": str(tile.metatile), "state": "queued"}
+            self.status.tracker.mark(metatile, "expired")
+        return 202, answer
 
-    async def close(self) -> None:
-        for task in list(self.renders.values()):
+    async def close(self, timeout: float = 1.0) -> None:
+        """Cancel every render in flight: the requests waiting for them are answered 503 at once."""
+        self.closing = True
+        tasks = list(self.renders.values())
+        for task in tasks:
             task.cancel()
-        for task in list(self.renders.values()):
-            with contextlib.suppress(BaseException):
-                await task
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)

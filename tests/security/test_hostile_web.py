@@ -1,0 +1,103 @@
+"""An anonymous HTTP client against ``toposm-web`` (issue 20, items 1-3): plain HTTP to the real process,
+with the real queuemaster (and a test-pattern renderer where a render must finish) on a vhost of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections import Counter
+from typing import Any
+
+import aiohttp
+
+from tests.tiles.conftest import TileBus, bus, eventually, pytest_runtest_makereport, stats, wait_renderers  # noqa: F401
+from tests.web.conftest import Web, start_web
+
+EXIT_CEILING = 8.0  # seconds: the drain timeout is 2 s; this only catches a stop that hangs
+
+
+async def post_render(session: aiohttp.ClientSession, web: Web, tile: str) -> int:
+    async with session.post(web.url + "/api/render", json={"tile": tile}) as response:
+        await response.read()
+        return response.status
+
+
+async def counters(tb: TileBus) -> dict[str, int]:
+    result: dict[str, int] = (await stats(await tb.client()))["counters"]
+    return result
+
+
+async def test_refused_rerenders_never_reach_the_queuemaster(bus: TileBus) -> None:  # noqa: F811
+    """300 posts from one address: only the admitted ones may expire or request anything."""
+    bus.queuemaster()
+    await wait_renderers(await bus.client(), 0)  # no renderer: admitted renders stay in flight
+    web = start_web(bus, "--render-timeout", "60")
+    before = await counters(bus)
+    async with aiohttp.ClientSession() as session:
+        # distinct metatiles, then one metatile over and over
+        tiles = [f"12/{8 * i}/0" for i in range(250)] + ["12/0/8"] * 50
+        answers = Counter(await asyncio.gather(*(post_render(session, web, t) for t in tiles)))
+    admitted = answers[202]
+    assert set(answers) <= {202, 429} and 1 <= admitted <= 8 + 50, answers
+    after = await counters(bus)
+    # each admitted post that started a render expired its metatile once; joiners and refusals sent nothing
+    expired = after["expired"] - before["expired"]
+    assert 1 <= expired <= 8, (expired, answers)
+
+    async def requested() -> int | None:
+        grown = (await counters(bus))["requested"] - before["requested"]
+        return grown if grown >= expired else None
+
+    assert await eventually(requested) == expired, answers
+
+
+async def test_rerender_of_a_fresh_tile_is_a_no_op_and_rerenders_are_rate_limited(bus: TileBus) -> None:  # noqa: F811
+    bus.queuemaster()
+    bus.renderer()
+    await wait_renderers(await bus.client(), 1)
+    web = start_web(bus, "--rerenders-per-minute", "3", "--render-timeout", "20")
+    async with aiohttp.ClientSession() as session:
+        async with session.get(web.url + "/tiles/7/3/3.png") as response:
+            assert response.status == 200, await response.text()
+        before = await counters(bus)
+        for _ in range(20):
+            async with session.post(web.url + "/api/render", json={"tile": "7/3/3"}) as response:
+                assert response.status == 200 and (await response.json())["state"] == "fresh"
+        after = await counters(bus)
+        assert after["expired"] == before["expired"] and after["requested"] == before["requested"]
+        answers = [await post_render(session, web, f"9/{8 * i}/8") for i in range(6)]
+    assert answers.count(202) == 3 and answers[3:] == [429] * 3, answers
+
+
+async def test_sigterm_stops_within_the_drain_timeout_after_a_flood(bus: TileBus) -> None:  # noqa: F811
+    """Tile requests waiting for renders, a flood of re-renders, the queuemaster killed: SIGTERM must
+    still end the process within its drain timeout (it used to log `stopping` and go on)."""
+    qm = bus.queuemaster()
+    await wait_renderers(await bus.client(), 0)
+    web = start_web(bus, "--render-timeout", "60")
+    async with aiohttp.ClientSession() as session:
+        async def get(path: str) -> Any:
+            async with session.get(web.url + path) as response:
+                return response.status
+
+        async def in_flight(n: int) -> bool:
+            async with session.get(web.url + "/metrics") as response:
+                return f"toposm_web_on_demand_renders {n}.0" in await response.text()
+
+        waiting = [asyncio.create_task(get(f"/tiles/11/{8 * i}/16.png")) for i in range(6)]
+        await eventually(lambda: in_flight(6))
+        await asyncio.gather(*(post_render(session, web, f"11/{8 * i}/64") for i in range(300)))
+        await eventually(lambda: in_flight(8))
+        qm.kill()
+        started = time.monotonic()
+        os.killpg(web.proc.pid, signal.SIGTERM)
+        code = await asyncio.to_thread(web.proc.popen.wait, 60)
+        took = time.monotonic() - started
+        answers = await asyncio.gather(*waiting, return_exceptions=True)
+    assert code == 0, web.proc.log.read_text()[-2000:]
+    assert took < EXIT_CEILING, (took, web.proc.log.read_text()[-2000:])
+    # the waiting requests were answered (503, stopping), not left hanging
+    assert all(a == 503 or isinstance(a, aiohttp.ClientError) for a in answers), answers
