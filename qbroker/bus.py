@@ -323,7 +323,7 @@ class Bus:
                 message = self.make_message(body, kind="reply", message_id=new_message_id(),
                                             correlation_id=correlation_id, error=error, debug=debug)
             except CodecError as exc:
-                bad = RequestError("bad_result", f"handler result cannot be encoded: {exc}")
+                bad = RequestError("bad_result", "the handler's result cannot be encoded", detail=str(exc))
                 message = self.make_message(None, kind="reply", message_id=new_message_id(),
                                             correlation_id=correlation_id, error=bad.to_info())
             if len(message.body) > self.config.max_body_bytes:

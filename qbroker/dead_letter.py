@@ -74,8 +74,9 @@ def error_for(name: str, reason: str) -> QBrokerError:
     if reason == "expired":
         return TimedOutInQueue(f"request {name} timed out waiting in its queue")
     if reason == "rejected":
-        return RequestFailed("rejected", f"request {name} was rejected by its server")
-    return RequestError("dead_letter", f"request {name} was dead-lettered ({reason})")
+        return RequestFailed("rejected", "the request was rejected by its server", detail=name)
+    # One message for the id (the seed); the request's name and the broker's reason are the detail.
+    return RequestError("dead_letter", "the request was dead-lettered", detail=f"{name} ({reason})")
 
 
 class DeadLetterCollector:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qbroker import RequestFailed
+from services.error_messages import failed
 
 
 @dataclass(frozen=True)
@@ -36,5 +36,5 @@ class BridgeLimits:
         if asked is None:
             return ceiling
         if asked > ceiling:
-            raise RequestFailed("over_limit", f"{name}={asked} is above this bridge's ceiling of {ceiling}")
+            raise failed("over_limit", f"{name}={asked}; the ceiling is {ceiling}")
         return asked

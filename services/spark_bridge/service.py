@@ -17,7 +17,8 @@ from typing import Any
 import structlog
 from pyspark.sql import SparkSession
 
-from qbroker import RequestContext, RequestError, RequestFailed, Unit
+from qbroker import RequestContext, Unit
+from services.error_messages import errored, failed
 from services.spark_bridge.confine import InputRefused, InputRoots, output_dir
 from services.spark_bridge.expire_inputs import InputError, validate_inputs
 from services.spark_bridge.expire_job import ExpireParams, run_expire
@@ -40,9 +41,9 @@ PUBLISH_TIMEOUT = 60.0
 
 def _finished_reply(record: JobRecord) -> dict[str, Any]:
     if record.state is JobState.FAILED:
-        raise RequestFailed("job_failed", f"job {record.job_id} failed: {record.error}")
+        raise failed("job_failed", f"job {record.job_id}: {record.error}")
     if record.state is JobState.CANCELLED:
-        raise RequestFailed("job_cancelled", f"job {record.job_id} was cancelled")
+        raise failed("job_cancelled", f"job {record.job_id}")
     return record.model_dump(mode="json")
 
 
@@ -107,7 +108,7 @@ class SparkBridge:
     @property
     def manager(self) -> JobManager:
         if self._manager is None:
-            raise RequestError("spark_starting", "the Spark session is still starting; try again shortly")
+            raise errored("spark_starting")
         return self._manager
 
     async def start(self) -> None:
@@ -146,11 +147,8 @@ class SparkBridge:
         try:
             record = await self.manager.wait(record.job_id, wait_timeout)
         except TimeoutError:
-            raise RequestFailed(
-                "wait_timeout",
-                f"job {record.job_id} still {record.state.value} after "
-                f"{wait_timeout} s; it keeps running (spark.job status)",
-            ) from None
+            detail = f"job {record.job_id} still {record.state.value} after {wait_timeout} s"
+            raise failed("wait_timeout", detail) from None
         return _finished_reply(record)
 
     def _visible_to(self, user: str | None) -> Callable[[JobRecord], bool]:
@@ -166,14 +164,14 @@ class SparkBridge:
         except UnknownJob:
             record = None
         if record is None or not self._visible_to(ctx.user_id)(record):
-            raise RequestFailed("unknown_job", f"no job {job_id!r}")
+            raise failed("unknown_job", f"job {job_id!r}")
         return record
 
     @staticmethod
     def _owner(ctx: RequestContext) -> str:
         if ctx.user_id is None:
             # The owner is the account RabbitMQ validated; a request without one could own nothing.
-            raise RequestFailed("no_user_id", "spark jobs belong to the sending account: set the AMQP user_id")
+            raise failed("no_user_id")
         return ctx.user_id
 
     def _register(self) -> None:
@@ -186,9 +184,9 @@ class SparkBridge:
             try:
                 inputs = await asyncio.to_thread(validate_inputs, request.paths, self.input_roots)
             except InputRefused as exc:
-                raise RequestFailed(exc.id, exc.message) from None
+                raise failed(exc.id, exc.message) from None
             except InputError as exc:
-                raise RequestFailed("bad_input", str(exc)) from None
+                raise failed("bad_input", str(exc)) from None
             params = ExpireParams(
                 min_zoom=request.min_zoom,
                 max_zoom=request.max_zoom,
@@ -218,7 +216,7 @@ class SparkBridge:
             try:
                 paths, request_paths, out_base = await asyncio.to_thread(self._stats_paths, request)
             except InputRefused as exc:
-                raise RequestFailed(exc.id, exc.message) from None
+                raise failed(exc.id, exc.message) from None
             params = StatsParams(
                 window_seconds=request.window_seconds,
                 since=request.since,
@@ -249,7 +247,7 @@ class SparkBridge:
         async def result(job_id: str, ctx: RequestContext) -> dict[str, Any]:
             record = self._job(job_id, ctx)
             if not record.state.finished:
-                raise RequestFailed("job_not_finished", f"job {job_id} is {record.state.value}")
+                raise failed("job_not_finished", f"job {job_id} is {record.state.value}")
             _finished_reply(record)  # a failed/cancelled job has no result: answer fail with the reason
             return {"job_id": job_id, "kind": record.kind, "result": record.result}
 
@@ -257,7 +255,7 @@ class SparkBridge:
         async def log_tail(job_id: str, ctx: RequestContext, lines: int = 50) -> dict[str, Any]:
             self._job(job_id, ctx)
             if not 0 <= lines <= 10_000:
-                raise RequestFailed("bad_lines", "lines must be between 0 and 10000")
+                raise failed("bad_lines", f"lines={lines}")
             return {"job_id": job_id, "lines": await asyncio.to_thread(self.manager.log_tail, job_id, lines)}
 
         @jobs.command("cancel")
@@ -271,7 +269,7 @@ class SparkBridge:
         async def list_jobs(ctx: RequestContext, state: JobState | None = None, kind: str | None = None,
                             limit: int = 50) -> dict[str, Any]:
             if not 1 <= limit <= 1000:
-                raise RequestFailed("bad_limit", "limit must be between 1 and 1000")
+                raise failed("bad_limit", f"limit={limit}")
             records = self.manager.list_jobs(state=state, kind=kind, limit=limit, visible=self._visible_to(ctx.user_id))
             return {"jobs": [r.summary() for r in records], "max_jobs": self.manager.max_jobs}
 
@@ -287,7 +285,7 @@ class SparkBridge:
             return self.manager.submit(kind, params, body, publish=publish, owner=owner)
         except JobsBusy as exc:
             # Status error, not fail: the same request succeeds once jobs finish.
-            raise RequestError("busy", f"the bridge is busy: {exc}; try again later") from None
+            raise errored("busy", str(exc)) from None
 
     async def close(self) -> None:
         if self._manager is not None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from qbroker import RequestFailed
+from services.error_messages import failed
 from services.osmstore.geometry import GEOMETRY_DIR, GeometryStore, GeometryStoreError
 from services.spark_bridge.expire_inputs import ExpireInput, InputKind
 from services.spark_bridge.models import ExpireRequest
@@ -62,8 +62,8 @@ def store_job_for(stores: Stores, request: ExpireRequest, inputs: list[ExpireInp
     try:
         store_dir = stores.get(request.store)
     except UnknownStore as exc:
-        raise RequestFailed("unknown_store", str(exc)) from None
+        raise failed("unknown_store", str(exc)) from None
     if len(inputs) != 1 or inputs[0].kind is not InputKind.OSC:
-        raise RequestFailed("bad_input", "with store, paths must name exactly one osmChange file (.osc or .osc.gz)")
+        raise failed("bad_input", "with store, paths must name exactly one osmChange file (.osc or .osc.gz)")
     return StoreJob(store_dir=store_dir, sequence=request.sequence, apply=request.apply,
                     driver_lookup_bytes=stores.driver_lookup_bytes, first_sequence=request.first_sequence)

@@ -186,7 +186,7 @@ async def test_unparsable_osc_fails_the_job_with_reason(bridge, client, tmp_path
     submitted = await client.call("spark.expire", {"paths": [str(broken)]})
     with pytest.raises(RequestFailed) as err:
         await client.call("spark.expire", {"paths": [str(broken)], "wait": True}, timeout=CALL)
-    assert err.value.id == "job_failed" and "unparsable osmChange" in err.value.message
+    assert err.value.id == "job_failed" and "unparsable osmChange" in err.value.detail
     status = await client.call("spark.job", {"command": "status", "job_id": submitted["job_id"]})
     assert status["state"] == "failed" and "unparsable osmChange" in status["error"]
 
@@ -217,3 +217,34 @@ async def test_stats_over_bus_writes_outputs(bridge, client, tmp_path) -> None:
     with pytest.raises(RequestFailed) as err:
         await client.call("spark.stats", {"paths": [str(tmp_path / "missing.log")]})
     assert err.value.id == "no_such_input"
+
+
+async def test_each_error_triple_has_one_message(bridge, client, tmp_path) -> None:
+    """The seed: one (status, id, part), one message; what is particular to the request is in `detail`."""
+    (tmp_path / "bad.osc").write_text("<html>nope</html>")
+    (tmp_path / "bad.list").write_text("hello world\n")
+    requests = [
+        ("spark.job", {"command": "status", "job_id": "nope-1"}),
+        ("spark.job", {"command": "status", "job_id": "nope-2"}),
+        ("spark.job", {"command": "log", "job_id": "nope-3"}),
+        ("spark.job", {"command": "list", "limit": 0}),
+        ("spark.job", {"command": "list", "limit": 5000}),
+        ("spark.expire", {"paths": [str(tmp_path / "bad.osc")]}),
+        ("spark.expire", {"paths": [str(tmp_path / "bad.list")]}),
+        ("spark.expire", {"paths": [str(tmp_path / "missing-1.osc")]}),
+        ("spark.expire", {"paths": [str(tmp_path / "missing-2.list")]}),
+        ("spark.expire", {"paths": ["/etc/passwd"]}),
+        ("spark.expire", {"paths": ["/etc/hostname"]}),
+        ("spark.expire", {"paths": [str(tmp_path / "bad.list")], "max_tiles": 10**12}),
+        ("spark.expire", {"paths": [str(tmp_path / "bad.list")], "max_tiles": 10**13}),
+    ]
+    messages: dict[tuple, set[str]] = {}
+    details = set()
+    for name, body in requests:
+        with pytest.raises(RequestFailed) as err:
+            await client.call(name, body, timeout=CALL)
+        e = err.value
+        messages.setdefault((e.status, e.id, e.part), set()).add(e.message)
+        details.add(e.detail)
+    assert {t: m for t, m in messages.items() if len(m) > 1} == {}
+    assert len(messages) >= 5 and len(details) >= 10

@@ -64,7 +64,7 @@ async def refused(client, name: str, body: dict) -> RequestFailed:
     with pytest.raises(RequestFailed) as info:
         await client.call(name, body, timeout=CALL)
     assert info.value.status == "fail"
-    assert SECRET not in info.value.message
+    assert SECRET not in str(info.value)
     return info.value
 
 
@@ -77,8 +77,8 @@ async def test_paths_outside_the_roots_are_refused_alike(tight, client, dirs) ->
     missing = await refused(client, "spark.expire", {"paths": ["/etc/no-such-file-here"]})
     # Whether a path outside exists is not revealed: same id, same words around the caller's own string.
     assert existing.id == missing.id == "input_not_allowed"
-    assert existing.message.replace("/etc/passwd", "P") == missing.message.replace("/etc/no-such-file-here", "P")
-    assert "root:" not in existing.message
+    assert existing.detail.replace("/etc/passwd", "P") == missing.detail.replace("/etc/no-such-file-here", "P")
+    assert "root:" not in str(existing)
     for path in (str(root / ".." / "private" / "secret.list"), str(root / "sub" / ".." / ".." / "private"),
                  str(root / "link.list"), "dangling.list", "../private/secret.list", "/", "/dev/zero",
                  str(outside)):
@@ -122,11 +122,11 @@ async def test_errors_never_quote_file_contents(tight, client, dirs) -> None:
     (root / "head.csv").write_text(f"{SECRET},x\n1,2\n")
     for name in ("head.list", "head.csv"):
         err = await refused(client, "spark.expire", {"paths": [name]})
-        assert err.id == "bad_input" and name in err.message
+        assert err.id == "bad_input" and name in err.detail
     with pytest.raises(RequestFailed) as info:  # found by the job, not at submit time
         await client.call("spark.expire", {"paths": ["later.list"], "wait": True}, timeout=CALL)
-    assert info.value.id == "job_failed" and "later.list" in info.value.message
-    assert SECRET not in info.value.message
+    assert info.value.id == "job_failed" and "later.list" in info.value.detail
+    assert SECRET not in str(info.value)
 
 
 async def test_stats_output_is_a_name_under_the_state_dir(tight, client, dirs, tmp_path) -> None:
@@ -152,7 +152,7 @@ async def test_stats_output_is_a_name_under_the_state_dir(tight, client, dirs, t
 async def test_guards_have_ceilings_checked_before_the_expensive_stages(tight, client, dirs) -> None:
     root, _ = dirs
     err = await refused(client, "spark.expire", {"paths": ["x.list"], "max_tiles": 10**9})
-    assert err.id == "over_limit" and "5000" in err.message
+    assert err.id == "over_limit" and "5000" in err.detail
     err = await refused(client, "spark.expire", {"paths": ["x.list"], "max_tiles_per_geometry": 10**9})
     assert err.id == "over_limit"
     # 20 000 distinct tiles at max zoom: over the ceiling of 5 000 without any propagation.
@@ -168,7 +168,7 @@ async def test_guards_have_ceilings_checked_before_the_expensive_stages(tight, c
     with pytest.raises(RequestFailed) as info:
         await client.call("spark.expire", {"paths": ["low.list"], "min_zoom": 8, "max_zoom": 8,
                                            "max_tiles_per_geometry": 2_000, "wait": True}, timeout=CALL)
-    assert "max_tiles_per_geometry" in info.value.message
+    assert "max_tiles_per_geometry" in info.value.detail
     # 128 z5 tiles at min_zoom 8: 64 tiles each (within the per-geometry guard), 8 192 in all (over max_tiles).
     (root / "lows.list").write_text("".join(f"5/{x}/{y}\n" for x in range(32) for y in range(4)))
     submitted = await client.call("spark.expire", {"paths": ["lows.list"], "min_zoom": 8, "max_zoom": 8})

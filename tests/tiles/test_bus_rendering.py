@@ -132,7 +132,7 @@ async def test_render_failure_answers_error(bus):
     with pytest.raises(RequestError) as info:
         await client.call("toposm.queuemaster", {"command": "render", "tile": "7/3/3"}, timeout=20)
     assert info.value.id == "render_failed"
-    assert "7/0/0" in info.value.message and "Error" in info.value.message  # the renderer's reason
+    assert "7/0/0" in info.value.detail and "Error" in info.value.detail  # the renderer's reason
     [line] = bus.render_log_lines()
     assert line["status"] == "error" and line["reason"]
     s = await stats(client)

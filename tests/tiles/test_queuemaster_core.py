@@ -49,7 +49,7 @@ def test_expiry_only_existing_dedup_and_propagation(tmp_path):
     with pytest.raises(RequestFailed) as info:
         qm.expire(text, strict=True)
     assert info.value.id == "invalid_tile"
-    assert info.value.message == "tile '12/99999/0': x and y must be below 2^12 = 4096"
+    assert info.value.detail == "tile '12/99999/0': x and y must be below 2^12 = 4096"
 
 
 def test_expiry_can_render_missing(tmp_path):

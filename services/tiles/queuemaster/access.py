@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 from qbroker import RequestFailed
+from services.error_messages import MESSAGES
 
 RENDERER_COMMANDS = frozenset({"register", "rendered", "unregister"})
 
@@ -26,10 +27,11 @@ def _users(raw: str | None) -> frozenset[str] | None:
 
 
 class Forbidden(RequestFailed):
-    """The sender's account may not do this (status ``fail``, id ``forbidden``)."""
+    """The sender's account may not do this (status ``fail``, id ``forbidden``, the id's one message; what
+    was refused and whose goes in ``detail``)."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__("forbidden", message)
+    def __init__(self, detail: str) -> None:
+        super().__init__("forbidden", MESSAGES["forbidden"], detail=detail)
 
 
 @dataclass(frozen=True)

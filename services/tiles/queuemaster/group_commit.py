@@ -26,7 +26,7 @@ import asyncio
 
 import structlog
 
-from qbroker import RequestError
+from services.error_messages import errored
 
 from .queue_store import QueueStore
 from .render_log import RenderLog
@@ -99,7 +99,7 @@ class GroupCommit:
                 self.flush()
         except Exception as exc:
             log.exception("queue commit failed")
-            future.set_exception(RequestError("commit_failed", f"queue state not saved: {exc}"))
+            future.set_exception(errored("commit_failed", str(exc)))
             return
         future.set_result(None)
 
@@ -110,4 +110,4 @@ class GroupCommit:
                 self.flush()
             except Exception as exc:  # the caller answers an error instead of acknowledging
                 log.exception("queue commit failed")
-                raise RequestError("commit_failed", f"queue state not saved: {exc}") from None
+                raise errored("commit_failed", str(exc)) from None

@@ -27,8 +27,9 @@ import orjson
 import structlog
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, AbstractIncomingMessage
 
-from qbroker import ConnectionLost, ErrorInfo, InvalidParams, QBrokerError, RequestFailed
+from qbroker import BadMessage, ConnectionLost, ErrorInfo, HandlerCrashed, InvalidParams, QBrokerError
 from qbroker.transport import Connection
+from services.error_messages import errored, failed
 
 from ..messages import RegisterRequest
 from ..seed_wire import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER_TOPIC, client_reply_queue, declare_osm_exchange
@@ -144,9 +145,8 @@ class OsmWire:
         size = len(message.body)
         if size > self.max_body_bytes:
             log.warning("osm message too large; dropped", routing_key=message.routing_key, size=size)
-            await self._reply(message, {"command": None, "status": "fail", "error": "too_large",
-                                        "message": f"body of {size} bytes exceeds the limit of "
-                                                   f"{self.max_body_bytes}"})
+            error = failed("too_large", f"body of {size} bytes; the limit is {self.max_body_bytes}")
+            await self._reply(message, error_result(None, error.to_info(part=OSM_PART)))
             return
         if message.routing_key == EXPIRE_TOPIC:
             try:
@@ -155,8 +155,8 @@ class OsmWire:
                 log.exception("expiry on osm failed")
             return
         if len(self._tasks) >= self.max_commands:
-            await self._reply(message, {"command": None, "status": "error", "error": "busy",
-                                        "message": f"{self.max_commands} osm commands in progress; retry later"})
+            busy = errored("busy", f"{self.max_commands} osm commands in progress")
+            await self._reply(message, error_result(None, busy.to_info(part=OSM_PART)))
             return
         task = asyncio.ensure_future(self._command(message))
         self._tasks.add(task)
@@ -168,7 +168,7 @@ class OsmWire:
             try:
                 body = orjson.loads(message.body)
             except orjson.JSONDecodeError as exc:
-                raise RequestFailed("bad_message", f"body is not valid JSON: {exc}") from None
+                raise BadMessage(f"body is not valid JSON: {exc}") from None
             if not isinstance(body, dict) or not isinstance(body.get("command"), str):
                 raise InvalidParams("expected a JSON object with a string 'command' field")
             command = body.pop("command")
@@ -195,8 +195,8 @@ class OsmWire:
             result = error_result(command, exc.to_info(part=OSM_PART))
         except Exception as exc:
             log.exception("osm command crashed", command=command)
-            result = {"command": command, "status": "error", "error": "unhandled",
-                      "message": f"unhandled {type(exc).__name__}"}
+            crash = HandlerCrashed(f"unhandled {type(exc).__name__}")
+            result = error_result(command, crash.to_info(part=OSM_PART))
         await self._reply(message, result)
 
     def _keep(self, command: str, request: Any, message: AbstractIncomingMessage) -> int | None:

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from qbroker import RequestError
+from services.error_messages import errored
 
 from ..tilemath import Metatile
 
@@ -47,7 +48,7 @@ class RenderWaiters:
             if status == "ok":
                 future.set_result({})
             else:
-                future.set_exception(RequestError("render_failed", f"metatile {m} failed to render: {reason}"))
+                future.set_exception(errored("render_failed", f"metatile {m}: {reason}"))
 
     def fail_all(self) -> None:
         for futures in self.by_metatile.values():

@@ -22,7 +22,17 @@ from typing import Any
 
 import structlog
 
-from qbroker import CallTimeout, ErrorInfo, HandlerCrashed, NoServer, QBrokerError, RequestContext, RequestFailed, Unit
+from qbroker import (
+    CallTimeout,
+    ErrorInfo,
+    HandlerCrashed,
+    NoServer,
+    QBrokerError,
+    RequestContext,
+    RequestFailed,
+    Unit,
+    UnknownCommand,
+)
 
 from ..expiry_wires import OsmPublisher, TwinFilter, Wire, expiry_key, expiry_text, relay_expiry
 from ..messages import Message
@@ -210,7 +220,7 @@ class QueuemasterService:
         request_deadline.set(waiter.deadline)
         try:
             if command is None:
-                raise RequestFailed("unknown_command", f"unknown command {waiter.command!r}")
+                raise UnknownCommand(f"unknown command {waiter.command!r}")
             request = command.request.model_validate_json(waiter.body)
             body = await command.run(self.qm, request, waiter.reply_to, waiter.user_id)
         except QBrokerError as exc:

@@ -21,7 +21,7 @@ from typing import Any
 
 import structlog
 
-from qbroker import RequestError, RequestFailed
+from services.error_messages import errored, failed
 
 from ..messages import RegisterRequest, RenderedRequest, UnregisterRequest
 from ..strategy import choose_for_mix, parse_strategy
@@ -105,13 +105,13 @@ class Queuemaster:
         try:
             return parse_tile(text, self.zooms)
         except TileError as exc:
-            raise RequestFailed("invalid_tile", str(exc)) from None
+            raise failed("invalid_tile", str(exc)) from None
 
     def metatile(self, text: str) -> Metatile:
         try:
             return parse_metatile(text, self.zooms)
         except TileError as exc:
-            raise RequestFailed("invalid_metatile", str(exc)) from None
+            raise failed("invalid_metatile", str(exc)) from None
 
     # -- expirations ------------------------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ class Queuemaster:
         keys, problems = expiry_keys(text, self.zooms)  # packed metatile keys: no object per tile
         if problems and strict:
             more = " ..." if len(problems) > 5 else ""
-            raise RequestFailed("invalid_tile", "; ".join(problems[:5]) + more)
+            raise failed("invalid_tile", "; ".join(problems[:5]) + more)
         if problems:
             self.stats.count("invalid_expiry_items", len(problems))
             log.warning("invalid expiry items ignored", count=len(problems), first=problems[0])
@@ -184,14 +184,14 @@ class Queuemaster:
             self.queue.add(m, "missing" if not self.tiles.metatile_exists(m) else "important")
         if self.waiting >= MAX_WAITERS:
             self.stats.count("requests_refused_busy")
-            raise RequestError("busy", f"{self.waiting} render requests are waiting already; retry later")
+            raise errored("busy", f"{self.waiting} render requests are waiting already")
         future = self.render_waiters.add(m)
         self.work_available.set()
         try:
             result = await self.render_waiters.wait(m, future, deadline)
         except TimeoutError:
             self.stats.count("requests_past_deadline")
-            raise RequestError("render_timeout", f"metatile {m} not rendered before the request's deadline") from None
+            raise errored("render_timeout", f"metatile {m}") from None
         return {**answer, **result}
 
     # -- render threads ---------------------------------------------------------------------------------

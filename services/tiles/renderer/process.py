@@ -30,6 +30,7 @@ from typing import Any
 import structlog
 
 from qbroker import InvalidParams, NoServer, QBrokerError, RequestContext, RequestFailed, Unit
+from services.error_messages import failed
 
 from ..messages import RenderCommand, renderer_endpoint
 from ..strategy import parse_strategy
@@ -135,7 +136,7 @@ class RendererProcess:
             self._check_sender(ctx)
             thread.last_contact = time.monotonic()
             if thread.metatile is not None:
-                raise RequestFailed("busy", f"{thread.endpoint} is rendering {thread.metatile}")
+                raise failed("busy", f"{thread.endpoint} is rendering {thread.metatile}")
             return self._accept(thread, command.metatile)
 
         @endpoint.command("ping")
@@ -165,11 +166,11 @@ class RendererProcess:
     def _check_sender(self, ctx: RequestContext) -> None:
         allowed = self.settings.queuemaster_users
         if allowed is not None and ctx.user_id not in allowed:
-            raise RequestFailed("forbidden", "only the queuemaster sends render")
+            raise failed("forbidden", "only the queuemaster sends render")
 
     def _accept(self, thread: RenderThread, metatile: str) -> dict[str, Any]:
         if self.stopping.is_set():
-            raise RequestFailed("stopping", f"{thread.endpoint} is shutting down")
+            raise failed("stopping", thread.endpoint)
         thread.reporting = False
         thread.metatile = metatile
         thread.task = asyncio.create_task(self._render(thread, metatile))
@@ -184,10 +185,10 @@ class RendererProcess:
                 await self._idle.wait_for(lambda: self.stopping.is_set() or any(
                     t.metatile is None and not t.reporting for t in self.threads))
         except TimeoutError:
-            raise RequestFailed("busy", f"no render thread of {self.unit.app} pid {self.pid} became idle "
-                                        "before the request's deadline") from None
+            raise failed("busy", f"no render thread of {self.unit.app} pid {self.pid} became idle "
+                                 "before the request's deadline") from None
         if self.stopping.is_set():
-            raise RequestFailed("stopping", f"renderer pid {self.pid} is shutting down")
+            raise failed("stopping", f"renderer pid {self.pid}")
         return next(t for t in self.threads if t.metatile is None and not t.reporting)
 
     async def _on_control(self, body: Any, ctx: RequestContext) -> dict[str, Any] | None:
@@ -206,7 +207,7 @@ class RendererProcess:
             # Not in the seed, and it stops real work: only an operator account may ask (user_id is
             # validated by RabbitMQ); everyone else gets `forbidden` and the renderer keeps running.
             if ctx.user_id not in self.settings.operator_users:
-                raise RequestFailed("forbidden", "shutdown is for operator accounts")
+                raise failed("forbidden", "shutdown is for operator accounts")
             if not self.stopping.is_set():
                 self.stopping.set()  # refuse renders from now on
                 asyncio.get_running_loop().call_soon(self.request_stop)
