@@ -52,6 +52,13 @@ class Config(BaseSettings):
     dead_letters: bool = True
     # Dead messages nobody collects should not pile up forever in the shared `dead` queue.
     dead_queue_ttl_ms: int = Field(24 * 3600 * 1000, gt=0)
+    # The QBroker seed: "dead keeps" a copy of what was dead-lettered. The collector that takes a dead
+    # request copies it to the `dead.kept` exchange and queue, which no unit consumes: operators list,
+    # show and replay it (`qbroker dead`); bounded by count (oldest dropped first) and age. Every
+    # declaration must carry the same bounds.
+    dead_kept_queue: str = "dead.kept"
+    dead_kept_max: int = Field(10_000, gt=0)
+    dead_kept_ttl_ms: int = Field(7 * 24 * 3600 * 1000, gt=0)
     # Grace after the last server of a name is gone: then RabbitMQ deletes ``rpc_<name>`` (x-expires),
     # its binding goes, and requests fall through the alternate exchange to `dead`, answered
     # ``no_server`` at once. Requests queued during a shorter restart are still served. None: never.
@@ -111,6 +118,10 @@ class Config(BaseSettings):
     @property
     def dead_queue_name(self) -> str:
         return self.exchange_prefix + self.dead_queue
+
+    @property
+    def dead_kept_queue_name(self) -> str:
+        return self.exchange_prefix + self.dead_kept_queue
 
 
 def redact_url(url: str) -> str:

@@ -11,6 +11,12 @@ from an exchange other than ``dead`` came through that exchange's alternate exch
 dead-lettered by the broker names its original exchange in ``x-death``. Every header is untrusted: a
 forged ``x-death`` of the wrong shape is treated as "unknown", never raises.
 
+Every dead message that is not an alert (a request nobody served, one that expired in its queue, was
+rejected, or was sent to ``dead`` as poison after exhausting its retries) is also copied, by the collector
+that took it, to the ``dead.kept`` exchange and queue, with where it was first published and why it died
+in ``x-qbroker-dead-*`` headers: the seed's "dead keeps" a copy, for operators to list and replay
+(``qbroker.dead_kept``, ``qbroker dead``). Alerts nobody listens to are only counted: they are many.
+
 Run inside any unit with ``Config(dead_letters=True)``, or standalone: ``qbroker-dead-letter``
 (``python -m qbroker.cli.dead_letter``).
 """
@@ -25,11 +31,14 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from qbroker.bus import Bus
 from qbroker.config import Config
+from qbroker.envelope import FAILURES, RETRIES
 from qbroker.errors import NoServer, QBrokerError, RequestError, RequestFailed, TimedOutInQueue
-from qbroker.exchanges import declare_dead_queue
-from qbroker.transport import Connection
+from qbroker.exchanges import declare_dead_kept, declare_dead_queue
+from qbroker.transport import Connection, Exchange
 
 PART = "qbroker.dead_letter"
+# Where a kept copy was first published and why it died (the copy itself is delivered from `dead.kept`).
+KEPT_HEADERS = ("x-qbroker-dead-kind", "x-qbroker-dead-reason", "x-qbroker-dead-exchange", "x-qbroker-dead-name")
 _MAX_TEXT = 256  # names and reasons from headers end up in logs and replies: keep them short
 
 
@@ -63,8 +72,12 @@ def classify(message: AbstractIncomingMessage, config: Config) -> tuple[str, str
         return kind_of_exchange(config, exchange), "unroutable"
     headers = message.headers if isinstance(message.headers, Mapping) else {}
     death = _first_death(headers)
-    if death is None:
-        return "unknown", "unknown"  # published straight to `dead`: nothing says what it was
+    if death is None:  # published straight to `dead`: by a server, a request out of deliveries or retries
+        if FAILURES in headers:
+            return "rpc", "poison"
+        if RETRIES in headers:
+            return "rpc", "retries_exhausted"
+        return "unknown", "unknown"
     return kind_of_exchange(config, _text(death.get("exchange"))), _text(death.get("reason")) or "unknown"
 
 
@@ -84,11 +97,13 @@ class DeadLetterCollector:
         self.bus = bus
         self.counts: Counter[str] = Counter()
         self.log = bus.log.bind(part=PART)
+        self._kept: Exchange | None = None
 
     async def attach(self, connection: Connection) -> None:
         channel = await self.bus.channel(connection, confirms=False)
         await channel.set_qos(prefetch_count=256)
         queue = await declare_dead_queue(channel, self.bus.config)
+        self._kept = await declare_dead_kept(channel, self.bus.config)
         await self.bus.add_consumer(queue, self._on_dead, part=PART)
 
     async def _on_dead(self, message: AbstractIncomingMessage) -> None:
@@ -106,7 +121,28 @@ class DeadLetterCollector:
             log.debug("alert nobody listens to") if reason == "unroutable" else log.info("dead alert")
         else:
             log.info("dead message")
+        if kind != "alert":
+            await self._keep(message, kind, reason, name)
         await message.ack()
+
+    async def _keep(self, message: AbstractIncomingMessage, kind: str, reason: str, name: str) -> None:
+        """The copy for operators; never costs the dead message its ack."""
+        origin = _text(message.exchange) or ""
+        if origin == self.bus.config.exchange_name("dead"):  # dead-lettered: x-death names the origin
+            death = _first_death(message.headers if isinstance(message.headers, Mapping) else {}) or {}
+            # none: a server sent it here, out of deliveries or retries (its name is the routing key)
+            origin = _text(death.get("exchange")) or (self.bus.config.exchange_name("rpc") if kind == "rpc" else "")
+            keys = death.get("routing-keys")
+            name = (_text(keys[0]) if isinstance(keys, list | tuple) and keys else None) or name
+        headers = dict(zip(KEPT_HEADERS, (kind, reason, origin, name), strict=True))
+        try:
+            if self._kept is None:
+                raise RuntimeError("dead.kept not declared")
+            await self._kept.publish(self.bus.copy_message(message, headers), routing_key=name)
+            self.counts["kept"] += 1
+        except Exception as exc:
+            self.counts["kept_failed"] += 1
+            self.log.warning("dead message not kept", name=name, error=repr(exc))
 
     def stats(self) -> dict[str, Any]:
         return dict(sorted(self.counts.items()))

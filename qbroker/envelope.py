@@ -22,6 +22,10 @@ from qbroker.codecs import JSON, CodecError, CodecRegistry, default_codecs
 from qbroker.errors import BadMessage, ErrorInfo
 
 PROTOCOL_VERSION = 1
+# Headers of a request that qbroker re-published: deliveries that ended without an answer, and retries
+# after an error (rpc); a request sent to `dead` with one of them ran out of them (dead_letter).
+FAILURES = "x-qbroker-failures"
+RETRIES = "x-qbroker-retries"
 MessageKind = Literal["rpc", "reply", "alert"]
 
 

@@ -4,6 +4,8 @@
 - ``reply`` direct, routing key = the caller's uuid.
 - ``alert`` topic, routing key = alert name; alternate exchange ``dead`` so unheard alerts are counted.
 - ``dead``  fanout, with the durable ``dead`` queue bound to it.
+- ``dead.kept`` fanout, with the durable ``dead.kept`` queue bound to it, which nobody consumes: the
+  collector that takes a dead request copies it there, for operators to list and replay (``dead_kept``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ async def declare_exchanges(channel: Channel, config: Config) -> Exchanges:
     dead_name = config.exchange_name("dead")
     dead = await channel.declare_exchange(dead_name, ExchangeType.FANOUT, durable=True)
     await (await declare_dead_queue(channel, config)).bind(dead)
+    await declare_dead_kept(channel, config)
     rpc = await channel.declare_exchange(
         config.exchange_name("rpc"), ExchangeType.TOPIC, durable=True,
         arguments={"alternate-exchange": dead_name},
@@ -48,6 +51,20 @@ async def declare_dead_queue(channel: Channel, config: Config) -> Queue:
     return await channel.declare_queue(
         config.dead_queue_name, durable=True, arguments={"x-message-ttl": config.dead_queue_ttl_ms}
     )
+
+
+async def declare_dead_kept(channel: Channel, config: Config) -> Exchange:
+    """The exchange and queue of the copies kept for operators (``qbroker dead``), bounded by count and age;
+    both named ``Config.dead_kept_queue_name``. Returns the exchange, where collectors publish the copies."""
+    name = config.dead_kept_queue_name
+    exchange = await channel.declare_exchange(name, ExchangeType.FANOUT, durable=True)
+    queue = await channel.declare_queue(
+        name, durable=True,
+        arguments={"x-max-length": config.dead_kept_max, "x-message-ttl": config.dead_kept_ttl_ms,
+                   "x-overflow": "drop-head"},
+    )
+    await queue.bind(exchange)
+    return exchange
 
 
 def rpc_queue_arguments(config: Config, *, max_priority: int | None, single_active: bool,

@@ -12,11 +12,9 @@ from aio_pika.abc import AbstractIncomingMessage
 from qbroker.bus import Bus
 from qbroker.context import RequestContext
 from qbroker.endpoints import Endpoint
+from qbroker.envelope import FAILURES, RETRIES
 from qbroker.errors import DeadlinePassed, PoisonRequest
 from qbroker.middleware import Middleware, Next, Outcome, refuse
-
-FAILURES = "x-qbroker-failures"
-RETRIES = "x-qbroker-retries"
 
 
 def _count(message: AbstractIncomingMessage, header: str) -> int:

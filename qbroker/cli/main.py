@@ -23,7 +23,7 @@ try:  # typer >= 0.20 vendors its own copy of click; its exceptions are not clic
 except ImportError:  # pragma: no cover - older typer on real click
     from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
 
-from qbroker.cli import cmd_alert, cmd_asyncapi, cmd_call, cmd_jobs, cmd_list, cmd_provision, cmd_schedule
+from qbroker.cli import cmd_alert, cmd_asyncapi, cmd_call, cmd_dead, cmd_jobs, cmd_list, cmd_provision, cmd_schedule
 from qbroker.cli.exit_codes import ExitCode
 
 
@@ -113,6 +113,7 @@ app.command("call", epilog=cmd_call.EXAMPLES, no_args_is_help=True)(cmd_call.cal
 app.command("alert", epilog=cmd_alert.EXAMPLES, no_args_is_help=True)(cmd_alert.alert)
 app.command("list", epilog=cmd_list.EXAMPLES)(cmd_list.list_units)
 app.add_typer(cmd_jobs.app, name="jobs")
+app.add_typer(cmd_dead.app, name="dead")
 app.add_typer(cmd_schedule.app, name="schedule")
 app.command("asyncapi", epilog=cmd_asyncapi.EXAMPLES)(cmd_asyncapi.asyncapi)
 app.command("provision", epilog=cmd_provision.EXAMPLES, no_args_is_help=True)(cmd_provision.provision)

@@ -1,0 +1,60 @@
+"""``qbroker dead``: the QBroker seed's "dead keeps" copies, listed, shown and replayed by an operator;
+bounded by count (and age: the queue's x-message-ttl)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+
+from qbroker import NoServer
+from tests.cli.helpers import run_cli
+
+
+def _lines(stdout: str) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+async def test_dead_requests_are_kept_listed_shown_and_replayed(amqp_url: str, make_unit: Any) -> None:
+    prefix = f"kept-{uuid.uuid4().hex[:8]}."
+    env = {"QBROKER_EXCHANGE_PREFIX": prefix, "QBROKER_DEAD_KEPT_MAX": "3"}
+    client = await make_unit("clitest.client", exchange_prefix=prefix, dead_kept_max=3)
+    await client.start()
+    for i in range(5):  # nobody serves it: the collector answers no_server and acks its copy in `dead`
+        with pytest.raises(NoServer):
+            await client.call("clitest.later", {"n": i}, timeout=10)
+
+    listed = await run_cli(amqp_url, "dead", "list", **env)
+    assert listed.code == 0, listed
+    kept = _lines(listed.stdout)
+    # bounded by count: the three newest, oldest first
+    assert [(k["kind"], k["reason"], k["name"]) for k in kept] == [("rpc", "unroutable", "clitest.later")] * 3
+    again = await run_cli(amqp_url, "dead", "list", **env)
+    assert _lines(again.stdout) == kept  # listing consumed nothing
+
+    shown = await run_cli(amqp_url, "dead", "show", kept[0]["message_id"], **env)
+    assert shown.code == 0, shown
+    assert orjson.loads(orjson.loads(shown.stdout)["body"]) == {"n": 2}  # the request as it was sent
+
+    served: list[Any] = []
+    server = await make_unit("clitest.server", exchange_prefix=prefix, dead_kept_max=3)
+
+    @server.rpc("clitest.later")
+    async def later(n: int) -> int:
+        served.append(n)
+        return n
+
+    await server.start()
+    replayed = await run_cli(amqp_url, "dead", "replay", kept[0]["message_id"], "3", **env)
+    assert replayed.code == 0, replayed
+    assert [r["name"] for r in _lines(replayed.stdout)] == ["clitest.later", "clitest.later"]
+    async with asyncio.timeout(20):
+        while sorted(served) != [2, 4]:
+            await asyncio.sleep(0.05)
+    left = _lines((await run_cli(amqp_url, "dead", "list", **env)).stdout)
+    assert [k["message_id"] for k in left] == [kept[1]["message_id"]]
+    missing = await run_cli(amqp_url, "dead", "show", "no-such-id", **env)
+    assert missing.code == 2 and "no kept dead message" in missing.stderr
