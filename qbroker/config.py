@@ -53,8 +53,8 @@ class Config(BaseSettings):
     # Dead messages nobody collects should not pile up forever in the shared `dead` queue.
     dead_queue_ttl_ms: int = Field(24 * 3600 * 1000, gt=0)
     # The QBroker seed: "dead keeps" a copy of what was dead-lettered. The collector that takes a dead
-    # request copies it to the `dead.kept` exchange and queue, which no unit consumes: operators list,
-    # show and replay it (`qbroker dead`); bounded by count (oldest dropped first) and age. Every
+    # request copies it to the `dead.kept.in` exchange and `dead.kept` queue, which no unit consumes:
+    # operators list, show and replay it (`qbroker dead`); bounded by count (oldest dropped first) and age. Every
     # declaration must carry the same bounds.
     dead_kept_queue: str = "dead.kept"
     dead_kept_max: int = Field(10_000, gt=0)
@@ -122,6 +122,12 @@ class Config(BaseSettings):
     @property
     def dead_kept_queue_name(self) -> str:
         return self.exchange_prefix + self.dead_kept_queue
+
+    @property
+    def dead_kept_exchange_name(self) -> str:
+        # Not the queue's name: broker permissions match both by name, and every account must read
+        # (bind) the exchange while only operators read the queue.
+        return self.dead_kept_queue_name + ".in"
 
 
 def redact_url(url: str) -> str:

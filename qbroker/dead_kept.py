@@ -1,14 +1,14 @@
 """The kept copies of dead messages: what ``qbroker dead list/show/replay`` reads.
 
-The collector that takes a dead request from ``dead`` copies it to the ``dead.kept`` exchange and queue
-(``dead_letter``), with where it was first published and why it died in ``x-qbroker-dead-*`` headers;
+The collector that takes a dead request from ``dead`` copies it to the ``dead.kept.in`` exchange and the
+``dead.kept`` queue (``dead_letter``), with where it was first published and why it died in ``x-qbroker-dead-*`` headers;
 nobody consumes that queue. Its bounds (``x-max-length``, oldest dropped first, and ``x-message-ttl``;
 ``Config.dead_kept_*``) keep it from growing without end.
 
 Reading never consumes: messages are fetched with ``basic.get`` without acknowledgement and go back to
 the queue, in their order, when the reading channel closes. Replaying one publishes it again on the
 ``rpc`` exchange with its request name and acknowledges its kept copy. Any account that may collect dead
-letters may publish into ``dead.kept``, so a kept copy's headers are claims: values are shortened, only
+letters may publish into ``dead.kept.in``, so a kept copy's headers are claims: values are shortened, only
 requests (origin: our ``rpc`` exchange) are replayed, and a replay carries no ``user_id`` (the broker
 accepts only the operator's own, and an endpoint that checks accounts refuses a request without one):
 replaying gives a request no authority its sender lacked.

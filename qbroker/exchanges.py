@@ -4,7 +4,7 @@
 - ``reply`` direct, routing key = the caller's uuid.
 - ``alert`` topic, routing key = alert name; alternate exchange ``dead`` so unheard alerts are counted.
 - ``dead``  fanout, with the durable ``dead`` queue bound to it.
-- ``dead.kept`` fanout, with the durable ``dead.kept`` queue bound to it, which nobody consumes: the
+- ``dead.kept.in`` fanout, with the durable ``dead.kept`` queue bound to it, which nobody consumes: the
   collector that takes a dead request copies it there, for operators to list and replay (``dead_kept``).
 """
 
@@ -55,11 +55,10 @@ async def declare_dead_queue(channel: Channel, config: Config) -> Queue:
 
 async def declare_dead_kept(channel: Channel, config: Config) -> Exchange:
     """The exchange and queue of the copies kept for operators (``qbroker dead``), bounded by count and age;
-    both named ``Config.dead_kept_queue_name``. Returns the exchange, where collectors publish the copies."""
-    name = config.dead_kept_queue_name
-    exchange = await channel.declare_exchange(name, ExchangeType.FANOUT, durable=True)
+    Returns the exchange, where collectors publish the copies."""
+    exchange = await channel.declare_exchange(config.dead_kept_exchange_name, ExchangeType.FANOUT, durable=True)
     queue = await channel.declare_queue(
-        name, durable=True,
+        config.dead_kept_queue_name, durable=True,
         arguments={"x-max-length": config.dead_kept_max, "x-message-ttl": config.dead_kept_ttl_ms,
                    "x-overflow": "drop-head"},
     )

@@ -102,9 +102,9 @@ def permissions_for(role: Role, prefix: str) -> Permissions:
     # reply_/alert_ queues. Exclusive queues cannot be consumed by another connection, so a pattern over
     # every uuid does not let one unit read another's replies.
     base = [exchanges, f"{p}(reply|alert)_{UUID}"]
-    # The kept copies of dead messages: every unit declares and binds `dead.kept`; only operators read it
-    # (the copies hold other accounts' requests).
-    kept = rf"{p}dead\.kept"
+    # The kept copies of dead messages: every unit declares the `dead.kept.in` exchange and the `dead.kept`
+    # queue and binds them; only operators read the queue (the copies hold other accounts' requests).
+    kept_in, kept = rf"{p}dead\.kept\.in", rf"{p}dead\.kept"
     served = {
         "queuemaster": [rf"{p}rpc_toposm\.queuemaster", "osm", r"toposm\.queuemaster\.osm"],
         "renderer": [rf"{p}rpc_{RENDER_ANY}"],
@@ -120,11 +120,11 @@ def permissions_for(role: Role, prefix: str) -> Permissions:
         return Permissions(".*", ".*", ".*", _topics(role))
     # Endpoint retries wait in qbroker.retry.<name>.<ms> queues (declared and bound by the server itself).
     retries = [rf"{p}qbroker\.retry\.({name})\.[0-9]+" for name in _ROLE_TOPICS.get(role, {}).get("serve", [])]
-    resources = _any(*base, *served, *retries, kept)
+    resources = _any(*base, *served, *retries, kept_in, kept)
     # Publishing on the default exchange reaches any queue by name, past every topic permission: only the
     # queuemaster gets it (the seed wire answers on it).
-    write = _any(*base, *served, *retries, kept, "amq\\.default") if role == "queuemaster" else resources
-    return Permissions(resources, write, _any(*base, *served, *retries), _topics(role))
+    write = _any(*base, *served, *retries, kept_in, kept, "amq\\.default") if role == "queuemaster" else resources
+    return Permissions(resources, write, _any(*base, *served, *retries, kept_in), _topics(role))
 
 
 # Per role: names it may call (publish on `rpc`) and serve (bind on `rpc`), and what else it may publish

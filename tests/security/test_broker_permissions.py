@@ -85,6 +85,20 @@ async def test_client_cannot_overhear_or_serve_other_names(provisioned) -> None:
             await asyncio.wait_for(q.consume(lambda m: None), HANG)
 
 
+async def test_only_operators_read_the_kept_dead_letters(provisioned, as_role) -> None:
+    """dead.kept holds other accounts' requests: every role's unit declares it, only operators read it."""
+    await as_role("client")  # a unit of any role declares (and binds) it
+    for role in ("client", "renderer", "spark_bridge"):
+        async with raw(provisioned, role) as conn:
+            channel = await conn.channel()
+            with pytest.raises((ChannelAccessRefused, ChannelClosed)):
+                queue = await channel.declare_queue("dead.kept", passive=True)
+                await asyncio.wait_for(queue.get(fail=False), HANG)
+    async with raw(provisioned, "operator") as conn:
+        queue = await (await conn.channel()).declare_queue("dead.kept", passive=True)
+        await asyncio.wait_for(queue.get(fail=False), HANG)
+
+
 async def test_renderer_account_cannot_act_as_queuemaster_or_operator(provisioned) -> None:
     async with raw(provisioned, "renderer") as conn:
         await _refused_publish(conn, "rpc", "toposm.render.vader.1.0")  # render to another thread
