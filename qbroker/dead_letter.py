@@ -14,8 +14,8 @@ forged ``x-death`` of the wrong shape is treated as "unknown", never raises.
 Every dead message that is not an alert (a request nobody served, one that expired in its queue, was
 rejected, or was sent to ``dead`` as poison after exhausting its retries) is also copied, by the collector
 that took it, to the ``dead.kept.in`` exchange and the ``dead.kept`` queue, with where it was first
-published and why it died in ``x-qbroker-dead-*`` headers: the seed's "dead keeps" a copy, for operators to list and replay
-(``qbroker.dead_kept``, ``qbroker dead``). Alerts nobody listens to are only counted: they are many.
+published and why it died in ``x-qbroker-dead-*`` headers: the seed's "dead keeps" a copy, for operators
+to list and replay (``qbroker.dead_kept``, ``qbroker dead``). Alerts nobody listens to are only counted: they are many.
 
 Run inside any unit with ``Config(dead_letters=True)``, or standalone: ``qbroker-dead-letter``
 (``python -m qbroker.cli.dead_letter``).
