@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -29,6 +30,9 @@ log = structlog.get_logger("toposm.web")
 STATIC = Path(__file__).parent / "static"
 MAX_OVERLAY = 5000
 MAX_LIVE_CLIENTS = 100
+# One address gets at most this share of the live streams, so one host opening hundreds cannot lock
+# every other viewer out (it gets 429; a full house 503).
+MAX_LIVE_PER_ADDRESS = MAX_LIVE_CLIENTS // 10
 KEEPALIVE = 15.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -77,6 +81,7 @@ class WebApp:
         self.tiles = tiles
         self.zooms = zooms
         self.live_clients = 0
+        self.live_by_address: Counter[str] = Counter()
         self.closing = asyncio.Event()
         metrics.on_demand.set_function(lambda: tiles.in_flight)
 
@@ -159,14 +164,20 @@ class WebApp:
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """Server-sent events: the whole snapshot whenever it changes (it is small), keep-alive comments."""
+        address = self.client(request)
+        if self.live_by_address[address] >= MAX_LIVE_PER_ADDRESS:
+            raise web.HTTPTooManyRequests(text=f"429: too many live streams from this address "
+                                               f"(limit {MAX_LIVE_PER_ADDRESS})\n", headers={"Retry-After": "30"})
         if self.live_clients >= MAX_LIVE_CLIENTS:
-            raise web.HTTPServiceUnavailable(text="503: too many live clients\n")
+            raise web.HTTPServiceUnavailable(text="503: too many live clients\n", headers={"Retry-After": "30"})
+        # counted before the first await, so that concurrent requests see each other
+        self.live_clients += 1
+        self.live_by_address[address] += 1
+        self.metrics.sse_clients.set(self.live_clients)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                                "X-Accel-Buffering": "no"})
-        await response.prepare(request)
-        self.live_clients += 1
-        self.metrics.sse_clients.set(self.live_clients)
         try:
+            await response.prepare(request)
             seen = -1
             while not self.closing.is_set():
                 if self.status.version != seen:
@@ -175,12 +186,16 @@ class WebApp:
                     continue
                 async with self.status.changed:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.status.changed.wait(), KEEPALIVE)
+                        async with asyncio.timeout(KEEPALIVE):  # not wait_for: see Collector._loop
+                            await self.status.changed.wait()
                 if self.status.version == seen:
                     await response.write(b": keep-alive\n\n")
         except ConnectionResetError:
             pass  # the page was closed
         finally:
             self.live_clients -= 1
+            self.live_by_address[address] -= 1
+            if self.live_by_address[address] <= 0:
+                del self.live_by_address[address]
             self.metrics.sse_clients.set(self.live_clients)
         return response

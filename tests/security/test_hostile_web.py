@@ -101,3 +101,26 @@ async def test_sigterm_stops_within_the_drain_timeout_after_a_flood(bus: TileBus
     assert took < EXIT_CEILING, (took, web.proc.log.read_text()[-2000:])
     # the waiting requests were answered (503, stopping), not left hanging
     assert all(a == 503 or isinstance(a, aiohttp.ClientError) for a in answers), answers
+
+
+async def open_stream(session: aiohttp.ClientSession, web: Web) -> tuple[int, aiohttp.ClientResponse]:
+    response = await session.get(web.url + "/events")
+    if response.status == 200:
+        await response.content.readuntil(b"\n\n")  # the first snapshot: the stream is counted and live
+    return response.status, response
+
+
+async def test_one_address_cannot_take_every_live_stream(bus: TileBus) -> None:  # noqa: F811
+    """200 `/events` streams from 127.0.0.1, then a viewer from 127.0.0.2: it must still get its stream."""
+    web = start_web(bus)
+    flood = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    other = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=("127.0.0.2", 0)))
+    try:
+        opened = await asyncio.gather(*(open_stream(flood, web) for _ in range(200)))
+        answers = Counter(status for status, _ in opened)
+        assert answers[200] <= 10 and set(answers) <= {200, 429}, answers
+        status, _ = await open_stream(other, web)
+        assert status == 200, answers
+    finally:
+        await flood.close()
+        await other.close()
