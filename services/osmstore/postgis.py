@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from .errors import ImportFailed
@@ -82,7 +83,15 @@ def postgis_sequence(dsn: str) -> int | None:
 
 def record_postgis_sequence(dsn: str, url: str, sequence: int, timestamp: str | None) -> None:
     """Record the last applied diff, as osm2pgsql-replication does (one row; importdate = the diff's timestamp)."""
-    psql(dsn, _RECORD_SEQUENCE, url=url, seq=str(int(sequence)), stamp=timestamp or "")
+    psql(dsn, _RECORD_SEQUENCE, url=url, seq=str(int(sequence)), stamp=_iso_or_empty(timestamp))
+
+
+def _iso_or_empty(timestamp: str | None) -> str:
+    """The state file's timestamp if it is one (it comes from the replication server), else '' (NULL)."""
+    try:
+        return datetime.fromisoformat((timestamp or "").replace("Z", "+00:00")).isoformat()
+    except ValueError:
+        return ""
 
 
 _RECORD_SEQUENCE = """BEGIN;

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import signal
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from qbroker import Unit
 from qbroker.runner import serve
@@ -46,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> FollowSettings:
     a = p.parse_args(argv)
     source: Path | str = a.source
     if is_url(a.source):
+        if urlsplit(a.source).username is not None:  # it would be in every log line and replication.json
+            p.error("--source: credentials in the URL are not supported (they would be logged)")
         source = a.source if a.source.endswith("/") else a.source + "/"
     elif "://" in a.source:
         p.error(f"--source {a.source}: only http:// and https:// URLs, or a directory")

@@ -101,7 +101,8 @@ def test_source_urls(store: Path, tmp_path: Path) -> None:
     args = ["--store", str(store)]
     assert parse_args(["--source", "https://planet.example/replication/minute", *args]).source == \
         "https://planet.example/replication/minute/"
-    for bad in ("ftp://planet.example/replication/", "file:///etc/", str(tmp_path)):
+    for bad in ("ftp://planet.example/replication/", "file:///etc/", str(tmp_path),
+                "https://user:secret@planet.example/replication/minute/"):
         with pytest.raises(SystemExit):
             parse_args(["--source", bad, *args])
 
