@@ -6,7 +6,11 @@ Helsinki store; and the sequence rules of a merged diff."""
 from __future__ import annotations
 
 import gzip
+import os
+import socket
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +119,16 @@ def test_a_merged_diff_must_start_right_after_the_store() -> None:
         check_sequence(at_3, 7, "x", first=5)
     with pytest.raises(SequenceGap, match=r"diffs 3\.\.7 overlap the store's sequence 3: send 4\.\.7"):
         check_sequence(at_3, 7, "x", first=3)
+
+
+def test_cli_once_says_when_the_server_does_not_answer(store: Path, amqp_url: str) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = subprocess.run([str(Path(sys.executable).parent / "toposm-replicate"), "--source",
+                          f"http://127.0.0.1:{port}/replication/minute", "--store", str(store), "--start", "1",
+                          "--once"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "QBROKER_URL": amqp_url})
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert f"toposm-replicate: the source did not answer: http://127.0.0.1:{port}/replication/minute/state.txt" \
+        in out.stderr
