@@ -107,7 +107,8 @@ def permissions_for(role: Role, prefix: str) -> Permissions:
     kept_in, kept = rf"{p}dead\.kept\.in", rf"{p}dead\.kept"
     served = {
         "queuemaster": [rf"{p}rpc_toposm\.queuemaster", "osm", r"toposm\.queuemaster\.osm"],
-        "renderer": [rf"{p}rpc_{RENDER_ANY}"],
+        # and the seed's wire: `osm` and the process's broker-named queue there (services/tiles/renderer/osm_side.py)
+        "renderer": [rf"{p}rpc_{RENDER_ANY}", "osm", r"amq\.gen-[A-Za-z0-9_-]+"],
         # and `osm`, where its expirations go too (the seed's wire)
         "spark_bridge": [rf"{p}rpc_spark\.(expire|stats|job)", "osm"],
         # The seed wire: a client declares `osm` and a server-named reply queue of its own.
@@ -146,7 +147,9 @@ _ROLE_TOPICS: dict[str, dict[str, list[str]]] = {
                     "osm_read": [r"toposm\.queuemaster", "expire_toposm", "toposm"]},
     "renderer": {"call": [r"toposm\.queuemaster"], "serve": [RENDER_ANY],
                  # listens on every level of toposm.render.<host>.<pid>.<thread> (the seed's hierarchy)
-                 "alert": [], "hear": [r"toposm(\.render(\." + WORD + r"){0,3})?"], "osm_write": [], "osm_read": []},
+                 "alert": [], "hear": [r"toposm(\.render(\." + WORD + r"){0,3})?"],
+                 # on the seed's wire too: registers and reports to the queuemaster, hears the same levels
+                 "osm_write": [r"toposm\.queuemaster"], "osm_read": [r"toposm(\.render(\." + WORD + r"){0,3})?"]},
     "spark_bridge": {"call": [], "serve": [SPARK], "alert": ["expire_toposm", r"spark\.progress\.[0-9a-f]+"],
                      "hear": [], "osm_write": ["expire_toposm"], "osm_read": []},
     "client": {"call": [r"toposm\.queuemaster", SPARK], "serve": [], "alert": [],

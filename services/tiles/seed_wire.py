@@ -22,6 +22,9 @@ EXPIRE_TOPIC = "expire_toposm"
 ALL_PROGRAMS = "toposm"
 QUEUEMASTER_TOPIC = "toposm.queuemaster"
 RENDER_ROOT = "toposm.render"
+# The app_id of our queuemaster's `queuemaster online` on `osm`: our renderers hear the same announcement
+# over qbroker and register there, not twice.
+QBROKER_QUEUEMASTER_APP = "toposm.queuemaster"
 
 # A client's reply queue on the seed's wire: one the broker named (``amq.gen-...``, what a client gets by
 # declaring ""), or one of the documented client prefix ``toposm.reply.<word>`` (a seed program that wants

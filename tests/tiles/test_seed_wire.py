@@ -143,3 +143,39 @@ async def test_expirations_reach_both_wires_once(bus):
         assert len(heard_on_alert) == len(heard_on_osm) == 3
     finally:
         await connection.close()
+
+
+async def test_seed_programs_reach_qbroker_render_threads_by_hierarchy(bus):
+    """Issue 21.3/21.4: on `osm`, a qbroker renderer listens on `toposm` and every level of its threads'
+    hierarchy, and talks to the queuemaster with its own queue as reply_to."""
+    bus.queuemaster()
+    bus.renderer()
+    client = await bus.client()
+    s = await wait_renderers(client, 1)
+    endpoint = s["renderers"][0]["renderer"]
+    host = endpoint.split(".")[2]
+    connection, exchange, _ = await osm_client(bus.url)
+    try:
+        # `render` addressed to the host level: one of its threads draws it and reports `rendered` on osm
+        await exchange.publish(aio_pika.Message(b'{"command": "render", "metatile": "9/3/3"}'),
+                               routing_key=f"toposm.render.{host}")
+        await eventually(lambda: (bus.tile_root / "9/24/24.png").exists())
+
+        async def reported():
+            return await _counter(client, "rendered_unexpected") == 1  # not dispatched by the queuemaster
+
+        await eventually(reported)
+        # `queuemaster online` from a program of the seed: the renderer registers on osm, its queue as reply_to
+        before = await _counter(client, "registrations")
+        await exchange.publish(aio_pika.Message(b'{"command": "queuemaster online"}'), routing_key="toposm")
+
+        async def registered_again():
+            return await _counter(client, "registrations") > before
+
+        await eventually(registered_again)
+        reply = await client.call("toposm.queuemaster", {"command": "render", "tile": "10/80/80"}, timeout=30)
+        assert reply["metatile"] == "10/10/10"
+        assert [r["renderer"] for r in (await stats(client))["renderers"]] == [endpoint]
+        assert await _counter(client, "osm_reply_to_refused") == 0
+    finally:
+        await connection.close()

@@ -32,7 +32,14 @@ from qbroker.transport import Connection
 from services.error_messages import errored, failed
 
 from ..messages import RegisterRequest
-from ..seed_wire import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER_TOPIC, client_reply_queue, declare_osm_exchange
+from ..seed_wire import (
+    ALL_PROGRAMS,
+    EXPIRE_TOPIC,
+    QBROKER_QUEUEMASTER_APP,
+    QUEUEMASTER_TOPIC,
+    client_reply_queue,
+    declare_osm_exchange,
+)
 from ..tilemath import Metatile
 from .commands import parse_command
 from .osm_liveness import QueueLiveness, probe_queue
@@ -105,7 +112,7 @@ class OsmWire:
             return
         await self._exchange.publish(
             aio_pika.Message(orjson.dumps({"command": "queuemaster online"}),
-                             content_type="application/json"),
+                             content_type="application/json", app_id=QBROKER_QUEUEMASTER_APP),
             routing_key=ALL_PROGRAMS,
         )
 

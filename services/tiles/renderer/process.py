@@ -33,7 +33,9 @@ from qbroker import InvalidParams, NoServer, QBrokerError, RequestContext, Reque
 from services.error_messages import failed
 
 from ..messages import RenderCommand, renderer_endpoint
+from ..seed_wire import ALL_PROGRAMS, render_levels
 from ..strategy import parse_strategy
+from .osm_side import OsmSide
 from .worker import render_metatile, warm_up
 
 log = structlog.get_logger("toposm.renderer")
@@ -74,6 +76,7 @@ class RenderThread:
     # Reporting a render and asking for the next metatile in the answer: idle for the queuemaster's own
     # `render` to this thread, but not for requests to a level (the answer may hand it work).
     reporting: bool = False
+    wire: str = "qbroker"  # the wire its current metatile came by: its `rendered` goes back there
 
     def describe(self) -> dict[str, Any]:
         return {"renderer": self.endpoint, "threadid": self.threadid,
@@ -115,6 +118,10 @@ class RendererProcess:
             self.unit.on_alert(level)(self._on_control)
         for thread in self.threads:
             self.unit.on_alert(thread.endpoint)(self._on_control)
+        # The seed's wire too: listening on toposm and every level, its own queue as reply_to (osm_side).
+        keys = [ALL_PROGRAMS, *render_levels(settings.hostname, self.pid), *(t.endpoint for t in self.threads)]
+        self.osm = OsmSide(keys, lambda: unit.bus.supervisor.user, self._render_from_osm, self._register_all_on_osm)
+        unit.on_connected(self.osm.declare)
 
     def _new_pool(self) -> ProcessPoolExecutor:
         # spawn, not fork: the parent holds an event loop and an AMQP connection that must not be copied.
@@ -168,10 +175,23 @@ class RendererProcess:
         if allowed is not None and ctx.user_id not in allowed:
             raise failed("forbidden", "only the queuemaster sends render")
 
-    def _accept(self, thread: RenderThread, metatile: str) -> dict[str, Any]:
+    def _render_from_osm(self, key: str, metatile: str, user: str | None) -> bool:
+        """A `render` heard on osm at ``key`` (a thread's name or a level): taken by an idle thread there."""
+        allowed = self.settings.queuemaster_users
+        if self.stopping.is_set() or (allowed is not None and user not in allowed):
+            return False
+        named = [t for t in self.threads if t.endpoint == key]
+        idle = [t for t in named or self.threads if t.metatile is None and not t.reporting]
+        if not idle:
+            return False
+        self._accept(idle[0], metatile, wire="osm")
+        return True
+
+    def _accept(self, thread: RenderThread, metatile: str, wire: str = "qbroker") -> dict[str, Any]:
         if self.stopping.is_set():
             raise failed("stopping", thread.endpoint)
         thread.reporting = False
+        thread.wire = wire
         thread.metatile = metatile
         thread.task = asyncio.create_task(self._render(thread, metatile))
         return {"command": "accepted", "metatile": metatile, "renderer": thread.endpoint}
@@ -236,14 +256,17 @@ class RendererProcess:
         # Idle before reporting (for the queuemaster's own `render` to this thread: it may dispatch the next
         # metatile before our call returns), and asking for the next metatile in the answer instead.
         thread.metatile, thread.task = None, None
+        body = {"command": "rendered", "metatile": metatile, "start": round(started, 4), "hostname": s.hostname,
+                "pid": self.pid, "threadid": thread.threadid, **report}
+        if thread.wire == "osm":  # reported where the work came from, with our osm queue as reply_to
+            await self._report_on_osm(thread, body)
+            return
         ask_next = self.ask_next and not self.stopping.is_set()
         thread.reporting = ask_next
         if not ask_next:
             async with self._idle:
                 self._idle.notify_all()
-        answer = await self._report(thread, {"command": "rendered", "metatile": metatile,
-                                             "start": round(started, 4), "hostname": s.hostname, "pid": self.pid,
-                                             "threadid": thread.threadid, "next": ask_next, **report})
+        answer = await self._report(thread, {**body, "next": ask_next})
         if not thread.reporting:  # a `render` came meanwhile (the answer had none): that one runs
             return
         thread.reporting = False
@@ -254,6 +277,23 @@ class RendererProcess:
             return
         async with self._idle:
             self._idle.notify_all()
+
+    async def _report_on_osm(self, thread: RenderThread, body: dict[str, Any]) -> None:
+        try:
+            await self.osm.send(body)
+        except Exception as exc:  # the seed's wire has no retry of its own; the queuemaster's liveness does
+            log.error("could not report render on osm", error=repr(exc), metatile=body["metatile"])
+        async with self._idle:
+            self._idle.notify_all()
+
+    async def _register_all_on_osm(self) -> None:
+        """A queuemaster announced itself on osm only: register every thread there (reply_to: our queue)."""
+        for thread in self.threads:
+            body: dict[str, Any] = {"command": "register", "hostname": self.settings.hostname, "pid": self.pid,
+                                    "threadid": thread.threadid, "strategy": self.settings.strategy}
+            if thread.metatile is not None:
+                body["metatile"] = thread.metatile
+            await self.osm.send(body)
 
     async def _report(self, thread: RenderThread, body: dict[str, Any]) -> Any:
         """Deliver ``rendered`` (retried while the queuemaster is away); its answer, or None."""

@@ -1,0 +1,98 @@
+"""A qbroker renderer on the seed's ``osm`` wire too: reachable as a program written from the seed expects.
+
+The seed: every program listens on ``toposm``; render threads listen on every level of
+``toposm.render.<host>.<pid>.<id>``; renderer -> queuemaster messages carry the renderer's *queue* as
+``reply_to``. So the process declares one exclusive, broker-named queue on ``osm`` (gone with its
+connection: the queuemaster's liveness check asks the broker about it), bound to ``toposm``, the levels
+above its threads and each thread's own name, and uses it as ``reply_to`` of everything it sends there.
+
+What it takes there, as the seed defines it:
+
+* ``queuemaster online``: register every thread on ``osm`` (a queuemaster that speaks only the seed's wire
+  hears nothing else). Our own queuemaster's announcement, which also comes over qbroker, is recognised by
+  its ``app_id`` and left to the qbroker path, so a thread is not registered twice.
+* ``render`` ``{"metatile"}``: to a thread's own name, that thread; to a level, one idle thread of this
+  process. The render's ``rendered`` goes back on ``osm`` (the wire the work came by). A thread that is
+  busy, or a process with none idle, takes nothing (logged): the seed has no refusal.
+
+Anything else (and anything that is not a JSON object with a string ``command``) is logged and dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import aio_pika
+import orjson
+import structlog
+from aio_pika.abc import AbstractConnection, AbstractExchange, AbstractIncomingMessage
+from pydantic import ValidationError
+
+from qbroker import ConnectionLost
+from qbroker.transport import Connection
+
+from ..messages import RenderCommand
+from ..seed_wire import ALL_PROGRAMS, QBROKER_QUEUEMASTER_APP, QUEUEMASTER_TOPIC, declare_osm_exchange
+
+log = structlog.get_logger("toposm.renderer.osm")
+
+
+class OsmSide:
+    """``on_render(endpoint_or_level, metatile)`` hands a render to a thread (True if one took it);
+    ``on_online()`` registers the threads here."""
+
+    def __init__(self, keys: list[str], user: Callable[[], str | None],
+                 on_render: Callable[[str, str, str | None], bool], on_online: Callable[[], Awaitable[None]]) -> None:
+        self.keys = keys  # toposm, the levels, each thread's name
+        self.user = user  # our broker account: set as user_id, which RabbitMQ validates
+        self.on_render = on_render
+        self.on_online = on_online
+        self.queue_name: str | None = None
+        self._exchange: AbstractExchange | None = None
+
+    async def declare(self, transport_connection: Connection) -> None:
+        channel, exchange = await declare_osm_exchange(cast(AbstractConnection, transport_connection))
+        await channel.set_qos(prefetch_count=64)
+        queue = await channel.declare_queue("", exclusive=True)
+        for key in self.keys:
+            await queue.bind(exchange, routing_key=key)
+        self.queue_name, self._exchange = queue.name, exchange
+        await queue.consume(self._on_message)
+
+    async def send(self, body: dict[str, Any]) -> None:
+        """A renderer -> queuemaster message on ``osm``, with our queue as reply_to."""
+        if self._exchange is None or self.queue_name is None:
+            raise ConnectionLost("the osm wire is not declared (not connected)")
+        await self._exchange.publish(aio_pika.Message(orjson.dumps(body), content_type="application/json",
+                                                      reply_to=self.queue_name, user_id=self.user()),
+                                     routing_key=QUEUEMASTER_TOPIC)
+
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        await message.ack()  # nothing here is retried: a failure is logged, the message dropped
+        try:
+            body = orjson.loads(message.body)
+        except orjson.JSONDecodeError:
+            log.info("osm message is not JSON; dropped", routing_key=message.routing_key)
+            return
+        command = body.get("command") if isinstance(body, dict) else None
+        if command == "queuemaster online":
+            if message.app_id != QBROKER_QUEUEMASTER_APP:  # ours is heard over qbroker as well
+                await self._guarded(self.on_online())
+        elif command == "render" and message.routing_key != ALL_PROGRAMS:
+            try:
+                metatile = RenderCommand.model_validate({"metatile": body.get("metatile")}).metatile
+            except ValidationError:
+                log.info("osm render with a bad metatile; dropped", routing_key=message.routing_key)
+                return
+            if not self.on_render(message.routing_key or "", metatile, message.user_id):
+                log.info("osm render not taken: no idle thread there", routing_key=message.routing_key,
+                         metatile=metatile)
+        elif command not in ("registered", "ack", "unregistered"):  # answers to what we sent: nothing to do
+            log.debug("osm message ignored", command=str(command)[:64], routing_key=message.routing_key)
+
+    async def _guarded(self, work: Awaitable[None]) -> None:
+        try:
+            await work
+        except Exception as exc:  # a consumer must never die of one message
+            log.warning("osm command failed", error=repr(exc))
