@@ -26,9 +26,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, SupportsIndex
 
 from qbroker.context import RequestContext
 from qbroker.errors import ErrorInfo, QBrokerError
@@ -105,8 +105,20 @@ class ObserverList(list[HandlerObserver]):
         super().append(observer)
         self._changed()
 
+    def extend(self, observers: Iterable[HandlerObserver]) -> None:
+        super().extend(observers)
+        self._changed()
+
+    def insert(self, index: SupportsIndex, observer: HandlerObserver) -> None:
+        super().insert(index, observer)
+        self._changed()
+
     def remove(self, observer: HandlerObserver) -> None:
         super().remove(observer)
+        self._changed()
+
+    def clear(self) -> None:
+        super().clear()
         self._changed()
 
 
