@@ -48,11 +48,15 @@ def _text(value: Any) -> str | None:
     return value[:_MAX_TEXT] if isinstance(value, str) else None
 
 
-def _first_death(headers: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _last_death(headers: Mapping[str, Any], config: Config) -> Mapping[str, Any] | None:
+    """The broker's latest dead-lettering of the message (x-death lists the latest first), unless that was
+    the end of a retry wait: a qbroker.retry.* queue dead-letters back to ``rpc``, never here, so such an
+    entry is left over from a retry, carried on by a server that then sent the request here itself."""
     deaths = headers.get("x-death")
-    if isinstance(deaths, list | tuple) and deaths and isinstance(deaths[0], Mapping):
-        return deaths[0]
-    return None
+    if not (isinstance(deaths, list | tuple) and deaths and isinstance(deaths[0], Mapping)):
+        return None
+    queue = _text(deaths[0].get("queue")) or ""
+    return None if queue.startswith(config.exchange_prefix + "qbroker.retry.") else deaths[0]
 
 
 def kind_of_exchange(config: Config, exchange: str | None) -> str:
@@ -71,7 +75,7 @@ def classify(message: AbstractIncomingMessage, config: Config) -> tuple[str, str
         # alternate exchange because no queue was bound for its routing key.
         return kind_of_exchange(config, exchange), "unroutable"
     headers = message.headers if isinstance(message.headers, Mapping) else {}
-    death = _first_death(headers)
+    death = _last_death(headers, config)
     if death is None:  # published straight to `dead`: by a server, a request out of deliveries or retries
         if FAILURES in headers:
             return "rpc", "poison"
@@ -129,7 +133,8 @@ class DeadLetterCollector:
         """The copy for operators; never costs the dead message its ack."""
         origin = _text(message.exchange) or ""
         if origin == self.bus.config.exchange_name("dead"):  # dead-lettered: x-death names the origin
-            death = _first_death(message.headers if isinstance(message.headers, Mapping) else {}) or {}
+            received = message.headers if isinstance(message.headers, Mapping) else {}
+            death = _last_death(received, self.bus.config) or {}
             # none: a server sent it here, out of deliveries or retries (its name is the routing key)
             origin = _text(death.get("exchange")) or (self.bus.config.exchange_name("rpc") if kind == "rpc" else "")
             keys = death.get("routing-keys")

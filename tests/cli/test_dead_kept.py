@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from qbroker import NoServer
+from qbroker import NoServer, RequestError
 from tests.cli.helpers import run_cli
 
 
@@ -58,3 +58,25 @@ async def test_dead_requests_are_kept_listed_shown_and_replayed(amqp_url: str, m
     assert [k["message_id"] for k in left] == [kept[1]["message_id"]]
     missing = await run_cli(amqp_url, "dead", "show", "no-such-id", **env)
     assert missing.code == 2 and "no kept dead message" in missing.stderr
+
+
+async def test_a_request_out_of_retries_is_kept_as_such(amqp_url: str, make_unit: Any) -> None:
+    """The seed: exhausted retries leave a copy in dead; the copy is kept, named for what it is."""
+    prefix = f"kept-{uuid.uuid4().hex[:8]}."
+    server = await make_unit("clitest.flaky", exchange_prefix=prefix)
+
+    @server.rpc("clitest.flaky", retries=1, retry_delay=0.05)
+    async def flaky() -> None:
+        raise RequestError("disk_full", "no space left")
+
+    await server.start()
+    with pytest.raises(RequestError):
+        await server.call("clitest.flaky", {}, timeout=10)
+
+    async def kept() -> list[dict[str, Any]]:
+        return _lines((await run_cli(amqp_url, "dead", "list", QBROKER_EXCHANGE_PREFIX=prefix)).stdout)
+
+    async with asyncio.timeout(30):  # the copy is made as the collector takes it from `dead`
+        while not (found := await kept()):
+            await asyncio.sleep(0.1)
+    assert [(k["kind"], k["reason"], k["name"]) for k in found] == [("rpc", "retries_exhausted", "clitest.flaky")]
