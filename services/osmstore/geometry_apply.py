@@ -1,10 +1,10 @@
-"""Apply an osmChange to the geometry store: copy-on-write partitions, one atomic commit.
+"""Apply an osmChange to the geometry store: the diff's rows, by id, in one SQLite transaction.
 
-The next snapshot is built beside the live one: every partition a changed object falls in is read,
-stripped of the changed objects' rows and rewritten with their new rows; every other partition is
-hard-linked (no copy). Then ``CURRENT`` is replaced (the commit) and the old snapshot removed. A failure
-before the commit leaves the live snapshot as it was; the half-built one is removed on the spot (or at
-the next open after a crash).
+Deletes and inserts touch only the rows of the diff's objects (and SQLite the B-tree pages holding them),
+so the cost follows the diff, not the store. The manifest (sequence, applied digests, counts) is written
+in the same transaction: the commit is the one point where the store moves to the next diff, and a
+failure or a crash before it leaves the store as it was (the transaction is rolled back; after a crash,
+SQLite's WAL recovery does it).
 
 Sequence numbers: a diff with a ``sequence`` must be the next one after the store's (``SequenceGap``
 otherwise); one at or below the store's is a replay and changes nothing. A diff without a sequence is
@@ -15,31 +15,12 @@ when ``first`` is the next one, a replay when ``sequence`` is already applied, r
 
 from __future__ import annotations
 
-import os
-import shutil
+import sqlite3
 from collections.abc import Iterable
+from contextlib import closing
 from dataclasses import dataclass
-from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
-from .geometry import (
-    PARTITIONING,
-    SCHEMAS,
-    GeometryStore,
-    GeometryStoreError,
-    Manifest,
-    SequenceGap,
-    bucket_dir,
-    bucket_of,
-    has_files,
-    table_bits,
-    write_empty,
-    write_manifest,
-    write_partitioned,
-)
+from .geometry import GeometryStore, GeometryStoreError, Manifest, SequenceGap, id_list, write_manifest
 from .osc_diff import OscDiff
 
 
@@ -73,72 +54,6 @@ def check_sequence(manifest: Manifest, sequence: int | None, sha256: str, *,
     return None
 
 
-def _read_bucket(table_dir: Path, name: str, bucket: int) -> pa.Table:
-    files = sorted(bucket_dir(table_dir, bucket).glob("*.parquet"))
-    if not files:
-        return SCHEMAS[name].empty_table()
-    return pa.concat_tables([pq.read_table(f, schema=SCHEMAS[name]) for f in files])
-
-
-class _NextSnapshot:
-    def __init__(self, store: GeometryStore, manifest: Manifest) -> None:
-        self.old = store.root / manifest.snapshot
-        self.name = f"s{int(manifest.snapshot.lstrip('s')) + 1:06d}"
-        self.work = store.root / f".{self.name}.building"
-        shutil.rmtree(self.work, ignore_errors=True)
-        self.work.mkdir()
-        self.deltas: dict[str, int] = {}
-        self.bits = manifest.bits
-
-    def rewrite(self, name: str, buckets: Iterable[int], *, drop_column: str, drop_ids: set[int],
-                add: pa.Table) -> pa.Table:
-        """Rewrite ``buckets`` of table ``name``: rows whose ``drop_column`` is in ``drop_ids`` go, ``add``
-        comes in. Returns the dropped rows (the old state of the changed objects)."""
-        old_dir, new_dir = self.old / name, self.work / name
-        touched = set(buckets)
-        dropped: list[pa.Table] = []
-        mask_ids = pa.array(sorted(drop_ids), pa.int64())
-        delta = 0
-        for bucket in touched:
-            current = _read_bucket(old_dir, name, bucket)
-            gone = pc.is_in(current[drop_column], value_set=mask_ids)
-            dropped.append(current.filter(gone))
-            kept = current.filter(pc.invert(gone))
-            delta -= current.num_rows - kept.num_rows
-            key, _space, _sort = PARTITIONING[name]
-            bits = table_bits(name, self.bits)
-            incoming = add.filter(pc.equal(pc.shift_right(add[key], pa.scalar(bits, pa.int64())),
-                                           pa.scalar(bucket, pa.int64())))
-            delta += incoming.num_rows
-            merged = pa.concat_tables([kept, incoming.select(SCHEMAS[name].names).cast(SCHEMAS[name])])
-            if merged.num_rows:
-                write_partitioned(new_dir, merged, name, "00000", bits)
-        # Every partition not rewritten is the same file in both snapshots: link it.
-        for part_dir in old_dir.glob("bucket=*"):
-            if int(part_dir.name.split("=", 1)[1]) in touched:
-                continue
-            target = new_dir / part_dir.name
-            target.mkdir(parents=True, exist_ok=True)
-            for f in part_dir.iterdir():
-                os.link(f, target / f.name)
-        if not has_files(new_dir):
-            write_empty(new_dir, name)
-        self.deltas[name] = delta
-        return pa.concat_tables(dropped) if dropped else SCHEMAS[name].empty_table()
-
-
-def _way_rows(ways: dict[int, tuple[int, ...]]) -> pa.Table:
-    way_id: list[int] = []
-    seq: list[int] = []
-    node_id: list[int] = []
-    for wid, refs in ways.items():
-        way_id += [wid] * len(refs)
-        seq += range(len(refs))
-        node_id += refs
-    return pa.table({"way_id": pa.array(way_id, pa.int64()), "seq": pa.array(seq, pa.int32()),
-                     "node_id": pa.array(node_id, pa.int64())})
-
-
 def apply_diff(store: GeometryStore, diff: OscDiff, sequence: int | None = None) -> dict[str, object]:
     """Apply ``diff`` under the store's writer lock; see ``apply_locked``."""
     with store.locked() as manifest:
@@ -155,74 +70,61 @@ def apply_locked(store: GeometryStore, manifest: Manifest, diff: OscDiff,
     replay = check_sequence(manifest, sequence, diff.sha256, first=first)
     if replay is not None:
         return {"applied": False, "replay": replay.reason, "sequence": manifest.sequence}
-    nxt = _NextSnapshot(store, manifest)
-    try:
-        stats = _write_changes(nxt, diff)
-        os.rename(nxt.work, store.root / nxt.name)
-    except BaseException:
-        shutil.rmtree(nxt.work, ignore_errors=True)
-        raise
-    counts = dict(manifest.counts)
-    for name in ("nodes", "way_nodes", "members"):
-        counts[name] = counts.get(name, 0) + nxt.deltas[name]
-    entry = {"sequence": sequence, "sha256": diff.sha256}
-    if first is not None and first != sequence:
-        entry["first_sequence"] = first
-    applied = [*manifest.applied, entry]
     new_sequence = sequence if sequence is not None else manifest.sequence
     try:
-        write_manifest(store.root, Manifest(snapshot=nxt.name, sequence=new_sequence, counts=counts,
-                                            bits=manifest.bits, applied=applied))
-    except BaseException:
-        shutil.rmtree(store.root / nxt.name, ignore_errors=True)
-        raise
-    shutil.rmtree(nxt.old, ignore_errors=True)
-    return {"applied": True, "sequence": new_sequence, "snapshot": nxt.name, **stats}
+        with closing(store.writer()) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                deltas = _write_changes(conn, diff)
+                counts = dict(manifest.counts)
+                for name, delta in deltas.items():
+                    counts[name] = counts.get(name, 0) + delta
+                entry: dict[str, object] = {"sequence": sequence, "sha256": diff.sha256}
+                if first is not None and first != sequence:
+                    entry["first_sequence"] = first
+                applied = [*manifest.applied, entry]
+                write_manifest(conn, Manifest(sequence=new_sequence, counts=counts, applied=applied,
+                                              commits=manifest.commits + 1))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+    except sqlite3.Error as exc:
+        raise GeometryStoreError(f"{store.db}: the diff could not be applied ({exc}); the store is unchanged") from exc
+    return {"applied": True, "sequence": new_sequence, "commits": manifest.commits + 1,
+            "nodes": len(diff.nodes), "ways": len(diff.ways), "relations": len(diff.relations)}
 
 
-def _write_changes(nxt: _NextSnapshot, diff: OscDiff) -> dict[str, int]:
-    node_bits, way_bits, rel_bits = (nxt.bits[k] for k in ("node", "way", "relation"))
-    live_nodes = {nid: n for nid, n in diff.nodes.items() if not n.deleted}
-    nxt.rewrite("nodes", {bucket_of(i, node_bits) for i in diff.nodes}, drop_column="id",
-                drop_ids=set(diff.nodes),
-                add=pa.table({"id": pa.array(list(live_nodes), pa.int64()),
-                              "lon": pa.array([n.lon for n in live_nodes.values()], pa.float64()),
-                              "lat": pa.array([n.lat for n in live_nodes.values()], pa.float64())}))
-    new_refs = {wid: w.refs for wid, w in diff.ways.items() if not w.deleted}
-    old_rows = nxt.rewrite("way_nodes", {bucket_of(i, way_bits) for i in diff.ways}, drop_column="way_id",
-                           drop_ids=set(diff.ways), add=_way_rows(new_refs))
-    # The reverse index: every partition holding an old or a new (node, way) pair of a changed way.
-    pair_nodes = set(old_rows["node_id"].to_pylist()) | {n for refs in new_refs.values() for n in refs}
-    pairs = sorted({(n, wid) for wid, refs in new_refs.items() for n in refs})
-    nxt.rewrite("node_ways", {bucket_of(n, node_bits) for n in pair_nodes}, drop_column="way_id",
-                drop_ids=set(diff.ways),
-                add=pa.table({"node_id": pa.array([p[0] for p in pairs], pa.int64()),
-                              "way_id": pa.array([p[1] for p in pairs], pa.int64())}))
-    rel_id: list[int] = []
-    seq: list[int] = []
-    mtype: list[str] = []
-    mid: list[int] = []
-    role: list[str] = []
-    for rid, rel in diff.relations.items():
-        if rel.deleted:
-            continue
-        for i, (t, ref, r) in enumerate(rel.members):
-            rel_id.append(rid)
-            seq.append(i)
-            mtype.append(t)
-            mid.append(ref)
-            role.append(r)
-    nxt.rewrite("members", {bucket_of(i, rel_bits) for i in diff.relations}, drop_column="rel_id",
-                drop_ids=set(diff.relations),
-                add=pa.table({"rel_id": pa.array(rel_id, pa.int64()), "seq": pa.array(seq, pa.int32()),
-                              "member_type": pa.array(mtype, pa.string()), "member_id": pa.array(mid, pa.int64()),
-                              "role": pa.array(role, pa.string())}))
-    return {"nodes": len(diff.nodes), "ways": len(diff.ways), "relations": len(diff.relations)}
+# table -> (delete the rows of some objects by id, insert a row)
+_REPLACE = {
+    "nodes": ("DELETE FROM nodes WHERE id IN (SELECT value FROM json_each(?))",
+              "INSERT INTO nodes (id, lon, lat) VALUES (?, ?, ?)"),
+    "way_nodes": ("DELETE FROM way_nodes WHERE way_id IN (SELECT value FROM json_each(?))",
+                  "INSERT INTO way_nodes (way_id, seq, node_id) VALUES (?, ?, ?)"),
+    "members": ("DELETE FROM members WHERE rel_id IN (SELECT value FROM json_each(?))",
+                "INSERT INTO members (rel_id, seq, member_type, member_id, role) VALUES (?, ?, ?, ?, ?)"),
+}
 
 
-def ensure_consistent(store: GeometryStore) -> None:
-    """Raise GeometryStoreError when a table of the live snapshot has no files (a damaged store)."""
-    manifest = store.manifest()
-    for name in SCHEMAS:
-        if not has_files(store.table_dir(name, manifest)):
-            raise GeometryStoreError(f"{store.root}: table {name} of snapshot {manifest.snapshot} is missing")
+def _replace(conn: sqlite3.Connection, table: str, ids: Iterable[int], rows: list[tuple[object, ...]]) -> int:
+    """The rows of the objects ``ids`` in ``table`` out, ``rows`` in; returns the change in rows."""
+    delete, insert = _REPLACE[table]
+    gone = conn.execute(delete, (id_list(ids),))
+    conn.executemany(insert, rows)
+    return len(rows) - gone.rowcount
+
+
+def _write_changes(conn: sqlite3.Connection, diff: OscDiff) -> dict[str, int]:
+    """Old rows of the diff's objects out, their new rows in (each object once: the diff holds its highest
+    version); returns the change in rows per table."""
+    return {
+        "nodes": _replace(conn, "nodes", diff.nodes,
+                          [(i, n.lon, n.lat) for i, n in diff.nodes.items() if not n.deleted]),
+        "way_nodes": _replace(conn, "way_nodes", diff.ways,
+                              [(w, i, ref) for w, way in diff.ways.items() if not way.deleted
+                               for i, ref in enumerate(way.refs)]),
+        "members": _replace(conn, "members", diff.relations,
+                            [(r, i, t, ref, role) for r, rel in diff.relations.items() if not rel.deleted
+                             for i, (t, ref, role) in enumerate(rel.members)]),
+    }

@@ -24,7 +24,7 @@ from . import render_db
 from .coastline import rebuild_sea
 from .errors import ImportFailed
 from .features import FeatureExtractor
-from .geometry import GeometryStoreWriter, partition_bits
+from .geometry import GEOMETRY_DIR, GeometryStoreWriter
 from .progress import ImportProgress
 
 __all__ = ["ImportFailed", "import_extract", "main"]
@@ -123,8 +123,7 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
     conn.execute("PRAGMA journal_mode = OFF")  # a failed import throws the whole directory away
     conn.execute("PRAGMA synchronous = OFF")
     render_db.create_schema(conn)
-    (work / "geometry").mkdir()
-    geometry = GeometryStoreWriter(work / "geometry", partition_bits(extract.stat().st_size))
+    geometry = GeometryStoreWriter(work / GEOMETRY_DIR)
     handler = _ImportHandler(conn, geometry, progress)
     conn.execute("BEGIN")
     try:

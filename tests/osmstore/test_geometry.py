@@ -1,15 +1,15 @@
-"""The geometry store (Parquet, for expiry) built by the import pass, and diffs applied to it."""
+"""The geometry store (SQLite keyed by id, for expiry) built by the import pass, and diffs applied to it."""
 
 from __future__ import annotations
 
 import hashlib
-import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
 
-from services.osmstore.geometry import GeometryStore, SequenceGap, partition_bits
+from services.osmstore.geometry import GeometryStore, SequenceGap
 from services.osmstore.geometry_apply import apply_diff
 from services.osmstore.osc_diff import DiffError, read_diff
 from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml, write_osc
@@ -20,18 +20,33 @@ def extract(helsinki: Path) -> Extract:
     return read_extract(helsinki)
 
 
+QUERIES = {
+    "nodes": "SELECT id, lon, lat FROM nodes",
+    "way_nodes": "SELECT way_id, seq, node_id FROM way_nodes",
+    "node_ways": "SELECT DISTINCT node_id, way_id FROM way_nodes INDEXED BY way_nodes_by_node",
+    "members": "SELECT rel_id, seq, member_type, member_id, role FROM members",
+    "meta": "SELECT key, value FROM meta",
+}
+
+
 def _table(store: Path, name: str) -> list[dict]:
-    geo = GeometryStore.of_store(store)
-    return ds.dataset(geo.table_dir(name), format="parquet", partitioning="hive").to_table().to_pylist()
+    with closing(GeometryStore.of_store(store).reader()) as conn:
+        conn.row_factory = sqlite3.Row
+        return [dict(r) for r in conn.execute(QUERIES[name])]
 
 
 def _digest(store: Path) -> str:
     h = hashlib.sha256()
-    for name in ("nodes", "way_nodes", "node_ways", "members"):
+    for name in QUERIES:
         rows = sorted(tuple(sorted(r.items())) for r in _table(store, name))
         h.update(repr(rows).encode())
-    h.update((store / "geometry" / "CURRENT").read_bytes())
     return h.hexdigest()
+
+
+def _bytes_written() -> int:
+    """Bytes this process has handed to write() so far (Linux: /proc/self/io)."""
+    fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    return int(fields["wchar"])
 
 
 def test_import_writes_every_location_and_membership(imported_store: Path, extract: Extract) -> None:
@@ -48,15 +63,28 @@ def test_import_writes_every_location_and_membership(imported_store: Path, extra
         members.setdefault(r["rel_id"], []).append((r["seq"], r["member_type"], r["member_id"], r["role"]))
     assert {r: [m[1:] for m in sorted(v)] for r, v in members.items()} == {
         r: ms for r, (ms, _) in extract.relations.items() if ms}
-    manifest = json.loads((imported_store / "geometry" / "CURRENT").read_text())
-    assert manifest["sequence"] is None and manifest["counts"]["nodes"] == len(extract.nodes)
+    manifest = GeometryStore.of_store(imported_store).manifest()
+    assert manifest.sequence is None and manifest.counts["nodes"] == len(extract.nodes) and manifest.commits == 0
 
 
-def test_partitions_scale_with_the_extract() -> None:
-    city = partition_bits(700_000)
-    planet = partition_bits(80 << 30)
-    assert city == {"node": 34, "way": 31, "relation": 25}  # one partition per table: ids stay below 2^bits
-    assert 2**34 >> planet["node"] >= 2000  # thousands of node partitions for the planet
+def test_a_diff_writes_what_it_changes_not_the_store(store: Path, extract: Extract, tmp_path: Path) -> None:
+    """One moved node and one edited way: a few pages written, not the tables they sit in (the copy-on-write
+    Parquet layout rewrote every partition a changed id fell in: the whole nodes table of a city store)."""
+    geo = GeometryStore.of_store(store)
+    size = sum(f.stat().st_size for f in (store / "geometry").iterdir())
+    wid, (refs, tags) = next(iter(extract.ways.items()))
+    lon, lat = extract.nodes[refs[0]]
+    diff = read_diff(write_osc(tmp_path / "d.osc", osc(modify=[node_xml(refs[0], lon + 1e-4, lat),
+                                                               way_xml(wid, refs, {**tags, "note": "x"})])))
+    apply_diff(geo, diff, sequence=None)  # the first write opens the WAL: not what is measured
+    others = list(extract.nodes.items())[1000:1010]
+    diff = read_diff(write_osc(tmp_path / "e.osc", osc(modify=[node_xml(n, x + 1e-4, y, version=3)
+                                                               for n, (x, y) in others])))
+    before = _bytes_written()
+    assert apply_diff(geo, diff, sequence=None)["applied"] is True
+    written = _bytes_written() - before
+    assert written < size // 50, f"{written} bytes written for 10 moved nodes; the store is {size} bytes"
+    assert {r["id"]: r["lon"] for r in _table(store, "nodes")}[others[0][0]] == pytest.approx(others[0][1][0] + 1e-4)
 
 
 def test_moved_node_changed_way_deleted_way(store: Path, extract: Extract, tmp_path: Path) -> None:
@@ -75,8 +103,7 @@ def test_moved_node_changed_way_deleted_way(store: Path, extract: Extract, tmp_p
     assert not [r for r in _table(store, "way_nodes") if r["way_id"] == gone]
     pairs = {(r["node_id"], r["way_id"]) for r in _table(store, "node_ways")}
     assert (9_000_000_001, wid) in pairs and not {p for p in pairs if p[1] == gone}
-    # Only the live snapshot is left.
-    assert sorted(p.name for p in (store / "geometry").iterdir() if p.is_dir()) == [stats["snapshot"]]
+    assert stats["commits"] == 1 and GeometryStore.of_store(store).manifest().commits == 1
 
 
 def test_sequence_replay_and_gap(store: Path, extract: Extract, tmp_path: Path) -> None:
@@ -108,9 +135,9 @@ def test_corrupt_diff_is_refused_before_anything_is_applied(store: Path, extract
     assert _digest(store) == before
 
 
-def test_failure_while_building_leaves_the_live_snapshot(store: Path, extract: Extract, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A crash between writing partitions and the commit: the store is as before, no leftovers."""
+def test_failure_before_the_commit_leaves_the_store(store: Path, extract: Extract, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure after the rows were written, before the commit: the store is as before."""
     from services.osmstore import geometry_apply
 
     before = _digest(store)
@@ -124,4 +151,4 @@ def test_failure_while_building_leaves_the_live_snapshot(store: Path, extract: E
     with pytest.raises(OSError, match="No space"):
         apply_diff(GeometryStore.of_store(store), diff)
     assert _digest(store) == before
-    assert [p.name for p in (store / "geometry").iterdir() if p.is_dir()] == ["s000000"]
+    assert GeometryStore.of_store(store).manifest().commits == 0

@@ -1,5 +1,5 @@
-"""The store lookups of a diff's resolution: read on the driver (small partitions) or in Spark (bigger
-ones, or ``driver_lookup_bytes=0``), with the same result either way.
+"""The store lookups of a diff's resolution: on the driver (small steps) or by Spark tasks (bigger ones,
+or ``driver_lookup_bytes=0``), with the same result either way.
 
 test_spark_store_expire checks the expiry against an oracle with the default (driver) lookups; here the
 Spark lookups, and a budget that sends only part of a step to Spark, must give the very same points,
@@ -12,13 +12,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from services.osmstore.geometry import GeometryStore
 from services.osmstore.osc_diff import read_diff
 from services.spark_bridge.store_expire import StoreResolution, resolve
-from services.spark_bridge.store_lookup import StoreLookups
+from services.spark_bridge.store_lookup import StoreLookups, estimated_bytes
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
 from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml, write_osc
 
@@ -59,20 +58,14 @@ def rows(resolution: StoreResolution) -> list[tuple[float, ...]]:
     return sorted(zip(*(table[c].to_pylist() for c in ("lon0", "lat0", "lon1", "lat1")), strict=True))
 
 
-def partition_bytes(geometry: GeometryStore, table: str) -> int:
-    files = geometry.table_dir(table).glob("bucket=*/*.parquet")
-    return sum(pq.read_metadata(f).row_group(i).total_byte_size for f in files
-               for i in range(pq.read_metadata(f).num_row_groups))
-
-
 def test_driver_and_spark_lookups_resolve_alike(spark, store: Path, extract: Extract, tmp_path: Path) -> None:
     diff = read_diff(mixed_diff(extract, tmp_path / "mixed.osc.gz"))
     geometry = GeometryStore.of_store(store)
     manifest = geometry.manifest()
     on_driver = resolve(spark, diff, geometry, manifest, ZOOM)
     in_spark = resolve(spark, diff, geometry, manifest, ZOOM, driver_lookup_bytes=0)
-    # Enough for the nodes and node_ways partitions but not for members too: step 1 is split.
-    split = partition_bytes(geometry, "nodes") + partition_bytes(geometry, "node_ways") + 1
+    # Enough for the nodes and node_ways lookups but not for members too: step 1 is split.
+    split = estimated_bytes("nodes", set(diff.nodes)) + estimated_bytes("node_ways", set(diff.nodes)) + 1
     partly = resolve(spark, diff, geometry, manifest, ZOOM, driver_lookup_bytes=split)
     assert rows(on_driver) == rows(in_spark) == rows(partly)
     assert on_driver.counts == in_spark.counts == partly.counts
@@ -86,7 +79,7 @@ def test_lookups_go_to_spark_past_the_budget(spark, store: Path, extract: Extrac
     manifest = geometry.manifest()
     ids = set(sorted(extract.nodes)[:100])
     small = StoreLookups(spark, geometry, manifest)
-    tight = StoreLookups(spark, geometry, manifest, driver_bytes=partition_bytes(geometry, "nodes") - 1)
+    tight = StoreLookups(spark, geometry, manifest, driver_bytes=estimated_bytes("nodes", ids) - 1)
     a = small.fetch({"n": ("nodes", ids), "none": ("way_nodes", set())})
     b = tight.fetch({"n": ("nodes", ids), "none": ("way_nodes", set())})
     assert (small.spark_steps, tight.spark_steps) == (0, 1)

@@ -1,0 +1,195 @@
+"""The OSM pipeline at scale: the real Helsinki extract scaled K times (issue 22), imported, diffed, rendered.
+
+For each K (``--k 1,10,50``): write the scaled extract (bench/osm_scale_data.py: K copies on a grid, ids
+spread over the real OSM id ranges), import it with ``toposm-import``'s code in a child process (time, peak
+RSS, size on disk), then run one warm in-process Spark bridge over all the stores and time the same
+~1,000-object diff (600 node moves, 300 way tag edits, 100 new nodes over all copies; a new seed and the
+next sequence each run) from the ``spark.expire`` call (store, sequence, wait) to its reply, the K's taking
+turns so that the machine's load falls on all of them alike. Then render a fixed set of metatiles (z15-z17
+over copy 0, which every K has, alone in view) from the smallest and the largest K's stores with the Mapnik
+backend the renderers use. Ratios are to the smallest K of the same run.
+
+    .venv/bin/python bench/osm_scale.py --k 1,10,50 [--runs 3] [--work DIR] [--keep]
+
+Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import mercantile  # noqa: E402
+from osm_scale_data import Scale, read_source, write_diff  # noqa: E402
+
+from qbroker import Config, Unit  # noqa: E402
+from services.osmstore.geometry import GeometryStore  # noqa: E402
+from services.tiles.tilemath import Metatile  # noqa: E402
+from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RENDER_ZOOMS = (15, 16, 17)
+_IMPORT = ("import json, sys; from pathlib import Path; from services.osmstore.importer import import_extract; "
+           "print(json.dumps(import_extract(Path(sys.argv[1]), Path(sys.argv[2]))))")
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def import_store(extract: Path, store: Path) -> dict[str, Any]:
+    """Import in a child process: its own peak RSS, nothing cached in this one."""
+    shutil.rmtree(store, ignore_errors=True)
+    started = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-c", _IMPORT, str(extract), str(store)], stdout=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert child.stdout is not None
+    out = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise SystemExit(f"import of {extract} failed ({child.returncode})")
+    info = json.loads(out)
+    objects = sum(info["counts"].values())
+    seconds = time.perf_counter() - started
+    return {"nodes": info["counts"]["nodes"], "objects": objects, "import_seconds": round(seconds, 2),
+            "objects_per_second": round(objects / seconds), "peak_rss_mb": round(usage.ru_maxrss / 1024),
+            "store_mb": round(du(store) / 1e6, 1),
+            "geometry_mb": round(du(store / "geometry") / 1e6, 1)}
+
+
+async def time_diffs(stores: dict[int, Path], scales: dict[int, Scale], work: Path, runs: int,
+                     url: str) -> dict[int, list[dict[str, Any]]]:
+    # Imported here: generating and importing (--import-only) needs no Spark.
+    from osm_expire import TimedExpire
+
+    from services.spark_bridge.limits import BridgeLimits
+    from services.spark_bridge.service import SparkBridge
+    from services.spark_bridge.spark_session import build_session
+
+    spark = build_session("local[2]", "bench-osm-scale", {"spark.sql.shuffle.partitions": "4",
+                                                          "spark.ui.enabled": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    bridge_unit = Unit("spark.bridge", config=Config(url=url))
+    client = TimedExpire(url)
+    bridge = SparkBridge(bridge_unit, spark, work / "state", max_jobs=1, input_roots=[work],
+                         stores=list(stores.values()),
+                         limits=BridgeLimits(max_tiles=10**9, max_tiles_per_geometry=10**9))
+    await bridge_unit.start()
+    await client.unit.start()
+    out: dict[int, list[dict[str, Any]]] = {k: [] for k in stores}
+    try:
+        for run in range(runs + 1):  # run 0 warms the session and each store's files; not reported
+            for k, store in stores.items():
+                sequence = (GeometryStore.of_store(store).sequence or 0) + 1
+                diff = write_diff(scales[k], sequence, work / f"diff-k{k}-{sequence}.osc.gz")
+                reply, last, to_reply = await client.call(
+                    {"paths": [str(diff)], "store": store.name, "sequence": sequence, "min_zoom": 10,
+                     "max_zoom": 18}, settle=60)
+                result = reply["result"]
+                assert result["store"].get("applied"), result["store"]
+                if run:
+                    out[k].append({"seconds_to_reply": round(to_reply, 3),
+                                   "seconds_to_last_expiration": None if last is None else round(last, 3),
+                                   "objects": result["inputs"]["osc_nodes"] + result["inputs"]["osc_ways"],
+                                   "ways_expired": result["inputs"]["ways"],
+                                   "metatiles": result["total_metatiles"]})
+    finally:
+        await client.unit.stop()
+        await bridge.close()
+        await bridge_unit.stop()
+        spark.stop()
+    return out
+
+
+def render_metatiles(store: Path, scale: Scale, passes: int = 2) -> dict[str, Any]:
+    """Seconds per metatile (median of the last pass) for the metatiles covering copy 0 at RENDER_ZOOMS."""
+    from services.tiles.renderer.backends.mapnik_backend import MapnikBackend
+
+    w, s, e, n = scale.src.box
+    metatiles = sorted({Metatile(z, t.x >> 3, t.y >> 3) for z in RENDER_ZOOMS for t in mercantile.tiles(w, s, e, n, z)})
+    backend = MapnikBackend(store=store)
+    timings: list[float] = []
+    for _ in range(passes):  # the first pass loads the style and warms the page cache
+        timings = []
+        for mt in metatiles:
+            started = time.perf_counter()
+            backend.render(mt)
+            timings.append(time.perf_counter() - started)
+    return {"metatiles": [str(m) for m in metatiles], "median_seconds": round(statistics.median(timings), 4),
+            "total_seconds": round(sum(timings), 3)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--k", default="1,10,50", help="scale factors, comma-separated (the first is the baseline)")
+    p.add_argument("--runs", type=int, default=3, help="timed diffs per K (after one warm-up each)")
+    p.add_argument("--work", type=Path, help="where the extracts and stores go (default: a temporary directory)")
+    p.add_argument("--keep", action="store_true", help="keep --work's extracts and stores")
+    p.add_argument("--reuse", action="store_true", help="reuse stores already imported in --work (kept with --keep)")
+    p.add_argument("--import-only", action="store_true", help="generate and import, then stop (with --keep)")
+    a = p.parse_args()
+    ks = [int(v) for v in a.k.split(",")]
+    extract = ROOT / subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True,
+                                    text=True, check=True).stdout.strip() / "Helsinki.osm.pbf"
+    out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                       "platform": platform.platform(), "load_avg_before": os.getloadavg()}}
+    work = a.work or Path(tempfile.mkdtemp(prefix="osm-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    src = read_source(extract)
+    scales = {k: Scale(src, k) for k in ks}
+    stores: dict[int, Path] = {}
+    rows: dict[int, dict[str, Any]] = {}
+    vhost = create_vhost("qbroker-bench")
+    try:
+        for k in ks:
+            stores[k] = work / f"store-x{k}"
+            record = work / f"store-x{k}.json"
+            if a.reuse and record.is_file():
+                rows[k] = json.loads(record.read_text())
+                continue
+            pbf = work / f"helsinki-x{k}.osm.pbf"
+            started = time.perf_counter()
+            scales[k].write_pbf(pbf)
+            rows[k] = {"k": k, "generate_seconds": round(time.perf_counter() - started, 2),
+                       "pbf_mb": round(pbf.stat().st_size / 1e6, 1), "load_avg": os.getloadavg()}
+            rows[k].update(import_store(pbf, stores[k]))
+            record.write_text(json.dumps(rows[k]))
+            print(json.dumps(rows[k]), file=sys.stderr)
+        if a.import_only:
+            print(json.dumps({"sizes": [rows[k] for k in ks]}, indent=2))
+            return
+        diffs = asyncio.run(time_diffs(stores, scales, work, a.runs, url_for_vhost(vhost)))
+        base = statistics.median(r["seconds_to_reply"] for r in diffs[ks[0]])
+        for k in ks:
+            median = statistics.median(r["seconds_to_reply"] for r in diffs[k])
+            rows[k].update(diff_seconds_median=round(median, 3), diff_seconds=[r["seconds_to_reply"] for r in diffs[k]],
+                           diff_ratio_to_first=round(median / base, 2), diff_runs=diffs[k])
+        renders = {k: render_metatiles(stores[k], scales[k]) for k in sorted({ks[0], ks[-1]})}
+        out["render"] = {str(k): r for k, r in renders.items()}
+        out["render"]["ratio_last_to_first"] = round(renders[ks[-1]]["median_seconds"]
+                                                     / renders[ks[0]]["median_seconds"], 2)
+    finally:
+        delete_vhost(vhost)
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    out["sizes"] = [rows[k] for k in ks]
+    out["machine"]["load_avg_after"] = os.getloadavg()
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
