@@ -57,8 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="an OSM store (toposm-import) that expire requests may name to resolve and apply "
                    "diffs against (repeatable); requests name it by its directory name")
     p.add_argument("--driver-lookup-mib", type=float, default=DRIVER_LOOKUP_BYTES / (1 << 20), metavar="MIB",
-                   help="store partitions a diff's lookups may read on the bridge itself (decoded MiB per "
-                   "lookup step, default %(default)g); bigger lookups run in Spark; 0: always in Spark")
+                   help="rows a diff's store lookups may fetch on the bridge itself (estimated MiB per "
+                   "lookup step, default %(default)g); bigger lookups run in Spark tasks; 0: always in Spark")
     p.add_argument("--operator-users", default=os.environ.get("TOPOSM_OPERATOR_USERS", ""),
                    help="broker accounts that see and cancel every job (comma-separated; env TOPOSM_OPERATOR_USERS); "
                    "every other account sees and cancels only the jobs it submitted")

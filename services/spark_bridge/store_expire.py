@@ -1,6 +1,6 @@
 """Resolving a diff against the geometry store: changed objects x node locations x way membership.
 
-Given the parsed diff (small, on the driver) and the store's live snapshot (Parquet, any size), this
+Given the parsed diff (small, on the driver) and the geometry store (SQLite keyed by id, any size), this
 finds the points and segments whose tiles expire:
 
 - a changed node: its old position (store) and new one (diff); when it moved or was deleted, every way
@@ -11,9 +11,9 @@ finds the points and segments whose tiles expire:
 - a changed relation: its old and new members: member ways as changed ways, member nodes as points.
 
 What reads the store is three lookups (the diff's nodes, the ways using them and its relations' stored
-members; then the refs of the changed ways; then the locations of their nodes), each reading only the
-Parquet partitions the wanted ids fall in: on the driver when those are small, else as one Spark action
-per step, on a laptop, a standalone cluster or Spark Connect against a planet-sized store (store_lookup).
+members; then the refs of the changed ways; then the locations of their nodes), each a primary-key or
+index probe per wanted id: on the driver when the step is small, else as one Spark action per step whose
+tasks probe the store, on a laptop, a standalone cluster or Spark Connect (store_lookup).
 What they return is the diff's neighbourhood, not the store, and the rest (which ways changed, their old
 and new lines, the counts) is driver work: dictionaries for the diff's objects, arrays for the lines
 (store_lines). As Spark joins with checkpoints in between it was ~40 small Spark jobs, most of a

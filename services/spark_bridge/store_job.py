@@ -3,13 +3,13 @@
 Order matters, and is chosen so that a crash anywhere leaves something the next run repairs:
 
 1. under the geometry store's writer lock, check the sequence (a replay changes nothing; a gap fails);
-2. resolve the diff against the *old* geometry (three lookups: on the driver when the partitions they
-   read are small, else in Spark) and aggregate the metatiles (one Spark action, collected);
+2. resolve the diff against the *old* geometry (three lookups by id: on the driver when they are small,
+   else in Spark) and aggregate the metatiles (one Spark action, collected);
 3. apply the diff to the rendering store (one SQLite transaction, recording the sequence), so tiles
    rendered from now on show the edit. The transaction is built in a child process while step 2 runs and
    committed only after it succeeded and the guards passed (render_apply);
 4. publish the expirations (the queuemaster re-renders from the updated rendering store);
-5. commit the diff to the geometry store (new snapshot, atomic ``CURRENT`` swap) with its sequence.
+5. commit the diff to the geometry store (one SQLite transaction, the sequence with the rows).
 
 A failure before 5 leaves the geometry store at the previous sequence: running the diff again repeats
 the expiry (recomputed from the old geometry) and skips the rendering store, which recognises the
@@ -49,7 +49,7 @@ class StoreJob:
     store_dir: Path
     sequence: int | None
     apply: bool  # false: expire against the store without changing it (a dry run, benchmarks)
-    # Store partitions a lookup step may read on the driver (decoded bytes); more goes to Spark (store_lookup).
+    # Estimated rows' bytes a lookup step may fetch on the driver; more goes to Spark (store_lookup).
     driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES
     first_sequence: int | None = None  # a merged diff of first_sequence..sequence (toposm-replicate catching up)
 
