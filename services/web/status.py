@@ -16,6 +16,9 @@ from typing import Any
 
 from services.tiles.tilemath import Metatile, Tile, TileError, parse_metatile
 
+from .bounds import MAX_ITEMS, clip, top_n
+
+MAX_ZOOMS = 32  # zoom labels kept (0-31; anything else the bus sends ends in `other`)
 RATE_WINDOW = 60.0  # seconds of samples behind a render thread's renders/minute
 MAX_RECENT = 50
 MAX_JOBS = 100
@@ -90,7 +93,7 @@ class StatusModel:
         self.failures_by_renderer: dict[str, int] = {}
         self.jobs: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.jobs_error: str | None = None
-        self.dead_letters: dict[str, int] = {}
+        self.dead_letters: dict[str, float] = {}
         self.units: list[dict[str, Any]] = []
         self.tracker = MetatileTracker()
         self.updated = 0.0
@@ -164,7 +167,7 @@ class StatusModel:
             for key, count in (unit.get("dead_letters") or {}).items():
                 if isinstance(count, int):
                     totals[str(key)] = totals.get(str(key), 0) + count
-        self.dead_letters = totals
+        self.dead_letters = top_n(totals)  # keys come from any unit on the bus: bounded (bounds.py)
 
     def mark_expired(self, tiles: list[Tile]) -> None:
         now = time.time()
@@ -175,17 +178,18 @@ class StatusModel:
 
     def queues(self) -> dict[str, Any]:
         q = (self.queuemaster or {}).get("queues") or {}
-        by_zoom = {str(z): int(n) for z, n in (q.get("by_zoom") or {}).items()}
+        raw = q.get("by_zoom")
+        by_zoom = top_n(raw if isinstance(raw, dict) else {}, MAX_ZOOMS)
         return {"missing": int(q.get("missing") or 0), "important": int(q.get("important") or 0),
                 "expired": sum(by_zoom.values()), "expired_by_zoom": by_zoom,
                 "total": int(q.get("total") or 0), "rendering": int(q.get("rendering") or 0)}
 
     def renderers(self) -> list[dict[str, Any]]:
         out = []
-        for thread in (self.queuemaster or {}).get("renderers", []):
+        for thread in (self.queuemaster or {}).get("renderers", [])[:MAX_ITEMS]:
             name = str(thread.get("renderer"))
             rate = self.rates.get(name)
-            out.append({**thread, "rate_per_minute": rate.per_minute() if rate else 0.0,
+            out.append({**clip(thread), "rate_per_minute": rate.per_minute() if rate else 0.0,
                         "failures": self.failures_by_renderer.get(name, 0)})
         return out
 
@@ -196,15 +200,15 @@ class StatusModel:
             "version": self.version,
             "updated": round(self.updated, 3),
             "queuemaster": {"online": self.queuemaster_error is None and self.queuemaster is not None,
-                            "error": self.queuemaster_error, "counters": qm.get("counters", {}),
-                            "waiting_requests": qm.get("waiting_requests", 0),
-                            "zoom_range": qm.get("zoom_range"), "uptime": qm.get("uptime")},
+                            "error": clip(self.queuemaster_error), "counters": clip(qm.get("counters", {})),
+                            "waiting_requests": clip(qm.get("waiting_requests", 0)),
+                            "zoom_range": clip(qm.get("zoom_range")), "uptime": clip(qm.get("uptime"))},
             "queues": self.queues(),
             "renderers": self.renderers(),
-            "recent_renders": list(self.recent)[:20],
-            "recent_failures": list(self.failures)[:20],
-            "spark": {"error": self.jobs_error, "jobs": jobs[:30]},
+            "recent_renders": clip(list(self.recent)[:20]),
+            "recent_failures": clip(list(self.failures)[:20]),
+            "spark": {"error": clip(self.jobs_error), "jobs": clip(jobs[:30])},
             "dead_letters": self.dead_letters,
-            "units": [{k: u.get(k) for k in ("app", "host", "pid", "uptime")} for u in self.units][:100],
+            "units": clip([{k: u.get(k) for k in ("app", "host", "pid", "uptime")} for u in self.units[:MAX_ITEMS]]),
             "overlay_metatiles": len(self.tracker),
         }

@@ -12,7 +12,8 @@ from prometheus_client.registry import Collector
 
 from qbroker.metrics import UnitMetrics
 
-from .status import StatusModel
+from .bounds import OTHER, top_n
+from .status import MAX_ZOOMS, StatusModel
 
 RENDER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -31,7 +32,7 @@ class BusCollector(Collector):
                                    labels=["kind", "zoom"])
         length.add_metric(["missing", "all"], queues["missing"])
         length.add_metric(["important", "all"], queues["important"])
-        for zoom, n in sorted(queues["expired_by_zoom"].items(), key=lambda item: int(item[0])):
+        for zoom, n in queues["expired_by_zoom"].items():  # bounded in StatusModel.queues
             length.add_metric(["expired", zoom], n)
         yield length
         yield GaugeMetricFamily("toposm_metatiles_rendering", "Metatiles being rendered now",
@@ -41,12 +42,12 @@ class BusCollector(Collector):
         yield up
         renders = CounterMetricFamily("toposm_renders", "Metatiles rendered, by render thread",
                                       labels=["renderer"])
-        for name, n in sorted(s.renders_by_renderer.items()):
+        for name, n in top_n(s.renders_by_renderer).items():
             renders.add_metric([name], n)
         yield renders
         failures = CounterMetricFamily("toposm_render_failures", "Failed renders, by render thread",
                                        labels=["renderer"])
-        for name, n in sorted(s.failures_by_renderer.items()):
+        for name, n in top_n(s.failures_by_renderer).items():
             failures.add_metric([name], n)
         yield failures
         threads = GaugeMetricFamily("toposm_render_threads", "Registered render threads, by state",
@@ -54,14 +55,14 @@ class BusCollector(Collector):
         by_state: dict[str, int] = {}
         for thread in s.renderers():
             by_state[str(thread.get("state"))] = by_state.get(str(thread.get("state")), 0) + 1
-        for state, n in sorted(by_state.items()):
+        for state, n in top_n(by_state).items():
             threads.add_metric([state], n)
         yield threads
         dead = GaugeMetricFamily("qbroker_dead_letters", "Dead messages counted by the bus's collectors",
                                  labels=["kind", "reason"])
-        for key, n in sorted(s.dead_letters.items()):
+        for key, n in s.dead_letters.items():  # top_n already (StatusModel.set_units)
             kind, _, reason = key.partition(".")
-            dead.add_metric([kind, reason or "unknown"], n)
+            dead.add_metric([kind, reason or (OTHER if kind == OTHER else "unknown")], n)
         yield dead
         jobs = GaugeMetricFamily("spark_jobs", "Spark bridge jobs known to this service, by state",
                                  labels=["state"])
@@ -69,7 +70,7 @@ class BusCollector(Collector):
         for job in s.jobs.values():
             state = str(job.get("state"))
             counts[state] = counts.get(state, 0) + 1
-        for state, n in counts.items():
+        for state, n in top_n(counts, len(JOB_STATES) + 5).items():
             jobs.add_metric([state], n)
         yield jobs
 
@@ -93,7 +94,9 @@ class WebMetrics:
     def observe_render(self, record: dict[str, Any]) -> None:
         duration = record.get("duration")
         if record.get("status") == "ok" and isinstance(duration, int | float) and duration >= 0:
-            self.render_duration.labels(str(record.get("zoom", "?"))).observe(duration)
+            zoom = record.get("zoom")
+            label = str(zoom) if isinstance(zoom, int) and 0 <= zoom < MAX_ZOOMS else OTHER  # a series per zoom only
+            self.render_duration.labels(label).observe(duration)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

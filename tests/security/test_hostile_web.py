@@ -12,7 +12,9 @@ from collections import Counter
 from typing import Any
 
 import aiohttp
+import orjson
 
+from qbroker import Config, Unit
 from tests.tiles.conftest import TileBus, bus, eventually, pytest_runtest_makereport, stats, wait_renderers  # noqa: F401
 from tests.web.conftest import Web, start_web
 
@@ -124,3 +126,37 @@ async def test_one_address_cannot_take_every_live_stream(bus: TileBus) -> None: 
     finally:
         await flood.close()
         await other.close()
+
+
+async def test_metrics_and_status_stay_bounded_when_a_unit_answers_ping_with_50000_keys(bus: TileBus) -> None:  # noqa: F811
+    """A unit on the bus answers `qbroker.ping` with 50,000 dead-letter keys carrying control characters."""
+    hostile = Unit("evil.unit", config=Config(url=bus.url))
+    keys = {f"rpc.reason-{i}\x1b]0;owned\x07\x1b[2J\x9b": 1 for i in range(50_000)}
+    keys["rpc.no_server"] = 100  # the one real count: kept by name
+
+    @hostile.on_alert("qbroker.ping")
+    async def ping(body: Any) -> dict[str, Any]:
+        return {"app": "evil\x1b[2J", "host": "h" * 5000, "pid": 1, "uptime": 1, "dead_letters": keys}
+
+    await hostile.start()
+    bus.units.append(hostile)
+
+    web = start_web(bus)
+    async with aiohttp.ClientSession() as session:
+        async def scraped() -> str | None:
+            async with session.get(web.url + "/metrics") as response:
+                text = await response.text()
+            return text if 'reason="no_server"' in text else None
+
+        text = await eventually(scraped)
+        async with session.get(web.url + "/api/status") as response:
+            status_body = await response.read()
+    dead_series = [line for line in text.splitlines() if line.startswith("qbroker_dead_letters{")]
+    assert 2 <= len(dead_series) <= 21, len(dead_series)
+    assert 'qbroker_dead_letters{kind="other",reason="other"}' in text
+    assert len(text) < 200_000, len(text)
+    assert not any(ord(c) < 0x20 and c != "\n" or 0x7F <= ord(c) < 0xA0 for c in text)
+    assert len(status_body) < 200_000, len(status_body)
+    status = orjson.loads(status_body)
+    assert len(status["dead_letters"]) <= 21 and status["dead_letters"]["rpc.no_server"] == 100
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in orjson.dumps(status).decode())
