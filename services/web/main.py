@@ -30,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> WebSettings:
     p.add_argument("--rerenders-per-minute", type=int, default=30,
                    help="re-render requests (POST /api/render) a client address may send on a minute")
     p.add_argument("--rerender-interval", type=float, default=60.0,
-                   help="seconds after a render during which a re-render of that metatile is a no-op")
+                   help="seconds after a re-render during which another re-render of that metatile is a no-op")
     p.add_argument("--drain-timeout", type=float, default=DRAIN_TIMEOUT,
                    help="seconds SIGTERM waits for requests in flight before closing them")
     a = p.parse_args(argv)

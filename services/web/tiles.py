@@ -14,7 +14,8 @@ On-demand renders are bounded: one ``render`` call per metatile however many req
 
 A re-render (the map's click, ``POST /api/render``) is admitted by the same budgets *before* anything is
 sent: a refused request reaches the queuemaster not at all. Admitted, it joins a render already in flight
-for its metatile (nothing sent), is a no-op for a metatile rendered less than ``rerender_interval`` ago, and
+for its metatile (nothing sent), is a no-op for a metatile re-rendered on request less than
+``rerender_interval`` ago and not expired since, and
 costs one of its client's ``rerenders_per_minute``; only then are ``expire`` and ``render`` sent.
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Metatile, Tile
 
 from .collector import QUEUEMASTER, Collector
-from .status import StatusModel
+from .status import MAX_TRACKED_METATILES, StatusModel
 
 log = structlog.get_logger("toposm.web")
 
@@ -70,7 +71,7 @@ class OnDemandLimits:
     per_client: int = 8
     total: int = 64
     timeout: float = 30.0
-    rerender_interval: float = 60.0  # seconds: a metatile rendered more recently is not re-rendered on a click
+    rerender_interval: float = 60.0  # seconds: a metatile re-rendered more recently is not re-rendered again
     rerenders_per_minute: int = 30  # per client address
 
 
@@ -89,6 +90,7 @@ class TileServer:
         self.rerender_rate = RateLimitItemPerMinute(limits.rerenders_per_minute)
         self.rerender_limiter = MovingWindowRateLimiter(MemoryStorage())
         self.closing = False
+        self.rerendered: OrderedDict[Metatile, float] = OrderedDict()  # last re-render asked, oldest first
 
     @property
     def in_flight(self) -> int:
@@ -216,15 +218,19 @@ class TileServer:
             self.start(tile, client)
             return 202, answer
         found = self.freshness.state(tile)
-        if found.state == "fresh" and found.mtime is not None:
-            age = time.time() - found.mtime
-            if age < self.limits.rerender_interval:  # rendering it again would change nothing
-                return 200, {**answer, "state": "fresh", "age": round(age, 1)}
+        asked = self.rerendered.get(metatile)
+        if found.state == "fresh" and asked is not None and time.time() - asked < self.limits.rerender_interval:
+            # re-rendered on request a moment ago and not expired since: again would change nothing
+            return 200, {**answer, "state": "fresh", "age": round(time.time() - asked, 1)}
         if not self.rerender_limiter.hit(self.rerender_rate, client):
             raise TileRefused(429, f"too many re-renders for this client (limit {self.limits.rerenders_per_minute}"
                                    " a minute)", retry_after=10)
         expired: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.start(tile, client, expired=expired)
+        self.rerendered[metatile] = time.time()
+        self.rerendered.move_to_end(metatile)
+        while len(self.rerendered) > MAX_TRACKED_METATILES:
+            self.rerendered.popitem(last=False)
         try:
             await asyncio.wait_for(asyncio.shield(expired), 10)
         except NoServer:
