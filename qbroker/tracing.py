@@ -19,10 +19,14 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.propagators.textmap import Getter, TextMapPropagator
-from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+try:
+    from opentelemetry import trace
+    from opentelemetry.propagators.textmap import Getter, TextMapPropagator
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ModuleNotFoundError as exc:  # say what to install, not just which module is missing
+    raise ModuleNotFoundError(f"qbroker.tracing (QBROKER_OTEL=1) needs OpenTelemetry: pip install 'qbroker[otel]' "
+                              f"({exc})", name=exc.name) from exc
 
 from qbroker.context import RequestContext
 from qbroker.errors import ErrorInfo

@@ -84,7 +84,7 @@ try:
     importlib.import_module("qbroker.tracing")
     tracing = "imported"
 except ModuleNotFoundError as exc:
-    tracing = exc.name
+    tracing = exc.name if "qbroker[otel]" in str(exc) else repr(exc)
 meta = md.metadata("qbroker")
 print(json.dumps({
     "file": qbroker.__file__, "typed": (pathlib.Path(qbroker.__file__).parent / "py.typed").is_file(),
