@@ -44,7 +44,8 @@ async def test_follows_a_replication_server(store_bridge, make_unit, store, extr
     minute = mirror / "replication" / "minute"
     node, lon, lat = moved_node(extract)
     # Three minutes: renamed, a node moved, renamed again (a higher version) with a new building.
-    publish(minute, 1, osc(modify=[renamed(extract, "Qbrokerinkatu", 2)]))
+    first = gzip.compress(osc(modify=[renamed(extract, "Qbrokerinkatu", 2)]).encode())
+    publish(minute, 1, first)
     publish(minute, 2, osc(modify=[node_xml(node, lon, lat)]))
     publish(minute, 3, osc(create=new_building(), modify=[renamed(extract, "Replicatorinkatu", 3)]))
     with serving(mirror) as server:
@@ -52,48 +53,41 @@ async def test_follows_a_replication_server(store_bridge, make_unit, store, extr
         follower = Follower(await make_unit("toposm.replicate"),
                             settings(url, store, start=1, interval=0.05, max_backoff=0.2, http_retries=0))
         await follower.unit.start()
-        assert await follower.catch_up() == [1, 2, 3]
-        assert follower.jobs == [(1, 3)]  # behind by three: one job, merged
-        db = sqlite3.connect(store / "render.sqlite")
-        assert db.execute("SELECT count(*) FROM roads WHERE name = 'Replicatorinkatu'").fetchone()[0] >= 1
-        assert db.execute("SELECT count(*) FROM roads WHERE name = 'Qbrokerinkatu'").fetchone()[0] == 0
-        assert db.execute("SELECT lon, lat FROM nodes WHERE id = ?", (node,)).fetchone() == \
-            pytest.approx((lon, lat), abs=1e-6)
-        assert db.execute("SELECT count(*) FROM buildings WHERE osm_id = 9300000100").fetchone()[0] == 1
-        manifest = GeometryStore.of_store(store).manifest()
-        assert manifest.sequence == 3 and manifest.applied[-1]["first_sequence"] == 1
-        assert not list(follower.settings.spool_dir.glob("*.osc.gz"))  # merged files do not pile up
-
-        # Missing: state.txt announces 5, the server has no diff 4 (404). Stops, naming the URL.
-        publish(minute, 5, osc(modify=[node_xml(node, lon, lat + 0.0001, version=3)]))
+        commits = GeometryStore.of_store(store).manifest().commits
+        # Missing: state.txt announces 3, the server has no diff 1 (404). Stops, naming the URL.
+        diff_path(minute, 1).unlink()
         with pytest.raises(ReplicationError, match=r"gap: http://127\.0\.0\.1:\d+/replication/minute/"
-                                                   r"000/000/004\.osc\.gz is missing"):
+                                                   r"000/000/001\.osc\.gz is missing"):
             await follower.catch_up()
-        # Truncated: diff 4 is there but cut short on the server. Nothing of 4 or 5 is applied.
+        # Truncated: diff 1 is there but cut short on the server. Nothing of 1..3 is applied.
         whole = gzip.compress(osc(modify=[node_xml(n, x, y + 0.001) for n, (x, y)
                                           in list(extract.nodes.items())[:3000]]).encode())
-        publish(minute, 4, whole[: len(whole) // 2])
-        publish(minute, 5, osc(modify=[node_xml(node, lon, lat + 0.0001, version=3)]))
-        commits = GeometryStore.of_store(store).manifest().commits
-        with pytest.raises(ReplicationError, match=r"diff 4 \(http://.*/000/000/004\.osc\.gz\): unreadable osmChange"):
+        diff_path(minute, 1).write_bytes(whole[: len(whole) // 2])
+        with pytest.raises(ReplicationError, match=r"diff 1 \(http://.*/000/000/001\.osc\.gz\): unreadable osmChange"):
             await follower.catch_up()
-        assert GeometryStore.of_store(store).manifest().commits == commits
-        assert db.execute("SELECT value FROM meta WHERE key = 'sequence'").fetchone() == ("3",)
+        assert GeometryStore.of_store(store).manifest().commits == commits and not follower.jobs
 
-        # Repaired on the server, but it is down for two requests, then cuts the download of diff 4 once:
-        # the running follower backs off and retries until both diffs are in, in one job.
-        diff_path(minute, 4).write_bytes(whole)
+        # Repaired on the server, but it is down for two requests, then cuts the download of diff 1 once:
+        # the running follower backs off and retries until the three diffs are in, in one merged job.
+        diff_path(minute, 1).write_bytes(first)
         server.down = 2
-        server.cut = {"/replication/minute/000/000/004.osc.gz"}
+        server.cut = {"/replication/minute/000/000/001.osc.gz"}
         await follower.start()
-        await eventually(lambda: 5 in follower.applied or follower.finished.is_set(), timeout=900, interval=0.1)
+        await eventually(lambda: 3 in follower.applied or follower.finished.is_set(), timeout=900, interval=0.1)
         await follower.stop()
-        assert follower.error is None and follower.jobs[-1] == (4, 5)
-        assert [what for _path, what in server.log].count("503") == 2 and ("/replication/minute/000/000/004.osc.gz",
+        assert follower.error is None and follower.jobs == [(1, 3)]
+        assert [what for _path, what in server.log].count("503") == 2 and ("/replication/minute/000/000/001.osc.gz",
                                                                             "cut") in server.log
         assert follower.retries == 3  # two rounds without state.txt, one with a cut diff
-    assert GeometryStore.of_store(store).sequence == 5
-    assert db.execute("SELECT lat FROM nodes WHERE id = ?", (node,)).fetchone()[0] == pytest.approx(lat + 0.0001)
+    db = sqlite3.connect(store / "render.sqlite")
+    assert db.execute("SELECT count(*) FROM roads WHERE name = 'Replicatorinkatu'").fetchone()[0] >= 1
+    assert db.execute("SELECT count(*) FROM roads WHERE name = 'Qbrokerinkatu'").fetchone()[0] == 0
+    assert db.execute("SELECT lon, lat FROM nodes WHERE id = ?", (node,)).fetchone() == \
+        pytest.approx((lon, lat), abs=1e-6)
+    assert db.execute("SELECT count(*) FROM buildings WHERE osm_id = 9300000100").fetchone()[0] == 1
+    manifest = GeometryStore.of_store(store).manifest()
+    assert manifest.sequence == 3 and manifest.applied[-1]["first_sequence"] == 1
+    assert not list(follower.settings.spool_dir.glob("*.osc.gz"))  # merged files do not pile up
 
 
 def test_backoff_doubles_up_to_its_ceiling() -> None:
