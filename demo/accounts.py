@@ -18,7 +18,7 @@ from demo.leftovers import DEPLOYMENT_FILE
 from qbroker.cli.cmd_provision import apply, remove
 from qbroker.cli.deployment import load_deployment, service_env
 
-ROLES = {"queuemaster": "queuemaster", "renderer": "renderer", "spark": "spark_bridge", "web": "operator",
+ROLES = {"queuemaster": "queuemaster", "renderer": "renderer", "spark": "spark_bridge", "web": "web",
          "ops": "operator", "client": "client"}
 
 
@@ -47,7 +47,7 @@ def demo_accounts(workdir: Path, url: str, prefix: str) -> Iterator[DemoAccounts
     try:
         files = apply(deployment)
         env = service_env(deployment)
-        # The web page is the operator's view; it is not a renderer or an expirer.
+        # Only the person's account may send control alerts (the web account may expire: the map's re-render).
         env["TOPOSM_OPERATOR_USERS"] = names["ops"]
         yield DemoAccounts(names, files, env)
     finally:

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-Role = Literal["queuemaster", "renderer", "spark_bridge", "operator", "client"]
+Role = Literal["queuemaster", "renderer", "spark_bridge", "web", "operator", "client"]
 NOTHING = "^$"  # RabbitMQ has no "deny" pattern: a regex only the empty name matches grants nothing
 UUID = "[0-9a-f]{32}"
 ACCOUNT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
@@ -44,7 +44,7 @@ class Deployment(BaseModel):
 
         [[account]]
         name = "toposm-queuemaster"
-        role = "queuemaster"          # queuemaster | renderer | spark_bridge | operator | client
+        role = "queuemaster"          # queuemaster | renderer | spark_bridge | web | operator | client
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -114,6 +114,8 @@ def permissions_for(role: Role, prefix: str) -> Permissions:
         # The seed wire: a client declares `osm` and a server-named reply queue of its own.
         # (or one of the documented client prefix, services/tiles/seed_wire.py)
         "client": ["osm", r"amq\.gen-[A-Za-z0-9_-]+", r"toposm\.reply\.[A-Za-z0-9_-]+"],
+        # toposm-web: its exclusive server-named queue on `osm`, bound to expire_toposm (expiry_wires.py)
+        "web": ["osm", r"amq\.gen-[A-Za-z0-9_-]+"],
         "operator": [],
     }[role]
     if role == "operator":
@@ -152,6 +154,10 @@ _ROLE_TOPICS: dict[str, dict[str, list[str]]] = {
                  "osm_write": [r"toposm\.queuemaster"], "osm_read": [r"toposm(\.render(\." + WORD + r"){0,3})?"]},
     "spark_bridge": {"call": [], "serve": [SPARK], "alert": ["expire_toposm", r"spark\.progress\.[0-9a-f]+"],
                      "hear": [], "osm_write": ["expire_toposm"], "osm_read": []},
+    # toposm-web: the queuemaster's stats/render/expire (TOPOSM_EXPIRE_USERS lists it, for the map's
+    # re-render), the Spark job list, and the expirations and job progress it shows; it serves nothing.
+    "web": {"call": [r"toposm\.queuemaster", r"spark\.job"], "serve": [], "alert": [],
+            "hear": [r"spark\.progress\.#", "expire_toposm"], "osm_write": [], "osm_read": ["expire_toposm"]},
     "client": {"call": [r"toposm\.queuemaster", SPARK], "serve": [], "alert": [],
                # discovery and job progress; not qbroker.broadcast.*, which are requests to servers
                # `qbroker call` follows `<first word of the name>.progress.#` while its call runs
@@ -201,5 +207,6 @@ def service_env(deployment: Deployment) -> dict[str, str]:
         "TOPOSM_RENDERER_USERS": ",".join(deployment.users("renderer")),
         "TOPOSM_QUEUEMASTER_USERS": ",".join(deployment.users("queuemaster")),
         "TOPOSM_OPERATOR_USERS": ",".join(deployment.users("operator")),
-        "TOPOSM_EXPIRE_USERS": ",".join(deployment.users("spark_bridge") + deployment.users("operator")),
+        "TOPOSM_EXPIRE_USERS": ",".join(deployment.users("spark_bridge") + deployment.users("web")
+                                        + deployment.users("operator")),
     }

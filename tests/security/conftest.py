@@ -23,7 +23,7 @@ from qbroker.cli.deployment import Deployment, load_deployment
 from tests.broker import delete_vhost
 
 BIN = Path(sys.executable).parent
-ROLES = ("queuemaster", "renderer", "renderer2", "spark_bridge", "operator", "client")
+ROLES = ("queuemaster", "renderer", "renderer2", "spark_bridge", "web", "operator", "client")
 HOST = "127.0.0.1:5672"
 
 
