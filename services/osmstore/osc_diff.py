@@ -8,12 +8,14 @@ the last one read.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import osmium
+
+from services.osmstore.osc_input import InputBudget, InputLimits, UnreadableOsc, osm_objects
 
 
 class DiffError(ValueError):
@@ -63,24 +65,23 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _osmium_file(path: Path) -> osmium.io.File:
-    with path.open("rb") as fh:
-        compressed = fh.read(2) == b"\x1f\x8b"
-    return osmium.io.File(str(path), "osc.gz" if compressed else "osc")
-
-
 def _newer(known: DiffNode | DiffWay | DiffRelation | None, version: int) -> bool:
     return known is None or version >= known.version
 
 
-def read_diff(path: Path) -> OscDiff:
-    """Parse ``path`` (.osc or .osc.gz, detected from the content). Raises DiffError on unreadable input."""
+def read_diff(path: Path, *, name: str | None = None, limits: InputLimits | None = None,
+              check: Callable[[InputBudget], None] | None = None) -> OscDiff:
+    """Parse ``path`` (.osc or .osc.gz, detected from the content). Raises DiffError on unreadable input
+    (naming the file as ``name``, never quoting it), InputTooLarge past ``limits`` (none: unbounded, for
+    the operator's own files); ``check`` is called as reading goes on (a job's cancel, osc_input)."""
     path = Path(path)
+    name = str(path) if name is None else name
     if not path.is_file():
-        raise DiffError(f"{path}: no such file")
+        raise DiffError(f"{name}: no such file")
     diff = OscDiff(path=path, sha256=file_sha256(path))
+    budget = InputBudget(limits)
     try:
-        for obj in osmium.FileProcessor(_osmium_file(path)):
+        for obj in osm_objects(path, name, budget, check or (lambda _: None)):
             if isinstance(obj, osmium.osm.Node):
                 if _newer(diff.nodes.get(obj.id), obj.version):
                     loc = obj.location
@@ -93,6 +94,6 @@ def read_diff(path: Path) -> OscDiff:
             elif isinstance(obj, osmium.osm.Relation) and _newer(diff.relations.get(obj.id), obj.version):
                 members = tuple((m.type, m.ref, m.role) for m in obj.members)
                 diff.relations[obj.id] = DiffRelation(obj.version, members, obj.deleted)
-    except (RuntimeError, ValueError, OSError, EOFError, gzip.BadGzipFile) as exc:  # libosmium's parse errors
-        raise DiffError(f"{path}: unreadable osmChange ({exc})") from exc
+    except UnreadableOsc as exc:
+        raise DiffError(str(exc)) from None
     return diff

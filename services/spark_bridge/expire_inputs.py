@@ -45,6 +45,7 @@ class InputError(ValueError):
 class ExpireInput:
     path: Path
     kind: InputKind
+    name: str  # as the caller gave it: what error messages say (never the resolved path, never content)
 
 
 def classify(path: Path) -> InputKind:
@@ -100,7 +101,7 @@ def validate_inputs(paths: Iterable[str], roots: InputRoots) -> list[ExpireInput
         except (OSError, EOFError, UnicodeError) as exc:
             # The exception's text may quote bytes of the file (gzip, codecs): name the kind only.
             raise InputError(f"{raw}: cannot read ({type(exc).__name__})") from None
-        inputs.append(ExpireInput(path=path, kind=kind))
+        inputs.append(ExpireInput(path=path, kind=kind, name=raw))
     if not inputs:
         raise InputError("paths is empty: give at least one input file")
     return inputs
@@ -120,16 +121,18 @@ class ListTiles:
     rows: tuple[list[int], list[int], list[int]] | None = None
 
 
-def read_expire_lists(spark: SparkSession, paths: list[Path]) -> ListTiles:
+def read_expire_lists(spark: SparkSession, paths: list[Path], names: dict[Path, str] | None = None) -> ListTiles:
     """(z, x, y) rows of expire lists, the smallest zoom seen and the line count.
 
     A malformed or out-of-range line fails the job (InputError naming the file and line). Small plain
     lists (a minutely osm2pgsql list is a few hundred KB) are parsed on the driver and handed to Spark as
     Arrow: a Spark pass just to check them cost a whole action. Bigger or compressed ones are checked in
-    one Spark pass, shared with the smallest-zoom and line counts.
+    one Spark pass, shared with the smallest-zoom and line counts. Errors name each file as ``names`` says
+    (the caller's own spelling; default its path).
     """
+    names = names or {}
     if all(not p.name.endswith(".gz") for p in paths) and sum(p.stat().st_size for p in paths) <= DRIVER_LIST_BYTES:
-        return _read_on_driver(spark, paths)
+        return _read_on_driver(spark, paths, names)
     lines = spark.read.text([str(p) for p in paths]).withColumn("source", F.input_file_name())
     lines = lines.where(F.trim("value") != "")
     pattern = _TILE_LINE.pattern
@@ -153,11 +156,13 @@ def read_expire_lists(spark: SparkSession, paths: list[Path]) -> ListTiles:
     assert check is not None  # a global aggregate always has one row
     if check["bad"] is not None:
         # The file, not the line: error messages never quote input contents.
-        raise InputError(f"{check['bad']}: a line is not z/x/y within the zoom limit")
+        by_uri = {p.as_uri(): names.get(p, str(p)) for p in paths}
+        raise InputError(f"{by_uri.get(check['bad'], Path(check['bad']).name)}: a line is not z/x/y within the "
+                         "zoom limit")
     return ListTiles(parsed.select("z", "x", "y"), int(check["lines"]), check["smallest"])
 
 
-def _read_on_driver(spark: SparkSession, paths: list[Path]) -> ListTiles:
+def _read_on_driver(spark: SparkSession, paths: list[Path], names: dict[Path, str]) -> ListTiles:
     """The driver twin of the Spark pass above, with the same line rules: lines end at \\n, \\r or \\r\\n
     (Hadoop's reader), a line of spaces only is blank (Spark's ``trim``), ASCII digits and whitespace
     (Java's regex classes)."""
@@ -172,7 +177,8 @@ def _read_on_driver(spark: SparkSession, paths: list[Path]) -> ListTiles:
             z, x, y = (int(g) for g in match.groups()) if match else (MAX_ZOOM_LIMIT + 1, 0, 0)
             if z > MAX_ZOOM_LIMIT or x >= 1 << z or y >= 1 << z:
                 # The file and the line number, not the line: error messages never quote input contents.
-                raise InputError(f"{path.as_uri()}: a line is not z/x/y within the zoom limit (line {number})")
+                raise InputError(f"{names.get(path, str(path))}: a line is not z/x/y within the zoom limit "
+                                 f"(line {number})")
             zs.append(z)
             xs.append(x)
             ys.append(y)
@@ -194,11 +200,11 @@ def read_points(spark: SparkSession, inputs: list[ExpireInput]) -> DataFrame | N
             continue
         columns = {c.lower(): c for c in frame.columns}
         if "lon" not in columns or "lat" not in columns:
-            raise InputError(f"{item.path.name}: needs lon and lat columns")
+            raise InputError(f"{item.name}: needs lon and lat columns")
         frames.append(
-            frame.select(
-                F.col(columns["lon"]).cast("double").alias("lon"),
-                F.col(columns["lat"]).cast("double").alias("lat"),
+            frame.select(  # try_cast: a value that is no number is an invalid point, not an error quoting it
+                F.col(columns["lon"]).try_cast("double").alias("lon"),
+                F.col(columns["lat"]).try_cast("double").alias("lat"),
             )
         )
     if not frames:

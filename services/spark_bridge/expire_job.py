@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from services.osmstore.osc_input import InputBudget, InputLimits, InputTooLarge
 from services.spark_bridge.expire_collect import Collected, collect, count_row, metatile_rows, publish_sorted
 from services.spark_bridge.expire_inputs import ExpireInput, InputKind, ListTiles, read_expire_lists, read_points
 from services.spark_bridge.job_context import JobContext
@@ -50,6 +51,8 @@ class ExpireParams:
     publish: bool = True
     batch_max_bytes: int = 65_536
     batch_max_tiles: int = 2_000
+    # osmChange bytes and objects one job may read (the bridge's --max-input-* ceilings, osc_input).
+    input_limits: InputLimits = InputLimits()
 
 
 def _frac_points(frame: DataFrame, zoom: int) -> DataFrame:
@@ -167,9 +170,9 @@ def expire_base_tiles(
     counts: list[DataFrame] = []
     unresolved: list[int] = []
     bound: int | None = 0
-    osc_paths = [i.path for i in inputs if i.kind is InputKind.OSC]
-    if osc_paths:
-        osc = read_osc(osc_paths)
+    osc_files = [(i.path, i.name) for i in inputs if i.kind is InputKind.OSC]
+    if osc_files:
+        osc = read_osc(osc_files, InputBudget(params.input_limits), ctx.reading)
         ctx.count("osc_nodes", len(osc.node_id))
         ctx.count("osc_ways", len(osc.ways) + len(osc.ways_without_nodes))
         ctx.count("deleted_nodes_without_location", osc.deleted_nodes_without_location)
@@ -189,10 +192,13 @@ def expire_base_tiles(
         counts += [count_row("points", raw_points.where(valid)), count_row("invalid_points", raw_points.where(~valid))]
         parts.append(buffered_tiles(_frac_points(raw_points.where(valid), zoom), zoom))
         bound = None
-    list_paths = [i.path for i in inputs if i.kind is InputKind.EXPIRE_LIST]
-    if list_paths:
-        listed = read_expire_lists(spark, list_paths)
+    lists = [i for i in inputs if i.kind is InputKind.EXPIRE_LIST]
+    if lists:
+        listed = read_expire_lists(spark, [i.path for i in lists], {i.path: i.name for i in lists})
         ctx.count("list_tiles", listed.lines)
+        if listed.lines > params.input_limits.max_objects:
+            limit = params.input_limits.max_objects
+            raise InputTooLarge(f"the job's expire lists hold more than {limit} lines (max_input_objects={limit})")
         expanded = 0
         if listed.smallest_zoom is not None and listed.smallest_zoom < params.min_zoom:
             per_tile = 4 ** (params.min_zoom - listed.smallest_zoom)

@@ -11,6 +11,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from services.osmstore.osc_input import InputBudget
+
 LOG_TAIL_LINES = 200
 
 
@@ -61,6 +63,12 @@ class JobContext:
     def check_cancelled(self) -> None:
         if self.cancel_requested.is_set():
             raise JobCancelled(self.job_id)
+
+    def reading(self, budget: InputBudget) -> None:
+        """Called as input is read (osc_input): progress counters, and the job's cancel taking effect."""
+        self.count("input_bytes", budget.bytes)
+        self.count("input_objects", budget.objects)
+        self.check_cancelled()
 
     def snapshot(self) -> dict[str, Any]:
         return {"phase": self.phase, "counters": dict(self.counters)}

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.error_messages import failed
+from services.osmstore.osc_input import InputLimits
+
+_INPUT = InputLimits()
 
 
 @dataclass(frozen=True)
@@ -22,13 +25,21 @@ class BridgeLimits:
     # than `keep_seconds`. Bounds the state dir and the memory of `spark.job list`.
     keep_jobs: int = 1000
     keep_seconds: float = 7 * 86_400.0
+    # osmChange input one job may read: decompressed bytes and objects (expire-list lines count as objects).
+    max_input_bytes: int = _INPUT.max_bytes
+    max_input_objects: int = _INPUT.max_objects
 
     def __post_init__(self) -> None:
-        for name in ("max_tiles", "max_tiles_per_geometry", "max_pending_jobs", "keep_jobs"):
+        for name in ("max_tiles", "max_tiles_per_geometry", "max_pending_jobs", "keep_jobs", "max_input_bytes",
+                     "max_input_objects"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.keep_seconds <= 0:
             raise ValueError("keep_seconds must be positive")
+
+    @property
+    def input_limits(self) -> InputLimits:
+        return InputLimits(max_bytes=self.max_input_bytes, max_objects=self.max_input_objects)
 
     def guard(self, name: str, asked: int | None) -> int:
         """The guard a job runs with: the request's value if it is within the ceiling, else ``fail``."""

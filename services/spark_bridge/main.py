@@ -48,6 +48,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tiles-ceiling", type=int, default=limits.max_tiles,
                    help="no expire job may expire more tiles than this, whatever it asks")
     p.add_argument("--max-tiles-per-geometry-ceiling", type=int, default=limits.max_tiles_per_geometry)
+    p.add_argument("--max-input-bytes", type=int, default=limits.max_input_bytes,
+                   help="osmChange bytes (decompressed) one job may read; more fails the job naming the limit")
+    p.add_argument("--max-input-objects", type=int, default=limits.max_input_objects,
+                   help="osmChange objects (and expire-list lines) one job may read")
     p.add_argument("--keep-jobs", type=int, default=limits.keep_jobs, help="finished job records kept")
     p.add_argument("--keep-days", type=float, default=limits.keep_seconds / 86_400,
                    help="finished job records older than this are deleted")
@@ -86,6 +90,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             max_pending_jobs=args.max_pending,
             keep_jobs=args.keep_jobs,
             keep_seconds=args.keep_days * 86_400,
+            max_input_bytes=args.max_input_bytes,
+            max_input_objects=args.max_input_objects,
         )
     except ValueError as exc:
         p.error(str(exc))

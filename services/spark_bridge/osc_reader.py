@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import gzip
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import osmium
 import pyarrow as pa
+
+from services.osmstore.osc_input import InputBudget, UnreadableOsc, osm_objects
 
 OSC_SUFFIXES = (".osc", ".osc.gz")
 _SNIFF_BYTES = 4096
@@ -74,12 +77,14 @@ def sniff_osc(path: Path) -> None:
         raise OscError(f"{path}: not an osmChange document (no <osmChange> element)")
 
 
-def read_osc(paths: list[Path], tables: OscTables | None = None) -> OscTables:
-    """Parse nodes and ways of every file into ``tables``; raises OscError on unparsable input."""
+def read_osc(files: list[tuple[Path, str]], budget: InputBudget, check: Callable[[InputBudget], None],
+             tables: OscTables | None = None) -> OscTables:
+    """Parse nodes and ways of every (path, name as the caller gave it) into ``tables`` within ``budget``
+    (osc_input); raises OscError on unparsable input, InputTooLarge past the budget."""
     out = tables or OscTables()
-    for path in paths:
+    for path, name in files:
         try:
-            for obj in osmium.FileProcessor(str(path), osmium.osm.NODE | osmium.osm.WAY):
+            for obj in osm_objects(path, name, budget, check, osmium.osm.NODE | osmium.osm.WAY):
                 if isinstance(obj, osmium.osm.Node):
                     if not obj.location.valid():
                         out.deleted_nodes_without_location += 1
@@ -95,6 +100,6 @@ def read_osc(paths: list[Path], tables: OscTables | None = None) -> OscTables:
                         out.ways.append((obj.id, refs))
                     else:
                         out.ways_without_nodes.append(obj.id)
-        except RuntimeError as exc:  # libosmium reports XML and format errors as RuntimeError
-            raise OscError(f"{path}: unparsable osmChange: {exc}") from exc
+        except UnreadableOsc as exc:
+            raise OscError(str(exc)) from None
     return out

@@ -195,6 +195,7 @@ class SparkBridge:
                 publish=request.publish,
                 batch_max_bytes=request.batch_max_bytes,
                 batch_max_tiles=request.batch_max_tiles,
+                input_limits=self.limits.input_limits,
             )
 
             owner = self._owner(ctx)
@@ -202,7 +203,7 @@ class SparkBridge:
 
             def body(job: JobContext) -> dict[str, Any]:
                 if store_job is not None:
-                    return run_store_expire(inputs[0].path, store_job, params, job)
+                    return run_store_expire(inputs[0].path, store_job, params, job, inputs[0].name)
                 return run_expire(inputs, params, job)
 
             publish = self._expiration_sender() if request.publish else None

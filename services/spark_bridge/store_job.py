@@ -69,8 +69,14 @@ def _frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:
     return spark.createDataFrame(table) if table.num_rows else spark.createDataFrame([], schema)
 
 
-def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: JobContext) -> dict[str, Any]:
+def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: JobContext,
+                     name: str | None = None) -> dict[str, Any]:
+    """``name``: the diff as the caller gave it, what errors say (default its path)."""
     ctx.set_phase("reading")
+
+    def read(path: Path) -> OscDiff:
+        return read_diff(path, name=name, limits=params.input_limits, check=ctx.reading)
+
     geometry = GeometryStore.of_store(job.store_dir)
     render_db = job.store_dir / RENDER_DB
     out: dict[str, Any] = {"min_zoom": params.min_zoom, "max_zoom": params.max_zoom, "tiles_per_zoom": {},
@@ -82,16 +88,16 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
     try:
         sha256 = file_sha256(osc_path)
     except OSError:
-        read_diff(osc_path)  # the same DiffError as ever for a file that is gone or unreadable
+        read(osc_path)  # the same DiffError as ever for a file that is gone or unreadable
         raise
     with geometry.locked() as manifest:
         try:
             replay = check_sequence(manifest, job.sequence, sha256, first=job.first_sequence)
         except SequenceGap:
-            read_diff(osc_path)  # an unreadable diff is reported as such before any sequence problem
+            read(osc_path)  # an unreadable diff is reported as such before any sequence problem
             raise
         if replay is not None:
-            _count_diff(read_diff(osc_path), ctx)
+            _count_diff(read(osc_path), ctx)
             ctx.log(f"replay: {replay.reason}")
             out["store"] = {"applied": False, "replay": replay.reason, "sequence": manifest.sequence}
             out["inputs"] = dict(ctx.counters)
@@ -99,7 +105,7 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
         render = (RenderApply(job.store_dir, osc_path, job.sequence, sha256)
                   if job.apply and render_db.is_file() else None)
         try:
-            diff = read_diff(osc_path)
+            diff = read(osc_path)
             _count_diff(diff, ctx)
             ctx.set_phase("resolving")
             resolution = resolve(ctx.spark, diff, geometry, manifest, params.max_zoom, job.driver_lookup_bytes)

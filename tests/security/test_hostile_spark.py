@@ -6,6 +6,7 @@ issue 10 as a hostile client would try it, with the provisioned accounts.
 
 from __future__ import annotations
 
+import gzip
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from qbroker import RequestFailed
+from qbroker.testing import eventually
+from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
 from tests.spark_bridge.conftest import spark  # noqa: F401 - the Spark suite's shared session
 
@@ -94,3 +97,84 @@ async def test_jobs_belong_to_the_account_that_submitted_them(bridge, as_role, p
         await operator.call("spark.job", {"command": command, "job_id": mine["job_id"]}, timeout=HANG)
     # the ids survive a restart of the bridge: ownership is persisted with the record
     assert bridge.manager.store.load_all()[0].owner in set(provisioned.names.values())
+
+
+SECRET = "SECRET-" + "x" * 2000
+OSC_HEAD = b'<?xml version="1.0"?>\n<osmChange version="0.6" generator="test">\n<create>\n'
+OSC_TAIL = b"</create>\n</osmChange>\n"
+
+
+def _node(lat: str = "60.17") -> bytes:
+    return f'<node id="1" version="1" lat="{lat}" lon="24.94"/>\n'.encode()
+
+
+async def test_job_errors_name_the_file_and_problem_never_the_content(bridge, as_role) -> None:
+    """Issue 20 item 7: a value of the input is never quoted back, in the reply, the record or the log."""
+    client = await as_role("client")
+    root = bridge.input_roots.roots[0]
+    (root / "coord.osc").write_bytes(OSC_HEAD + _node() + _node(SECRET) + OSC_TAIL)
+    (root / "xml.osc").write_bytes(OSC_HEAD + _node() + f'<node id="2" {SECRET} />\n'.encode() + OSC_TAIL)
+    (root / "lines.list").write_text(f"10/0/0\n{SECRET}\n")
+    expected = {"coord.osc": "coord.osc: wrong format for coordinate",
+                "xml.osc": "xml.osc: not well-formed XML at line 5",
+                "lines.list": "lines.list: a line is not z/x/y within the zoom limit (line 2)"}
+    for name, wanted in expected.items():
+        with pytest.raises(RequestFailed) as info:
+            await client.call("spark.expire", {"paths": [name], "publish": False, "wait": True}, timeout=HANG)
+        assert wanted in info.value.message and "SECRET" not in info.value.message, info.value.message
+        job_id = info.value.message.split()[1]
+        status = await client.call("spark.job", {"command": "status", "job_id": job_id}, timeout=HANG)
+        log = await client.call("spark.job", {"command": "log", "job_id": job_id, "lines": 1000}, timeout=HANG)
+        assert "SECRET" not in status["error"] and "SECRET" not in "".join(log["lines"])
+
+
+def _bomb(path: Path, nodes: int, per_member: int = 10_000) -> int:
+    """A .osc.gz of ``nodes`` nodes that is small on disk: the same gzip member again and again (a valid
+    gzip stream). Returns its decompressed size."""
+    body = _node() * per_member
+    member = gzip.compress(body)
+    with path.open("wb") as fh:
+        fh.write(gzip.compress(OSC_HEAD))
+        for _ in range(nodes // per_member):
+            fh.write(member)
+        fh.write(gzip.compress(OSC_TAIL))
+    return len(OSC_HEAD) + len(body) * (nodes // per_member) + len(OSC_TAIL)
+
+
+async def test_oversized_input_is_refused_naming_the_limit(bridge, as_role) -> None:
+    """Issue 20 item 8: caps on decompressed bytes and objects per job, the limit named in the error."""
+    client = await as_role("client")
+    root = bridge.input_roots.roots[0]
+    size = _bomb(root / "many.osc.gz", 50_000)
+    bridge.limits = BridgeLimits(max_input_objects=20_000)
+    with pytest.raises(RequestFailed) as info:
+        await client.call("spark.expire", {"paths": ["many.osc.gz"], "publish": False, "wait": True}, timeout=HANG)
+    assert "many.osc.gz" in info.value.message and "max_input_objects=20000" in info.value.message
+    bridge.limits = BridgeLimits(max_input_bytes=size // 10)
+    with pytest.raises(RequestFailed) as info:
+        await client.call("spark.expire", {"paths": ["many.osc.gz"], "publish": False, "wait": True}, timeout=HANG)
+    assert f"max_input_bytes={size // 10}" in info.value.message, info.value.message
+    job_id = info.value.message.split()[1]
+    status = await client.call("spark.job", {"command": "status", "job_id": job_id}, timeout=HANG)
+    # refused while counting the bytes, before libosmium parsed any of it
+    assert status["counters"].get("input_objects", 0) == 0 and "osc_nodes" not in status["counters"]
+
+
+async def test_cancel_takes_effect_while_the_input_is_read(bridge, as_role) -> None:
+    """Issue 20 item 8: cancel is checked while reading; it does not wait for a 20-million-node file."""
+    client = await as_role("client")
+    root = bridge.input_roots.roots[0]
+    size = _bomb(root / "huge.osc.gz", 20_000_000)
+    bridge.limits = BridgeLimits(max_input_objects=10**9, max_input_bytes=10**12)
+    submitted = await client.call("spark.expire", {"paths": ["huge.osc.gz"], "publish": False}, timeout=HANG)
+    job = {"command": "progress", "job_id": submitted["job_id"]}
+
+    async def reading() -> bool:
+        progress = await client.call("spark.job", job, timeout=HANG)
+        return progress["phase"] == "reading" and progress["counters"].get("input_bytes", 0) > 0
+
+    await eventually(reading, timeout=HANG)
+    cancelled = await client.call("spark.job", {"command": "cancel", "job_id": submitted["job_id"]}, timeout=HANG)
+    assert cancelled["state"] == "cancelled"
+    status = await client.call("spark.job", {**job, "command": "status"}, timeout=HANG)
+    assert status["phase"] == "reading" and status["counters"]["input_bytes"] < size
