@@ -90,18 +90,19 @@ def _count_bytes(path: Path, name: str, budget: InputBudget, check: Callable[[In
 
 
 def describe_error(name: str, exc: BaseException, last: tuple[str, int] | None) -> str:
-    """``name: <kind of problem>[ at line L, column C][ after <last object read>]``, no content."""
+    """``name: unparsable osmChange: <kind of problem>[ at line L, column C][ (after <last object read>)]``,
+    no content."""
     text = str(exc)
     if xml := _XML_ERROR.match(text):
         problem = f"not well-formed XML at line {xml[1]}, column {xml[2]} ({xml[3]})"
     elif value := _VALUE_ERROR.match(text):
         problem = value[1]
     elif isinstance(exc, OSError | EOFError | zlib.error):
-        problem = f"cannot read ({type(exc).__name__})"
+        return f"{name}: cannot read ({type(exc).__name__})"
     else:
-        problem = f"unparsable osmChange ({type(exc).__name__})"
+        problem = type(exc).__name__
     after = f" (after {_TYPES.get(last[0], last[0])} {last[1]})" if last else ""
-    return f"{name}: {problem}{after}"
+    return f"{name}: unparsable osmChange: {problem}{after}"
 
 
 def osm_objects(path: Path, name: str, budget: InputBudget, check: Callable[[InputBudget], None],

@@ -115,8 +115,8 @@ async def test_job_errors_name_the_file_and_problem_never_the_content(bridge, as
     (root / "coord.osc").write_bytes(OSC_HEAD + _node() + _node(SECRET) + OSC_TAIL)
     (root / "xml.osc").write_bytes(OSC_HEAD + _node() + f'<node id="2" {SECRET} />\n'.encode() + OSC_TAIL)
     (root / "lines.list").write_text(f"10/0/0\n{SECRET}\n")
-    expected = {"coord.osc": "coord.osc: wrong format for coordinate",
-                "xml.osc": "xml.osc: not well-formed XML at line 5",
+    expected = {"coord.osc": "coord.osc: unparsable osmChange: wrong format for coordinate",
+                "xml.osc": "xml.osc: unparsable osmChange: not well-formed XML at line 5",
                 "lines.list": "lines.list: a line is not z/x/y within the zoom limit (line 2)"}
     for name, wanted in expected.items():
         with pytest.raises(RequestFailed) as info:
