@@ -129,23 +129,27 @@ async def test_debug_escapes_names_apps_bodies_and_errors(hostile, provisioned, 
     env = _env(provisioned)
     debug = Output([str(BIN / "qbroker-debug"), "--name", "t.evil", "--name", "qbroker.stop", "--body",
                     "--count", "5", "--discover-timeout", "0.5", "--recheck", "0"], env, terminal=terminal)
-    await asyncio.to_thread(debug.wait_for, b"watching")
-    # The client's raw publish: its own app id and app header (RabbitMQ checks user_id only).
-    raw = await aio_pika.connect(provisioned.url_with_password("client"))
-    async with raw:
-        channel = await raw.channel()
-        alert = await channel.get_exchange(f"{provisioned.deployment.exchange_prefix}alert", ensure=False)
-        await alert.publish(aio_pika.Message(b'{"text": "x"}', app_id=EVIL, content_type="application/json",
-                                             user_id=provisioned.names["client"], headers={"app": EVIL}),
-                            routing_key="qbroker.stop")
-    unit = Unit("test.caller", config=provisioned.config("operator"))
-    await unit.start()
     try:
-        await unit.call("t.evil", {}, timeout=HANG)
-        with pytest.raises(RequestFailed):
-            await unit.call("t.evil", {"fail": True}, timeout=HANG)
-    finally:
-        await unit.stop()
+        await asyncio.to_thread(debug.wait_for, b"watching")
+        # The client's raw publish: its own app id and app header (RabbitMQ checks user_id only).
+        raw = await aio_pika.connect(provisioned.url_with_password("client"))
+        async with raw:
+            channel = await raw.channel()
+            alert = await channel.get_exchange(f"{provisioned.deployment.exchange_prefix}alert", ensure=False)
+            await alert.publish(aio_pika.Message(b'{"text": "x"}', app_id=EVIL, content_type="application/json",
+                                                 user_id=provisioned.names["client"], headers={"app": EVIL}),
+                                routing_key="qbroker.stop")
+        unit = Unit("test.caller", config=provisioned.config("operator"))
+        await unit.start()
+        try:
+            await unit.call("t.evil", {}, timeout=HANG)
+            with pytest.raises(RequestFailed):
+                await unit.call("t.evil", {"fail": True}, timeout=HANG)
+        finally:
+            await unit.stop()
+    except BaseException:
+        debug.proc.kill()  # the test failed before the debugger finished: do not leave it running
+        raise
     code, output = await asyncio.to_thread(debug.finish)
     assert code == 0, output[-2000:]
     assert_inert(output)
