@@ -9,6 +9,7 @@ from qbroker.runner import serve
 from services.tiles.tilemath import ZoomRange
 
 from .cache_policy import add_cache_options, cache_policy_from
+from .front import FRONTS
 from .service import APP, DRAIN_TIMEOUT, WebService, WebSettings
 from .tiles import OnDemandLimits
 
@@ -26,6 +27,10 @@ def parse_args(argv: list[str] | None = None) -> WebSettings:
     p.add_argument("--render-timeout", type=float, default=30.0, help="seconds a tile request waits for a render")
     p.add_argument("--max-renders-per-client", type=int, default=8)
     p.add_argument("--max-renders", type=int, default=64, help="on-demand metatile renders in flight in total")
+    p.add_argument("--front", choices=FRONTS, default=None,
+                   help="nginx: Debian's nginx answers on --port and serves tile hits from --tile-root itself, "
+                        "the rest comes to toposm-web behind it (docs/web.md)")
+    p.add_argument("--front-workers", type=int, default=0, help="nginx worker processes (0: one per core)")
     add_cache_options(p)
     p.add_argument("--rerenders-per-minute", type=int, default=30,
                    help="re-render requests (POST /api/render) a client address may send on a minute")
@@ -41,11 +46,14 @@ def parse_args(argv: list[str] | None = None) -> WebSettings:
         p.error(str(exc))
     if not 0 <= a.port <= 65535:
         p.error("--port must be 0..65535")
+    if a.front_workers < 0:
+        p.error("--front-workers must not be negative")
     if (a.poll_interval <= 0 or a.render_timeout <= 0 or a.drain_timeout <= 0 or a.rerender_interval < 0
             or min(a.max_renders, a.max_renders_per_client, a.rerenders_per_minute) < 1):
         p.error("intervals, timeouts and limits must be positive")
     return WebSettings(tile_root=a.tile_root, host=a.host, port=a.port, render_log=a.render_log, zooms=zooms,
                        poll_interval=a.poll_interval, cache=cache, drain_timeout=a.drain_timeout,
+                       front=a.front, front_workers=a.front_workers,
                        limits=OnDemandLimits(per_client=a.max_renders_per_client, total=a.max_renders,
                                              timeout=a.render_timeout, rerender_interval=a.rerender_interval,
                                              rerenders_per_minute=a.rerenders_per_minute))

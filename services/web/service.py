@@ -21,6 +21,7 @@ from services.tiles.tilemath import ZoomRange
 from .app import WebApp
 from .cache_policy import CachePolicy
 from .collector import Collector
+from .front import FrontSettings, NginxFront
 from .status import StatusModel
 from .tiles import OnDemandLimits, TileServer
 from .web_metrics import WebMetrics
@@ -41,6 +42,8 @@ class WebSettings:
     drain_timeout: float = DRAIN_TIMEOUT
     limits: OnDemandLimits = field(default_factory=OnDemandLimits)
     cache: CachePolicy = field(default_factory=CachePolicy)
+    front: str | None = None  # "nginx": nginx answers on the port, this server behind it (front.py)
+    front_workers: int = 0  # nginx worker processes (0: one per core)
 
 
 class WebService:
@@ -54,7 +57,9 @@ class WebService:
                                    poll_interval=settings.poll_interval, render_log=settings.render_log)
         self.tiles = TileServer(TileStore(settings.tile_root), self.collector, self.status, settings.limits)
         self.collector.expired_listeners.append(self.tiles.expired)
-        self.web = WebApp(self.status, self.metrics, self.tiles, settings.zooms, settings.cache)
+        self.web = WebApp(self.status, self.metrics, self.tiles, settings.zooms, settings.cache,
+                          behind_front=settings.front is not None)
+        self.front: NginxFront | None = None
         self._runner: web.AppRunner | None = None
         self.port = settings.port
 
@@ -71,13 +76,27 @@ class WebService:
         self._runner = web.AppRunner(self.web.build(), access_log=None,
                                      shutdown_timeout=self.settings.drain_timeout / 8)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        await site.start()
-        server = getattr(site, "_server", None)  # the bound port when asked for port 0
-        if server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        if self.settings.front == "nginx":
+            await self._start_behind_front()
+        else:
+            site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+            await site.start()
+            server = getattr(site, "_server", None)  # the bound port when asked for port 0
+            if server is not None and server.sockets:
+                self.port = server.sockets[0].getsockname()[1]
         log.info("toposm-web serving", status_page=f"{self.url}/", map=f"{self.url}/map",
                  metrics=f"{self.url}/metrics")
+
+    async def _start_behind_front(self) -> None:
+        s = self.settings
+        assert self._runner is not None
+        self.front = NginxFront(FrontSettings(host=s.host, port=s.port, tile_root=s.tile_root, cache=s.cache,
+                                              workers=s.front_workers, read_timeout=s.limits.timeout + 30))
+        self.front.prepare()
+        await web.UnixSite(self._runner, str(self.front.backend)).start()
+        self.front.backend_ready()
+        await self.front.start()
+        self.port = self.front.port
 
     async def stop(self) -> None:
         """Bounded whatever is in flight (a flood of tile requests, a queuemaster that is gone): renders are
@@ -85,6 +104,8 @@ class WebService:
         self.web.closing.set()
         await self.tiles.close(timeout=self.settings.drain_timeout / 8)
         await self.status.touch()  # ends the live streams
+        if self.front is not None:
+            await self.front.stop()
         if self._runner is not None:
             try:
                 async with asyncio.timeout(self.settings.drain_timeout / 4):
