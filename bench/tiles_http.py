@@ -3,8 +3,9 @@
 One run, side by side, same machine, same load generator (Debian's ``wrk``, keep-alive, a random mix of the
 tile root's tiles over several zooms): plain nginx with a static configuration (the peer), then
 ``toposm-web --port P --tile-root DIR --front nginx`` (what an operator runs: whatever answers on P counts),
-and, for context, ``toposm-web`` without a front, at each connection count, ``--rounds`` times
-alternating. Prints JSON: requests/s and latency percentiles of each, and the ratios front/nginx.
+both running throughout and taking turns (who goes first alternating), ``--rounds`` times at each
+connection count; then, for context, ``toposm-web`` without a front. Prints JSON: requests/s and
+latency percentiles of each, and the ratios front/nginx.
 
     bin/ensure-nginx && .venv/bin/python bench/tiles_http.py            # tiles rendered for the bench
     .venv/bin/python bench/tiles_http.py --tile-root var/demo/tiles      # or an existing tile root
@@ -185,32 +186,35 @@ def main(argv: list[str] | None = None) -> None:
             "tiles": len(paths), "zooms": sorted({int(x.split("/")[2]) for x in paths}),
             "mean_tile_bytes": round(sum(sizes) / len(sizes)), "seconds": args.seconds, "wrk_threads": args.threads,
             "runs": []}
-        for rnd in range(args.rounds):
-            for conns in args.connections:
-                run: dict[str, Any] = {"round": rnd, "connections": conns}
-                port = free_port("127.0.0.1")
-                cmd, _ = nginx_peer(root, work / f"r{rnd}c{conns}", port)
-                with server(cmd, f"http://127.0.0.1:{port}{paths[0]}", work / "peer.log"):
-                    run["nginx"] = measure("nginx", port, script, args, conns)
-                port = free_port("127.0.0.1")
-                front = [str(BIN / "toposm-web"), "--tile-root", str(root), "--port", str(port), "--front", "nginx",
-                         "--poll-interval", "5"]
-                with server(front, f"http://127.0.0.1:{port}/api/status", work / "front.log"):
-                    run["front"] = measure("front", port, script, args, conns)
-                if not args.no_plain and rnd == 0:
-                    port = free_port("127.0.0.1")
-                    plain = [str(BIN / "toposm-web"), "--tile-root", str(root), "--port", str(port),
-                             "--poll-interval", "5"]
-                    with server(plain, f"http://127.0.0.1:{port}/api/status", work / "plain.log"):
-                        run["plain"] = measure("plain", port, script, args, conns)
-                run["front_rps_ratio"] = round(run["front"]["rps"] / run["nginx"]["rps"], 3)
-                run["front_p99_ratio"] = round(run["front"]["p99_us"] / max(run["nginx"]["p99_us"], 1), 3)
-                if "plain" in run:
-                    run["plain_rps_ratio"] = round(run["plain"]["rps"] / run["nginx"]["rps"], 3)
-                report["runs"].append(run)
+        peer_port, front_port = free_port("127.0.0.1"), free_port("127.0.0.1")
+        peer_cmd, _ = nginx_peer(root, work, peer_port)
+        front_cmd = [str(BIN / "toposm-web"), "--tile-root", str(root), "--port", str(front_port),
+                     "--front", "nginx", "--poll-interval", "5"]
+        ports = {"nginx": peer_port, "front": front_port}
+        # Both run throughout and take turns, who goes first alternating: a neighbour's load that rises or
+        # falls during a pair then favours each side in turn (the machine is shared).
+        with server(peer_cmd, f"http://127.0.0.1:{peer_port}{paths[0]}", work / "peer.log"), \
+                server(front_cmd, f"http://127.0.0.1:{front_port}/api/status", work / "front.log"):
+            for rnd in range(args.rounds):
+                for conns in args.connections:
+                    run: dict[str, Any] = {"round": rnd, "connections": conns}
+                    for name in (("nginx", "front") if rnd % 2 == 0 else ("front", "nginx")):
+                        run[name] = measure(name, ports[name], script, args, conns)
+                    run["front_rps_ratio"] = round(run["front"]["rps"] / run["nginx"]["rps"], 3)
+                    run["front_p99_ratio"] = round(run["front"]["p99_us"] / max(run["nginx"]["p99_us"], 1), 3)
+                    report["runs"].append(run)
+        if not args.no_plain:  # context: toposm-web answering the hits itself, as before the front
+            port = free_port("127.0.0.1")
+            plain = [str(BIN / "toposm-web"), "--tile-root", str(root), "--port", str(port), "--poll-interval", "5"]
+            with server(plain, f"http://127.0.0.1:{port}/api/status", work / "plain.log"):
+                report["plain"] = {c: measure("plain", port, script, args, c) for c in args.connections}
+            first = {r["connections"]: r["nginx"]["rps"] for r in report["runs"] if r["round"] == 0}
+            report["plain_rps_ratio"] = {c: round(report["plain"][c]["rps"] / first[c], 3) for c in args.connections}
         for key in ("front_rps_ratio", "front_p99_ratio"):
-            values = [r[key] for r in report["runs"]]
-            report[key + "_range"] = [min(values), max(values)]
+            for conns in args.connections:
+                values = sorted(r[key] for r in report["runs"] if r["connections"] == conns)
+                report[f"{key}_c{conns}"] = {"min": values[0], "median": values[len(values) // 2],
+                                             "max": values[-1]}
         report["loadavg_after"] = loadavg()
         print(json.dumps(report, indent=2))
     finally:
