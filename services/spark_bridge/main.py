@@ -10,6 +10,7 @@ import structlog
 from pyspark.sql import SparkSession
 
 from qbroker import Unit, serve
+from services.metrics_port import MetricsServer, add_metrics_options, check_metrics_options
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
 from services.spark_bridge.spark_session import DEFAULT_MASTER, build_session
@@ -75,7 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="extra Spark configuration (repeatable), e.g. spark.driver.memory=2g",
     )
+    add_metrics_options(p)
     args = p.parse_args(argv)
+    check_metrics_options(p, args)
     if args.max_jobs < 1:
         p.error("--max-jobs must be at least 1")
     if args.progress_interval <= 0:
@@ -121,7 +124,8 @@ def main(argv: list[str] | None = None) -> None:
         return SparkBridge(unit, build, args.state_dir, max_jobs=args.max_jobs,
                            progress_interval=args.progress_interval, input_roots=args.input_root,
                            limits=args.limits, stores=args.store, driver_lookup_bytes=args.driver_lookup_bytes,
-                           operator_users=args.operator_users)
+                           operator_users=args.operator_users,
+                           metrics=MetricsServer(args.metrics_port, args.metrics_host))
 
     serve(args.app, make_service)
 

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from qbroker import RequestContext, Unit
 from services.error_messages import errored, failed
+from services.metrics_port import MetricsServer
 from services.spark_bridge.confine import InputRefused, InputRoots, output_dir
 from services.spark_bridge.expire_inputs import InputError, validate_inputs
 from services.spark_bridge.expire_job import ExpireParams, run_expire
@@ -26,6 +27,7 @@ from services.spark_bridge.job_context import JobContext
 from services.spark_bridge.job_state import JobRecord, JobState
 from services.spark_bridge.jobs import JobManager, JobsBusy, UnknownJob
 from services.spark_bridge.limits import BridgeLimits
+from services.spark_bridge.metrics import BridgeMetrics
 from services.spark_bridge.models import ExpireRequest, StatsRequest
 from services.spark_bridge.stats_job import StatsParams, run_stats
 from services.spark_bridge.store_job import run_store_expire
@@ -68,10 +70,15 @@ class SparkBridge:
         stores: Sequence[Path] = (),
         driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES,
         operator_users: frozenset[str] = frozenset(),
+        metrics: MetricsServer | None = None,
     ) -> None:
         self.unit = unit
         # Accounts that see and cancel every job (TOPOSM_OPERATOR_USERS); everyone else only their own.
         self.operator_users = operator_users
+        self.metrics_server = metrics or MetricsServer(None)
+        self.metrics = BridgeMetrics(self.metrics_server.registry, lambda: self._manager)
+        self.metrics_server.refreshers.append(self.metrics.refresh)
+        self.metrics_server.instrument(unit)
         self.stores = Stores.of(stores, driver_lookup_bytes)  # the only stores a request may name (--store)
         self.state_dir = state_dir
         self.limits = limits or BridgeLimits()
@@ -115,10 +122,12 @@ class SparkBridge:
         if self._manager is None and self._build_session is not None:
             self._session = await asyncio.to_thread(self._build_session)
             self._manager = self._make_manager(self._session)
+        self.metrics_server.start()
         log.info("spark bridge online", max_jobs=self._max_jobs, state_dir=str(self.state_dir))
 
     async def stop(self) -> None:
         """Cancel running jobs, then stop the session if this bridge built it."""
+        await self.metrics_server.stop()
         await self.close()
         if self._session is not None:
             await asyncio.to_thread(self._session.stop)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from qbroker import Unit
 from qbroker.runner import serve
+from services.metrics_port import add_metrics_options, check_metrics_options
 
 from ..tilemath import ZoomRange
 from .access import AccessPolicy
@@ -41,7 +42,9 @@ def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
                    "register, report and unregister threads, each only its own. Empty: no checks (development)")
     p.add_argument("--expire-users", default=",".join(sorted(env.expirers or ())),
                    help="accounts that may send `expire` (env TOPOSM_EXPIRE_USERS); empty: anyone who may call")
+    add_metrics_options(p)
     a = p.parse_args(argv)
+    check_metrics_options(p, a)
     try:
         zooms = ZoomRange(a.min_zoom, a.max_zoom)
     except ValueError as exc:
@@ -49,7 +52,8 @@ def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
     return QueuemasterSettings(
         tile_root=a.tile_root, state_file=a.state_file, zooms=zooms, render_log=a.render_log,
         render_missing_expired=a.render_missing_expired, propagate_to_zoom=a.propagate_to_zoom, seed=a.seed,
-        ping_interval=a.ping_interval, ping_misses=a.ping_misses,
+        ping_interval=a.ping_interval, ping_misses=a.ping_misses, metrics_port=a.metrics_port,
+        metrics_host=a.metrics_host,
         access=AccessPolicy.from_env({"TOPOSM_RENDERER_USERS": a.renderer_users,
                                       "TOPOSM_EXPIRE_USERS": a.expire_users}),
     )

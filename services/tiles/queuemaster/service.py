@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -33,11 +34,13 @@ from qbroker import (
     Unit,
     UnknownCommand,
 )
+from services.metrics_port import MetricsServer
 
 from ..expiry_wires import OsmPublisher, TwinFilter, Wire, expiry_key, expiry_text, relay_expiry
 from ..messages import Message
 from ..tilemath import Metatile
 from .commands import COMMANDS, ENDPOINT, Command, expire_broadcast
+from .metrics import QueuemasterMetrics
 from .osm_liveness import QueueLiveness
 from .osm_wire import OsmWire, error_result
 from .render_threads import RenderThread
@@ -69,6 +72,10 @@ class QueuemasterService:
         self.expiry_twins = TwinFilter()
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
+        self.metrics_server = MetricsServer(qm.settings.metrics_port, qm.settings.metrics_host)
+        self.metrics = QueuemasterMetrics(qm, self.metrics_server.registry)
+        self.metrics_server.refreshers.append(self.metrics.refresh)
+        self.metrics_server.instrument(unit)
         endpoint = unit.commands(ENDPOINT, prefetch=256)
         for command in COMMANDS.values():
             endpoint.command(command.name)(self._endpoint_handler(command))
@@ -132,6 +139,7 @@ class QueuemasterService:
         task.add_done_callback(self._calls.discard)
 
     async def _send_render(self, thread: RenderThread, metatile: Metatile) -> None:
+        sent = time.monotonic()
         try:
             if thread.wire == "osm":
                 await self.osm.send_render(thread, metatile)  # the seed's wire: no answer but `rendered`
@@ -146,6 +154,7 @@ class QueuemasterService:
         except QBrokerError as exc:  # timeout or connection trouble: we cannot know; treat it as gone
             self.qm.thread_lost(thread, f"render not accepted: {exc}")
         else:
+            self.metrics.dispatch.observe(time.monotonic() - sent)
             if thread.metatile == metatile:
                 thread.pending = False
 
@@ -245,6 +254,7 @@ class QueuemasterService:
         self._tasks = [asyncio.create_task(self._dispatch_loop()),
                        asyncio.create_task(self._liveness_loop())]
         await self.announce()
+        self.metrics_server.start()
         log.info("queuemaster online", tile_root=str(self.settings.tile_root),
                  state_file=str(self.settings.state_file), queued=self.qm.queue.queued_count())
 
@@ -257,6 +267,7 @@ class QueuemasterService:
         """Stop dispatching and answer every waiting ``render`` while the unit can still reply."""
         for task in [*self._tasks, *self._calls]:
             task.cancel()
+        await self.metrics_server.stop()
         await self.osm.stop()
         self.qm.fail_waiters()
         self.qm.commits.flush()

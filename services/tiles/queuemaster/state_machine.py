@@ -63,6 +63,8 @@ class QueuemasterSettings:
     ping_misses: int = 3  # consecutive unanswered pings (timeouts) before a thread counts as dead
     dispatch_timeout: float = 5.0
     access: AccessPolicy = AccessPolicy()  # who may send renderer commands (checked against user_id)
+    metrics_port: int | None = None  # --metrics-port (services/metrics_port.py); None: no metrics server
+    metrics_host: str = "127.0.0.1"
 
 
 class Queuemaster:

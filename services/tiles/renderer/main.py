@@ -8,6 +8,7 @@ from pathlib import Path
 
 from qbroker import Unit
 from qbroker.runner import serve
+from services.metrics_port import add_metrics_options, check_metrics_options
 from services.osmstore.style_layers import check_source
 
 from ..strategy import StrategyError, parse_strategy
@@ -35,7 +36,9 @@ def parse_args(argv: list[str] | None = None) -> RendererSettings:
                    "TOPOSM_OPERATOR_USERS). Empty: nobody (stop renderers with SIGTERM)")
     p.add_argument("--queuemaster-users", default=os.environ.get("TOPOSM_QUEUEMASTER_USERS", ""),
                    help="accounts that may send `render` (env TOPOSM_QUEUEMASTER_USERS); empty: no check")
+    add_metrics_options(p)
     a = p.parse_args(argv)
+    check_metrics_options(p, a)
     if a.drain_timeout < 0:
         p.error("--drain-timeout must not be negative")
     if a.store:
@@ -57,7 +60,8 @@ def parse_args(argv: list[str] | None = None) -> RendererSettings:
     return RendererSettings(tile_root=a.tile_root, threads=a.threads, strategy=a.strategy, backend=backend,
                             hostname=a.hostname, render_delay=a.render_delay,
                             drain_timeout=a.drain_timeout, operator_users=_users(a.operator_users) or frozenset(),
-                            queuemaster_users=_users(a.queuemaster_users))
+                            queuemaster_users=_users(a.queuemaster_users), metrics_port=a.metrics_port,
+                            metrics_host=a.metrics_host)
 
 
 def _users(raw: str) -> frozenset[str] | None:

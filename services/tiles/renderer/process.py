@@ -31,10 +31,12 @@ import structlog
 
 from qbroker import InvalidParams, NoServer, QBrokerError, RequestContext, RequestFailed, Unit
 from services.error_messages import failed
+from services.metrics_port import MetricsServer
 
 from ..messages import RenderCommand, renderer_endpoint
 from ..seed_wire import ALL_PROGRAMS, render_levels
 from ..strategy import parse_strategy
+from .metrics import RendererMetrics
 from .osm_side import OsmSide
 from .worker import render_metatile, warm_up
 
@@ -64,6 +66,8 @@ class RendererSettings:
     # (None: anyone the broker lets publish there) and who may send `shutdown` (None: nobody; SIGTERM).
     queuemaster_users: frozenset[str] | None = None
     operator_users: frozenset[str] = frozenset()
+    metrics_port: int | None = None  # --metrics-port (services/metrics_port.py); None: no metrics server
+    metrics_host: str = "127.0.0.1"
 
 
 @dataclass(eq=False)
@@ -108,6 +112,11 @@ class RendererProcess:
         self._pool = self._new_pool()
         self._background: set[asyncio.Task[Any]] = set()
         self._idle = asyncio.Condition()  # notified whenever a thread becomes idle
+        self.metrics_server = MetricsServer(settings.metrics_port, settings.metrics_host)
+        self.metrics = RendererMetrics(self.metrics_server.registry, settings.threads)
+        self.metrics_server.refreshers.append(
+            lambda: self.metrics.busy.set(sum(1 for t in self.threads if t.metatile)))
+        self.metrics_server.instrument(unit)
         for thread in self.threads:
             self._serve_thread(thread)
         host_prefix = f"toposm.render.{settings.hostname}"
@@ -253,6 +262,7 @@ class RendererProcess:
         except Exception as exc:  # the backend or the tile store failed: report it, keep serving
             report = {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
                       "duration": round(time.time() - started, 4)}
+        self.metrics.rendered(metatile, report)
         # Idle before reporting (for the queuemaster's own `render` to this thread: it may dispatch the next
         # metatile before our call returns), and asking for the next metatile in the answer instead.
         thread.metatile, thread.task = None, None
@@ -353,6 +363,7 @@ class RendererProcess:
         await asyncio.gather(*(loop.run_in_executor(self._pool, warm_up, self.settings.backend)
                                for _ in self.threads))
         self.started = True
+        self.metrics_server.start()
         await self.register_all()
         self._spawn(self._watchdog())
         log.info("renderer running", threads=len(self.threads), backend=self.settings.backend,
@@ -375,6 +386,7 @@ class RendererProcess:
             log.info("unregister not delivered", error=str(exc))
         for task in [*self._background, *(t.task for t in self.threads if t.task)]:
             task.cancel()
+        await self.metrics_server.stop()
         # Don't let the interpreter's exit wait for an abandoned render (ProcessPoolExecutor joins its
         # workers at exit). The executor has no public kill, hence the private process table.
         workers = list(getattr(self._pool, "_processes", {}).values())

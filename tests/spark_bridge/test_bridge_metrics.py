@@ -1,0 +1,50 @@
+"""``qbroker-spark-bridge --metrics-port``: jobs by state, job seconds and tiles expired after a job."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+from spark_helpers import eventually
+
+from services.metrics_port import MetricsServer
+from services.spark_bridge.service import SparkBridge
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:  # noqa: S310
+        return str(response.read().decode())
+
+
+def value(text: str, sample: str) -> float:
+    found = re.search(rf"^{re.escape(sample)} ([0-9.e+-]+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else -1.0
+
+
+async def test_bridge_metrics_after_an_expire_job(make_unit, spark, tmp_path, client) -> None:
+    unit = await make_unit("spark.bridge")
+    bridge = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, input_roots=[tmp_path],
+                         metrics=MetricsServer(0))
+    await unit.start()
+    await bridge.start()
+    try:
+        port = bridge.metrics_server.bound_port
+        assert port is not None
+        listing = tmp_path / "expire.list"
+        listing.write_text("15/17000/11000\n15/17001/11000\n")
+        reply = await client.call("spark.expire", {"paths": [str(listing)], "min_zoom": 12, "max_zoom": 15,
+                                                   "publish": False, "wait": True}, timeout=120)
+        assert reply["state"] == "succeeded"
+
+        def counted() -> bool:
+            text = scrape(port)
+            return value(text, 'spark_bridge_jobs{kind="expire",state="succeeded"}') == 1 and \
+                value(text, "spark_bridge_tiles_expired_total") == 5
+
+        await eventually(counted, timeout=30)
+        text = scrape(port)
+        assert value(text, 'spark_bridge_job_seconds_count{kind="expire",state="succeeded"}') == 1
+        assert value(text, 'spark_bridge_jobs{kind="stats",state="running"}') == 0
+        assert 'qbroker_handled_total{endpoint="spark.expire"' in text
+    finally:
+        await bridge.stop()
