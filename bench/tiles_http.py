@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import grp
 import json
 import os
-import pwd
 import random
 import shutil
 import signal
@@ -37,7 +35,7 @@ from typing import Any
 from services.tiles.renderer.backends.testpattern import TestPatternBackend
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Metatile
-from services.web.front import free_port
+from services.web.front import free_port, make_runtime_dir, nginx_static_preamble, worker_account
 
 BIN = Path(sys.executable).parent
 # wrk's Lua: a random tile of the list per request, and the summary as one JSON line at the end.
@@ -53,21 +51,7 @@ done = function(summary, latency, requests)
     latency:percentile(99), latency.max))
 end
 """
-NGINX_PEER = """user {user};
-worker_processes auto;
-pid {run}/nginx.pid;
-error_log {run}/error.log warn;
-daemon off;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    server_tokens off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 100000;
-    types {{ image/png png; }}
-    client_body_temp_path {run}/body; proxy_temp_path {run}/proxy; fastcgi_temp_path {run}/fastcgi;
-    uwsgi_temp_path {run}/uwsgi; scgi_temp_path {run}/scgi;
+PEER_SERVER = """
     server {{
         listen 127.0.0.1:{port} backlog=4096;
         location /tiles/ {{ alias {root}/; }}
@@ -122,12 +106,14 @@ def server(args: list[str], url: str, log: Path) -> Iterator[None]:
 
 
 def nginx_peer(root: Path, work: Path, port: int) -> tuple[list[str], Path]:
+    """A plain nginx serving the tile root as static files: the front's own process and static-file
+    settings (``nginx_static_preamble``), a bare ``alias`` instead of the front's tile location."""
     run = work / "peer"
     run.mkdir(parents=True)
-    st = root.stat()
-    user = f"{pwd.getpwuid(st.st_uid).pw_name} {grp.getgrgid(st.st_gid).gr_name}"
+    user, uid, gid = worker_account(root)
+    make_runtime_dir(run, uid, gid)
     conf = run / "nginx.conf"
-    conf.write_text(NGINX_PEER.format(user=user, run=run, port=port, root=root.resolve()))
+    conf.write_text(nginx_static_preamble(run, user) + PEER_SERVER.format(port=port, root=root.resolve()))
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     return [nginx, "-p", str(run), "-c", str(conf), "-e", str(run / "error.log")], run
 

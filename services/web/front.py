@@ -74,22 +74,31 @@ def _quote(text: str) -> str:
     return f'"{text}"'
 
 
-def nginx_config(s: FrontSettings, run: Path, backend: Path, user: str | None) -> str:
-    root = s.tile_root.resolve()
-    lookup = "\n".join(f'        "{digits}" {value};' for digits, value in nginx_lookup_map())
-    zooms = "\n".join(f"        {z} {s.cache.floor(z)};" for z in range(MAX_SUPPORTED_ZOOM + 1))
-    marker = f"$document_root/{MARKER_DIR}/$tile_z/$tile_mxh/$tile_myh/$tile_mxl-$tile_myl"
-    proxy = f"""proxy_pass http://toposm_web;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host $http_host;
-            proxy_set_header X-Real-IP $remote_addr;
-            proxy_read_timeout {int(s.read_timeout)}s;"""
+def worker_account(tile_root: Path) -> tuple[str | None, int, int]:
+    """Who nginx's workers run as (``user`` directive, uid, gid): nobody to choose unless we are root; then
+    the tile root's owner, who can read the tiles."""
+    if os.geteuid() != 0:
+        return None, -1, -1
+    st = tile_root.stat()
+    return f"{pwd.getpwuid(st.st_uid).pw_name} {grp.getgrgid(st.st_gid).gr_name}", st.st_uid, st.st_gid
+
+
+def make_runtime_dir(run: Path, uid: int = -1, gid: int = -1) -> None:
+    """The temp directories ``nginx_static_preamble`` names, owned by the workers' account (uid >= 0)."""
+    for kind in TEMP_DIRS:
+        (run / "tmp" / kind).mkdir(parents=True, exist_ok=True)
+    if uid >= 0:
+        for path in [run, run / "tmp", *(run / "tmp" / k for k in TEMP_DIRS)]:
+            os.chown(path, uid, gid)
+
+
+def nginx_static_preamble(run: Path, user: str | None, workers: int = 0) -> str:
+    """The process settings and the ``http`` block's static-file settings (left open), with every file
+    nginx writes in ``run``; bench/tiles_http.py's plain nginx, the peer, is built on the same."""
     temp = "\n".join(f"    {kind}_temp_path {_quote(str(run / 'tmp' / kind))};"
                      .replace("body_temp", "client_body_temp") for kind in TEMP_DIRS)
-    return f"""# written by toposm-web --front nginx at every start: edit services/web/front.py, not this
-{f"user {user};" if user else ""}
-worker_processes {s.workers or "auto"};
+    return f"""{f"user {user};" if user else ""}
+worker_processes {workers or "auto"};
 pid {_quote(str(run / "nginx.pid"))};
 error_log {_quote(str(run / "error.log"))} warn;
 daemon off;
@@ -102,7 +111,22 @@ http {{
     keepalive_requests 100000;
 {temp}
     types {{ image/png png; }}
-    default_type application/octet-stream;
+    default_type application/octet-stream;"""
+
+
+def nginx_config(s: FrontSettings, run: Path, backend: Path, user: str | None) -> str:
+    root = s.tile_root.resolve()
+    lookup = "\n".join(f'        "{digits}" {value};' for digits, value in nginx_lookup_map())
+    zooms = "\n".join(f"        {z} {s.cache.floor(z)};" for z in range(MAX_SUPPORTED_ZOOM + 1))
+    marker = f"$document_root/{MARKER_DIR}/$tile_z/$tile_mxh/$tile_myh/$tile_mxl-$tile_myl"
+    proxy = f"""proxy_pass http://toposm_web;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Real-IP $remote_addr;
+            proxy_read_timeout {int(s.read_timeout)}s;"""
+    return f"""# written by toposm-web --front nginx at every start: edit services/web/front.py, not this
+{nginx_static_preamble(run, user, s.workers)}
     map $tile_xh $tile_mxh {{ "" 0; default $tile_xh; }}
     map $tile_yh $tile_myh {{ "" 0; default $tile_yh; }}
     map $tile_xl$tile_xs $tile_mxl {{
@@ -155,11 +179,7 @@ class NginxFront:
         self.port = settings.port or free_port(settings.host)
 
     def _owner(self) -> tuple[str | None, int, int]:
-        """Who nginx's workers run as: nobody to choose unless we are root; then the tile root's owner."""
-        if os.geteuid() != 0:
-            return None, -1, -1
-        st = self.settings.tile_root.stat()
-        return f"{pwd.getpwuid(st.st_uid).pw_name} {grp.getgrgid(st.st_gid).gr_name}", st.st_uid, st.st_gid
+        return worker_account(self.settings.tile_root)
 
     def prepare(self) -> Path:
         """Write the configuration; returns it. The backend socket must exist before ``start``."""
@@ -169,11 +189,7 @@ class NginxFront:
         self.nginx = nginx
         self.settings.tile_root.mkdir(parents=True, exist_ok=True)
         user, uid, gid = self._owner()
-        for kind in TEMP_DIRS:
-            (self.run / "tmp" / kind).mkdir(parents=True, exist_ok=True)
-        if uid >= 0:
-            for path in [self.run, self.run / "tmp", *(self.run / "tmp" / k for k in TEMP_DIRS)]:
-                os.chown(path, uid, gid)
+        make_runtime_dir(self.run, uid, gid)
         conf = self.run / "nginx.conf"
         conf.write_text(nginx_config(FrontSettings(**{**self.settings.__dict__, "port": self.port}), self.run,
                                      self.backend, user))

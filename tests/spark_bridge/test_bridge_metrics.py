@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import re
-import urllib.request
-
 from spark_helpers import eventually
 
 from services.metrics_port import MetricsServer
 from services.spark_bridge.service import SparkBridge
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:  # noqa: S310
-        return str(response.read().decode())
-
-
-def value(text: str, sample: str) -> float:
-    found = re.search(rf"^{re.escape(sample)} ([0-9.e+-]+)$", text, re.MULTILINE)
-    return float(found.group(1)) if found else -1.0
+from tests.prometheus_text import scrape, value
 
 
 async def test_bridge_metrics_after_an_expire_job(make_unit, spark, tmp_path, client) -> None:

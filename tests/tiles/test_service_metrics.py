@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-import re
-import urllib.request
-
+from tests.prometheus_text import scrape, value
 from tests.tiles.conftest import TileBus, eventually, wait_renderers
 from tests.web.conftest import free_port
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:  # noqa: S310
-        return str(response.read().decode())
-
-
-def value(text: str, sample: str) -> float:
-    found = re.search(rf"^{re.escape(sample)} ([0-9.e+-]+)$", text, re.MULTILINE)
-    return float(found.group(1)) if found else -1.0
 
 
 async def test_queuemaster_and_renderer_metrics(bus: TileBus) -> None:
