@@ -147,9 +147,11 @@ def nginx_config(s: FrontSettings, run: Path, backend: Path, user: str | None) -
         listen {s.host}:{s.port} backlog=4096;
         root {_quote(str(root))};
         location ~ "{TILE_REGEX}" {{
-            error_page 470 = @toposm_web;
+            # dirty (or re-rendered and not yet seen so) and missing tiles go to toposm-web; a hit costs one
+            # stat (the marker's, absent) and the file's open, no try_files stat before it
+            error_page 404 470 = @toposm_web;
             if (-f {marker}) {{ return 470; }}
-            try_files /$tile_z/$tile_xh$tile_xl$tile_xs/$tile_yh$tile_yl$tile_ys.png @toposm_web;
+            alias "{_quote(str(root))[1:-1]}/$tile_z/$tile_xh$tile_xl$tile_xs/$tile_yh$tile_yl$tile_ys.png";
             expires $tile_max_age;
             add_header X-Tile-State fresh;
         }}

@@ -129,6 +129,7 @@ async def test_total_budget_answers_503(bus: TileBus) -> None:
 
 async def test_render_timeout_answers_503_not_a_hang(bus: TileBus) -> None:
     bus.queuemaster()  # no renderer: the render never finishes
+    await wait_renderers(await bus.client(), 0)  # the queuemaster answers: a render sent now waits
     web = start_web(bus, "--render-timeout", "1")
     status, body, headers = await get(web.url + "/tiles/4/0/0.png")
     assert status == 503 and b"not rendered within" in body and headers.get("Retry-After")
