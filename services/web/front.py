@@ -118,7 +118,8 @@ def nginx_config(s: FrontSettings, run: Path, backend: Path, user: str | None) -
     root = s.tile_root.resolve()
     lookup = "\n".join(f'        "{digits}" {value};' for digits, value in nginx_lookup_map())
     zooms = "\n".join(f"        {z} {s.cache.floor(z)};" for z in range(MAX_SUPPORTED_ZOOM + 1))
-    marker = f"$document_root/{MARKER_DIR}/$tile_z/$tile_mxh/$tile_myh/$tile_mxl-$tile_myl"
+    # the literal root, not $document_root: under ``alias`` that is the alias's own value (the tile's path)
+    marker = f'"{_quote(str(root))[1:-1]}/{MARKER_DIR}/$tile_z/$tile_mxh/$tile_myh/$tile_mxl-$tile_myl"'
     proxy = f"""proxy_pass http://toposm_web;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
