@@ -104,8 +104,8 @@ class WebService:
         self.web.closing.set()
         await self.tiles.close(timeout=self.settings.drain_timeout / 8)
         await self.status.touch()  # ends the live streams
-        if self.front is not None:
-            await self.front.stop()
+        if self.front is not None:  # quit, terminate, kill: a sixteenth of the drain timeout each at most
+            await self.front.stop(grace=self.settings.drain_timeout / 16)
         if self._runner is not None:
             try:
                 async with asyncio.timeout(self.settings.drain_timeout / 4):
