@@ -8,7 +8,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from tests.tiles.conftest import TileBus, eventually, wait_renderers
-from tests.web.conftest import Web, start_web
+from tests.web.conftest import start_web
 
 FRESH_FLOOR = 1000  # --cache-minimum for zooms above the medium band, with no jitter: exact max-ages
 
@@ -63,7 +63,8 @@ async def test_expired_tile_stays_dirty_across_a_restart_with_mod_tile_cache_hea
     assert headers["X-Tile-State"] == "missing" and headers["Cache-Control"] == "no-store"
 
 
-async def test_rerendered_tile_is_fresh_again(bus: TileBus, web: Web) -> None:
+async def test_rerendered_tile_is_fresh_again(bus: TileBus) -> None:
+    web = start_web(bus, "--rerender-interval", "0")  # a re-render right after the render is not a no-op
     bus.queuemaster()
     bus.renderer()
     client = await bus.client()
