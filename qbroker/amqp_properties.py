@@ -175,3 +175,16 @@ class WireProperties(Basic.Properties):
 
     def marshal(self) -> bytes:
         return encode_properties(self)
+
+
+def republishable(value: Any) -> Any:
+    """A received header value as it can be published again. pamqp decodes a long string that is not
+    UTF-8 to ``bytes`` but encodes only ``str`` and ``bytearray``: a copy of a foreign message (a retry, a
+    kept dead letter) keeps such a value as a byte array, byte for byte, instead of failing to publish."""
+    if isinstance(value, bytes):
+        return bytearray(value)
+    if isinstance(value, dict):
+        return {key: republishable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [republishable(item) for item in value]
+    return value

@@ -18,6 +18,7 @@ from aio_pika.exceptions import ChannelNotFoundEntity
 from aiormq.exceptions import ChannelAccessRefused
 from structlog.typing import FilteringBoundLogger
 
+from qbroker.amqp_properties import republishable
 from qbroker.codecs import CodecError
 from qbroker.config import Config
 from qbroker.connection import ConnectionSupervisor
@@ -285,7 +286,7 @@ class Bus:
         elif SENDER_HEADER in (message.headers or {}):
             extra[SENDER_HEADER] = ""  # a forged claim is not passed on as if we had vouched for it
         return OutgoingMessage(
-            message.body, headers={**(message.headers or {}), **extra}, content_type=message.content_type,
+            message.body, headers=republishable({**(message.headers or {}), **extra}), content_type=message.content_type,
             content_encoding=message.content_encoding, app_id=message.app_id, message_id=message.message_id,
             reply_to=message.reply_to if reply else None, correlation_id=message.correlation_id,
             type=message.type, priority=message.priority, expiration=max(0.001, ttl) if ttl is not None else None,

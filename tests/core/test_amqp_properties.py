@@ -127,3 +127,17 @@ def test_the_memo_stays_bounded() -> None:
         assert encode_properties(properties) == Basic.Properties.marshal(properties)
     assert len(amqp_properties._memo) <= amqp_properties._MEMO_SIZE
 
+
+
+def test_a_received_non_utf8_header_can_be_published_again() -> None:
+    # pamqp decodes a long string that is not UTF-8 to bytes and refuses bytes when encoding: a retry or
+    # a kept dead letter of a foreign message carrying one must still publish, its bytes unchanged.
+    from pamqp import decode
+
+    from qbroker.amqp_properties import republishable
+
+    received = {"x": b"'5\xbf\xed^", "nested": {"list": [b"\xff", "text", 3]}}
+    with pytest.raises(TypeError):
+        encode.field_table(received)
+    _, decoded = decode.field_table(encode.field_table(republishable(received)))
+    assert decoded == {"x": bytearray(b"'5\xbf\xed^"), "nested": {"list": [bytearray(b"\xff"), "text", 3]}}
