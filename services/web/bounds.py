@@ -27,6 +27,19 @@ def clean(value: object, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def count(value: object) -> int:
+    """A counter from the bus as an int: anything that is not a finite number counts as 0 (a forged stats
+    answer must not turn the status page into a 500)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or abs(value) == float("inf"):
+        return 0
+    return int(value)
+
+
+def records(value: object) -> list[Mapping[str, Any]]:
+    """The objects of a list from the bus, at most ``MAX_ITEMS``; anything else in it is left out."""
+    return [item for item in value[:MAX_ITEMS] if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
 def top_n(counts: Mapping[Any, float], n: int = MAX_LABEL_VALUES) -> dict[str, float]:
     """The ``n`` largest counts under clean keys, the rest summed under ``other``."""
     merged: dict[str, float] = {}

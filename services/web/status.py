@@ -16,7 +16,7 @@ from typing import Any
 
 from services.tiles.tilemath import Metatile, Tile, TileError, parse_metatile
 
-from .bounds import MAX_ITEMS, clip, top_n
+from .bounds import MAX_ITEMS, clip, count, records, top_n
 
 MAX_ZOOMS = 32  # zoom labels kept (0-31; anything else the bus sends ends in `other`)
 RATE_WINDOW = 60.0  # seconds of samples behind a render thread's renders/minute
@@ -110,12 +110,12 @@ class StatusModel:
     def set_queuemaster(self, stats: dict[str, Any] | None, error: str | None = None) -> None:
         now = time.time()
         if stats is not None:
-            for thread in stats.get("renderers", []):
+            for thread in records(stats.get("renderers")):
                 name = str(thread.get("renderer"))
-                rendered = int(thread.get("rendered") or 0)
+                rendered = count(thread.get("rendered"))
                 self.rates.setdefault(name, ThreadRate()).add(now, rendered)
                 self.renders_by_renderer[name] = max(self.renders_by_renderer.get(name, 0), rendered)
-            alive = {str(t.get("renderer")) for t in stats.get("renderers", [])}
+            alive = {str(t.get("renderer")) for t in records(stats.get("renderers"))}
             for gone in set(self.rates) - alive:
                 del self.rates[gone]
         self.queuemaster = stats if stats is not None else self.queuemaster
@@ -161,7 +161,7 @@ class StatusModel:
             self.jobs.popitem(last=False)
 
     def set_units(self, units: list[dict[str, Any]]) -> None:
-        self.units = units
+        self.units = [unit for unit in units if isinstance(unit, dict)]
         totals: dict[str, int] = {}
         for unit in units:
             for key, count in (unit.get("dead_letters") or {}).items():
@@ -177,16 +177,17 @@ class StatusModel:
     # -- views -----------------------------------------------------------------------------------------
 
     def queues(self) -> dict[str, Any]:
-        q = (self.queuemaster or {}).get("queues") or {}
+        q = (self.queuemaster or {}).get("queues")
+        q = q if isinstance(q, dict) else {}
         raw = q.get("by_zoom")
         by_zoom = top_n(raw if isinstance(raw, dict) else {}, MAX_ZOOMS)
-        return {"missing": int(q.get("missing") or 0), "important": int(q.get("important") or 0),
+        return {"missing": count(q.get("missing")), "important": count(q.get("important")),
                 "expired": sum(by_zoom.values()), "expired_by_zoom": by_zoom,
-                "total": int(q.get("total") or 0), "rendering": int(q.get("rendering") or 0)}
+                "total": count(q.get("total")), "rendering": count(q.get("rendering"))}
 
     def renderers(self) -> list[dict[str, Any]]:
         out = []
-        for thread in (self.queuemaster or {}).get("renderers", [])[:MAX_ITEMS]:
+        for thread in records((self.queuemaster or {}).get("renderers")):
             name = str(thread.get("renderer"))
             rate = self.rates.get(name)
             out.append({**clip(thread), "rate_per_minute": rate.per_minute() if rate else 0.0,
