@@ -112,8 +112,9 @@ async def _gather(bus: Bus, name: str, body: Any, timeout: float, max_replies: i
             if remaining <= 0:
                 return
             wait = min(remaining, gap) if gap is not None and count > 0 else remaining
-            try:
-                reply = await asyncio.wait_for(replies.get(), wait)
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that meets a reply
+                async with asyncio.timeout(wait):
+                    reply = await replies.get()
             except TimeoutError:
                 return
             if isinstance(reply, QBrokerError):

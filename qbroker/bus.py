@@ -285,8 +285,9 @@ class Bus:
             extra[SENDER_HEADER] = sender
         elif SENDER_HEADER in (message.headers or {}):
             extra[SENDER_HEADER] = ""  # a forged claim is not passed on as if we had vouched for it
+        table = republishable({**(message.headers or {}), **extra})
         return OutgoingMessage(
-            message.body, headers=republishable({**(message.headers or {}), **extra}), content_type=message.content_type,
+            message.body, headers=table, content_type=message.content_type,
             content_encoding=message.content_encoding, app_id=message.app_id, message_id=message.message_id,
             reply_to=message.reply_to if reply else None, correlation_id=message.correlation_id,
             type=message.type, priority=message.priority, expiration=max(0.001, ttl) if ttl is not None else None,

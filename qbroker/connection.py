@@ -168,7 +168,8 @@ class ConnectionSupervisor:
         if self.ready.is_set():
             return True
         try:
-            await asyncio.wait_for(self.ready.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: 3.11's can swallow a cancel
+                await self.ready.wait()
         except TimeoutError:
             return False
         return True

@@ -216,7 +216,8 @@ class Unit:
         await self.bus.stop_consuming()
         timeout = self.config.drain_timeout if drain_timeout is None else drain_timeout
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: 3.11's can swallow a cancel
+                await self._idle.wait()
         except TimeoutError:
             self.log.warning("drain timed out; closing with handlers still running", running=self._inflight)
         await self.bus.flush(timeout)  # the last replies and acks, queued, reach the broker before the close

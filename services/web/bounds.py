@@ -27,7 +27,7 @@ def clean(value: object, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def count(value: object) -> int:
+def as_count(value: object) -> int:
     """A counter from the bus as an int: anything that is not a finite number counts as 0 (a forged stats
     answer must not turn the status page into a 500)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value or abs(value) == float("inf"):

@@ -16,7 +16,7 @@ from typing import Any
 
 from services.tiles.tilemath import Metatile, Tile, TileError, parse_metatile
 
-from .bounds import MAX_ITEMS, clip, count, records, top_n
+from .bounds import MAX_ITEMS, as_count, clip, records, top_n
 
 MAX_ZOOMS = 32  # zoom labels kept (0-31; anything else the bus sends ends in `other`)
 RATE_WINDOW = 60.0  # seconds of samples behind a render thread's renders/minute
@@ -112,7 +112,7 @@ class StatusModel:
         if stats is not None:
             for thread in records(stats.get("renderers")):
                 name = str(thread.get("renderer"))
-                rendered = count(thread.get("rendered"))
+                rendered = as_count(thread.get("rendered"))
                 self.rates.setdefault(name, ThreadRate()).add(now, rendered)
                 self.renders_by_renderer[name] = max(self.renders_by_renderer.get(name, 0), rendered)
             alive = {str(t.get("renderer")) for t in records(stats.get("renderers"))}
@@ -181,9 +181,9 @@ class StatusModel:
         q = q if isinstance(q, dict) else {}
         raw = q.get("by_zoom")
         by_zoom = top_n(raw if isinstance(raw, dict) else {}, MAX_ZOOMS)
-        return {"missing": count(q.get("missing")), "important": count(q.get("important")),
+        return {"missing": as_count(q.get("missing")), "important": as_count(q.get("important")),
                 "expired": sum(by_zoom.values()), "expired_by_zoom": by_zoom,
-                "total": count(q.get("total")), "rendering": count(q.get("rendering"))}
+                "total": as_count(q.get("total")), "rendering": as_count(q.get("rendering"))}
 
     def renderers(self) -> list[dict[str, Any]]:
         out = []
