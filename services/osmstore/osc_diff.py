@@ -1,9 +1,9 @@
 """One osmChange file read whole into memory: what the geometry store and the store-backed expiry need.
 
-The whole file is parsed before anything is applied anywhere, so a diff that breaks half-way (a cut
-download, a corrupt element) is refused as a whole and no store sees any of it. When an object appears
-more than once (a minutely diff may carry several versions), the highest version wins; equal versions keep
-the last one read.
+An adapter on the osmChange reader (``osc_input``: the file, its caps and the version rule). The whole file
+is parsed before anything is applied anywhere, so a diff that breaks half-way (a cut download, a corrupt
+element) is refused as a whole and no store sees any of it. Each object is kept at the version that
+``supersedes`` every other one in the file.
 """
 
 from __future__ import annotations
@@ -15,11 +15,7 @@ from pathlib import Path
 
 import osmium
 
-from services.osmstore.osc_input import InputBudget, InputLimits, UnreadableOsc, osm_objects
-
-
-class DiffError(ValueError):
-    """The osmChange cannot be read; the message names the file and the cause."""
+from services.osmstore.osc_input import InputBudget, InputLimits, UnreadableOsc, osm_objects, supersedes
 
 
 @dataclass(frozen=True)
@@ -66,34 +62,30 @@ def file_sha256(path: Path) -> str:
 
 
 def _newer(known: DiffNode | DiffWay | DiffRelation | None, version: int) -> bool:
-    return known is None or version >= known.version
+    return supersedes(version, None if known is None else known.version)
 
 
 def read_diff(path: Path, *, name: str | None = None, limits: InputLimits | None = None,
               check: Callable[[InputBudget], None] | None = None) -> OscDiff:
-    """Parse ``path`` (.osc or .osc.gz, detected from the content). Raises DiffError on unreadable input
+    """Parse ``path`` (.osc or .osc.gz, detected from the content). Raises UnreadableOsc on unreadable input
     (naming the file as ``name``, never quoting it), InputTooLarge past ``limits`` (none: unbounded, for
     the operator's own files); ``check`` is called as reading goes on (a job's cancel, osc_input)."""
     path = Path(path)
     name = str(path) if name is None else name
     if not path.is_file():
-        raise DiffError(f"{name}: no such file")
+        raise UnreadableOsc(f"{name}: no such file")
     diff = OscDiff(path=path, sha256=file_sha256(path))
-    budget = InputBudget(limits)
-    try:
-        for obj in osm_objects(path, name, budget, check or (lambda _: None)):
-            if isinstance(obj, osmium.osm.Node):
-                if _newer(diff.nodes.get(obj.id), obj.version):
-                    loc = obj.location
-                    located = not obj.deleted and loc.valid()
-                    diff.nodes[obj.id] = DiffNode(obj.version, loc.lon if located else None,
-                                                  loc.lat if located else None, obj.deleted or not located)
-            elif isinstance(obj, osmium.osm.Way):
-                if _newer(diff.ways.get(obj.id), obj.version):
-                    diff.ways[obj.id] = DiffWay(obj.version, tuple(n.ref for n in obj.nodes), obj.deleted)
-            elif isinstance(obj, osmium.osm.Relation) and _newer(diff.relations.get(obj.id), obj.version):
-                members = tuple((m.type, m.ref, m.role) for m in obj.members)
-                diff.relations[obj.id] = DiffRelation(obj.version, members, obj.deleted)
-    except UnreadableOsc as exc:
-        raise DiffError(str(exc)) from None
+    for obj in osm_objects(path, name, InputBudget(limits), check):
+        if isinstance(obj, osmium.osm.Node):
+            if _newer(diff.nodes.get(obj.id), obj.version):
+                loc = obj.location
+                located = not obj.deleted and loc.valid()
+                diff.nodes[obj.id] = DiffNode(obj.version, loc.lon if located else None,
+                                              loc.lat if located else None, obj.deleted or not located)
+        elif isinstance(obj, osmium.osm.Way):
+            if _newer(diff.ways.get(obj.id), obj.version):
+                diff.ways[obj.id] = DiffWay(obj.version, tuple(n.ref for n in obj.nodes), obj.deleted)
+        elif isinstance(obj, osmium.osm.Relation) and _newer(diff.relations.get(obj.id), obj.version):
+            members = tuple((m.type, m.ref, m.role) for m in obj.members)
+            diff.relations[obj.id] = DiffRelation(obj.version, members, obj.deleted)
     return diff

@@ -1,7 +1,16 @@
-"""An osmChange file read as untrusted input: bounded in size, cancellable, errors that never quote it.
+"""The osmChange reader: every osmChange file the project reads goes through here.
 
-Both readers of a job's diffs (the Spark bridge's ``osc_reader`` and the geometry store's ``osc_diff``)
-iterate the file's objects through ``osm_objects``:
+It owns what all of them share; the rest is an adapter on it that keeps what it needs of each object:
+
+- the file opener (``osc_file``): .osc or .osc.gz, told from the content, never the name;
+- the version rule (``supersedes``): when an object appears more than once (a minutely diff may carry
+  several versions, a merged one in any order), the highest version wins and of equal versions the last
+  one read;
+- the objects, read as untrusted input (``osm_objects``): bounded in size, cancellable, errors that never
+  quote the file.
+
+Adapters: the geometry store's ``osc_diff.read_diff``, the rendering store's ``render_store.apply_osc`` and
+the Spark expiry job's ``spark_bridge.osc_reader.read_osc``. ``osm_objects``:
 
 - decompressed bytes are counted first, in blocks (a 6.7 MB ``.osc.gz`` may hold 50 million nodes, 3 GB
   of XML): past ``max_bytes`` for the job the file is refused before libosmium parses any of it;
@@ -27,7 +36,10 @@ from typing import Any
 import osmium
 
 CHECK_EVERY = 10_000
+OSC_SUFFIXES = (".osc", ".osc.gz")  # what job inputs call an osmChange (the format is still read from the content)
+GZIP_MAGIC = b"\x1f\x8b"
 _BLOCK = 1 << 20
+_SNIFF_BYTES = 4096
 # expat's messages are fixed texts ("not well-formed (invalid token)"); only that shape is passed on.
 _XML_ERROR = re.compile(r"^XML parsing error at line (\d+), column (\d+): ([a-z ()-]{1,80})$")
 # libosmium's value errors: "<problem>: '<the value>'"; the problem is kept, the value never.
@@ -64,15 +76,43 @@ class InputBudget:
     objects: int = 0
 
 
+def supersedes(version: int, known: int | None) -> bool:
+    """The version rule: does ``version`` of an object replace the ``known`` one read before it (None: none)?
+    The highest version wins; of equal versions the last one read."""
+    return known is None or version >= known
+
+
+def osc_format(head: bytes) -> str:
+    """libosmium's format name for osmChange data starting with ``head``: gzip or plain XML."""
+    return "osc.gz" if head.startswith(GZIP_MAGIC) else "osc"
+
+
 def _compressed(path: Path) -> bool:
     with path.open("rb") as fh:
-        return fh.read(2) == b"\x1f\x8b"
+        return fh.read(2) == GZIP_MAGIC
 
 
-def _count_bytes(path: Path, name: str, budget: InputBudget, check: Callable[[InputBudget], None]) -> bool:
-    """Add the file's decompressed size to the budget (refusing past the cap); True when gzip."""
+def osc_file(path: Path) -> osmium.io.File:
+    """The file as libosmium opens it: compression told from the content (a replication spool's names lie)."""
+    return osmium.io.File(str(path), "osc.gz" if _compressed(path) else "osc")
+
+
+def sniff_osc(path: Path, name: str) -> None:
+    """Cheap submit-time check that ``path`` looks like an osmChange document; raises UnreadableOsc."""
+    try:
+        opener = gzip.open if _compressed(path) else open
+        with opener(path, "rb") as handle:
+            head = handle.read(_SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UnreadableOsc(f"{name}: cannot read ({type(exc).__name__})") from None
+    if b"<osmChange" not in head:
+        raise UnreadableOsc(f"{name}: not an osmChange document (no <osmChange> element)")
+
+
+def _count_bytes(path: Path, name: str, budget: InputBudget, check: Callable[[InputBudget], None]) -> None:
+    """Add the file's decompressed size to the budget (refusing past the cap)."""
     if budget.limits is None:
-        return _compressed(path)
+        return
     limit = budget.limits.max_bytes
     if not _compressed(path):
         budget.bytes += path.stat().st_size
@@ -86,7 +126,6 @@ def _count_bytes(path: Path, name: str, budget: InputBudget, check: Callable[[In
     if budget.bytes > limit:
         raise InputTooLarge(f"{name}: the job's osmChange input is over {limit} bytes decompressed "
                             f"(max_input_bytes={limit})")
-    return _compressed(path)
 
 
 def describe_error(name: str, exc: BaseException, last: tuple[str, int] | None) -> str:
@@ -105,14 +144,22 @@ def describe_error(name: str, exc: BaseException, last: tuple[str, int] | None) 
     return f"{name}: unparsable osmChange: {problem}{after}"
 
 
-def osm_objects(path: Path, name: str, budget: InputBudget, check: Callable[[InputBudget], None],
-                entities: Any = osmium.osm.ALL) -> Iterator[Any]:
-    """The objects of one osmChange file, within ``budget``; raises InputTooLarge or UnreadableOsc."""
+def _unchecked(_: InputBudget) -> None:
+    pass
+
+
+def osm_objects(path: Path, name: str, budget: InputBudget | None = None,
+                check: Callable[[InputBudget], None] | None = None, entities: Any = osmium.osm.ALL) -> Iterator[Any]:
+    """The objects of one osmChange file in file order, every version (adapters pick with ``supersedes``),
+    within ``budget`` (None: unbounded); raises InputTooLarge or UnreadableOsc. An object is valid only
+    until the next one is read (libosmium reuses its buffers): keep what you need of it, not the object."""
+    budget = InputBudget(None) if budget is None else budget
+    check = check or _unchecked
     last: tuple[str, int] | None = None
     try:
-        gz = _count_bytes(path, name, budget, check)
+        _count_bytes(path, name, budget, check)
         limit = budget.limits.max_objects if budget.limits is not None else None
-        for obj in osmium.FileProcessor(osmium.io.File(str(path), "osc.gz" if gz else "osc"), entities):
+        for obj in osmium.FileProcessor(osc_file(path), entities):
             budget.objects += 1
             if limit is not None and budget.objects > limit:
                 raise InputTooLarge(f"{name}: the job's osmChange input holds more than {limit} objects "

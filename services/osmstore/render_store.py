@@ -26,6 +26,7 @@ import osmium
 from . import render_db
 from .coastline import rebuild_sea
 from .features import FeatureExtractor
+from .osc_input import UnreadableOsc, osm_objects, supersedes
 from .tags import area_features, line_features
 
 _CHUNK = 500  # ids per IN (...) query, well under SQLite's variable limit
@@ -33,12 +34,6 @@ _CHUNK = 500  # ids per IN (...) query, well under SQLite's variable limit
 
 class RenderStoreError(Exception):
     """The store or the diff is unusable; nothing was applied. The message names the file and the problem."""
-
-
-def _osc_file(osc_path: Path) -> osmium.io.File:
-    with osc_path.open("rb") as fh:
-        compressed = fh.read(2) == b"\x1f\x8b"
-    return osmium.io.File(str(osc_path), "osc.gz" if compressed else "osc")
 
 
 def _chunks(ids: Iterable[int]) -> Iterable[list[int]]:
@@ -243,18 +238,17 @@ def _diff_plan(osc_path: Path) -> tuple[dict[str, set[int]], set[int]]:
     """A first, cheap read of the diff: the ids of its objects by type (n/w/r), so that the stored state of
     all of them is looked up in a few batched queries, and the positions in the file of the versions to
     apply. An object may appear several times (a minutely diff can carry several versions of it, a merged
-    one in any order): the highest version wins and of equal versions the last one read, exactly as the
-    geometry store picks them (``osc_diff.read_diff``), so the two stores end in the same state whatever
-    the order in the file."""
+    one in any order): the reader's version rule (``osc_input.supersedes``) picks one, as for the geometry
+    store, so the two stores end in the same state whatever the order in the file."""
     ids: dict[str, set[int]] = {"n": set(), "w": set(), "r": set()}
     winners: dict[tuple[str, int], tuple[int, int]] = {}  # (type, id) -> (version, position)
-    for position, obj in enumerate(osmium.FileProcessor(_osc_file(osc_path))):
+    for position, obj in enumerate(osm_objects(osc_path, str(osc_path))):
         if isinstance(obj, osmium.osm.Changeset):
             continue  # not in an osmChange; nothing to apply
         kind = obj.type_str()
         ids[kind].add(obj.id)
         known = winners.get((kind, obj.id))
-        if known is None or obj.version >= known[0]:
+        if supersedes(obj.version, None if known is None else known[0]):
             winners[(kind, obj.id)] = (obj.version, position)
     return ids, {position for _, position in winners.values()}
 
@@ -296,7 +290,7 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
             applier = _DiffApplier(conn)
             ids, applied_positions = _diff_plan(osc_path)
             applier.preload(ids)
-            for position, obj in enumerate(osmium.FileProcessor(_osc_file(osc_path))):
+            for position, obj in enumerate(osm_objects(osc_path, str(osc_path))):
                 if position not in applied_positions:
                     continue  # replaced by a higher (or an equal, later) version in the same diff
                 if isinstance(obj, osmium.osm.Node):
@@ -321,7 +315,9 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-    except (RuntimeError, ValueError, OSError, EOFError, gzip.BadGzipFile) as exc:  # what libosmium's parsers raise
+    except UnreadableOsc as exc:  # names the file and the problem, never the content
+        raise RenderStoreError(f"{exc}; the store is unchanged") from None
+    except (RuntimeError, ValueError, OSError, EOFError, gzip.BadGzipFile) as exc:
         raise RenderStoreError(f"{osc_path}: could not apply the diff ({exc}); the store is unchanged") from exc
     finally:
         conn.close()

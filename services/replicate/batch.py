@@ -3,7 +3,7 @@
 A follower that is behind catches up several diffs per job (each job of the bridge costs seconds whatever
 its size; osm2pgsql the same). The diffs are merged with pyosmium's ``MergeInputReader`` in sequence
 order and written with ``simplify``: each object once, at its highest version (of equal versions, the
-last one read), which is the rule both stores apply within one diff (``osc_diff.read_diff``), so a
+last one read), which is the osmChange reader's rule (``osc_input.supersedes``) that both stores apply, so a
 merged diff leaves them in the state the single diffs would. The output is sorted by type and id, as
 osm2pgsql requires of its input. This is what ``osm2pgsql-replication update`` does too.
 
@@ -20,13 +20,13 @@ from pathlib import Path
 import osmium
 import structlog
 
+from services.osmstore.osc_input import osc_format
 from services.osmstore.replication import ReplicationError
 
 from .source import DiffMissing, ReplicationSource, SourceUnavailable
 
 log = structlog.get_logger("toposm.replicate")
 
-GZIP_MAGIC = b"\x1f\x8b"
 MAX_BATCH_BYTES = 64 * 1024 * 1024  # compressed bytes merged in memory per job (pyosmium holds them all)
 _SPOOLED = re.compile(r"^\.?\d{9}-\d{9}(\.tmp)?\.osc\.gz$")
 
@@ -71,7 +71,7 @@ def build_batch(source: ReplicationSource, first: int, last: int, spool: Path, *
             if total and total + len(data) > max_bytes:
                 break
             try:
-                reader.add_buffer(data, "osc.gz" if data.startswith(GZIP_MAGIC) else "osc")
+                reader.add_buffer(data, osc_format(data))
             except RuntimeError as exc:  # libosmium's gzip and XML errors
                 raise ReplicationError(f"diff {sequence} ({source.where(sequence)}): unreadable osmChange "
                                        f"({str(exc)[:200]})") from None

@@ -18,8 +18,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from services.osmstore.osc_input import OSC_SUFFIXES, UnreadableOsc, sniff_osc
 from services.spark_bridge.confine import InputRefused, InputRoots
-from services.spark_bridge.osc_reader import OSC_SUFFIXES, OscError, sniff_osc
 from services.spark_bridge.tilemath import MAX_ZOOM_LIMIT, shift_left
 
 _TILE_LINE = re.compile(r"^\s*(\d{1,2})/(\d{1,8})/(\d{1,8})\s*$")
@@ -86,7 +86,7 @@ def validate_inputs(paths: Iterable[str], roots: InputRoots) -> list[ExpireInput
             raise InputRefused("bad_input_type", f"{raw!r} is a directory but not named .parquet")
         try:
             if kind is InputKind.OSC:
-                sniff_osc(path)
+                sniff_osc(path, raw)
             elif kind is InputKind.EXPIRE_LIST:
                 first = _first_data_line(path)
                 if first is not None and not _TILE_LINE.match(first):
@@ -96,8 +96,8 @@ def validate_inputs(paths: Iterable[str], roots: InputRoots) -> list[ExpireInput
                 columns = {c.strip().lower() for c in header.split(",")}
                 if not {"lon", "lat"} <= columns:
                     raise InputError(f"{raw}: CSV needs a header with lon and lat columns")
-        except OscError:
-            raise InputError(f"{raw}: not an osmChange document") from None
+        except UnreadableOsc as exc:
+            raise InputError(str(exc)) from None
         except (OSError, EOFError, UnicodeError) as exc:
             # The exception's text may quote bytes of the file (gzip, codecs): name the kind only.
             raise InputError(f"{raw}: cannot read ({type(exc).__name__})") from None

@@ -1,4 +1,5 @@
-"""osmChange (.osc / .osc.gz) reading with pyosmium on the driver.
+"""osmChange (.osc / .osc.gz) read into columns on the driver: the Spark expiry job's adapter on the reader
+(``services.osmstore.osc_input``: the file, its caps and the version rule).
 
 Diffs are parsed on the driver (not on executors) so that the same code works for local, standalone
 and Spark Connect masters without the files having to be visible to executors; minutely/hourly diffs are
@@ -13,7 +14,6 @@ it was, and the brief says not to guess.
 
 from __future__ import annotations
 
-import gzip
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,14 +22,7 @@ from pathlib import Path
 import osmium
 import pyarrow as pa
 
-from services.osmstore.osc_input import InputBudget, UnreadableOsc, osm_objects
-
-OSC_SUFFIXES = (".osc", ".osc.gz")
-_SNIFF_BYTES = 4096
-
-
-class OscError(ValueError):
-    """An osmChange file that cannot be read."""
+from services.osmstore.osc_input import InputBudget, osm_objects, supersedes
 
 
 @dataclass
@@ -40,7 +33,7 @@ class OscTables:
     node_version: array = field(default_factory=lambda: array("q"))
     node_lon: array = field(default_factory=lambda: array("d"))
     node_lat: array = field(default_factory=lambda: array("d"))
-    node_action: list[str] = field(default_factory=list)
+    node_action: list[str] = field(default_factory=list)  # every version of a node read expires its place
     # (way id, node refs) per way version in the diff
     ways: list[tuple[int, array]] = field(default_factory=list)
     ways_without_nodes: list[int] = field(default_factory=list)
@@ -57,6 +50,16 @@ class OscTables:
             }
         )
 
+    def latest_locations(self) -> dict[int, tuple[float, float]]:
+        """Each located node's place at the version that ``supersedes`` the others in the input."""
+        latest: dict[int, tuple[int, float, float]] = {}
+        for node_id, version, lon, lat in zip(self.node_id, self.node_version, self.node_lon, self.node_lat,
+                                              strict=True):
+            known = latest.get(node_id)
+            if supersedes(version, None if known is None else known[0]):
+                latest[node_id] = (version, lon, lat)
+        return {node_id: (lon, lat) for node_id, (_, lon, lat) in latest.items()}
+
 
 def _action(obj: osmium.osm.OSMObject) -> str:
     # osmChange's create/modify sections are not exposed by libosmium; version 1 means "created".
@@ -65,41 +68,26 @@ def _action(obj: osmium.osm.OSMObject) -> str:
     return "create" if obj.version == 1 else "modify"
 
 
-def sniff_osc(path: Path) -> None:
-    """Cheap submit-time check that ``path`` looks like an osmChange document."""
-    try:
-        opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rb") as handle:
-            head = handle.read(_SNIFF_BYTES)
-    except (OSError, EOFError) as exc:
-        raise OscError(f"{path}: cannot read: {exc}") from exc
-    if b"<osmChange" not in head:
-        raise OscError(f"{path}: not an osmChange document (no <osmChange> element)")
-
-
 def read_osc(files: list[tuple[Path, str]], budget: InputBudget, check: Callable[[InputBudget], None],
              tables: OscTables | None = None) -> OscTables:
     """Parse nodes and ways of every (path, name as the caller gave it) into ``tables`` within ``budget``
-    (osc_input); raises OscError on unparsable input, InputTooLarge past the budget."""
+    (osc_input); raises UnreadableOsc on unparsable input, InputTooLarge past the budget."""
     out = tables or OscTables()
     for path, name in files:
-        try:
-            for obj in osm_objects(path, name, budget, check, osmium.osm.NODE | osmium.osm.WAY):
-                if isinstance(obj, osmium.osm.Node):
-                    if not obj.location.valid():
-                        out.deleted_nodes_without_location += 1
-                        continue
-                    out.node_id.append(obj.id)
-                    out.node_version.append(obj.version)
-                    out.node_lon.append(obj.location.lon)
-                    out.node_lat.append(obj.location.lat)
-                    out.node_action.append(_action(obj))
-                elif isinstance(obj, osmium.osm.Way):
-                    refs = array("q", (n.ref for n in obj.nodes))
-                    if refs:
-                        out.ways.append((obj.id, refs))
-                    else:
-                        out.ways_without_nodes.append(obj.id)
-        except UnreadableOsc as exc:
-            raise OscError(str(exc)) from None
+        for obj in osm_objects(path, name, budget, check, osmium.osm.NODE | osmium.osm.WAY):
+            if isinstance(obj, osmium.osm.Node):
+                if not obj.location.valid():
+                    out.deleted_nodes_without_location += 1
+                    continue
+                out.node_id.append(obj.id)
+                out.node_version.append(obj.version)
+                out.node_lon.append(obj.location.lon)
+                out.node_lat.append(obj.location.lat)
+                out.node_action.append(_action(obj))
+            elif isinstance(obj, osmium.osm.Way):
+                refs = array("q", (n.ref for n in obj.nodes))
+                if refs:
+                    out.ways.append((obj.id, refs))
+                else:
+                    out.ways_without_nodes.append(obj.id)
     return out

@@ -88,7 +88,7 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
     try:
         sha256 = file_sha256(osc_path)
     except OSError:
-        read(osc_path)  # the same DiffError as ever for a file that is gone or unreadable
+        read(osc_path)  # the same UnreadableOsc as ever for a file that is gone or unreadable
         raise
     with geometry.locked() as manifest:
         try:

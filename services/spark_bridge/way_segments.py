@@ -3,7 +3,8 @@
 This is a dictionary lookup over data that is already on the driver (the parsed diff), so it runs in
 plain Python; the per-sample work (sampling, buffering, propagation) stays in Spark. A way with any node
 missing from the diff is *unresolved*: reported, never guessed (its nodes that are in the diff still
-expire their own tiles as nodes). A node present in several versions uses its highest version.
+expire their own tiles as nodes). A node present in several versions is where the reader's version rule
+puts it (``OscTables.latest_locations``).
 """
 
 from __future__ import annotations
@@ -51,18 +52,14 @@ def sample_steps(fx0: float, fy0: float, fx1: float, fy1: float) -> int:
 
 
 def resolve_ways(osc: OscTables, zoom: int, max_tiles_per_geometry: int) -> WaySegments:
-    latest: dict[int, tuple[int, float, float]] = {}
-    for node_id, version, lon, lat in zip(osc.node_id, osc.node_version, osc.node_lon, osc.node_lat, strict=True):
-        known = latest.get(node_id)
-        if known is None or version > known[0]:
-            latest[node_id] = (version, lon, lat)
+    latest = osc.latest_locations()
     out = WaySegments(unresolved=list(osc.ways_without_nodes))
     for way_id, refs in osc.ways:
         located = [latest.get(ref) for ref in refs]
         if any(loc is None for loc in located):
             out.unresolved.append(way_id)
             continue
-        coords = [(loc[1], loc[2]) for loc in located if loc is not None]
+        coords = [loc for loc in located if loc is not None]
         frac = [py_frac_tile(lon, lat, zoom) for lon, lat in coords]
         samples = sum(sample_steps(*a, *b) + 1 for a, b in zip(frac, frac[1:], strict=False))
         if samples * BUFFERED_TILES_PER_SAMPLE > max_tiles_per_geometry:

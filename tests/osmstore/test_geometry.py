@@ -11,7 +11,8 @@ import pytest
 
 from services.osmstore.geometry import GeometryStore, SequenceGap
 from services.osmstore.geometry_apply import apply_diff
-from services.osmstore.osc_diff import DiffError, read_diff
+from services.osmstore.osc_diff import read_diff
+from services.osmstore.osc_input import UnreadableOsc
 from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml, write_osc
 
 
@@ -130,7 +131,7 @@ def test_corrupt_diff_is_refused_before_anything_is_applied(store: Path, extract
     data = write_osc(tmp_path / "full.osc.gz", osc(modify=moves)).read_bytes()
     cut = tmp_path / "cut.osc.gz"
     cut.write_bytes(data[: len(data) // 2])
-    with pytest.raises(DiffError, match="cut.osc.gz"):
+    with pytest.raises(UnreadableOsc, match="cut.osc.gz"):
         read_diff(cut)
     assert _digest(store) == before
 
