@@ -1,11 +1,9 @@
 """Printing results: pretty, coloured JSON on a terminal, plain JSON when piped; messages on stderr.
 
-Whatever came off the wire (app ids, unit names, hostnames, bodies, error messages) is hostile text: a
-client that sets its app id to ``ESC]0;...ESC[2J`` would retitle and clear an operator's terminal, and
-C1 codes (U+0080-U+009F, e.g. U+009B, a one-character CSI) do the same on terminals that honour them.
-``printable`` is the one escaping function: every text the CLI prints passes through it (or through
-``to_json``, which applies it), piped or on a terminal. The one exception is ``--raw`` of a binary body
-into a pipe, which is the body's bytes by request (``qbroker call ... --raw > tile.png``).
+Whatever came off the wire is hostile text: every text the CLI prints passes through ``printable``
+(``qbroker.printable``, the one escaping function) or through ``to_json``, which applies it, piped or on a
+terminal. The one exception is ``--raw`` of a binary body into a pipe, which is the body's bytes by request
+(``qbroker call ... --raw > tile.png``).
 """
 
 from __future__ import annotations
@@ -15,19 +13,7 @@ from typing import Any, TextIO
 
 import orjson
 
-# C0, DEL and C1: the characters a terminal may act on instead of showing.
-_CONTROLS = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
-_ESCAPED = {code: f"\\u{code:04x}" for code in _CONTROLS}
-_ESCAPED_KEEP_LINES = {code: text for code, text in _ESCAPED.items() if chr(code) not in "\n\t"}
-
-
-def printable(text: str, *, lines: bool = False) -> str:
-    """``text`` with every C0/C1 control character (and DEL) written as ``\\u00XX``: shown, never obeyed.
-
-    ``lines``: keep newlines and tabs (a multi-line body or traceback); otherwise the text stays on one
-    line, so a message cannot forge the lines after it. The escape is also valid inside a JSON string.
-    """
-    return text.translate(_ESCAPED_KEEP_LINES if lines else _ESCAPED)
+from qbroker.printable import printable
 
 
 def _default(value: Any) -> Any:

@@ -12,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from qbroker.printable import CONTROL_CHARACTERS
+
 MAX_LABEL_VALUES = 20
 MAX_TEXT = 120
 MAX_ITEMS = 50
 MAX_DEPTH = 4
 OTHER = "other"
-# C0, DEL and C1: shown as '?', never passed on (a label value or page text must not carry terminal codes).
-_CONTROLS = dict.fromkeys([*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)], "?")
+# Shown as '?', never passed on (a label value or page text must not carry terminal codes).
+_CONTROLS = dict.fromkeys(CONTROL_CHARACTERS, "?")
 
 
 def clean(value: object, limit: int = MAX_TEXT) -> str:

@@ -155,3 +155,16 @@ async def test_debug_escapes_names_apps_bodies_and_errors(hostile, provisioned, 
     assert_inert(output)
     text = output.decode("utf-8", "replace")
     assert text.count("\\u001b]0;pwned") >= 4, text  # app id, app, bodies, error message
+
+
+def test_console_log_lines_show_control_characters_escaped() -> None:
+    """A value from the wire in a log line (a unit's app id, an error message) reaches the operator's
+    terminal escaped; JSON log lines escape it as JSON does."""
+    code = ("import sys; from qbroker.log import get_logger; "
+            "get_logger(app=sys.argv[1]).warning('request refused', error=sys.argv[1])")
+    for log_format in ("console", "json"):
+        env = dict(os.environ, QBROKER_LOG_FORMAT=log_format)
+        done = subprocess.run([sys.executable, "-c", code, EVIL], env=env, capture_output=True, timeout=HANG)
+        assert done.returncode == 0, done.stderr
+        assert b"request refused" in done.stderr
+        assert_inert(done.stderr)
