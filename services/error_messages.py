@@ -18,6 +18,7 @@ MESSAGES: dict[str, str] = {
     "busy": "busy; retry later",
     "render_timeout": "the metatile was not rendered before the request's deadline",
     "render_failed": "the metatile failed to render",
+    "bulk_cancelled": "the bulk render was withdrawn before it started",
     "forbidden": "this account may not do this",
     "stopping": "shutting down; not taking new work",
     "commit_failed": "the queue state could not be saved",

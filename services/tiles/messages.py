@@ -102,6 +102,35 @@ class ExpireRequest(Message):
         return value
 
 
+class BulkRenderRequest(Message):
+    """``toposm-render-list`` -> queuemaster: render a metatile at bulk (or background) priority and answer
+    when it is rendered; with ``missing_only`` a metatile rendered before is answered ``skipped`` at once."""
+
+    metatile: str
+    missing_only: bool = False
+    priority: Literal["bulk", "background"] = "bulk"
+
+    @field_validator("metatile")
+    @classmethod
+    def _metatile(cls, value: str) -> str:
+        return str(parse_metatile(value))
+
+
+MAX_CANCEL = 10_000  # metatiles per `cancel`: a render-list window is far smaller
+
+
+class CancelBulkRequest(Message):
+    """``toposm-render-list`` stopping -> queuemaster: withdraw these metatiles if they are still queued for
+    bulk pre-rendering (not raised by a request or an expiry, not rendering); their waiters are answered."""
+
+    metatiles: list[str] = Field(min_length=1, max_length=MAX_CANCEL)
+
+    @field_validator("metatiles")
+    @classmethod
+    def _metatiles(cls, value: list[str]) -> list[str]:
+        return [str(parse_metatile(m)) for m in value]
+
+
 class RenderCommand(Message):
     """queuemaster -> renderer thread."""
 

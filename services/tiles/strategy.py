@@ -9,9 +9,12 @@ Every strategy takes ``missing`` first, then ``important`` where it allows:
 
 * ``missing``: only requested, never-rendered metatiles.
 * ``important``: missing, then important.
-* ``by_work_available``: missing, important, then a zoom drawn with weight = its queue length.
+* ``by_work_available``: missing, important, then a zoom drawn with weight = its queue length, then bulk.
 * ``by_zoom``: missing, important, then a zoom drawn with weight = tiles at that zoom (4^z), so high
-  zooms are favoured even when few of their metatiles are left.
+  zooms are favoured even when few of their metatiles are left, then bulk.
+
+``bulk`` (``toposm-render-list``'s pre-rendering) comes last for every strategy that takes background work:
+it renders only when nothing requested or expired is waiting for the thread (renderd's bulk queue).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ STRATEGY_NAMES: tuple[StrategyName, ...] = ("missing", "important", "by_work_ava
 
 MISSING = "missing"
 IMPORTANT = "important"
+BULK = "bulk"
 
 
 class StrategyError(ValueError):
@@ -84,8 +88,9 @@ def choose_source(
     important: int,
     by_zoom_queue: Mapping[int, int],
     rng: random.Random,
+    bulk: int = 0,
 ) -> str | int | None:
-    """The source one strategy picks given queue lengths: MISSING, IMPORTANT, a zoom, or None."""
+    """The source one strategy picks given queue lengths: MISSING, IMPORTANT, a zoom, BULK, or None."""
     if missing:
         return MISSING
     if strategy == "missing":
@@ -96,7 +101,7 @@ def choose_source(
         return None
     zooms = [z for z, n in by_zoom_queue.items() if n > 0]
     if not zooms:
-        return None
+        return BULK if bulk > 0 else None
     if len(zooms) == 1:
         return zooms[0]
     weights: Sequence[float]
@@ -113,10 +118,11 @@ def choose_for_mix(
     important: int,
     by_zoom_queue: Mapping[int, int],
     rng: random.Random,
+    bulk: int = 0,
 ) -> str | int | None:
     """The source a thread with this mix takes from, or None if nothing it may render is queued."""
     for name in mix.draw_order(rng):
-        source = choose_source(name, missing, important, by_zoom_queue, rng)
+        source = choose_source(name, missing, important, by_zoom_queue, rng, bulk)
         if source is not None:
             return source
     return None

@@ -182,7 +182,7 @@ class StatusModel:
         raw = q.get("by_zoom")
         by_zoom = top_n(raw if isinstance(raw, dict) else {}, MAX_ZOOMS)
         return {"missing": as_count(q.get("missing")), "important": as_count(q.get("important")),
-                "expired": sum(by_zoom.values()), "expired_by_zoom": by_zoom,
+                "expired": sum(by_zoom.values()), "expired_by_zoom": by_zoom, "bulk": as_count(q.get("bulk")),
                 "total": as_count(q.get("total")), "rendering": as_count(q.get("rendering"))}
 
     def renderers(self) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ class BusCollector(Collector):
                                    labels=["kind", "zoom"])
         length.add_metric(["missing", "all"], queues["missing"])
         length.add_metric(["important", "all"], queues["important"])
+        length.add_metric(["bulk", "all"], queues["bulk"])
         for zoom, n in queues["expired_by_zoom"].items():  # bounded in StatusModel.queues
             length.add_metric(["expired", zoom], n)
         yield length

@@ -26,6 +26,10 @@ BAD_QUEUEMASTER_REQUESTS = [
     {"command": "rendered", "metatile": "9/9999/0", "status": "ok"},
     {"command": "rendered", "metatile": "4/77/0", "status": "ok"},
     {"command": "register", "hostname": "h", "pid": 1, "threadid": 0, "strategy": "nonsense"},
+    {"command": "bulk", "metatile": "9/9999/0"},
+    {"command": "bulk", "metatile": "12/0/0", "priority": "urgent"},
+    {"command": "cancel", "metatiles": []},
+    {"command": "cancel", "metatiles": ["4/77/0"]},
     {"command": "dance"},
     {"command": "sing"},
 ]

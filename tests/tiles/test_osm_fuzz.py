@@ -37,12 +37,12 @@ STABLE_IDS = {"bad_message", "invalid_params", "unknown_command", "too_large", "
 
 
 def _waits(body: bytes) -> bool:
-    """A well-formed `render` waits for a renderer (the seed wire has no deadline): no reply expected."""
+    """A well-formed `render` or `bulk` waits for a renderer (the seed wire has no deadline): no reply expected."""
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
         return False
-    return isinstance(parsed, dict) and parsed.get("command") in ("render", "queuemaster online")
+    return isinstance(parsed, dict) and parsed.get("command") in ("render", "bulk", "queuemaster online")
 
 
 def osm_queue_counts(vhost: str) -> tuple[int, int]:

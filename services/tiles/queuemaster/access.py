@@ -18,6 +18,7 @@ from qbroker import RequestFailed
 from services.error_messages import MESSAGES
 
 RENDERER_COMMANDS = frozenset({"register", "rendered", "unregister"})
+BULK_COMMANDS = frozenset({"bulk", "cancel"})
 
 
 def _users(raw: str | None) -> frozenset[str] | None:
@@ -38,12 +39,13 @@ class Forbidden(RequestFailed):
 class AccessPolicy:
     renderers: frozenset[str] | None = None  # accounts whose threads may register/report/unregister
     expirers: frozenset[str] | None = None  # accounts that may send `expire` (None: anyone who may call)
+    bulk: frozenset[str] | None = None  # accounts that may pre-render (`bulk`, `cancel`; None: anyone)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> AccessPolicy:
         env = os.environ if environ is None else environ
         return cls(renderers=_users(env.get("TOPOSM_RENDERER_USERS")),
-                   expirers=_users(env.get("TOPOSM_EXPIRE_USERS")))
+                   expirers=_users(env.get("TOPOSM_EXPIRE_USERS")), bulk=_users(env.get("TOPOSM_BULK_USERS")))
 
     @property
     def strict(self) -> bool:
@@ -55,6 +57,8 @@ class AccessPolicy:
             raise Forbidden(f"{command!r} is for renderer accounts; {_who(user)} is not one")
         if command == "expire" and self.expirers is not None and user not in self.expirers:
             raise Forbidden(f"{_who(user)} may not expire tiles")
+        if command in BULK_COMMANDS and self.bulk is not None and user not in self.bulk:
+            raise Forbidden(f"{_who(user)} may not pre-render tiles")
 
 
 def _who(user: str | None) -> str:

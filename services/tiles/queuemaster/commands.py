@@ -18,6 +18,8 @@ from qbroker import InvalidParams, UnknownCommand
 
 from ..expiry_wires import expiry_text
 from ..messages import (
+    BulkRenderRequest,
+    CancelBulkRequest,
     ExpireRequest,
     Message,
     RegisterRequest,
@@ -26,6 +28,7 @@ from ..messages import (
     StatsRequest,
     UnregisterRequest,
 )
+from .bulk import bulk_render, cancel_bulk
 from .state_machine import Queuemaster
 
 log = structlog.get_logger("toposm.queuemaster")
@@ -69,6 +72,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
     Command("expire", ExpireRequest,
             lambda qm, req, reply_to, user: {"command": "expired", **qm.expire(req.text, strict=True)}),
     Command("stats", StatsRequest, lambda qm, req, reply_to, user: qm.describe()),
+    Command("bulk", BulkRenderRequest, lambda qm, req, reply_to, user: bulk_render(qm, req), long_running=True),
+    Command("cancel", CancelBulkRequest, lambda qm, req, reply_to, user: cancel_bulk(qm, req)),
 )}
 
 

@@ -12,6 +12,7 @@ from services.metrics_port import add_metrics_options, check_metrics_options
 
 from ..tilemath import ZoomRange
 from .access import AccessPolicy
+from .buckets import BucketLimits
 from .service import APP, QueuemasterService
 from .state_machine import Queuemaster, QueuemasterSettings
 
@@ -42,20 +43,29 @@ def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
                    "register, report and unregister threads, each only its own. Empty: no checks (development)")
     p.add_argument("--expire-users", default=",".join(sorted(env.expirers or ())),
                    help="accounts that may send `expire` (env TOPOSM_EXPIRE_USERS); empty: anyone who may call")
+    p.add_argument("--bulk-users", default=",".join(sorted(env.bulk or ())),
+                   help="accounts that may pre-render with toposm-render-list (`bulk`, `cancel`; env "
+                   "TOPOSM_BULK_USERS); empty: anyone who may call")
+    p.add_argument("--max-background-threads", type=int, default=None, metavar="N",
+                   help="render threads that may render background work (expired and bulk) at once, like "
+                   "Tirex's bucket maxproc; the others wait for on-demand requests (default: no limit)")
+    p.add_argument("--max-bulk-threads", type=int, default=None, metavar="N",
+                   help="render threads that may pre-render (toposm-render-list) at once (default: no limit)")
     add_metrics_options(p)
     a = p.parse_args(argv)
     check_metrics_options(p, a)
     try:
         zooms = ZoomRange(a.min_zoom, a.max_zoom)
+        buckets = BucketLimits(background=a.max_background_threads, bulk=a.max_bulk_threads)
     except ValueError as exc:
         p.error(str(exc))
     return QueuemasterSettings(
         tile_root=a.tile_root, state_file=a.state_file, zooms=zooms, render_log=a.render_log,
         render_missing_expired=a.render_missing_expired, propagate_to_zoom=a.propagate_to_zoom, seed=a.seed,
         ping_interval=a.ping_interval, ping_misses=a.ping_misses, metrics_port=a.metrics_port,
-        metrics_host=a.metrics_host,
+        metrics_host=a.metrics_host, buckets=buckets,
         access=AccessPolicy.from_env({"TOPOSM_RENDERER_USERS": a.renderer_users,
-                                      "TOPOSM_EXPIRE_USERS": a.expire_users}),
+                                      "TOPOSM_EXPIRE_USERS": a.expire_users, "TOPOSM_BULK_USERS": a.bulk_users}),
     )
 
 

@@ -1,6 +1,6 @@
 """The queuemaster's Prometheus metrics (``toposm-queuemaster --metrics-port``).
 
-Queue depth by kind and zoom, metatiles rendering, waiting render requests, render threads by state and the
+Queue depth by kind and zoom, metatiles rendering by kind, waiting render requests, render threads by state and the
 finished renders come from the state machine, copied on the event loop once a second (``refresh``); the
 dispatch latency (a render thread accepting a ``render``) is observed where it is measured. Labels are
 bounded: kinds and states are fixed words, zooms the tile scheme's 0-30 (``all`` for the kinds that are not
@@ -15,6 +15,8 @@ from .state_machine import Queuemaster
 
 DISPATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 THREAD_STATES = ("idle", "rendering", "dispatching")
+# The queue classes as the metrics name them: a background metatile is an expired one.
+KINDS = {"missing": "missing", "important": "important", "background": "expired", "bulk": "bulk"}
 RENDER_OUTCOMES = ("rendered", "failed")
 
 
@@ -22,9 +24,10 @@ class QueuemasterMetrics:
     def __init__(self, qm: Queuemaster, registry: CollectorRegistry) -> None:
         self.qm = qm
         self.depth = Gauge("toposm_queuemaster_queue_depth",
-                           "Metatiles queued: missing and important (zoom all), expired by zoom",
+                           "Metatiles queued: missing, important and bulk (zoom all), expired by zoom",
                            ["kind", "zoom"], registry=registry)
-        self.rendering = Gauge("toposm_queuemaster_rendering", "Metatiles being rendered", registry=registry)
+        self.rendering = Gauge("toposm_queuemaster_rendering", "Metatiles being rendered, by the kind they were "
+                               "queued as", ["kind"], registry=registry)
         self.waiters = Gauge("toposm_queuemaster_waiters", "Render requests waiting for their metatile",
                              registry=registry)
         self.threads = Gauge("toposm_queuemaster_render_threads", "Registered render threads by state", ["state"],
@@ -43,11 +46,14 @@ class QueuemasterMetrics:
         queue = self.qm.queue
         self.depth.labels("missing", "all").set(queue.missing)
         self.depth.labels("important", "all").set(queue.important)
+        self.depth.labels("bulk", "all").set(queue.bulk)
         by_zoom = {str(z): n for z, n in queue.background_by_zoom().items()}
         for zoom in self._zooms | set(by_zoom):  # a zoom whose queue emptied reads 0, not its last value
             self.depth.labels("expired", zoom).set(by_zoom.get(zoom, 0))
         self._zooms |= set(by_zoom)
-        self.rendering.set(queue.in_flight_count())
+        flying = queue.in_flight_by_class()
+        for cls, kind in KINDS.items():
+            self.rendering.labels(kind).set(flying[cls])
         self.waiters.set(self.qm.waiting)
         states = dict.fromkeys(THREAD_STATES, 0)
         for thread in self.qm.threads:

@@ -25,6 +25,7 @@ from ..tilemath import Metatile
 # src: which queue a row is in: a background row's zoom (0-30), or one of these.
 SRC_MISSING = -1
 SRC_IMPORTANT = -2
+SRC_BULK = -3  # toposm-render-list's pre-rendering, below every other queue
 # state
 QUEUED, RENDERING, RENDERING_DIRTY = 0, 1, 2  # dirty: expired again while rendering: render once more
 
@@ -160,6 +161,13 @@ class QueueStore:
                                  (src,)).fetchone()
         return None if found is None else int(found[0])
 
+    def queued_in(self, keys: list[int], src: int) -> list[int]:
+        """Which of ``keys`` are queued (not in flight) in ``src``, in ``keys``' order."""
+        rows = self._db.execute("SELECT key FROM queue WHERE src = ? AND state = 0 AND key IN "
+                                "(SELECT value FROM json_each(?))", (src, json.dumps(keys)))
+        found = {key for (key,) in rows}
+        return [key for key in keys if key in found]
+
     def queued_keys(self) -> list[int]:
         return [key for (key,) in self._db.execute("SELECT key FROM queue WHERE state = 0 ORDER BY seq")]
 
@@ -195,3 +203,7 @@ class QueueStore:
     def delete(self, key: int) -> None:
         self._writing()
         self._db.execute("DELETE FROM queue WHERE key = ?", (key,))
+
+    def delete_many(self, keys: list[int]) -> None:
+        self._writing()
+        self._db.execute("DELETE FROM queue WHERE key IN (SELECT value FROM json_each(?))", (json.dumps(keys),))

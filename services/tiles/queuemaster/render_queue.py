@@ -2,8 +2,8 @@
 
 Each metatile is queued at most once (duplicates merge). Its class decides the queue: ``missing``
 (requested, never rendered), ``important`` (requested while stale, or raised), ``background`` (expired;
-one queue per zoom). Within a queue, metatiles go first in, first out; a metatile put back after its
-renderer died goes to the front.
+one queue per zoom), ``bulk`` (pre-rendering an area, ``toposm-render-list``; below all others). Within a
+queue, metatiles go first in, first out; a metatile put back after its renderer died goes to the front.
 
 The queue lives in its SQLite store (``queue_store``): a pick is one descent of the ``(src, seq)`` index,
 O(log n), and raising a metatile moves its row, so nothing stale is left to skip. In memory there are only
@@ -21,22 +21,32 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Literal
 
-from ..strategy import IMPORTANT, MISSING
+from ..strategy import BULK, IMPORTANT, MISSING
 from ..tilemath import Metatile
-from .queue_store import QUEUED, RENDERING, RENDERING_DIRTY, SRC_IMPORTANT, SRC_MISSING, QueueStore, pack, unpack
+from .queue_store import (
+    QUEUED,
+    RENDERING,
+    RENDERING_DIRTY,
+    SRC_BULK,
+    SRC_IMPORTANT,
+    SRC_MISSING,
+    QueueStore,
+    pack,
+    unpack,
+)
 
-QueueClass = Literal["missing", "important", "background"]
-CLASS_RANK: dict[str, int] = {"missing": 0, "important": 1, "background": 2}
-Source = str | int  # MISSING, IMPORTANT, or a zoom (background queue)
+QueueClass = Literal["missing", "important", "background", "bulk"]
+CLASS_RANK: dict[str, int] = {"missing": 0, "important": 1, "background": 2, "bulk": 3}
+Source = str | int  # MISSING, IMPORTANT, BULK, or a zoom (background queue)
 AddOutcome = Literal["queued", "raised", "merged", "rendering", "marked_dirty"]
-_NAMED_SRC = {MISSING: SRC_MISSING, IMPORTANT: SRC_IMPORTANT}
-_SRC_CLASS = {SRC_MISSING: "missing", SRC_IMPORTANT: "important"}
+_NAMED_SRC = {MISSING: SRC_MISSING, IMPORTANT: SRC_IMPORTANT, BULK: SRC_BULK}
+_SRC_CLASS = {SRC_MISSING: "missing", SRC_IMPORTANT: "important", SRC_BULK: "bulk"}
 
 
 def _src(cls: str, metatile: Metatile) -> int:
     if cls == "background":
         return metatile.z
-    return SRC_MISSING if cls == "missing" else SRC_IMPORTANT
+    return _NAMED_SRC[cls]
 
 
 def _class_of(src: int) -> str:
@@ -82,6 +92,10 @@ class RenderQueue:
     def important(self) -> int:
         return self._lengths[SRC_IMPORTANT]
 
+    @property
+    def bulk(self) -> int:
+        return self._lengths[SRC_BULK]
+
     def background_by_zoom(self) -> dict[int, int]:
         return {s: n for s, n in self._lengths.items() if s >= 0 and n > 0}
 
@@ -93,6 +107,10 @@ class RenderQueue:
 
     def in_flight_count(self) -> int:
         return len(self._rendering)
+
+    def in_flight_by_class(self) -> Counter[str]:
+        """Metatiles in flight by the class they were queued in (one per render thread: a short loop)."""
+        return Counter(_class_of(src) for src, _dirty in self._rendering.values())
 
     def queued(self) -> Iterator[Metatile]:
         """Every queued metatile, in seq order (tests and tools; reads the whole table)."""
@@ -165,18 +183,39 @@ class RenderQueue:
                 group.append(key)
         with self._store.batch():
             for zoom, zoom_keys in by_zoom.items():
-                # A row that is there already is queued (in-flight ones were sorted out above), and
-                # background is the lowest class: it stays as it is ("merged"). The seq it was offered
-                # is simply never used.
+                # A row that is there already is queued (in-flight ones were sorted out above); one queued
+                # for bulk pre-rendering moves up to background, any other stays as it is ("merged"). The
+                # seq it was offered is simply never used.
                 first = next(self._back)
                 self._back = itertools.count(first + len(zoom_keys))
+                raised = self._raise_bulk(zoom_keys, zoom, first) if self._lengths[SRC_BULK] else 0
                 queued = self._store.insert_new(zoom_keys, zoom, first)
                 self._lengths[zoom] += queued
                 outcome["queued"] += queued
-                outcome["merged"] += len(zoom_keys) - queued
+                outcome["merged"] += len(zoom_keys) - queued - raised
+                if raised:
+                    outcome["raised"] += raised
             if dirty:
                 self._store.set_states(dirty, RENDERING_DIRTY)
         return outcome
+
+    def _raise_bulk(self, keys: list[int], zoom: int, first_seq: int) -> int:
+        """Move the ``keys`` queued for bulk pre-rendering to the background queue of ``zoom``."""
+        found = self._store.queued_in(keys, SRC_BULK)
+        if found:
+            self._store.put_many((key, zoom, first_seq + i, QUEUED) for i, key in enumerate(found))
+            self._lengths[SRC_BULK] -= len(found)
+            self._lengths[zoom] += len(found)
+        return len(found)
+
+    def withdraw_bulk(self, metatiles: list[Metatile]) -> list[Metatile]:
+        """Take the metatiles that are queued for bulk pre-rendering out of the queue (a stopped
+        ``toposm-render-list``); anything raised since (requested, expired) or in flight stays."""
+        found = self._store.queued_in([pack(m) for m in metatiles], SRC_BULK)
+        if found:
+            self._store.delete_many(found)
+            self._lengths[SRC_BULK] -= len(found)
+        return [unpack(key) for key in found]
 
     def pop(self, source: Source) -> Metatile | None:
         """Take the first metatile of a queue and mark it in flight."""

@@ -50,6 +50,12 @@ class RenderWaiters:
             else:
                 future.set_exception(errored("render_failed", f"metatile {m}: {reason}"))
 
+    def cancel(self, m: Metatile) -> None:
+        """The metatile was withdrawn from the queue before it rendered (a stopped bulk pre-render)."""
+        for future in self.by_metatile.pop(m, []):
+            if not future.done():
+                future.set_exception(errored("bulk_cancelled", f"metatile {m}"))
+
     def fail_all(self) -> None:
         for futures in self.by_metatile.values():
             for future in futures:

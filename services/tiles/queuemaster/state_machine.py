@@ -28,6 +28,7 @@ from ..strategy import choose_for_mix, parse_strategy
 from ..tile_store import TileStore
 from ..tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile
 from .access import AccessPolicy, Forbidden
+from .buckets import BucketLimits
 from .expiry_keys import ancestor_keys, expiry_keys
 from .group_commit import GroupCommit
 from .queue_store import QueueStore
@@ -63,6 +64,7 @@ class QueuemasterSettings:
     ping_misses: int = 3  # consecutive unanswered pings (timeouts) before a thread counts as dead
     dispatch_timeout: float = 5.0
     access: AccessPolicy = AccessPolicy()  # who may send renderer commands (checked against user_id)
+    buckets: BucketLimits = BucketLimits()  # render threads background and bulk work may take at once
     metrics_port: int | None = None  # --metrics-port (services/metrics_port.py); None: no metrics server
     metrics_host: str = "127.0.0.1"
 
@@ -182,19 +184,23 @@ class Queuemaster:
                 self.stats.count("requested_fresh")
                 return answer
             self.queue.add(m, "missing")
-        elif state == "background":
+        elif state in ("background", "bulk"):
             self.queue.add(m, "missing" if not self.tiles.metatile_exists(m) else "important")
+        return {**answer, **await self.wait_for(m, deadline)}
+
+    async def wait_for(self, m: Metatile, deadline: float | None) -> dict[str, Any]:
+        """Wait until the metatile's next render is reported (``render_failed``, ``render_timeout`` at the
+        deadline, ``busy`` at ``MAX_WAITERS``)."""
         if self.waiting >= MAX_WAITERS:
             self.stats.count("requests_refused_busy")
             raise errored("busy", f"{self.waiting} render requests are waiting already")
         future = self.render_waiters.add(m)
         self.work_available.set()
         try:
-            result = await self.render_waiters.wait(m, future, deadline)
+            return await self.render_waiters.wait(m, future, deadline)
         except TimeoutError:
             self.stats.count("requests_past_deadline")
             raise errored("render_timeout", f"metatile {m}") from None
-        return {**answer, **result}
 
     # -- render threads ---------------------------------------------------------------------------------
 
@@ -340,8 +346,8 @@ class Queuemaster:
 
     def _assign_one(self, thread: RenderThread) -> Metatile | None:
         """Pick a metatile for an idle thread by its strategy and mark it in flight there."""
-        source = choose_for_mix(thread.strategy, self.queue.missing, self.queue.important,
-                                self.queue.background_by_zoom(), self.rng)
+        by_zoom, bulk = self.settings.buckets.open_queues(self.queue)
+        source = choose_for_mix(thread.strategy, self.queue.missing, self.queue.important, by_zoom, self.rng, bulk)
         if source is None:
             return None
         m = self.queue.pop(source)
@@ -368,9 +374,12 @@ class Queuemaster:
                 "missing": self.queue.missing,
                 "important": self.queue.important,
                 "by_zoom": {str(z): n for z, n in sorted(by_zoom.items())},
+                "bulk": self.queue.bulk,
                 "total": self.queue.queued_count(),
                 "rendering": len(self.queue.in_flight()),
+                "rendering_by_class": dict(self.queue.in_flight_by_class()),
             },
+            "thread_limits": self.settings.buckets.describe(),
             "renderers": [t.describe() for t in self.threads],
             "waiting_requests": self.render_waiters.count(),
             "zoom_range": [self.zooms.min_zoom, self.zooms.max_zoom],

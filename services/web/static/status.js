@@ -99,6 +99,7 @@ function render(s) {
   setText("queue-missing", q.missing);
   setText("queue-important", q.important);
   setText("queue-expired", q.expired);
+  setText("queue-bulk", q.bulk);
   setText("queue-rendering", q.rendering);
   const qm = s.queuemaster;
   const state = document.getElementById("qm-state");

@@ -1,0 +1,39 @@
+"""Bulk pre-rendering (``toposm-render-list``): the ``bulk`` and ``cancel`` commands.
+
+renderd's ``render_list`` sends each metatile of an area as a bulk request and waits for its answer, with a
+few requests in flight; so does ``toposm-render-list``. A ``bulk`` request queues its metatile in the bulk
+class (below every other, ``render_queue``), or ``background`` when asked, and is answered when the metatile
+is rendered, like ``render``; a stopped render-list withdraws what it queued and is still waiting
+(``cancel``), so stopping it stops its work. A request or an expiry raises a bulk-queued metatile as it does
+any other, and a raised one is never withdrawn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..messages import BulkRenderRequest, CancelBulkRequest
+from ..tilemath import parse_metatile
+from .state_machine import Queuemaster, request_deadline
+
+
+async def bulk_render(qm: Queuemaster, req: BulkRenderRequest) -> dict[str, Any]:
+    """Queue the metatile (unless ``missing_only`` and it was rendered before) and answer once it is
+    rendered: ``{"command": "rendered", "metatile", "skipped"}``."""
+    m = qm.metatile(req.metatile)
+    qm.stats.count("bulk_requested")
+    answer = {"command": "rendered", "metatile": str(m), "skipped": False}
+    if req.missing_only and qm.tiles.metatile_exists(m):
+        qm.stats.count("bulk_skipped")
+        return {**answer, "skipped": True}
+    if qm.queue.state_of(m) != "rendering":  # a render in flight answers this request too
+        qm.queue.add(m, req.priority)  # merges with what is queued already, never lowers it
+    return {**answer, **await qm.wait_for(m, request_deadline.get())}
+
+
+def cancel_bulk(qm: Queuemaster, req: CancelBulkRequest) -> dict[str, Any]:
+    withdrawn = qm.queue.withdraw_bulk([parse_metatile(text) for text in req.metatiles])
+    for m in withdrawn:
+        qm.render_waiters.cancel(m)
+    qm.stats.count("bulk_withdrawn", len(withdrawn))
+    return {"command": "cancelled", "metatiles": len(req.metatiles), "withdrawn": len(withdrawn)}

@@ -1,0 +1,181 @@
+"""``toposm-render-list``: pre-render every metatile of an area at bulk priority (broker from QBROKER_URL).
+
+renderd's render_list and Tirex's tirex-batch for the TopOSM queuemaster: each metatile of the box at each
+zoom is asked for as a ``bulk`` request, a window of them at a time, below every on-demand request and
+expiry (the queuemaster's ``--max-bulk-threads`` caps the render threads it takes). Ctrl-C or SIGTERM stops
+it within --drain-timeout, withdrawing what it queued; with --resume FILE a later run continues where it
+stopped. Exit status: 0 done, 1 done with failed renders, 3 stopped before the end (resumable), 4 refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qbroker import QBrokerError, Unit
+from qbroker.log import configure_logging
+from qbroker.runner import run, serve_async
+
+from .area import AreaError, AreaPlan, BBox, parse_zooms
+from .job import JobSettings, RenderListJob
+from .progress import ProgressView
+from .resume import Progress, ResumeError, load, save
+
+APP = "toposm.render_list"
+SAVE_EVERY = 1.0  # seconds between writes of the resume file while running
+EXIT_DONE, EXIT_FAILURES, EXIT_STOPPED, EXIT_REFUSED = 0, 1, 3, 4
+
+
+@dataclass(frozen=True)
+class Options:
+    plan: AreaPlan
+    job: JobSettings
+    resume: Path | None
+    json: bool
+    dry_run: bool
+
+
+def parse_args(argv: list[str] | None = None) -> Options:
+    p = argparse.ArgumentParser(prog="toposm-render-list", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--bbox", required=True, metavar="W,S,E,N", help="the area, in degrees (WGS84 lon/lat)")
+    p.add_argument("--zooms", required=True, metavar="ZMIN-ZMAX", help="zoom levels, e.g. 10-16 (or one: 14)")
+    p.add_argument("--missing-only", action="store_true",
+                   help="render only metatiles never rendered before (default: every metatile of the area)")
+    p.add_argument("--priority", choices=("bulk", "background"), default="bulk",
+                   help="bulk (default): below everything else; background: like expired tiles")
+    p.add_argument("--window", type=int, default=32,
+                   help="requests in flight at once (more than the render threads that may pre-render)")
+    p.add_argument("--resume", type=Path, metavar="FILE",
+                   help="keep progress in FILE; a run with the same FILE and area continues where it stopped")
+    p.add_argument("--request-timeout", type=float, default=600.0,
+                   help="seconds one request waits; a metatile still queued then is asked for again")
+    p.add_argument("--drain-timeout", type=float, default=10.0,
+                   help="on SIGINT/SIGTERM, seconds to wait for the renders already running")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument("--dry-run", action="store_true", help="count the metatiles per zoom and exit (no broker)")
+    a = p.parse_args(argv)
+    try:
+        plan = AreaPlan(BBox.parse(a.bbox), parse_zooms(a.zooms))
+    except AreaError as exc:
+        p.error(str(exc))
+    if a.window < 1:
+        p.error("--window must be at least 1")
+    if a.request_timeout <= 0 or a.drain_timeout < 0:
+        p.error("--request-timeout must be positive and --drain-timeout not negative")
+    return Options(plan, JobSettings(missing_only=a.missing_only, priority=a.priority, window=a.window,
+                                     request_timeout=a.request_timeout, drain_timeout=a.drain_timeout),
+                   a.resume, a.json, a.dry_run)
+
+
+class RenderListService:
+    """The job on a unit, in the runner's shape: it ends the process (``done``) when the job ends."""
+
+    def __init__(self, unit: Unit, options: Options, progress: Progress, done: asyncio.Event) -> None:
+        self.options = options
+        self.job = RenderListJob(unit, options.plan, progress, options.job, changed=self._changed)
+        self.view = ProgressView(self.job)
+        self.done = done
+        self._task: asyncio.Task[None] | None = None
+        self._saved = 0.0
+
+    async def start(self) -> None:
+        self.view.start()
+        self._task = asyncio.create_task(self.job.run())
+        self._task.add_done_callback(lambda _: self.done.set())
+
+    async def stop(self) -> None:
+        await self.job.stop()
+        if self._task is not None:
+            await asyncio.wait({self._task})
+        self.view.close()
+        self._save()
+
+    def _changed(self) -> None:
+        self.view.update()
+        if time.monotonic() - self._saved >= SAVE_EVERY:
+            self._save()
+
+    def _save(self) -> None:
+        self._saved = time.monotonic()
+        if self.options.resume is not None:
+            try:
+                save(self.options.resume, self.job.progress)
+            except OSError as exc:
+                self.job.waiting = f"cannot write {self.options.resume}: {exc}"
+
+
+def report(options: Options, progress: Progress, seconds: float, fatal: str | None) -> dict[str, Any]:
+    plan = options.plan
+    per_zoom = plan.per_zoom()
+    return {"bbox": plan.bbox.as_list(), "zooms": [plan.zooms.min_zoom, plan.zooms.max_zoom],
+            "metatiles": plan.count, "settled": progress.settled, "remaining": plan.count - progress.settled,
+            "complete": progress.complete, **progress.counts(),
+            "by_zoom": {str(z): {"metatiles": n, **progress.by_zoom.get(str(z), {})} for z, n in per_zoom.items()},
+            "failures": progress.failures[:20], "seconds": round(seconds, 3),
+            "resume": str(options.resume) if options.resume else None, "refused": fatal}
+
+
+def _print_report(result: dict[str, Any]) -> None:
+    state = "done" if result["complete"] else "stopped"
+    lines = [f"toposm-render-list {state}: {result['settled']:,} of {result['metatiles']:,} metatiles in "
+             f"{result['seconds']:.1f} s (rendered {result['rendered']:,}, skipped {result['skipped']:,}, "
+             f"failed {result['failed']:,})"]
+    for zoom, row in result["by_zoom"].items():
+        lines.append(f"  z{zoom}: {row['metatiles']:,} metatiles, rendered {row.get('rendered', 0):,}, "
+                     f"skipped {row.get('skipped', 0):,}, failed {row.get('failed', 0):,}")
+    lines += [f"  failed: {f['metatile']} {f['reason']}" for f in result["failures"][:5]]
+    if result["refused"]:
+        lines.append(f"  refused: {result['refused']}")
+    elif not result["complete"]:
+        lines.append(f"  run again with --resume {result['resume']} to continue" if result["resume"]
+                     else "  (no --resume FILE: a new run starts from the beginning)")
+    print("\n".join(lines), file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = parse_args(argv)
+    if options.dry_run:
+        counts = options.plan.per_zoom()
+        print(json.dumps({"metatiles": options.plan.count, "by_zoom": {str(z): n for z, n in counts.items()}}))
+        return
+    try:
+        progress = load(options.resume, options.plan) if options.resume else Progress.new(options.plan)
+    except ResumeError as exc:
+        raise SystemExit(f"toposm-render-list: {exc}") from None
+    configure_logging(os.environ.get("QBROKER_LOG_LEVEL", "WARNING"))  # the progress bar is the output
+    started = time.monotonic()
+    services: list[RenderListService] = []
+
+    async def go() -> None:
+        done = asyncio.Event()
+        unit = Unit(APP)
+        services.append(RenderListService(unit, options, progress, done))
+        await serve_async(unit, services[0], stop=done, drain_timeout=1.0)
+
+    if not progress.complete:
+        try:
+            run(go())
+        except QBrokerError as exc:  # e.g. no broker reachable
+            raise SystemExit(f"toposm-render-list: {exc}") from None
+    fatal = services[0].job.fatal if services else None
+    result = report(options, progress, time.monotonic() - started, fatal)
+    _print_report(result)
+    if options.json:
+        print(json.dumps(result))
+    if fatal:
+        raise SystemExit(EXIT_REFUSED)
+    if not progress.complete:
+        raise SystemExit(EXIT_STOPPED)
+    raise SystemExit(EXIT_FAILURES if result["failed"] else EXIT_DONE)
+
+
+if __name__ == "__main__":
+    main()
