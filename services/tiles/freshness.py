@@ -68,6 +68,7 @@ class FreshnessStore:
             except FileNotFoundError:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 _touch(path, stamp)
+            self.tiles.mark_expired(metatile)  # a .meta store also tells mod_tile, its own way
             marked += 1
         return marked
 

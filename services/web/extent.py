@@ -4,7 +4,8 @@ The deepest zoom that has tiles says best where the map has been drawn (a render
 the demo's and an operator's renders go deepest where the data is). Its tiles' bounding box is answered as
 latitude/longitude bounds for Leaflet's ``fitBounds``. The scan is capped: on a large store the deepest zooms
 hold millions of tiles, so a zoom with more than ``MAX_SCANNED`` entries gives way to the one above it
-(a quarter as many tiles).
+(a quarter as many tiles). A ``.meta`` store (``--tile-store meta``) is read the same way, one file per
+metatile in mod_tile's hashed directories.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from services.tiles.metatile_file import xy_of_relpath
+from services.tiles.tile_store import TileStore
+from services.tiles.tilemath import METATILE_SIZE
+
 MAX_SCANNED = 20_000
+HASH_LEVELS = 5  # z/h4/h3/h2/h1/h0.meta
 
 
 def _numbers(path: Path, suffix: str = "") -> list[int]:
@@ -59,11 +65,43 @@ def _zoom_box(root: Path, zoom: int) -> tuple[int, int, int, int] | None:
     return min(xs_with), min(ys_min), max(xs_with), max(ys_max)
 
 
-def tile_root_extent(root: Path) -> dict[str, Any]:
+def _meta_zoom_box(root: Path, zoom: int) -> tuple[int, int, int, int] | None:
+    """``_zoom_box`` of a ``.meta`` store: the tiles of the metatiles whose files are there."""
+    corners: list[tuple[int, int]] = []
+    scanned = 0
+    pending: list[tuple[Path, tuple[str, ...]]] = [(root / str(zoom), ())]
+    while pending:
+        directory, parts = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        scanned += len(entries)
+        if scanned > MAX_SCANNED:
+            return None
+        for entry in entries:
+            if len(parts) < HASH_LEVELS - 1:
+                if entry.name.isdigit():
+                    pending.append((Path(entry.path), (*parts, entry.name)))
+            else:
+                xy = xy_of_relpath((*parts, entry.name))
+                if xy is not None:
+                    corners.append(xy)
+    if not corners:
+        return None
+    last = (1 << zoom) - 1
+    return (min(x for x, _ in corners), min(y for _, y in corners),
+            min(last, max(x for x, _ in corners) + METATILE_SIZE - 1),
+            min(last, max(y for _, y in corners) + METATILE_SIZE - 1))
+
+
+def tile_root_extent(store: TileStore) -> dict[str, Any]:
     """``{"zoom": z, "bounds": [[south, west], [north, east]]}`` of the tiles at the deepest zoom that has any
     (and is small enough to scan); ``{"zoom": None, "bounds": None}`` for an empty store."""
+    root = store.root
+    zoom_box = _meta_zoom_box if store.kind == "meta" else _zoom_box
     for zoom in sorted(_numbers(root), reverse=True):
-        box = _zoom_box(root, zoom) if zoom <= 30 else None
+        box = zoom_box(root, zoom) if zoom <= 30 else None
         if box is not None:
             x0, y0, x1, y1 = box
             return {"zoom": zoom, "bounds": [[_latitude(y1 + 1, zoom), _longitude(x0, zoom)],

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from qbroker.runner import serve
+from services.tiles.tile_store import add_tile_store_option
 from services.tiles.tilemath import ZoomRange
 
 from .cache_policy import add_cache_options, cache_policy_from
@@ -17,6 +18,7 @@ from .tiles import OnDemandLimits
 def parse_args(argv: list[str] | None = None) -> WebSettings:
     p = argparse.ArgumentParser(prog="toposm-web", description=__doc__)
     p.add_argument("--tile-root", type=Path, default=Path("tiles"), help="tile store root (<root>/z/x/y.png)")
+    add_tile_store_option(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8080, help="HTTP port (0: any free port)")
     p.add_argument("--render-log", type=Path, default=None,
@@ -46,12 +48,16 @@ def parse_args(argv: list[str] | None = None) -> WebSettings:
         p.error(str(exc))
     if not 0 <= a.port <= 65535:
         p.error("--port must be 0..65535")
+    if a.front == "nginx" and a.tile_store != "png":
+        p.error("--front nginx serves <root>/z/x/y.png files; a --tile-store meta root is served by toposm-web "
+                "alone, or by Apache's mod_tile")
     if a.front_workers < 0:
         p.error("--front-workers must not be negative")
     if (a.poll_interval <= 0 or a.render_timeout <= 0 or a.drain_timeout <= 0 or a.rerender_interval < 0
             or min(a.max_renders, a.max_renders_per_client, a.rerenders_per_minute) < 1):
         p.error("intervals, timeouts and limits must be positive")
-    return WebSettings(tile_root=a.tile_root, host=a.host, port=a.port, render_log=a.render_log, zooms=zooms,
+    return WebSettings(tile_root=a.tile_root, tile_store=a.tile_store, host=a.host, port=a.port,
+                       render_log=a.render_log, zooms=zooms,
                        poll_interval=a.poll_interval, cache=cache, drain_timeout=a.drain_timeout,
                        front=a.front, front_workers=a.front_workers,
                        limits=OnDemandLimits(per_client=a.max_renders_per_client, total=a.max_renders,

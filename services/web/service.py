@@ -15,7 +15,7 @@ from aiohttp import web
 
 from qbroker import Unit
 from qbroker.metrics import instrument
-from services.tiles.tile_store import TileStore
+from services.tiles.tile_store import open_tile_store
 from services.tiles.tilemath import ZoomRange
 
 from .app import WebApp
@@ -34,6 +34,7 @@ DRAIN_TIMEOUT = 2.0  # seconds from SIGTERM to exit, whatever is in flight
 @dataclass
 class WebSettings:
     tile_root: Path
+    tile_store: str = "png"  # png or meta (services/tiles/tile_store.py)
     host: str = "127.0.0.1"
     port: int = 8080  # 0: any free port (see WebService.url)
     render_log: Path | None = None
@@ -55,7 +56,8 @@ class WebService:
         instrument(unit, self.metrics.library)
         self.collector = Collector(unit, self.status, self.metrics, zooms=settings.zooms,
                                    poll_interval=settings.poll_interval, render_log=settings.render_log)
-        self.tiles = TileServer(TileStore(settings.tile_root), self.collector, self.status, settings.limits)
+        self.tiles = TileServer(open_tile_store(settings.tile_root, settings.tile_store), self.collector,
+                                self.status, settings.limits)
         self.collector.expired_listeners.append(self.tiles.expired)
         self.web = WebApp(self.status, self.metrics, self.tiles, settings.zooms, settings.cache,
                           behind_front=settings.front is not None)

@@ -10,6 +10,7 @@ from qbroker import Unit
 from qbroker.runner import serve
 from services.metrics_port import add_metrics_options, check_metrics_options
 
+from ..tile_store import add_tile_store_option
 from ..tilemath import ZoomRange
 from .access import AccessPolicy
 from .buckets import BucketLimits
@@ -23,6 +24,7 @@ DRAIN_TIMEOUT = 5.0
 def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
     p = argparse.ArgumentParser(prog="toposm-queuemaster", description=__doc__)
     p.add_argument("--tile-root", type=Path, default=Path("tiles"), help="tile store root (<root>/z/x/y.png)")
+    add_tile_store_option(p)
     p.add_argument("--state-file", type=Path, default=Path("toposm-queue.sqlite"),
                    help="SQLite file persisting the queue")
     p.add_argument("--min-zoom", type=int, default=0)
@@ -60,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
     except ValueError as exc:
         p.error(str(exc))
     return QueuemasterSettings(
-        tile_root=a.tile_root, state_file=a.state_file, zooms=zooms, render_log=a.render_log,
+        tile_root=a.tile_root, tile_store=a.tile_store, state_file=a.state_file, zooms=zooms, render_log=a.render_log,
         render_missing_expired=a.render_missing_expired, propagate_to_zoom=a.propagate_to_zoom, seed=a.seed,
         ping_interval=a.ping_interval, ping_misses=a.ping_misses, metrics_port=a.metrics_port,
         metrics_host=a.metrics_host, buckets=buckets,

@@ -25,7 +25,7 @@ from services.error_messages import errored, failed
 
 from ..messages import RegisterRequest, RenderedRequest, UnregisterRequest
 from ..strategy import choose_for_mix, parse_strategy
-from ..tile_store import TileStore
+from ..tile_store import open_tile_store
 from ..tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile
 from .access import AccessPolicy, Forbidden
 from .buckets import BucketLimits
@@ -53,6 +53,7 @@ request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 class QueuemasterSettings:
     tile_root: Path
     state_file: Path
+    tile_store: str = "png"  # png or meta (tile_store.py): how the renderers store what they render
     zooms: ZoomRange = ZoomRange(0, 18)
     render_log: Path | None = None
     # Expirations of never-rendered metatiles are ignored unless this is set (they render on request).
@@ -75,7 +76,7 @@ class Queuemaster:
         self.zooms = settings.zooms
         self.store = QueueStore(settings.state_file)
         self.queue = RenderQueue(self.store)
-        self.tiles = TileStore(settings.tile_root)
+        self.tiles = open_tile_store(settings.tile_root, settings.tile_store)
         self.render_log = RenderLog(settings.render_log)
         self.threads = RenderThreadRegistry()
         self.stats = QueuemasterStats()

@@ -12,6 +12,7 @@ from services.metrics_port import add_metrics_options, check_metrics_options
 from services.osmstore.style_layers import check_source
 
 from ..strategy import StrategyError, parse_strategy
+from ..tile_store import add_tile_store_option
 from .backends import BACKEND_NAMES
 from .process import APP, RendererProcess, RendererSettings, short_hostname
 
@@ -26,6 +27,7 @@ def parse_args(argv: list[str] | None = None) -> RendererSettings:
     p.add_argument("--store", default=None, metavar="DIR|DSN",
                    help="render real OSM data: a toposm-import store directory or a PostGIS DSN (mapnik backend)")
     p.add_argument("--tile-root", type=Path, default=Path("tiles"))
+    add_tile_store_option(p)
     p.add_argument("--hostname", default=short_hostname(), help="host word in toposm.render.<host>.<pid>.<i>")
     p.add_argument("--render-delay", type=float, default=0.0,
                    help="extra seconds per render (demos and tests that need a render in progress)")
@@ -57,7 +59,8 @@ def parse_args(argv: list[str] | None = None) -> RendererSettings:
         p.error(str(exc))
     if "." in a.hostname or "*" in a.hostname or "#" in a.hostname:
         p.error("--hostname must be one routing-key word (no '.', '*', '#')")
-    return RendererSettings(tile_root=a.tile_root, threads=a.threads, strategy=a.strategy, backend=backend,
+    return RendererSettings(tile_root=a.tile_root, tile_store=a.tile_store, threads=a.threads, strategy=a.strategy,
+                            backend=backend,
                             hostname=a.hostname, render_delay=a.render_delay,
                             drain_timeout=a.drain_timeout, operator_users=_users(a.operator_users) or frozenset(),
                             queuemaster_users=_users(a.queuemaster_users), metrics_port=a.metrics_port,

@@ -54,6 +54,7 @@ def short_hostname() -> str:
 @dataclass
 class RendererSettings:
     tile_root: Path
+    tile_store: str = "png"  # png or meta (tile_store.py)
     threads: int = 1
     strategy: str = "by_work_available"
     backend: str = "testpattern"
@@ -253,7 +254,7 @@ class RendererProcess:
         s = self.settings
         try:
             duration = await loop.run_in_executor(self._pool, render_metatile, s.backend, str(s.tile_root),
-                                                  metatile, s.render_delay)
+                                                  metatile, s.render_delay, s.tile_store)
             report: dict[str, Any] = {"status": "ok", "duration": round(duration, 4)}
         except BrokenProcessPool:
             self._pool = self._new_pool()  # a worker died (OOM, segfault in a backend): start afresh

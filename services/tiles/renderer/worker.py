@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from ..tile_store import TileStore
+from ..tile_store import open_tile_store
 from ..tilemath import parse_metatile
 from .backends import Backend, create_backend
 
@@ -30,8 +30,10 @@ def warm_up(backend_name: str) -> int:
     return os.getpid()
 
 
-def render_metatile(backend_name: str, tile_root: str, metatile_text: str, extra_delay: float = 0.0) -> float:
-    """Render and store one metatile; returns the render duration in seconds. Raises on failure.
+def render_metatile(backend_name: str, tile_root: str, metatile_text: str, extra_delay: float = 0.0,
+                    tile_store: str = "png") -> float:
+    """Render and store one metatile (``tile_store``: png or meta); returns the render duration in seconds.
+    Raises on failure.
 
     ``extra_delay`` stretches a render to simulate slow, real-world rendering (tests and demos use it to
     catch a renderer mid-render); it is 0 in production.
@@ -41,5 +43,5 @@ def render_metatile(backend_name: str, tile_root: str, metatile_text: str, extra
     tiles = _backend(backend_name).render(metatile)
     if extra_delay > 0:
         time.sleep(extra_delay)
-    TileStore(tile_root).write(tiles)
+    open_tile_store(tile_root, tile_store).write(tiles)
     return time.perf_counter() - started
