@@ -6,6 +6,7 @@ from spark_helpers import eventually
 
 from services.metrics_port import MetricsServer
 from services.spark_bridge.service import SparkBridge
+from tests.grafana_dashboard import missing
 from tests.prometheus_text import scrape, value
 
 
@@ -34,5 +35,6 @@ async def test_bridge_metrics_after_an_expire_job(make_unit, spark, tmp_path, cl
         assert value(text, 'spark_bridge_job_seconds_count{kind="expire",state="succeeded"}') == 1
         assert value(text, 'spark_bridge_jobs{kind="stats",state="running"}') == 0
         assert 'qbroker_handled_total{endpoint="spark.expire"' in text
+        assert not missing(("spark_bridge_", "qbroker_"), text)  # what the Grafana dashboard asks of the bridge
     finally:
         await bridge.stop()
