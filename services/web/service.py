@@ -34,7 +34,6 @@ DRAIN_TIMEOUT = 2.0  # seconds from SIGTERM to exit, whatever is in flight
 @dataclass
 class WebSettings:
     tile_root: Path
-    tile_store: str = "png"  # png or meta (services/tiles/tile_store.py)
     host: str = "127.0.0.1"
     port: int = 8080  # 0: any free port (see WebService.url)
     render_log: Path | None = None
@@ -45,6 +44,7 @@ class WebSettings:
     cache: CachePolicy = field(default_factory=CachePolicy)
     front: str | None = None  # "nginx": nginx answers on the port, this server behind it (front.py)
     front_workers: int = 0  # nginx worker processes (0: one per core)
+    tile_store: str = "png"  # png or meta (services/tiles/tile_store.py)
 
 
 class WebService:

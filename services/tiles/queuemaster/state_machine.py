@@ -53,7 +53,6 @@ request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 class QueuemasterSettings:
     tile_root: Path
     state_file: Path
-    tile_store: str = "png"  # png or meta (tile_store.py): how the renderers store what they render
     zooms: ZoomRange = ZoomRange(0, 18)
     render_log: Path | None = None
     # Expirations of never-rendered metatiles are ignored unless this is set (they render on request).
@@ -68,6 +67,7 @@ class QueuemasterSettings:
     buckets: BucketLimits = BucketLimits()  # render threads background and bulk work may take at once
     metrics_port: int | None = None  # --metrics-port (services/metrics_port.py); None: no metrics server
     metrics_host: str = "127.0.0.1"
+    tile_store: str = "png"  # png or meta (tile_store.py): how the renderers store what they render
 
 
 class Queuemaster:

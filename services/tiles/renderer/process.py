@@ -54,7 +54,6 @@ def short_hostname() -> str:
 @dataclass
 class RendererSettings:
     tile_root: Path
-    tile_store: str = "png"  # png or meta (tile_store.py)
     threads: int = 1
     strategy: str = "by_work_available"
     backend: str = "testpattern"
@@ -69,6 +68,7 @@ class RendererSettings:
     operator_users: frozenset[str] = frozenset()
     metrics_port: int | None = None  # --metrics-port (services/metrics_port.py); None: no metrics server
     metrics_host: str = "127.0.0.1"
+    tile_store: str = "png"  # png or meta (tile_store.py)
 
 
 @dataclass(eq=False)
