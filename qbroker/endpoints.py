@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from qbroker.context import RequestContext
 from qbroker.errors import InvalidParams, UnknownCommand
@@ -15,14 +15,17 @@ from qbroker.middleware import ChainCache
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass
+@dataclass(frozen=True)
 class EndpointOptions:
-    prefetch: int = 64
-    exclusive: bool = False
-    single_active: bool = False
-    max_priority: int | None = None
-    timeout: float | None = None
-    retries: int = 0
+    """How an endpoint is served: the options ``Unit.rpc``, ``Unit.commands`` and ``Unit.add_rpc`` take (as
+    ``EndpointSettings`` keywords), with their defaults and checks written here once."""
+
+    prefetch: int = 64  # requests in hand at once (the queue's unacked limit for this consumer)
+    exclusive: bool = False  # only this connection consumes the queue; it goes with the connection
+    single_active: bool = False  # one active consumer among the servers, the others standing by
+    max_priority: int | None = None  # the queue's message priorities (x-max-priority)
+    timeout: float | None = None  # a request still running after this many seconds is answered `timeout`
+    retries: int = 0  # a failed request is tried again this many times (parked on the broker in between)
     # RabbitMQ consumer priority (x-priority): a higher one gets work first, a lower one only when
     # every higher consumer is at its prefetch limit (EventMQ worker weights, RQ consume PRIORITY).
     priority: int | None = None
@@ -30,6 +33,30 @@ class EndpointOptions:
     # This endpoint's own body limit (below the unit's max_body_bytes): a bigger request is answered
     # `too_large` before it is decoded. RabbitMQ has no per-queue message size limit to do it earlier.
     max_body_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.prefetch < 1:
+            raise ValueError("prefetch must be at least 1")
+        if self.retry_delay <= 0:
+            raise ValueError("retry_delay must be positive")
+        if self.max_body_bytes is not None and self.max_body_bytes < 1:
+            raise ValueError("max_body_bytes must be positive")
+
+
+class EndpointSettings(TypedDict, total=False):
+    """``EndpointOptions`` as keyword arguments (``**options: Unpack[EndpointSettings]``), so a type checker
+    checks every option a caller passes. Its keys are EndpointOptions' fields (tests/core checks they agree)."""
+
+    prefetch: int
+    exclusive: bool
+    single_active: bool
+    max_priority: int | None
+    timeout: float | None
+    retries: int
+    priority: int | None
+    retry_delay: float
+    max_body_bytes: int | None
+
 
 
 @dataclass

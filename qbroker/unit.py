@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, Unpack
 
 from aio_pika.abc import AbstractIncomingMessage
 
@@ -20,7 +20,7 @@ from qbroker.bus import Bus
 from qbroker.config import Config
 from qbroker.dead_letter import DeadLetterCollector
 from qbroker.discovery import PING, START, STOP, Announcer
-from qbroker.endpoints import CommandEndpoint, Endpoint, EndpointOptions
+from qbroker.endpoints import CommandEndpoint, Endpoint, EndpointOptions, EndpointSettings
 from qbroker.envelope import JSON, new_message_id
 from qbroker.errors import ConnectionLost, ErrorInfo, NotStarted
 from qbroker.exchanges import declare_unit_queue
@@ -81,17 +81,15 @@ class Unit:
         if self.state != "new":
             raise NotStarted(f"register {what} before start()")
 
-    def rpc(self, name: str, *, prefetch: int = 64, exclusive: bool = False, single_active: bool = False,
-            max_priority: int | None = None, timeout: float | None = None, retries: int = 0,
-            extra: Extra = "forbid", priority: int | None = None, retry_delay: float = 0.1,
-            max_body_bytes: int | None = None) -> Callable[[F], F]:
-        """Serve RPC requests named ``name`` with the decorated handler.
+    def rpc(self, name: str, *, extra: Extra = "forbid", **options: Unpack[EndpointSettings]) -> Callable[[F], F]:
+        """Serve RPC requests named ``name`` with the decorated handler; ``options`` are ``EndpointOptions``
+        (prefetch, priority, timeout, retries, max_body_bytes...), ``extra`` what to do with unknown fields.
 
         ``priority`` is this server's consumer priority among the servers of ``name``: higher ones get
         work first, lower ones (standbys, light machines) only when the higher ones are at ``prefetch``.
         ``max_body_bytes`` caps this endpoint's request bodies below the unit's limit."""
-        endpoint = self._add_endpoint(Endpoint, name, prefetch, exclusive, single_active, max_priority, timeout,
-                                      retries, priority, retry_delay=retry_delay, max_body_bytes=max_body_bytes)
+        self._check_new(f"endpoint {name!r}")
+        endpoint = self._add_endpoint(Endpoint, name, EndpointOptions(**options))
 
         def register(fn: F) -> F:
             endpoint.handler = Handler(fn, name, extra=extra, executor=self.sync_pool)
@@ -99,33 +97,17 @@ class Unit:
 
         return register
 
-    def commands(self, name: str, *, prefetch: int = 64, exclusive: bool = False, single_active: bool = False,
-                 max_priority: int | None = None, timeout: float | None = None, retries: int = 0,
-                 priority: int | None = None, retry_delay: float = 0.1,
-                 max_body_bytes: int | None = None) -> CommandEndpoint:
-        """A TopOSM-style endpoint dispatching on the body's ``command``; add commands with ``.command()``."""
-        endpoint = self._add_endpoint(CommandEndpoint, name, prefetch, exclusive, single_active, max_priority,
-                                      timeout, retries, priority, retry_delay=retry_delay,
-                                      max_body_bytes=max_body_bytes)
+    def commands(self, name: str, **options: Unpack[EndpointSettings]) -> CommandEndpoint:
+        """A TopOSM-style endpoint dispatching on the body's ``command``; add commands with ``.command()``.
+        ``options`` as ``rpc()``."""
+        self._check_new(f"endpoint {name!r}")
+        endpoint = self._add_endpoint(CommandEndpoint, name, EndpointOptions(**options))
         assert isinstance(endpoint, CommandEndpoint)
         return endpoint
 
-    def _add_endpoint(self, cls: type[Endpoint], name: str, prefetch: int, exclusive: bool,
-                      single_active: bool, max_priority: int | None, timeout: float | None,
-                      retries: int, priority: int | None = None, *, retry_delay: float = 0.1,
-                      at_run_time: bool = False, max_body_bytes: int | None = None) -> Endpoint:
-        if not at_run_time:
-            self._check_new(f"endpoint {name!r}")
+    def _add_endpoint(self, cls: type[Endpoint], name: str, options: EndpointOptions) -> Endpoint:
         if name in self.endpoints:
             raise ValueError(f"endpoint {name!r} is already registered")
-        if prefetch < 1:
-            raise ValueError("prefetch must be at least 1")
-        if retry_delay <= 0:
-            raise ValueError("retry_delay must be positive")
-        if max_body_bytes is not None and max_body_bytes < 1:
-            raise ValueError("max_body_bytes must be positive")
-        options = EndpointOptions(prefetch, exclusive, single_active, max_priority, timeout, retries, priority,
-                                  retry_delay, max_body_bytes)
         endpoint = cls(name=name, options=options, executor=self.sync_pool)
         self.endpoints[name] = endpoint
         self.listeners.append(broadcast_listener(endpoint))  # every server of a name hears its broadcasts
@@ -141,14 +123,11 @@ class Unit:
 
         return register
 
-    async def add_rpc(self, name: str, handler: Callable[..., Any], *, prefetch: int = 64, exclusive: bool = False,
-                      single_active: bool = False, max_priority: int | None = None, timeout: float | None = None,
-                      retries: int = 0, extra: Extra = "forbid", priority: int | None = None,
-                      retry_delay: float = 0.1) -> None:
+    async def add_rpc(self, name: str, handler: Callable[..., Any], *, extra: Extra = "forbid",
+                      **options: Unpack[EndpointSettings]) -> None:
         """Serve ``name`` from now on, on a running unit (RQ consume at run time); options as ``rpc()``."""
         self._check_started("add_rpc")
-        endpoint = self._add_endpoint(Endpoint, name, prefetch, exclusive, single_active, max_priority, timeout,
-                                      retries, priority, retry_delay=retry_delay, at_run_time=True)
+        endpoint = self._add_endpoint(Endpoint, name, EndpointOptions(**options))
         endpoint.handler = Handler(handler, name, extra=extra, executor=self.sync_pool)
         connection = self.connection
         if connection is not None and not connection.is_closed:  # else the next (re)connect consumes it

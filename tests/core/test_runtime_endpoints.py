@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import fields
 
 import pytest
 
-from qbroker import CallTimeout, NoServer, TimedOutInQueue
+from qbroker import CallTimeout, NoServer, RequestFailed, TimedOutInQueue
+from qbroker.endpoints import EndpointOptions, EndpointSettings
 from tests.conftest import MakeUnit
 
 HANG = 60.0
@@ -82,3 +84,25 @@ async def test_broadcast_reaches_every_server_of_a_name(make_unit: MakeUnit, tra
     # Bad input reaches each server and comes back as each one's fail reply, not an exception.
     replies = [r async for r in client.broadcast("test.census", {"x": 1}, timeout=HANG, max_replies=2)]
     assert [r.error.id for r in replies if r.error] == ["invalid_params", "invalid_params"]
+
+
+async def test_endpoint_options_are_the_same_for_every_way_to_serve(make_unit: MakeUnit, transport: str) -> None:
+    """``rpc``, ``commands`` and ``add_rpc`` take the one ``EndpointOptions`` (as ``EndpointSettings``
+    keywords): an option is written once, and one added at run time works as one registered up front."""
+    assert EndpointSettings.__annotations__.keys() == {f.name for f in fields(EndpointOptions)}
+    server = await make_unit("test.runtime")
+    with pytest.raises(ValueError, match="prefetch"):
+        server.commands("test.none", prefetch=0)
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+
+    async def small(text: str) -> int:
+        return len(text)
+
+    await server.add_rpc("test.small", small, max_body_bytes=1024)
+    assert server.endpoints["test.small"].options == EndpointOptions(max_body_bytes=1024)
+    with pytest.raises(RequestFailed, match="exceeds the limit of 1024") as info:
+        await client.call("test.small", {"text": "z" * 2048}, timeout=HANG)
+    assert info.value.id == "too_large"
+    assert await client.call("test.small", {"text": "ok"}, timeout=HANG) == 2
