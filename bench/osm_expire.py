@@ -39,6 +39,7 @@ from services.osmstore.importer import import_extract  # noqa: E402
 from services.spark_bridge.limits import BridgeLimits  # noqa: E402
 from services.spark_bridge.service import SparkBridge  # noqa: E402
 from services.spark_bridge.spark_session import build_session  # noqa: E402
+from services.tiles.contract import EXPIRE_TOPIC, SPARK_BRIDGE, SPARK_EXPIRE  # noqa: E402
 from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml  # noqa: E402
 
@@ -90,7 +91,7 @@ class TimedExpire:
         self._expected: int | None = None
         self._all_in = asyncio.Event()
 
-        @self.unit.on_alert("expire_toposm")
+        @self.unit.on_alert(EXPIRE_TOPIC)
         async def on_expire(body: str) -> None:
             self._arrivals.append(time.perf_counter())
             self._check()
@@ -106,7 +107,7 @@ class TimedExpire:
         self._expected = None
         self._all_in.clear()
         started = time.perf_counter()
-        reply: dict[str, Any] = await self.unit.call("spark.expire", {**params, "wait": True}, timeout=3600)
+        reply: dict[str, Any] = await self.unit.call(SPARK_EXPIRE, {**params, "wait": True}, timeout=3600)
         replied = time.perf_counter()
         self._expected = reply["result"]["published"]["messages"]
         self._check()
@@ -121,7 +122,7 @@ async def bench_expire(store: Path, work: Path, objects: int, runs: int, url: st
     spark = build_session("local[2]", "bench-osm-expire", {"spark.sql.shuffle.partitions": "4",
                                                             "spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
-    bridge_unit = Unit("spark.bridge", config=Config(url=url))
+    bridge_unit = Unit(SPARK_BRIDGE, config=Config(url=url))
     client = TimedExpire(url)
     live = work / "store"
     shutil.copytree(store, live)

@@ -37,6 +37,7 @@ from osm_scale_data import Scale, read_source, write_diff  # noqa: E402
 
 from qbroker import Config, Unit  # noqa: E402
 from services.osmstore.geometry import GeometryStore  # noqa: E402
+from services.tiles.contract import SPARK_BRIDGE  # noqa: E402
 from services.tiles.tilemath import Metatile  # noqa: E402
 from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 
@@ -83,7 +84,7 @@ async def time_diffs(stores: dict[int, Path], scales: dict[int, Scale], work: Pa
     spark = build_session("local[2]", "bench-osm-scale", {"spark.sql.shuffle.partitions": "4",
                                                           "spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
-    bridge_unit = Unit("spark.bridge", config=Config(url=url))
+    bridge_unit = Unit(SPARK_BRIDGE, config=Config(url=url))
     client = TimedExpire(url)
     bridge = SparkBridge(bridge_unit, spark, work / "state", max_jobs=1, input_roots=[work],
                          stores=list(stores.values()),

@@ -49,6 +49,7 @@ from bench.peers import measure  # noqa: E402
 from bench.peers_report import machine  # noqa: E402
 from bench.peers_rpc import CONTENDERS  # noqa: E402
 from bench.queuemaster_scale import bench_big_queue, bench_ingest  # noqa: E402
+from services.tiles.contract import EXPIRE_TOPIC, QUEUEMASTER, join_expiry_list, render_thread  # noqa: E402
 from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -78,7 +79,7 @@ async def wait_for(unit: Unit, check: Any, timeout: float = 300.0) -> dict[str, 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            s = await unit.call("toposm.queuemaster", {"command": "stats"}, timeout=5)
+            s = await unit.call(QUEUEMASTER, {"command": "stats"}, timeout=5)
             if check(s):
                 return s  # type: ignore[no-any-return]
         except Exception:  # noqa: S110 - not up yet
@@ -106,7 +107,7 @@ async def bench_dispatch(n_renderers: int, n_metatiles: int, workdir: Path) -> d
                   for i in range(n_renderers)]
         await wait_for(unit, lambda s: len(s["renderers"]) == n_renderers, 60)
         t0 = time.perf_counter()
-        await unit.call("toposm.queuemaster", {"command": "expire", "tiles": metatile_tiles(n_metatiles)})
+        await unit.call(QUEUEMASTER, {"command": "expire", "tiles": metatile_tiles(n_metatiles)})
         await wait_for(unit, lambda s: s["counters"]["rendered"] >= n_metatiles)
         elapsed = time.perf_counter() - t0
         return {"renderers": n_renderers, "metatiles": n_metatiles, "seconds": round(elapsed, 3),
@@ -144,7 +145,7 @@ def null_renderer(unit: Unit, threadid: int, acks: NullAcks | None = None, take_
     """A render thread that reports `rendered` immediately: measures the queuemaster, not rendering.
     Like toposm-renderer it asks for its next metatile in the answer (``take_next``; older queuemasters
     refuse the field)."""
-    name = f"toposm.render.bench.{os.getpid()}.{threadid}"
+    name = render_thread("bench", os.getpid(), threadid)
     endpoint = unit.commands(name, exclusive=True)
     tasks: set[asyncio.Task[Any]] = set()
 
@@ -153,7 +154,7 @@ def null_renderer(unit: Unit, threadid: int, acks: NullAcks | None = None, take_
             body: dict[str, Any] = {"command": "rendered", "metatile": metatile, "duration": 0.0}
             if take_next:
                 body["next"] = True
-            answer = await unit.call("toposm.queuemaster", body)
+            answer = await unit.call(QUEUEMASTER, body)
             if acks is not None:
                 acks.acked()
             metatile = answer.get("render")  # handed the next one in the answer: "render" it at once
@@ -182,11 +183,11 @@ async def bench_dispatch_null(n_threads: int, n_metatiles: int, workdir: Path) -
         await unit.start()
         await wait_for(unit, lambda s: True)
         for i in range(n_threads):
-            await unit.call("toposm.queuemaster", {"command": "register", "hostname": "bench",
+            await unit.call(QUEUEMASTER, {"command": "register", "hostname": "bench",
                                                    "pid": os.getpid(), "threadid": i, "strategy": "by_zoom"})
         t0 = time.perf_counter()
         done = acks.expect(n_metatiles)
-        await unit.call("toposm.queuemaster", {"command": "expire", "tiles": metatile_tiles(n_metatiles)})
+        await unit.call(QUEUEMASTER, {"command": "expire", "tiles": metatile_tiles(n_metatiles)})
         await asyncio.wait_for(done.wait(), 300)
         elapsed = time.perf_counter() - t0
         return {"null_render_threads": n_threads, "metatiles": n_metatiles, "seconds": round(elapsed, 3),
@@ -220,7 +221,7 @@ class NullDispatch:
         await self.unit.start()
         await wait_for(self.unit, lambda s: True)
         for i in range(self.n_threads):
-            await self.unit.call("toposm.queuemaster", {"command": "register", "hostname": "bench",
+            await self.unit.call(QUEUEMASTER, {"command": "register", "hostname": "bench",
                                                         "pid": os.getpid(), "threadid": i, "strategy": "by_zoom"})
         await self.round(100, 10**6)  # warm up
 
@@ -231,12 +232,12 @@ class NullDispatch:
         rabbit = rabbit_pids()
         t0, cpu0, own0, mq0 = time.perf_counter(), cpu_seconds(self.proc.pid), time.process_time(), \
             sum(cpu_seconds(p) for p in rabbit)
-        await self.unit.call("toposm.queuemaster", {"command": "expire", "tiles": metatile_tiles(n, first=first)})
+        await self.unit.call(QUEUEMASTER, {"command": "expire", "tiles": metatile_tiles(n, first=first)})
         await asyncio.wait_for(done.wait(), 300)
         elapsed = time.perf_counter() - t0
         cpu, own, mq = cpu_seconds(self.proc.pid), time.process_time(), sum(cpu_seconds(p) for p in rabbit)
         ms = 1000 / n
-        commits = (await self.unit.call("toposm.queuemaster", {"command": "stats"}))["counters"].get("group_commits")
+        commits = (await self.unit.call(QUEUEMASTER, {"command": "stats"}))["counters"].get("group_commits")
         per_metatile: float | None = None
         if commits is not None:  # older code does not count them
             per_metatile, self.commits = round((commits - self.commits) / n, 3), commits
@@ -337,13 +338,13 @@ async def bench_expiry(n_messages: int, per_message: int, workdir: Path,
                    workdir / "qm-exp.log")]
     unit = Unit("bench.expirer", config=Config(url=url))
     tiles = metatile_tiles(n_messages * per_message, zoom=16)
-    bodies = [";".join(tiles[i * per_message:(i + 1) * per_message]) for i in range(n_messages)]
+    bodies = [join_expiry_list(tiles[i * per_message:(i + 1) * per_message]) for i in range(n_messages)]
     try:
         await unit.start()
         await wait_for(unit, lambda s: True)
         t0, cpu0 = time.perf_counter(), cpu_seconds(procs[0].pid)
         for body in bodies:
-            await unit.alert("expire_toposm", body, content_type="text/plain")
+            await unit.alert(EXPIRE_TOPIC, body, content_type="text/plain")
         published = time.perf_counter() - t0
         total = n_messages * per_message
         s = await wait_for(unit, lambda s: s["counters"]["expired"] >= total)

@@ -24,6 +24,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from services.tiles.contract import join_expiry_list  # noqa: E402
 from services.tiles.queuemaster.queue_store import QueueStore  # noqa: E402
 from services.tiles.queuemaster.render_queue import RenderQueue  # noqa: E402
 from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings  # noqa: E402
@@ -43,7 +44,7 @@ def expiry_bodies(n_tiles: int, per_message: int, zoom: int = 16) -> list[str]:
     """Messages of distinct metatiles, as their top-left tiles (the Spark expiry convention)."""
     side = (1 << zoom) >> 3
     tiles = [f"{zoom}/{(i % side) * 8}/{(i // side) * 8}" for i in range(n_tiles)]
-    return [";".join(tiles[i:i + per_message]) for i in range(0, n_tiles, per_message)]
+    return [join_expiry_list(tiles[i:i + per_message]) for i in range(0, n_tiles, per_message)]
 
 
 def bench_ingest(n_tiles: int, workdir: Path, per_message: int = 1000) -> dict[str, Any]:

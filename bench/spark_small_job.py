@@ -56,6 +56,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     from services.spark_bridge.limits import BridgeLimits
     from services.spark_bridge.service import SparkBridge
     from services.spark_bridge.spark_session import build_session, job_tag
+    from services.tiles.contract import SPARK_BRIDGE
     from tests.broker import create_vhost, delete_vhost, url_for_vhost
     from tests.osmstore.osm_fixtures import read_extract
 
@@ -96,7 +97,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
         work.mkdir()
         live = work / "store"
         shutil.copytree(store, live)
-        bridge_unit = Unit("spark.bridge", config=Config(url=url))
+        bridge_unit = Unit(SPARK_BRIDGE, config=Config(url=url))
         client = TimedExpire(url)
         bridge = SparkBridge(bridge_unit, spark, work / "state", max_jobs=1, input_roots=[work], stores=[live],
                              limits=BridgeLimits())

@@ -32,11 +32,11 @@ from demo.osm_changes import DemoEdit, helsinki_edit, publish
 from demo.stack import free_port, start_stack, tile_at, write_overview
 from qbroker import QBrokerError, Unit
 from qbroker.log import configure_logging
+from services.tiles.contract import QUEUEMASTER, SPARK_JOB, SPARK_STATS
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Metatile
 
 BIN = Path(sys.executable).parent
-QM = "toposm.queuemaster"
 
 
 def step(text: str) -> None:
@@ -57,7 +57,7 @@ async def wait_until_answering(unit: Unit, name: str, body: dict[str, Any], with
 async def wait_queue_empty(unit: Unit, within: float = 300) -> dict[str, Any]:
     deadline = time.monotonic() + within
     while True:
-        stats: dict[str, Any] = await unit.call(QM, {"command": "stats"})
+        stats: dict[str, Any] = await unit.call(QUEUEMASTER, {"command": "stats"})
         if not stats["queues"]["total"] and not stats["queues"]["rendering"]:
             return stats
         if time.monotonic() > deadline:
@@ -122,11 +122,11 @@ async def run(workdir: Path, renderers: int, web_url: str, keep_running: bool, e
         print(f"  the edited street (Mikonkatu) on the map: {street_map}", flush=True)
         step("waiting for the queuemaster, the renderers and the Spark bridge")
         deadline = time.monotonic() + 120
-        while len((await wait_until_answering(unit, QM, {"command": "stats"}, 60))["renderers"]) < renderers:
+        while len((await wait_until_answering(unit, QUEUEMASTER, {"command": "stats"}, 60))["renderers"]) < renderers:
             if time.monotonic() > deadline:
                 raise TimeoutError("renderers did not register")
             await asyncio.sleep(0.5)
-        await wait_until_answering(unit, "spark.job", {"command": "list"}, 180)
+        await wait_until_answering(unit, SPARK_JOB, {"command": "list"}, 180)
         async for reply in unit.gather("qbroker.ping", {}, timeout=3, gap=1.0):
             info = reply.body
             if info["uuid"] != unit.uuid:
@@ -135,12 +135,12 @@ async def run(workdir: Path, renderers: int, web_url: str, keep_running: bool, e
         step(f"requesting the tiles of central Helsinki at {lon:.4f},{lat:.4f}, zooms 10-17 (answered when drawn)")
         started = time.monotonic()
         tiles = [tile_at(lon, lat, z) for z in range(10, 18)]
-        replies = await asyncio.gather(*(unit.call(QM, {"command": "render", "tile": str(t)}, timeout=180)
+        replies = await asyncio.gather(*(unit.call(QUEUEMASTER, {"command": "render", "tile": str(t)}, timeout=180)
                                          for t in tiles))
         for reply in replies:
             print(f"  {reply['tile']:<16} rendered (metatile {reply['metatile']})")
         print(f"  {len(replies)} tiles in {time.monotonic() - started:.1f}s")
-        before = (await unit.call(QM, {"command": "stats"}))["counters"]
+        before = (await unit.call(QUEUEMASTER, {"command": "stats"}))["counters"]
         tile_store = TileStore(workdir / "tiles")
         for z in (16, 17):
             write_overview(tile_store, tile_at(lon, lat, z).metatile, workdir / f"before-{z}.png")
@@ -163,7 +163,7 @@ async def run(workdir: Path, renderers: int, web_url: str, keep_running: bool, e
             print(f"  z{z}: before-{z}.png / after-{z}.png differ in {changed} pixels")
 
         step("render stats from the queuemaster's render log, computed by Spark")
-        stats = await unit.call("spark.stats", {"paths": [str((workdir / "render.log").resolve())], "wait": True,
+        stats = await unit.call(SPARK_STATS, {"paths": [str((workdir / "render.log").resolve())], "wait": True,
                                                 "chart": True}, timeout=300)
         summary = stats.get("result", stats)
         print(f"  {'zoom':>4} {'renders':>8} {'failures':>8} {'p50 s':>7} {'p95 s':>7} {'p99 s':>7}")
@@ -179,7 +179,7 @@ async def run(workdir: Path, renderers: int, web_url: str, keep_running: bool, e
                   f"chart {outputs.get('chart')}")
 
         step("the same from the shell: qbroker call toposm.queuemaster stats")
-        cli = subprocess.run([str(BIN / "qbroker"), "call", QM, "stats"], capture_output=True, text=True,
+        cli = subprocess.run([str(BIN / "qbroker"), "call", QUEUEMASTER, "stats"], capture_output=True, text=True,
                              timeout=60, env=os.environ)
         print("  $ qbroker call toposm.queuemaster stats")
         print("\n".join("  " + line for line in cli.stdout.splitlines()[:25]))

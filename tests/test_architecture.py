@@ -35,3 +35,13 @@ def test_code_is_lint_clean() -> None:
     result = subprocess.run([_tool("ruff"), "check", "qbroker", "services", "tests", "demo", "bench"], cwd=ROOT,
                             capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+
+
+def test_toposm_contract_is_a_leaf() -> None:
+    """services.tiles.contract (the TopOSM names, expiry list, metatile size and keys) imports nothing of the
+    project, so every service and benchmark can import it without pulling in another's code."""
+    probe = ("import sys, services.tiles.contract; "
+             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('services', 'qbroker'))))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["services", "services.tiles", "services.tiles.contract"]

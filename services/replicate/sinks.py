@@ -23,10 +23,9 @@ from services.osmstore.geometry import GeometryStore, GeometryStoreError
 from services.osmstore.postgis import ExpireOutput, append_postgis, postgis_sequence, record_postgis_sequence
 from services.osmstore.render_db import RENDER_DB
 from services.osmstore.replication import ReplicationError
+from services.tiles.contract import SPARK_EXPIRE
 
 from .batch import Batch
-
-EXPIRE = "spark.expire"
 
 
 class Sink(Protocol):
@@ -72,7 +71,7 @@ class EmbeddedStore:
         if batch.first != batch.last:
             request["first_sequence"] = batch.first
         try:
-            reply = await self.unit.call(EXPIRE, request, timeout=self.call.timeout)
+            reply = await self.unit.call(SPARK_EXPIRE, request, timeout=self.call.timeout)
         except RequestFailed as exc:  # the bridge refused or the job failed: the diffs are not applied
             raise ReplicationError(f"{_diffs(batch)}: {exc}") from None
         result = dict(reply.get("result") or {})

@@ -22,7 +22,6 @@ from services.spark_bridge.expire_inputs import ExpireInput, InputKind, ListTile
 from services.spark_bridge.job_context import JobContext
 from services.spark_bridge.osc_reader import read_osc
 from services.spark_bridge.tilemath import (
-    METATILE_SHIFT,
     WAY_SAMPLE_STEP,
     buffered_tile_range,
     frac_tile_x,
@@ -32,6 +31,7 @@ from services.spark_bridge.tilemath import (
     tile_key,
 )
 from services.spark_bridge.way_segments import BUFFERED_TILES_PER_SAMPLE, ExpireTooLarge, resolve_ways
+from services.tiles.contract import METATILE_SHIFT
 
 __all__ = ["ExpireParams", "ExpireTooLarge", "run_expire", "propagate", "metatile_counts"]
 

@@ -16,6 +16,7 @@ from services.spark_bridge.service import SparkBridge
 from services.spark_bridge.spark_session import DEFAULT_MASTER, build_session
 from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores
+from services.tiles.contract import SPARK_BRIDGE
 
 log = structlog.get_logger("spark_bridge")
 
@@ -67,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--operator-users", default=os.environ.get("TOPOSM_OPERATOR_USERS", ""),
                    help="broker accounts that see and cancel every job (comma-separated; env TOPOSM_OPERATOR_USERS); "
                    "every other account sees and cancels only the jobs it submitted")
-    p.add_argument("--app", default="spark.bridge", help="qbroker app name of this unit")
+    p.add_argument("--app", default=SPARK_BRIDGE, help="qbroker app name of this unit")
     p.add_argument("--progress-interval", type=float, default=1.0, help="seconds between progress alerts")
     p.add_argument(
         "--conf",

@@ -7,6 +7,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.spark_bridge.tilemath import MAX_ZOOM_LIMIT
+from services.tiles.contract import EXPIRE_TOPIC
 
 MAX_PATHS = 1000  # inputs per request: each is checked at submit time on the event loop's worker thread
 
@@ -30,12 +31,12 @@ class ExpireRequest(_Request):
     )
     min_zoom: int = Field(10, ge=0, le=MAX_ZOOM_LIMIT)
     max_zoom: int = Field(18, ge=0, le=MAX_ZOOM_LIMIT)
-    publish: bool = Field(True, description="Publish expirations on expire_toposm; false = result only.")
+    publish: bool = Field(True, description=f"Publish expirations on {EXPIRE_TOPIC}; false = result only.")
     # None: the bridge's own ceiling (BridgeLimits); a value above the ceiling is refused, never obeyed.
     max_tiles: int | None = Field(None, ge=1, description="Fail the job above this many expired tiles.")
     max_tiles_per_geometry: int | None = Field(None, ge=1)
-    batch_max_tiles: int = Field(2_000, ge=1, le=100_000, description="Metatiles per expire_toposm message.")
-    batch_max_bytes: int = Field(65_536, ge=64, le=8_000_000, description="Bytes per expire_toposm message.")
+    batch_max_tiles: int = Field(2_000, ge=1, le=100_000, description=f"Metatiles per {EXPIRE_TOPIC} message.")
+    batch_max_bytes: int = Field(65_536, ge=64, le=8_000_000, description=f"Bytes per {EXPIRE_TOPIC} message.")
     # A name looked up among the bridge's --store options, never a path (services/spark_bridge/stores.py).
     store: str | None = Field(None, min_length=1, max_length=4096, description="A store this bridge was "
                               "started with (--store): resolve the diff against its geometry, then apply it.")

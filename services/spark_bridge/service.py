@@ -33,11 +33,11 @@ from services.spark_bridge.stats_job import StatsParams, run_stats
 from services.spark_bridge.store_job import run_store_expire
 from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores, store_job_for
+from services.tiles.contract import SPARK_EXPIRE, SPARK_JOB, SPARK_PROGRESS, SPARK_STATS
 from services.tiles.expiry_wires import OsmPublisher, publish_expiry
 
 log = structlog.get_logger("spark_bridge")
 
-PROGRESS_PREFIX = "spark.progress."
 PUBLISH_TIMEOUT = 60.0
 
 
@@ -134,7 +134,7 @@ class SparkBridge:
             self._session = None
 
     async def _publish_progress(self, snapshot: dict[str, Any]) -> None:
-        await self.unit.alert(PROGRESS_PREFIX + snapshot["job_id"], snapshot)
+        await self.unit.alert(SPARK_PROGRESS + snapshot["job_id"], snapshot)
 
     def _expiration_sender(self) -> Any:
         loop = asyncio.get_running_loop()
@@ -186,7 +186,7 @@ class SparkBridge:
     def _register(self) -> None:
         unit = self.unit
 
-        @unit.rpc("spark.expire", prefetch=16)
+        @unit.rpc(SPARK_EXPIRE, prefetch=16)
         async def expire(request: ExpireRequest, ctx: RequestContext) -> dict[str, Any]:
             max_tiles = self.limits.guard("max_tiles", request.max_tiles)
             per_geometry = self.limits.guard("max_tiles_per_geometry", request.max_tiles_per_geometry)
@@ -220,7 +220,7 @@ class SparkBridge:
             ctx.log.info("expire job submitted", job_id=record.job_id, inputs=len(inputs))
             return await self._submitted(record, request.wait, request.wait_timeout, ctx)
 
-        @unit.rpc("spark.stats", prefetch=16)
+        @unit.rpc(SPARK_STATS, prefetch=16)
         async def stats(request: StatsRequest, ctx: RequestContext) -> dict[str, Any]:
             owner = self._owner(ctx)
             try:
@@ -242,7 +242,7 @@ class SparkBridge:
             ctx.log.info("stats job submitted", job_id=record.job_id)
             return await self._submitted(record, request.wait, request.wait_timeout, ctx)
 
-        jobs = unit.commands("spark.job", prefetch=32)
+        jobs = unit.commands(SPARK_JOB, prefetch=32)
 
         @jobs.command("status")
         async def status(job_id: str, ctx: RequestContext) -> dict[str, Any]:

@@ -20,7 +20,6 @@ TILE_BUFFER = 0.1
 # Ways are sampled every 0.2 tile (Chebyshev): with the 0.1 buffer every point of a segment is then
 # within the buffer of a sample, so every tile the segment crosses is expired.
 WAY_SAMPLE_STEP = 0.2
-METATILE_SHIFT = 3  # 8x8 metatiles
 ZOOM_KEY_SHIFT = 58  # zoom lives in bits 58..62 of the key; bits 0..43 hold the morton code (z <= 22)
 
 _MORTON_MASKS = (

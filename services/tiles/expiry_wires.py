@@ -25,7 +25,8 @@ from aio_pika.abc import AbstractConnection, AbstractExchange, AbstractIncomingM
 from qbroker import ConnectionLost, Unit
 from qbroker.transport import Connection
 
-from .seed_wire import EXPIRE_TOPIC, declare_osm_exchange
+from .contract import EXPIRE_TOPIC, join_expiry_list
+from .seed_wire import declare_osm_exchange
 
 log = structlog.get_logger("toposm.expiry_wires")
 BOTH_WIRES_PREFIX = "toposm-both."
@@ -49,7 +50,7 @@ def expiry_text(body: object) -> str | None:
     if isinstance(body, bytes | bytearray):
         return bytes(body).decode("utf-8", "replace")
     if isinstance(body, list):
-        return ";".join(str(item) for item in body)
+        return join_expiry_list(body)
     return body if isinstance(body, str) else None
 
 

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .contract import METATILE_SIZE
 from .tile_store import TileStore
-from .tilemath import METATILE_SIZE, Metatile, Tile
+from .tilemath import Metatile, Tile
 
 MARKER_DIR = ".expired"
 BLOCK = 1000 // METATILE_SIZE  # metatiles per 1000 tiles: 125

@@ -11,8 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .contract import join_expiry_list, render_thread, split_expiry_list
 from .strategy import parse_strategy
-from .tilemath import parse_metatile, parse_tile, split_tile_list
+from .tilemath import parse_metatile, parse_tile
 
 HOSTNAME_PATTERN = r"^[A-Za-z0-9_-]{1,63}$"  # one routing-key word: no dots, no wildcards
 
@@ -42,7 +43,7 @@ class RegisterRequest(Message):
 
     @property
     def endpoint(self) -> str:
-        return renderer_endpoint(self.hostname, self.pid, self.threadid)
+        return render_thread(self.hostname, self.pid, self.threadid)
 
 
 class RenderedRequest(Message):
@@ -92,12 +93,12 @@ class ExpireRequest(Message):
 
     @property
     def text(self) -> str:
-        return self.tiles if isinstance(self.tiles, str) else ";".join(self.tiles)
+        return self.tiles if isinstance(self.tiles, str) else join_expiry_list(self.tiles)
 
     @field_validator("tiles")
     @classmethod
     def _not_empty(cls, value: str | list[str]) -> str | list[str]:
-        if not split_tile_list(value if isinstance(value, str) else ";".join(value)):
+        if not split_expiry_list(value if isinstance(value, str) else join_expiry_list(value)):
             raise ValueError("no tiles given")
         return value
 
@@ -140,10 +141,6 @@ class RenderCommand(Message):
     @classmethod
     def _metatile(cls, value: str) -> str:
         return str(parse_metatile(value))
-
-
-def renderer_endpoint(hostname: str, pid: int, threadid: int) -> str:
-    return f"toposm.render.{hostname}.{pid}.{threadid}"
 
 
 class StatsRequest(Message):

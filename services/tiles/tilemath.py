@@ -11,8 +11,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-METATILE_SHIFT = 3
-METATILE_SIZE = 1 << METATILE_SHIFT  # tiles per metatile side
+from .contract import EXPIRY_SEPARATOR, METATILE_SHIFT, METATILE_SIZE
+
 MAX_SUPPORTED_ZOOM = 30
 
 
@@ -132,11 +132,6 @@ def parse_metatile(text: str, zooms: ZoomRange | None = None) -> Metatile:
     return Metatile(z, mx, my)
 
 
-def split_tile_list(text: str) -> list[str]:
-    """Split an expiry body ``z/x/y;z/x/y;...`` (whitespace and empty items tolerated)."""
-    return [part.strip() for part in text.replace("\n", ";").split(";") if part.strip()]
-
-
 _TRIPLE = re.compile(r"([0-9]+)/([0-9]+)/([0-9]+)")
 
 
@@ -152,7 +147,7 @@ def parse_tile_list(text: str, zooms: ZoomRange | None = None) -> tuple[list[Til
     high = min(high, MAX_SUPPORTED_ZOOM)
     match = _TRIPLE.fullmatch
     append = tiles.append
-    for part in text.replace("\n", ";").split(";"):  # split_tile_list, inlined: one strip per item
+    for part in text.replace("\n", EXPIRY_SEPARATOR).split(EXPIRY_SEPARATOR):  # split_expiry_list, inlined
         item = part.strip()
         if not item:
             continue

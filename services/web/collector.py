@@ -18,17 +18,15 @@ import orjson
 import structlog
 
 from qbroker import QBrokerError, RequestContext, RequestError, RequestFailed, Unit
+from services.tiles.contract import EXPIRE_TOPIC, QUEUEMASTER, SPARK_JOB, SPARK_PROGRESS
 from services.tiles.expiry_wires import OsmExpiryListener, TwinFilter, Wire, expiry_key, expiry_text
-from services.tiles.seed_wire import EXPIRE_TOPIC
 from services.tiles.tilemath import Tile, ZoomRange, parse_tile_list
 
 from .status import StatusModel
 from .web_metrics import WebMetrics
 
 log = structlog.get_logger("toposm.web")
-QUEUEMASTER = "toposm.queuemaster"
-SPARK_JOBS = "spark.job"
-PROGRESS_PATTERN = "spark.progress.#"
+PROGRESS_PATTERN = SPARK_PROGRESS + "#"
 MAX_LOG_READ = 1 << 20  # bytes of render log read per poll: a huge backlog is caught up over several polls
 
 
@@ -110,7 +108,7 @@ class Collector:
 
     async def poll_jobs(self) -> None:
         try:
-            answer = await self.call(SPARK_JOBS, {"command": "list", "limit": 50}, timeout=5)
+            answer = await self.call(SPARK_JOB, {"command": "list", "limit": 50}, timeout=5)
         except QBrokerError as exc:
             self.status.set_jobs(None, f"{type(exc).__name__}: {exc}")
             return

@@ -35,11 +35,12 @@ from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
 from qbroker import NoServer, QBrokerError, RequestError, RequestFailed
+from services.tiles.contract import QUEUEMASTER
 from services.tiles.freshness import FreshnessStore, TileState
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Metatile, Tile
 
-from .collector import QUEUEMASTER, Collector
+from .collector import Collector
 from .status import MAX_TRACKED_METATILES, StatusModel
 
 log = structlog.get_logger("toposm.web")

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from qbroker import InvalidParams, UnknownCommand
 
+from ..contract import QUEUEMASTER
 from ..expiry_wires import expiry_text
 from ..messages import (
     BulkRenderRequest,
@@ -32,7 +33,6 @@ from .bulk import bulk_render, cancel_bulk
 from .state_machine import Queuemaster
 
 log = structlog.get_logger("toposm.queuemaster")
-ENDPOINT = "toposm.queuemaster"
 
 # (queuemaster, validated request, reply_to, the sender's broker-validated account or None)
 Answer = Callable[[Queuemaster, Any, str | None, str | None], Any]
@@ -82,13 +82,13 @@ def parse_command(name: Any, params: Any) -> tuple[Command, Message]:
     command = COMMANDS.get(name) if isinstance(name, str) else None
     if command is None:
         known = ", ".join(sorted(COMMANDS))
-        raise UnknownCommand(f"unknown command {name!r} for {ENDPOINT} (known: {known})")
+        raise UnknownCommand(f"unknown command {name!r} for {QUEUEMASTER} (known: {known})")
     try:
         return command, command.request.model_validate(params)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
         # Worded as qbroker words it on the endpoint, so both wires answer a bad request alike.
-        raise InvalidParams(f"invalid parameters for {ENDPOINT}:{name}: {problems}") from None
+        raise InvalidParams(f"invalid parameters for {QUEUEMASTER}:{name}: {problems}") from None
 
 
 async def expire_broadcast(qm: Queuemaster, body: Any) -> dict[str, Any] | None:

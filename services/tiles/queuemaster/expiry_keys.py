@@ -1,7 +1,8 @@
 """Expiry lists straight to packed metatile keys: the ingestion hot path, without a Python object per tile.
 
 An expiry message (``z/x/y;z/x/y;...``, hundreds of thousands of tiles a second) needs only the metatile
-of each tile, and the queue keys metatiles by ``z << 56 | mx << 28 | my``. A well-formed list (digits,
+of each tile, and the queue keys metatiles by ``z << 56 | mx << 28 | my`` (``contract.metatile_key``, written
+out inline from the contract's shifts: no call per tile on this path). A well-formed list (digits,
 slashes, separators; nothing else) is checked by one regex over the whole text, its numbers taken by one
 ``findall``, and the keys computed from plain ints; no ``Tile`` or ``Metatile`` is built. Anything else
 (a malformed item, a tile outside the zoom range or its zoom, odd whitespace, a number too long for
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import re
 
-from ..tilemath import MAX_SUPPORTED_ZOOM, METATILE_SHIFT, ZoomRange, parse_tile_list
+from ..contract import KEY_COORD_BITS, KEY_COORD_MASK, KEY_ZOOM_SHIFT, METATILE_SHIFT
+from ..tilemath import MAX_SUPPORTED_ZOOM, ZoomRange, parse_tile_list
 
 # Items are z/x/y of ASCII digits; separators ';' or newline, with blanks and empty items around them.
 _WELL_FORMED = re.compile(r"[ \t\r\n;]*[0-9]+/[0-9]+/[0-9]+"
@@ -35,19 +37,21 @@ def expiry_keys(text: str, zooms: ZoomRange | None = None) -> tuple[list[int], l
         zs = numbers[0::3]
         # (x | y) >> z == 0 is x, y < 2**z; a shift by a huge z never happens, the zoom is checked first.
         if zs and low <= min(zs) and max(zs) <= high and all(not (x | y) >> z for z, x, y in triples):
-            return [(z << 56) | ((x >> METATILE_SHIFT) << 28) | (y >> METATILE_SHIFT) for z, x, y in triples], []
+            return [(z << KEY_ZOOM_SHIFT) | ((x >> METATILE_SHIFT) << KEY_COORD_BITS) | (y >> METATILE_SHIFT)
+                    for z, x, y in triples], []
     tiles, problems = parse_tile_list(text, zooms)
-    return [(t.z << 56) | ((t.x >> METATILE_SHIFT) << 28) | (t.y >> METATILE_SHIFT) for t in tiles], problems
+    return [(t.z << KEY_ZOOM_SHIFT) | ((t.x >> METATILE_SHIFT) << KEY_COORD_BITS) | (t.y >> METATILE_SHIFT)
+            for t in tiles], problems
 
 
 def ancestor_keys(keys: dict[int, None], min_zoom: int) -> None:
     """Add to ``keys`` (an insertion-ordered set) the ancestor metatiles of each, down to ``min_zoom``:
     ``z'/(mx >> (z - z'))/(my >> (z - z'))``, nearest first, as ``Metatile.ancestors`` gives them."""
     for key in list(keys):
-        z, mx, my = key >> 56, (key >> 28) & 0xFFFFFFF, key & 0xFFFFFFF
+        z, mx, my = key >> KEY_ZOOM_SHIFT, (key >> KEY_COORD_BITS) & KEY_COORD_MASK, key & KEY_COORD_MASK
         for zoom in range(z - 1, max(min_zoom, 0) - 1, -1):
             shift = z - zoom
-            ancestor = (zoom << 56) | ((mx >> shift) << 28) | (my >> shift)
+            ancestor = (zoom << KEY_ZOOM_SHIFT) | ((mx >> shift) << KEY_COORD_BITS) | (my >> shift)
             if ancestor in keys:
                 break  # its ancestors were added already
             keys[ancestor] = None

@@ -31,15 +31,9 @@ from qbroker import BadMessage, ConnectionLost, ErrorInfo, HandlerCrashed, Inval
 from qbroker.transport import Connection
 from services.error_messages import errored, failed
 
+from ..contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER, QUEUEMASTER_OSM_QUEUE
 from ..messages import RegisterRequest
-from ..seed_wire import (
-    ALL_PROGRAMS,
-    EXPIRE_TOPIC,
-    QBROKER_QUEUEMASTER_APP,
-    QUEUEMASTER_TOPIC,
-    client_reply_queue,
-    declare_osm_exchange,
-)
+from ..seed_wire import client_reply_queue, declare_osm_exchange
 from ..tilemath import Metatile
 from .commands import parse_command
 from .osm_liveness import QueueLiveness, probe_queue
@@ -48,9 +42,8 @@ from .state_machine import Queuemaster
 from .waiter_store import WaiterStore
 
 log = structlog.get_logger("toposm.osm_wire")
-OSM_QUEUE = "toposm.queuemaster.osm"
-OSM_PART = "toposm.queuemaster"  # the error part: the same command table as the qbroker endpoint
-BINDINGS = (QUEUEMASTER_TOPIC, EXPIRE_TOPIC, ALL_PROGRAMS)
+OSM_PART = QUEUEMASTER  # the error part: the same command table as the qbroker endpoint
+BINDINGS = (QUEUEMASTER, EXPIRE_TOPIC, ALL_PROGRAMS)
 
 
 # Commands in progress on the osm wire at once (a `render` may wait minutes): beyond this, answer `busy`
@@ -92,7 +85,7 @@ class OsmWire:
         channel, exchange = await declare_osm_exchange(connection)
         await channel.set_qos(prefetch_count=256)
         # Durable, so expirations published while the queuemaster restarts wait for it.
-        queue = await channel.declare_queue(OSM_QUEUE, durable=True)
+        queue = await channel.declare_queue(QUEUEMASTER_OSM_QUEUE, durable=True)
         for key in BINDINGS:
             await queue.bind(exchange, routing_key=key)
         self._connection, self._channel, self._exchange = connection, channel, exchange
@@ -112,7 +105,7 @@ class OsmWire:
             return
         await self._exchange.publish(
             aio_pika.Message(orjson.dumps({"command": "queuemaster online"}),
-                             content_type="application/json", app_id=QBROKER_QUEUEMASTER_APP),
+                             content_type="application/json", app_id=QUEUEMASTER),
             routing_key=ALL_PROGRAMS,
         )
 
@@ -121,8 +114,9 @@ class OsmWire:
     async def _publish(self, routing_key: str, body: dict[str, Any], **properties: Any) -> None:
         if self._exchange is None:
             raise ConnectionLost("the osm exchange is not declared (not connected)")
-        await self._exchange.publish(aio_pika.Message(orjson.dumps(body), content_type="application/json",
-                                                      reply_to=OSM_QUEUE, **properties), routing_key=routing_key)
+        message = aio_pika.Message(orjson.dumps(body), content_type="application/json",
+                                   reply_to=QUEUEMASTER_OSM_QUEUE, **properties)
+        await self._exchange.publish(message, routing_key=routing_key)
 
     async def send_render(self, thread: RenderThread, metatile: Metatile) -> None:
         """The seed's ``render`` on ``osm`` to the thread's own topic; its answer is a later ``rendered``."""

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..contract import KEY_SQL, metatile_key, unpack_key
 from ..tilemath import Metatile
 
 # src: which queue a row is in: a background row's zoom (0-30), or one of these.
@@ -31,7 +32,7 @@ QUEUED, RENDERING, RENDERING_DIRTY = 0, 1, 2  # dirty: expired again while rende
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS queue (
-    key INTEGER PRIMARY KEY,  -- z << 56 | mx << 28 | my
+    key INTEGER PRIMARY KEY,  -- z << 56 | mx << 28 | my (contract.metatile_key)
     src INTEGER NOT NULL,
     seq INTEGER NOT NULL,     -- order within its queue (negative = put back at the front)
     state INTEGER NOT NULL
@@ -40,23 +41,23 @@ CREATE INDEX IF NOT EXISTS queue_order ON queue (src, seq) WHERE state = 0;
 """
 
 # The layout before the queue lived in SQLite only (one TEXT class per row, no pick index): migrated once.
-_OLD_TABLE_MIGRATION = """
+_OLD_TABLE_MIGRATION = f"""
 INSERT OR REPLACE INTO queue (key, src, seq, state)
-SELECT (z << 56) | (mx << 28) | my,
+SELECT {KEY_SQL},
        CASE cls WHEN 'missing' THEN -1 WHEN 'important' THEN -2 ELSE z END,
        seq,
        CASE WHEN dirty THEN 2 WHEN rendering THEN 1 ELSE 0 END
 FROM metatiles;
 DROP TABLE metatiles;
-"""
+"""  # noqa: S608 - KEY_SQL is a constant of ours
 
 
 def pack(m: Metatile) -> int:
-    return (m.z << 56) | (m.mx << 28) | m.my
+    return metatile_key(m.z, m.mx, m.my)
 
 
 def unpack(key: int) -> Metatile:
-    return Metatile(key >> 56, (key >> 28) & 0xFFFFFFF, key & 0xFFFFFFF)
+    return Metatile(*unpack_key(key))
 
 
 class QueueStore:

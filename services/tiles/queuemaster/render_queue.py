@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Literal
 
+from ..contract import KEY_ZOOM_SHIFT
 from ..strategy import BULK, IMPORTANT, MISSING
 from ..tilemath import Metatile
 from .queue_store import (
@@ -175,7 +176,7 @@ class RenderQueue:
             candidates = kept
         by_zoom: dict[int, list[int]] = {}
         for key in candidates:
-            zoom = key >> 56
+            zoom = key >> KEY_ZOOM_SHIFT
             group = by_zoom.get(zoom)
             if group is None:
                 by_zoom[zoom] = [key]

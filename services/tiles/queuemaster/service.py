@@ -36,10 +36,11 @@ from qbroker import (
 )
 from services.metrics_port import MetricsServer
 
+from ..contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER
 from ..expiry_wires import OsmPublisher, TwinFilter, Wire, expiry_key, expiry_text, relay_expiry
 from ..messages import Message
 from ..tilemath import Metatile
-from .commands import COMMANDS, ENDPOINT, Command, expire_broadcast
+from .commands import COMMANDS, Command, expire_broadcast
 from .metrics import QueuemasterMetrics
 from .osm_liveness import QueueLiveness
 from .osm_wire import OsmWire, error_result
@@ -48,8 +49,7 @@ from .state_machine import Queuemaster, request_deadline
 from .waiter_store import StoredWaiter, WaiterStore
 
 log = structlog.get_logger("toposm.queuemaster")
-APP = ENDPOINT
-EXPIRE_TOPIC = "expire_toposm"
+APP = QUEUEMASTER
 ONLINE = {"command": "queuemaster online"}
 
 
@@ -76,7 +76,7 @@ class QueuemasterService:
         self.metrics = QueuemasterMetrics(qm, self.metrics_server.registry)
         self.metrics_server.refreshers.append(self.metrics.refresh)
         self.metrics_server.instrument(unit)
-        endpoint = unit.commands(ENDPOINT, prefetch=256)
+        endpoint = unit.commands(QUEUEMASTER, prefetch=256)
         for command in COMMANDS.values():
             endpoint.command(command.name)(self._endpoint_handler(command))
         unit.on_alert(EXPIRE_TOPIC)(self._on_expire)
@@ -233,10 +233,10 @@ class QueuemasterService:
             request = command.request.model_validate_json(waiter.body)
             body = await command.run(self.qm, request, waiter.reply_to, waiter.user_id)
         except QBrokerError as exc:
-            error = exc.to_info(part=ENDPOINT)
+            error = exc.to_info(part=QUEUEMASTER)
         except Exception as exc:  # a stored row we cannot run: answer, don't loop on it at every start
             log.exception("restored request failed", command=waiter.command)
-            error = HandlerCrashed(f"unhandled {type(exc).__name__} in {ENDPOINT}").to_info(part=ENDPOINT)
+            error = HandlerCrashed(f"unhandled {type(exc).__name__} in {QUEUEMASTER}").to_info(part=QUEUEMASTER)
         if waiter.wire == "osm":  # asked on the seed's wire: answered there, as raw JSON
             result = body if error is None else error_result(waiter.command, error)
             await self.osm.reply_to(waiter.reply_to, waiter.message_id, result)
@@ -260,7 +260,7 @@ class QueuemasterService:
 
     async def announce(self) -> None:
         """Tell every renderer to (re)register: on `toposm` (qbroker) and on the seed's osm exchange."""
-        await self.unit.alert("toposm", ONLINE)
+        await self.unit.alert(ALL_PROGRAMS, ONLINE)
         await self.osm.publish_online()
 
     async def stop(self) -> None:

@@ -23,6 +23,7 @@ import structlog
 
 from services.error_messages import errored, failed
 
+from ..contract import RENDER_ROOT
 from ..messages import RegisterRequest, RenderedRequest, UnregisterRequest
 from ..strategy import choose_for_mix, parse_strategy
 from ..tile_store import open_tile_store
@@ -288,7 +289,7 @@ class Queuemaster:
             return {"command": "ack", "metatile": str(m), "expected": False}
         again = self.queue.finish(m)
         renderer = thread.endpoint if thread else (
-            f"toposm.render.{req.hostname}.{req.pid}.{req.threadid}" if req.hostname else "unknown")
+            f"{RENDER_ROOT}.{req.hostname}.{req.pid}.{req.threadid}" if req.hostname else "unknown")
         if thread is not None:
             self.threads.assign(thread, None)
             thread.pending = False

@@ -32,8 +32,9 @@ from pydantic import ValidationError
 from qbroker import ConnectionLost
 from qbroker.transport import Connection
 
+from ..contract import ALL_PROGRAMS, QUEUEMASTER
 from ..messages import RenderCommand
-from ..seed_wire import ALL_PROGRAMS, QBROKER_QUEUEMASTER_APP, QUEUEMASTER_TOPIC, declare_osm_exchange
+from ..seed_wire import declare_osm_exchange
 
 log = structlog.get_logger("toposm.renderer.osm")
 
@@ -66,7 +67,7 @@ class OsmSide:
             raise ConnectionLost("the osm wire is not declared (not connected)")
         await self._exchange.publish(aio_pika.Message(orjson.dumps(body), content_type="application/json",
                                                       reply_to=self.queue_name, user_id=self.user()),
-                                     routing_key=QUEUEMASTER_TOPIC)
+                                     routing_key=QUEUEMASTER)
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         await message.ack()  # nothing here is retried: a failure is logged, the message dropped
@@ -77,7 +78,7 @@ class OsmSide:
             return
         command = body.get("command") if isinstance(body, dict) else None
         if command == "queuemaster online":
-            if message.app_id != QBROKER_QUEUEMASTER_APP:  # ours is heard over qbroker as well
+            if message.app_id != QUEUEMASTER:  # ours (its app id is its name) is heard over qbroker as well
                 await self._guarded(self.on_online())
         elif command == "render" and message.routing_key != ALL_PROGRAMS:
             try:

@@ -33,8 +33,8 @@ from qbroker import InvalidParams, NoServer, QBrokerError, RequestContext, Reque
 from services.error_messages import failed
 from services.metrics_port import MetricsServer
 
-from ..messages import RenderCommand, renderer_endpoint
-from ..seed_wire import ALL_PROGRAMS, render_levels
+from ..contract import ALL_PROGRAMS, QUEUEMASTER, render_levels, render_thread
+from ..messages import RenderCommand
 from ..strategy import parse_strategy
 from .metrics import RendererMetrics
 from .osm_side import OsmSide
@@ -42,7 +42,6 @@ from .worker import render_metatile, warm_up
 
 log = structlog.get_logger("toposm.renderer")
 APP = "toposm.renderer"
-QUEUEMASTER = "toposm.queuemaster"
 
 
 def short_hostname() -> str:
@@ -106,7 +105,7 @@ class RendererProcess:
         self.unit = unit
         self.request_stop = request_stop
         self.started = False
-        self.threads = [RenderThread(i, renderer_endpoint(settings.hostname, self.pid, i))
+        self.threads = [RenderThread(i, render_thread(settings.hostname, self.pid, i))
                       for i in range(settings.threads)]
         self.stopping = asyncio.Event()
         self.ask_next = True  # take the next metatile with the answer to `rendered` (off for old queuemasters)
@@ -120,11 +119,11 @@ class RendererProcess:
         self.metrics_server.instrument(unit)
         for thread in self.threads:
             self._serve_thread(thread)
-        host_prefix = f"toposm.render.{settings.hostname}"
-        self._serve_level("toposm.render", exclusive=False)
-        self._serve_level(host_prefix, exclusive=False)
-        self._serve_level(f"{host_prefix}.{self.pid}", exclusive=True)  # only this process: gone with it
-        for level in ("toposm", "toposm.render", host_prefix, f"{host_prefix}.{self.pid}"):
+        root, host, process = render_levels(settings.hostname, self.pid)
+        self._serve_level(root, exclusive=False)
+        self._serve_level(host, exclusive=False)
+        self._serve_level(process, exclusive=True)  # only this process: gone with it
+        for level in (ALL_PROGRAMS, root, host, process):
             self.unit.on_alert(level)(self._on_control)
         for thread in self.threads:
             self.unit.on_alert(thread.endpoint)(self._on_control)

@@ -1,0 +1,80 @@
+"""The TopOSM contract: what every program that talks tiles on the bus agrees on, written once.
+
+The queuemaster, the renderers, the Spark bridge, toposm-web and the benchmarks import these names instead
+of spelling them. A leaf: nothing here imports anything of the project (or anything but the standard library),
+so any of them can use it without pulling in another's code.
+
+- **Names** (the seed's toposm-message-protocol.md): the ``osm`` topic exchange, where every program listens
+  on ``toposm`` and expirations go to ``expire_toposm``; the queuemaster, ``toposm.queuemaster`` (its qbroker
+  endpoint, its routing key on ``osm`` and its app id there are the same name); render threads below
+  ``toposm.render.<host>.<pid>.<thread>``. qbroker's ``alert`` exchange carries ``expire_toposm`` too. The
+  Spark bridge's endpoints ``spark.expire``, ``spark.stats``, ``spark.job`` and its ``spark.progress.<job>``
+  alerts (called by toposm-web, toposm-replicate and people).
+- **The expiry list**: tiles ``z/x/y`` separated by ``;`` (a newline is tolerated as a separator, blanks and
+  empty items are ignored), as text. Its parsers with range checks are ``tilemath.parse_tile_list`` and the
+  queuemaster's ``expiry_keys``; both split as ``split_expiry_list`` does.
+- **Metatiles**: a render draws 8x8 tiles (``METATILE_SHIFT``); metatile ``z/mx/my`` is tile
+  ``z/(mx << 3)/(my << 3)`` and the ones beside it.
+- **Metatile keys**: one int per metatile, ``z << 56 | mx << 28 | my`` (the queue's SQLite key and the
+  queuemaster's dictionaries; 28 bits per coordinate hold zoom 30 metatiles).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+OSM_EXCHANGE = "osm"
+EXPIRE_TOPIC = "expire_toposm"
+ALL_PROGRAMS = "toposm"
+QUEUEMASTER = "toposm.queuemaster"
+RENDER_ROOT = "toposm.render"
+# The queuemaster's durable queue on ``osm`` (bound to its name, expirations and ``toposm``).
+QUEUEMASTER_OSM_QUEUE = QUEUEMASTER + ".osm"
+# A seed client's own reply queue name, if it wants one rather than a broker-named ``amq.gen-...`` queue.
+CLIENT_REPLY_PREFIX = "toposm.reply."
+
+SPARK_BRIDGE = "spark.bridge"  # the bridge's app name
+SPARK_EXPIRE = "spark.expire"
+SPARK_STATS = "spark.stats"
+SPARK_JOB = "spark.job"
+SPARK_PROGRESS = "spark.progress."  # + the job id
+
+EXPIRY_SEPARATOR = ";"
+METATILE_SHIFT = 3
+METATILE_SIZE = 1 << METATILE_SHIFT  # tiles per metatile side
+
+KEY_ZOOM_SHIFT = 56
+KEY_COORD_BITS = 28
+KEY_COORD_MASK = (1 << KEY_COORD_BITS) - 1
+# The packing as an SQL expression over columns z, mx and my (SQLite's << and | are the same as Python's).
+KEY_SQL = f"(z << {KEY_ZOOM_SHIFT}) | (mx << {KEY_COORD_BITS}) | my"
+
+
+def metatile_key(z: int, mx: int, my: int) -> int:
+    return (z << KEY_ZOOM_SHIFT) | (mx << KEY_COORD_BITS) | my
+
+
+def unpack_key(key: int) -> tuple[int, int, int]:
+    """``(z, mx, my)`` of a metatile key."""
+    return key >> KEY_ZOOM_SHIFT, (key >> KEY_COORD_BITS) & KEY_COORD_MASK, key & KEY_COORD_MASK
+
+
+def render_thread(hostname: str, pid: int, threadid: int) -> str:
+    """A render thread's name (its qbroker endpoint and its routing key on ``osm``)."""
+    return f"{RENDER_ROOT}.{hostname}.{pid}.{threadid}"
+
+
+def render_levels(hostname: str, pid: int) -> tuple[str, ...]:
+    """The levels above a process's threads: ``toposm.render``, ``.<host>``, ``.<host>.<pid>`` (a request to
+    one reaches one idle thread below it)."""
+    return (RENDER_ROOT, f"{RENDER_ROOT}.{hostname}", f"{RENDER_ROOT}.{hostname}.{pid}")
+
+
+def split_expiry_list(text: str) -> list[str]:
+    """The items of an expiry list, stripped, empty ones left out (not checked: the parsers do that)."""
+    return [part.strip() for part in text.replace("\n", EXPIRY_SEPARATOR).split(EXPIRY_SEPARATOR) if part.strip()]
+
+
+def join_expiry_list(tiles: Iterable[object]) -> str:
+    """An expiry list of ``tiles`` (``z/x/y`` strings, or anything whose ``str`` is one)."""
+    return EXPIRY_SEPARATOR.join(map(str, tiles))
