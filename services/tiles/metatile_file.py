@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import BinaryIO
 
-from .tilemath import METATILE_SIZE, Metatile, Tile
+from .contract import METATILE_SIZE
+from .tilemath import Metatile, Tile
 
 MAGIC = b"META"
 HEADER = struct.Struct("<4s4i")  # magic, count, x, y, z

@@ -25,13 +25,13 @@ import structlog
 
 from qbroker import NoServer, QBrokerError, RequestError, RequestFailed, Unit
 
+from ..contract import QUEUEMASTER
 from ..messages import MAX_CANCEL
 from ..tilemath import Metatile
 from .area import AreaPlan
 from .resume import Progress
 
 log = structlog.get_logger("toposm.render_list")
-QUEUEMASTER = "toposm.queuemaster"
 FIRST_PAUSE = 0.5
 MAX_PAUSE = 30.0
 # Request outcomes that are no answer about the metatile: ask again (after a pause).
