@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlsplit
 from demo.leftovers import DEPLOYMENT_FILE
 from qbroker.cli.cmd_provision import apply, remove
 from qbroker.cli.deployment import load_deployment, service_env
+from qbroker.cli.roles import load_roles
 
 ROLES = {"queuemaster": "queuemaster", "renderer": "renderer", "spark": "spark_bridge", "web": "web",
          "ops": "operator", "client": "client"}
@@ -43,10 +44,11 @@ def demo_accounts(workdir: Path, url: str, prefix: str) -> Iterator[DemoAccounts
     accounts = "".join(f'[[account]]\nname = "{names[p]}"\nrole = "{role}"\n\n' for p, role in ROLES.items())
     description.write_text(f'vhost = "{vhost}"\nexchange_prefix = "{prefix}"\nsecrets_dir = "secrets"\n\n'
                            f"{accounts}")
-    deployment = load_deployment(description)
+    roles = load_roles()  # the services' own roles, from their entry points
+    deployment = load_deployment(description, roles)
     try:
-        files = apply(deployment)
-        env = service_env(deployment)
+        files = apply(deployment, roles)
+        env = service_env(deployment, roles)
         # Only the person's account may send control alerts (the web account may expire: the map's re-render).
         env["TOPOSM_OPERATOR_USERS"] = names["ops"]
         yield DemoAccounts(names, files, env)

@@ -1,8 +1,9 @@
 """``qbroker provision FILE`` / ``qbroker provision FILE --remove``: broker accounts for a deployment.
 
-Applies the description (see ``qbroker.cli.deployment``) with ``rabbitmqctl`` on the broker host (why not
-the management HTTP API: docs/decisions.md). Idempotent: run it again after editing the file and every
-account's permissions are set anew; passwords already in the secrets dir are kept.
+Applies the description (see ``qbroker.cli.deployment``; the roles: ``qbroker.cli.roles``) with
+``rabbitmqctl`` on the broker host (why not the management HTTP API: docs/decisions.md). Idempotent: run it
+again after editing the file and every account's permissions are set anew; passwords already in the secrets
+dir are kept.
 
 Passwords are generated here, written to ``<secrets_dir>/<account>.password`` (mode 0600) and handed to
 rabbitmqctl on its standard input, so they never appear on a command line (``ps``), in a log or in an
@@ -28,6 +29,7 @@ import typer
 
 from qbroker.cli.deployment import Deployment, DescriptionError, load_deployment, permissions_for, service_env
 from qbroker.cli.exit_codes import ExitCode
+from qbroker.cli.roles import RoleBook, RoleError, load_roles
 
 EXAMPLES = """
 [bold]Examples[/]
@@ -37,6 +39,8 @@ EXAMPLES = """
   qbroker provision deploy/toposm.toml --env      [dim]# also print each account's environment[/]
 
   qbroker provision deploy/toposm.toml --remove   [dim]# delete the accounts again[/]
+
+  qbroker provision --list-roles --roles site.toml [dim]# the roles known here, and where from[/]
 """
 
 
@@ -101,7 +105,7 @@ def _existing_users() -> set[str]:
     return {line.split("\t")[0].strip() for line in out.splitlines() if line.strip()}
 
 
-def apply(deployment: Deployment) -> dict[str, Path]:
+def apply(deployment: Deployment, roles: RoleBook) -> dict[str, Path]:
     """Create or update every account; returns each account's password file.
 
     One ``rabbitmqctl import_definitions`` (definitions on standard input) sets every user, password hash,
@@ -120,11 +124,12 @@ def apply(deployment: Deployment) -> dict[str, Path]:
         definitions["users"].append({"name": account.name, "password_hash": password_hash(password),
                                      "hashing_algorithm": "rabbit_password_hashing_sha256",
                                      "tags": ""})  # no management/administrator tags
-        perms = permissions_for(account.role, deployment.exchange_prefix)
+        perms = permissions_for(roles[account.role], roles, deployment.exchange_prefix)
         definitions["permissions"].append({"user": account.name, "vhost": deployment.vhost,
                                            "configure": perms.configure, "write": perms.write, "read": perms.read})
         for exchange, (write, read) in perms.topics.items():
-            name = exchange if exchange == "osm" else deployment.exchange_prefix + exchange
+            # qbroker's own exchanges carry the deployment's prefix; the others are named as they are
+            name = deployment.exchange_prefix + exchange if exchange in ("rpc", "alert") else exchange
             definitions["topic_permissions"].append({"user": account.name, "vhost": deployment.vhost,
                                                      "exchange": name, "write": write, "read": read})
     # A 0600 file (it holds password hashes, never passwords). Debian's rabbitmqctl runs as the `rabbitmq`
@@ -155,20 +160,40 @@ def remove(deployment: Deployment, *, delete_secrets: bool = True) -> None:
             (deployment.secrets_dir / f"{account.name}.password").unlink(missing_ok=True)
 
 
+def _list_roles(roles: RoleBook) -> None:
+    for name in sorted(roles.roles):
+        grants = roles[name]
+        sys.stdout.write(f"{name:13} from {', '.join(roles.sources[name])}\n")
+        for key, value in grants.model_dump(exclude_defaults=True).items():
+            sys.stdout.write(f"  {key} = {json.dumps(value)}\n")
+
+
 def provision(
-    description: Annotated[Path, typer.Argument(help="The deployment's description (TOML).")],
+    description: Annotated[Path | None, typer.Argument(help="The deployment's description (TOML).")] = None,
     remove_accounts: Annotated[bool, typer.Option("--remove", help="Delete the accounts instead.")] = False,
     show_env: Annotated[bool, typer.Option("--env", help="Print each account's QBROKER_* environment.")] = False,
+    role_files: Annotated[list[Path] | None, typer.Option(
+        "--roles", help="More roles: a TOML file of [role.<name>] tables (repeatable). The installed services' "
+                        "roles (entry points qbroker.roles) are always read.")] = None,
+    list_roles: Annotated[bool, typer.Option("--list-roles", help="Print the roles known and where each comes "
+                                                                  "from, and do nothing else.")] = False,
 ) -> None:
     """Create the broker accounts of a deployment: users, passwords, permissions and topic permissions."""
     try:
-        deployment = load_deployment(description)
-        if remove_accounts:
+        if remove_accounts and description is not None:  # needs no roles: a role's package may be gone
+            deployment = load_deployment(description)
             remove(deployment)
             sys.stdout.write(f"removed {len(deployment.account)} accounts\n")
             return
-        files = apply(deployment)
-    except (DescriptionError, ProvisionError, OSError) as exc:
+        roles = load_roles(role_files or [])
+        if list_roles:
+            _list_roles(roles)
+            return
+        if description is None:
+            raise DescriptionError("give the deployment's description (or --list-roles)")
+        deployment = load_deployment(description, roles)
+        files = apply(deployment, roles)
+    except (DescriptionError, RoleError, ProvisionError, OSError) as exc:
         sys.stderr.write(f"qbroker provision: {exc}\n")
         raise typer.Exit(int(ExitCode.ERROR)) from None
     for account in deployment.account:
@@ -177,5 +202,5 @@ def provision(
             sys.stdout.write(f"  QBROKER_USERNAME={account.name}\n  QBROKER_PASSWORD_FILE={files[account.name]}\n")
     if show_env:
         sys.stdout.write("services:\n")
-        for key, value in service_env(deployment).items():
+        for key, value in service_env(deployment, roles).items():
             sys.stdout.write(f"  {key}={value}\n")

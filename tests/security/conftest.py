@@ -20,6 +20,7 @@ import pytest
 from qbroker import Config, Unit
 from qbroker.cli.cmd_provision import remove
 from qbroker.cli.deployment import Deployment, load_deployment
+from qbroker.cli.roles import load_roles
 from tests.broker import delete_vhost
 
 BIN = Path(sys.executable).parent
@@ -32,6 +33,7 @@ class Provisioned:
     deployment: Deployment
     names: dict[str, str]  # role key -> account name
     passwords: dict[str, Path]
+    service_env: dict[str, str]  # the `services:` lines of `qbroker provision --env` (TOPOSM_*_USERS)
 
     def config(self, role: str, **overrides: Any) -> Config:
         """A unit config that logs in as ``role``'s account, password from its file (not the URL)."""
@@ -53,7 +55,7 @@ def provisioned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provisione
     )
     description = base / "deployment.toml"
     description.write_text(f'vhost = "qbroker-sec-{tag}"\nsecrets_dir = "secrets"\n\n{accounts}')
-    deployment = load_deployment(description)
+    deployment = load_deployment(description, load_roles())  # the roles the installed services register
     try:
         # The real command line, as an operator would run it.
         done = subprocess.run([str(BIN / "qbroker"), "provision", str(description), "--env"],
@@ -64,7 +66,9 @@ def provisioned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provisione
             password = path.read_text().strip()
             assert path.stat().st_mode & 0o077 == 0  # owner-only
             assert password not in done.stdout + done.stderr  # never printed
-        yield Provisioned(deployment, names, passwords)
+        services = done.stdout.split("\nservices:\n", 1)[1]
+        env = dict(line.strip().split("=", 1) for line in services.splitlines() if line.strip())
+        yield Provisioned(deployment, names, passwords, env)
     finally:
         remove(deployment)
         delete_vhost(deployment.vhost)

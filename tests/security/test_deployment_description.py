@@ -1,15 +1,30 @@
-"""The description file of ``qbroker provision`` and its permission table, without a broker: bad files are
-refused with a clear message, and the patterns say what docs/security.md says (the broker tests in this
-directory show RabbitMQ enforcing them)."""
+"""The description file of ``qbroker provision``, its roles (data: the library's, the services' entry points,
+files) and its permission table, without a broker: bad files are refused with a clear message, and the
+patterns say what docs/security.md says (the broker tests in this directory show RabbitMQ enforcing them)."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import tomllib
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
-from qbroker.cli.deployment import DescriptionError, load_deployment, permissions_for
+from qbroker.cli.deployment import DescriptionError, load_deployment, permissions_for, service_env
+from qbroker.cli.roles import ENTRY_POINT_GROUP, RoleBook, RoleError, load_roles
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def roles() -> RoleBook:
+    book = load_roles()
+    assert "queuemaster" in book, "the services' roles are not installed (entry points qbroker.roles): pip install -e ."
+    return book
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -27,9 +42,9 @@ def _write(tmp_path: Path, text: str) -> Path:
     ('vhost = "v"\nsurprise = 1\n[[account]]\nname = "a"\nrole = "client"\n', "surprise"),
     ("vhost = \n", "not TOML"),
 ])
-def test_bad_descriptions_are_refused(tmp_path: Path, text: str, problem: str) -> None:
+def test_bad_descriptions_are_refused(tmp_path: Path, text: str, problem: str, roles: RoleBook) -> None:
     with pytest.raises(DescriptionError, match=problem):
-        load_deployment(_write(tmp_path, text))
+        load_deployment(_write(tmp_path, text), roles)
 
 
 def test_secrets_dir_is_relative_to_the_description(tmp_path: Path) -> None:
@@ -41,8 +56,8 @@ def _allows(pattern: str, name: str) -> bool:
     return re.search(pattern, name) is not None  # RabbitMQ matches unanchored; ours are anchored
 
 
-def test_topic_patterns() -> None:
-    qm, renderer, client, operator = (permissions_for(r, "").topics  # type: ignore[arg-type]
+def test_topic_patterns(roles: RoleBook) -> None:
+    qm, renderer, client, operator = (permissions_for(roles[r], roles, "").topics
                                       for r in ("queuemaster", "renderer", "client", "operator"))
     # who may send `render` to render threads (rpc write)
     for name in ("toposm.render", "toposm.render.vader", "toposm.render.vader.12.0"):
@@ -58,6 +73,72 @@ def test_topic_patterns() -> None:
     assert _allows(client["rpc"][0], "spark.expire") and _allows(client["rpc"][0], "toposm.queuemaster")
 
 
-def test_exchange_prefix_is_escaped() -> None:
-    perms = permissions_for("client", "a.b")
+def test_exchange_prefix_is_escaped(roles: RoleBook) -> None:
+    perms = permissions_for(roles["client"], roles, "a.b")
     assert _allows(perms.configure, "a.brpc") and not _allows(perms.configure, "aXbrpc")
+
+
+def test_the_services_register_their_roles_and_the_library_names_none() -> None:
+    """Each service's roles come from its entry point (pyproject.toml), all of them installed; the library's
+    own roles name no service."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
+    installed = {e.name: e.value for e in entry_points(group=ENTRY_POINT_GROUP)}
+    assert installed == declared, "the installed metadata lags pyproject.toml: pip install -e . again"
+    library = load_roles(installed=False)
+    assert sorted(library.roles) == ["client", "operator"]
+    assert "toposm" not in repr({n: g.model_dump() for n, g in library.roles.items()})
+    book = load_roles()
+    assert {"queuemaster", "renderer", "spark_bridge", "web"} <= set(book.roles)
+    # a role several services add to gets all their grants: the tiles' and the bridge's calls for a client
+    assert book.sources["client"][0] == "library" and len(book.sources["client"]) == 3
+    assert _allows(permissions_for(book["client"], book, "").topics["rpc"][0], "spark.job")
+
+
+def test_a_roles_file_adds_a_role_and_grants(tmp_path: Path) -> None:
+    path = tmp_path / "site.toml"
+    path.write_text("""
+[role.tileviewer]
+call = ['toposm\\.queuemaster']
+hear = ['expire_toposm']
+listed_in = ["TOPOSM_EXPIRE_USERS"]
+
+[role.client]
+hear = ['site\\.news']
+""")
+    book = load_roles([path])
+    assert book.sources["tileviewer"] == [f"file {path}"]
+    viewer = permissions_for(book["tileviewer"], book, "").topics
+    assert _allows(viewer["rpc"][0], "toposm.queuemaster") and not _allows(viewer["rpc"][0], "spark.job")
+    assert _allows(viewer["alert"][1], "expire_toposm")
+    assert _allows(permissions_for(book["client"], book, "").topics["alert"][1], "site.news")
+    description = _write(tmp_path, 'vhost = "v"\n[[account]]\nname = "viewer"\nrole = "tileviewer"\n'
+                                   '[[account]]\nname = "bridge"\nrole = "spark_bridge"\n')
+    assert service_env(load_deployment(description, book), book)["TOPOSM_EXPIRE_USERS"] == "viewer,bridge"
+    with pytest.raises(DescriptionError, match="no such role tileviewer"):
+        load_deployment(description, load_roles())
+    assert load_deployment(description).account[0].role == "tileviewer"  # removing needs no roles
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("[role.x]\ncall = ['(']\n", "not a regex"),
+    ("[role.x]\nsurprise = 1\n", "surprise"),
+    ("[role.X]\n", "not a role name"),
+    ("vhost = 'v'\n", "only \\[role.<name>\\] tables"),
+    ("[role\n", "not TOML"),
+])
+def test_bad_roles_files_are_refused(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "roles.toml"
+    path.write_text(text)
+    with pytest.raises(RoleError, match=problem):
+        load_roles([path], installed=False)
+
+
+def test_list_roles_names_each_source(tmp_path: Path) -> None:
+    path = tmp_path / "site.toml"
+    path.write_text("[role.tileviewer]\ncall = ['toposm\\.queuemaster']\n")
+    done = subprocess.run([str(BIN / "qbroker"), "provision", "--list-roles", "--roles", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("tileviewer") and f"file {path}" in line for line in lines)
+    assert any(line.startswith("renderer") and "entry point tiles" in line for line in lines)

@@ -12,7 +12,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from qbroker.cli.deployment import service_env
 from tests.security.conftest import HOST, Provisioned
 from tests.tiles.conftest import TileBus, eventually
 from tests.web.conftest import start_web
@@ -28,7 +27,7 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> dict:
 async def test_web_starts_and_works_under_its_own_role(provisioned: Provisioned, as_role, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     tb = TileBus(f"amqp://{HOST}/{provisioned.deployment.vhost}", tmp_path)
-    for key, value in service_env(provisioned.deployment).items():
+    for key, value in provisioned.service_env.items():
         monkeypatch.setenv(key, value)
 
     def account(role: str) -> None:

@@ -1,0 +1,26 @@
+"""The Spark bridge's broker role, and what clients and operators may do with it, as data for
+``qbroker provision`` (entry point ``qbroker.roles``: spark_bridge). docs/security.md."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from services.tiles.contract import EXPIRE_TOPIC, OSM_EXCHANGE, SPARK_EXPIRE, SPARK_JOB, SPARK_PROGRESS, SPARK_STATS
+
+ENDPOINTS = "(" + "|".join(re.escape(name) for name in (SPARK_EXPIRE, SPARK_STATS, SPARK_JOB)) + ")"
+EXPIRE = re.escape(EXPIRE_TOPIC)
+
+ROLES: dict[str, dict[str, Any]] = {
+    "spark_bridge": {
+        "serve": [ENDPOINTS],
+        # expirations on both wires (qbroker's alert and the seed's osm), progress of its jobs
+        "alert": [EXPIRE, re.escape(SPARK_PROGRESS) + "[0-9a-f]+"],
+        "resources": [OSM_EXCHANGE], "topics": {OSM_EXCHANGE: {"write": [EXPIRE]}},
+        # the queuemaster takes `expire` commands from the accounts listed there
+        "listed_in": ["TOPOSM_EXPIRE_USERS"],
+    },
+    "client": {"call": [ENDPOINTS]},
+    # operators see and cancel every job, not only their own
+    "operator": {"listed_in": ["TOPOSM_OPERATOR_USERS"]},
+}

@@ -1,0 +1,26 @@
+"""toposm-web's broker role, as data for ``qbroker provision`` (entry point ``qbroker.roles``: web).
+
+It calls the queuemaster's stats/render/expire (TOPOSM_EXPIRE_USERS lists it, for the map's re-render) and
+the Spark job list, and hears the expirations (on both wires) and job progress it shows; it serves nothing.
+docs/security.md.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from services.tiles.contract import EXPIRE_TOPIC, OSM_EXCHANGE, QUEUEMASTER, SPARK_JOB, SPARK_PROGRESS
+
+EXPIRE = re.escape(EXPIRE_TOPIC)
+
+ROLES: dict[str, dict[str, Any]] = {
+    "web": {
+        "call": [re.escape(QUEUEMASTER), re.escape(SPARK_JOB)],
+        "hear": [re.escape(SPARK_PROGRESS) + "#", EXPIRE],  # the binding key itself: topic read checks it
+        # its exclusive server-named queue on `osm`, bound to expire_toposm (services/tiles/expiry_wires.py)
+        "resources": [OSM_EXCHANGE, r"amq\.gen-[A-Za-z0-9_-]+"],
+        "topics": {OSM_EXCHANGE: {"read": [EXPIRE]}},
+        "listed_in": ["TOPOSM_EXPIRE_USERS"],
+    },
+}
