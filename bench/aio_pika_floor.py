@@ -22,7 +22,7 @@ from pathlib import Path
 import aio_pika
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
+from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 
 PREFIX = f"floor-{uuid.uuid4().hex[:6]}."
 

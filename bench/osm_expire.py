@@ -34,14 +34,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
+from harness.osm import Extract, node_xml, osc, read_extract, way_xml  # noqa: E402
 from qbroker import Config, Unit  # noqa: E402
 from services.osmstore.importer import import_extract  # noqa: E402
 from services.spark_bridge.limits import BridgeLimits  # noqa: E402
 from services.spark_bridge.service import SparkBridge  # noqa: E402
 from services.spark_bridge.spark_session import build_session  # noqa: E402
 from services.tiles.contract import EXPIRE_TOPIC, SPARK_BRIDGE, SPARK_EXPIRE  # noqa: E402
-from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
-from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -35,11 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import mercantile  # noqa: E402
 from osm_scale_data import Scale, read_source, write_diff  # noqa: E402
 
+from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 from qbroker import Config, Unit  # noqa: E402
 from services.osmstore.geometry import GeometryStore  # noqa: E402
 from services.tiles.contract import SPARK_BRIDGE  # noqa: E402
 from services.tiles.tilemath import Metatile  # noqa: E402
-from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RENDER_ZOOMS = (15, 16, 17)

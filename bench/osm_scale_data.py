@@ -24,7 +24,7 @@ from pathlib import Path
 
 import osmium
 
-from tests.osmstore.osm_fixtures import node_xml, osc, way_xml
+from harness.osm import node_xml, osc, way_xml
 
 LON_STEP, LAT_STEP = 0.2, 0.1  # degrees between copies (~11 km both ways at 60 N; the extract is ~1.7 km)
 # Just above today's highest OSM ids (late 2026): nodes ~1.3e10, ways ~1.4e9, relations ~1.9e7.

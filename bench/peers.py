@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from bench.peers_alerts import ONE_WAY, Done, Publish  # noqa: E402
 from bench.peers_report import goals, machine, summarize  # noqa: E402
 from bench.peers_rpc import CONTENDERS, Call, Stop  # noqa: E402
-from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
+from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 
 Samples = dict[str, Any]
 

@@ -49,8 +49,8 @@ from bench.peers import measure  # noqa: E402
 from bench.peers_report import machine  # noqa: E402
 from bench.peers_rpc import CONTENDERS  # noqa: E402
 from bench.queuemaster_scale import bench_big_queue, bench_ingest  # noqa: E402
+from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 from services.tiles.contract import EXPIRE_TOPIC, QUEUEMASTER, join_expiry_list, render_thread  # noqa: E402
-from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -382,9 +382,9 @@ async def bench_expiry_pairs(pairs: int, n_messages: int, per_message: int, work
 
 
 def bench_pick(size: int, workdir: Path, picks: int = 2000) -> dict[str, Any]:
+    from harness.queues import fill_half_raised
     from services.tiles.queuemaster.queue_store import QueueStore
     from services.tiles.queuemaster.render_queue import RenderQueue
-    from tests.tiles.queues import fill_half_raised
 
     q = RenderQueue(QueueStore(workdir / f"pick-{size}.sqlite"))
     fill_half_raised(q, size)

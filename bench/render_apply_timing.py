@@ -47,8 +47,8 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     from osm_expire import make_diff
 
+    from harness.osm import read_extract
     from services.osmstore.importer import import_extract
-    from tests.osmstore.osm_fixtures import read_extract
 
     helsinki = ROOT / "var" / "osm" / "Helsinki.osm.pbf"
     base = args.work / "helsinki"

@@ -20,11 +20,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from harness.osm import (  # noqa: E402
+    node_xml,
+    osc,
+    publish,  # noqa: E402
+    read_extract,
+)
 from services.osmstore.postgis import append_postgis, import_postgis, psql  # noqa: E402
 from services.replicate.batch import build_batch  # noqa: E402
 from services.replicate.source import LocalSource  # noqa: E402
-from tests.osmstore.osm_fixtures import node_xml, osc, read_extract  # noqa: E402
-from tests.spark_bridge.replicate_helpers import publish  # noqa: E402
 
 
 def main() -> None:

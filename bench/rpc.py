@@ -28,7 +28,7 @@ import qbroker
 from qbroker import Config, NoServer, Unit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
+from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 
 
 def _run(coro: Any, loop: str) -> Any:

@@ -32,7 +32,7 @@ def _child(tree: str, contender: str, calls: int, level: int) -> None:
     import peers_rpc  # type: ignore[import-not-found]  # the tree's own copy, with the tree's qbroker
     import uvloop
 
-    from tests.broker import create_vhost, delete_vhost, url_for_vhost  # from this checkout (PYTHONPATH)
+    from harness.broker import create_vhost, delete_vhost, url_for_vhost  # from this checkout (PYTHONPATH)
 
     async def main(url: str) -> dict[str, float]:
         spec = peers_rpc.CONTENDERS[contender]

@@ -50,6 +50,8 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
 
     import numpy as np
 
+    from harness.broker import create_vhost, delete_vhost, url_for_vhost
+    from harness.osm import read_extract
     from qbroker import Config, Unit
     from services.osmstore.importer import import_extract
     from services.spark_bridge import service as bridge_service
@@ -57,8 +59,6 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     from services.spark_bridge.service import SparkBridge
     from services.spark_bridge.spark_session import build_session, job_tag
     from services.tiles.contract import SPARK_BRIDGE
-    from tests.broker import create_vhost, delete_vhost, url_for_vhost
-    from tests.osmstore.osm_fixtures import read_extract
 
     sys.path.insert(0, str(ROOT / "bench"))
     from osm_expire import TimedExpire, make_diff

@@ -16,7 +16,7 @@ from xml.sax.saxutils import quoteattr
 
 import osmium
 
-from services.osmstore.replication import ReplicationState, diff_path, state_path, write_state
+from services.osmstore.replication import publish_diff
 
 STREET = "Mikonkatu"
 NEW_NAME = "Qbrokerinkatu"
@@ -86,12 +86,6 @@ def helsinki_edit(extract: Path) -> DemoEdit:
 
 
 def publish(source: Path, sequence: int, text: str, timestamp: str) -> Path:
-    """Publish ``text`` as diff ``sequence``: the diff and its state file first, ``state.txt`` last."""
-    path = diff_path(source, sequence)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(gzip.compress(text.encode()))
-    tmp.replace(path)
-    write_state(state_path(source, sequence), ReplicationState(sequence, timestamp))
-    write_state(source / "state.txt", ReplicationState(sequence, timestamp))
-    return path
+    """Publish ``text`` as diff ``sequence`` (``publish_diff``: the diff and its state file first, ``state.txt``
+    last)."""
+    return publish_diff(source, sequence, gzip.compress(text.encode()), timestamp)

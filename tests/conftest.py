@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from harness.broker import create_vhost, delete_vhost, url_for_vhost
 from qbroker import Config, Unit
-from tests.broker import create_vhost, delete_vhost, url_for_vhost
 
 MakeUnit = Callable[..., Awaitable[Unit]]
 

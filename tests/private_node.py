@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.broker import rabbitmqctl
+from harness.broker import rabbitmqctl
 
 
 def free_port() -> int:

@@ -32,8 +32,8 @@ def test_library_and_services_type_check() -> None:
 
 
 def test_code_is_lint_clean() -> None:
-    result = subprocess.run([_tool("ruff"), "check", "qbroker", "services", "tests", "demo", "bench"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=240)
+    result = subprocess.run([_tool("ruff"), "check", "qbroker", "services", "tests", "demo", "bench", "harness"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
 
 

@@ -19,7 +19,7 @@ from PIL import Image
 
 from demo.accounts import demo_accounts
 from demo.leftovers import PidFile
-from tests.broker import rabbitmqctl
+from harness.broker import rabbitmqctl
 
 
 class DemoProcess:

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from harness import HANG
+
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 # The install step is what the packaging test checks (tests/test_packaging.py); here the checkout is used.
 INSTALL = ("python -m venv", "pip install", "export ")
-HANG = 60.0  # a ceiling that only catches hangs
 
 
 def blocks() -> list[tuple[str, str]]:

@@ -78,3 +78,17 @@ def write_state(path: Path, state: ReplicationState) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(f"#{state.timestamp or ''}\nsequenceNumber={state.sequence}\ntimestamp={stamp}\n")
     tmp.replace(path)
+
+
+def publish_diff(source: Path, sequence: int, data: bytes, timestamp: str) -> Path:
+    """Publish ``data`` (the .osc.gz bytes) as diff ``sequence`` the way OSM does: the diff and its state file
+    first, the top-level ``state.txt`` last, so a follower never sees a sequence whose diff is not there yet
+    (the demo and the tests play a replication server with it)."""
+    path = diff_path(source, sequence)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    write_state(state_path(source, sequence), ReplicationState(sequence, timestamp))
+    write_state(source / "state.txt", ReplicationState(sequence, timestamp))
+    return path

@@ -3,28 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import orjson
 
+from harness import eventually
 from qbroker import Cleared, RequestContext
-from qbroker.testing import eventually
 from tests.cli.conftest import Example
 from tests.cli.helpers import run_cli
-
-
-async def _wait_for(condition: Callable[[], Any], timeout: float = 60.0) -> None:  # a ceiling for hangs
-    await eventually(condition, timeout, 0.05)
 
 
 async def test_alert_publishes_json_and_text(amqp_url: str, example: Example) -> None:
     result = await run_cli(amqp_url, "alert", "clitest.notice", "tile=14/1/2", "zoom=14")
     assert (result.code, result.stdout) == (0, "")
-    await _wait_for(lambda: {"tile": "14/1/2", "zoom": 14} in example.alerts)
+    await eventually(lambda: {"tile": "14/1/2", "zoom": 14} in example.alerts)
     text = await run_cli(amqp_url, "alert", "clitest.notice", "--text", "14/1/2;14/1/3")
     assert text.code == 0
-    await _wait_for(lambda: "14/1/2;14/1/3" in example.alerts)
+    await eventually(lambda: "14/1/2;14/1/3" in example.alerts)
 
 
 async def test_alert_gather_prints_each_reply(amqp_url: str, example: Example) -> None:

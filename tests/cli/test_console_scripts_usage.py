@@ -14,9 +14,11 @@ import sys
 import tomllib
 from pathlib import Path
 
+from harness import HANG
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-HANG = 120.0  # only catches a script that never returns; a healthy one answers in about a second
+SCRIPT_HANG = 2 * HANG  # only catches a script that never returns; a healthy one answers in about a second
 # Usage errors: argparse exits 2, the typer CLIs 64 (EX_USAGE).
 USAGE_EXIT_CODES = (2, 64)
 
@@ -44,11 +46,11 @@ def test_every_console_script_prints_usage_without_a_broker(tmp_path: Path) -> N
     problems: list[str] = []
     for (script, arg), proc in runs.items():
         try:
-            out, err = proc.communicate(timeout=HANG)
+            out, err = proc.communicate(timeout=SCRIPT_HANG)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            problems.append(f"{script} {arg}: still running after {HANG} s")
+            problems.append(f"{script} {arg}: still running after {SCRIPT_HANG} s")
             continue
         text = out + err
         wanted = (0,) if arg == "--help" else USAGE_EXIT_CODES

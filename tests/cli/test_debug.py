@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
+from harness import eventually
+from harness.broker import list_queues, rabbitmqctl
 from qbroker import CallTimeout, NoServer, RequestFailed
-from qbroker.testing import eventually
-from tests.broker import list_queues, rabbitmqctl
 from tests.cli.conftest import Example
 from tests.cli.helpers import Snooper, run_cli
 

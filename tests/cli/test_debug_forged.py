@@ -9,7 +9,7 @@ import orjson
 import pytest
 from pamqp.commands import Basic
 
-from tests.broker import rabbitmqctl
+from harness.broker import rabbitmqctl
 from tests.cli.helpers import Snooper
 from tests.seed_client import seed_client
 
@@ -77,8 +77,8 @@ async def test_dead_servers_names_stop_being_routable_while_a_debugger_runs(
 ) -> None:
     """A per-instance endpoint (like a render thread's) of a unit killed without qbroker.stop: the
     debugger's roll call forgets the unit and unbinds the name, so calls fail fast with no_server."""
+    from harness import eventually
     from qbroker import NoServer
-    from qbroker.testing import eventually
 
     name = f"clitest.instance.{uuid.uuid4().hex[:8]}"
     server = await make_unit("clitest.instance")

@@ -8,11 +8,9 @@ import signal
 import uuid
 from typing import Any
 
+from harness import HANG, eventually
 from qbroker import Config, Unit
-from qbroker.testing import eventually
 from tests.cli.helpers import QBROKER, cli_env, run_cli
-
-HANG = 60.0
 
 
 async def test_schedule_add_list_remove_with_a_scheduler_process(amqp_url: str) -> None:

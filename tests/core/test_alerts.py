@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from harness import HANG, eventually
 from qbroker import Reply, RequestContext, Unit
 from qbroker.alerts import topic_matches
-from qbroker.testing import eventually
 from tests.conftest import MakeUnit
-
-HANG = 60.0  # a ceiling that only catches a gather that never ends
 
 
 def test_topic_patterns() -> None:

@@ -13,12 +13,12 @@ import pytest
 import structlog
 from aio_pika.exceptions import ChannelInvalidStateError, MessageProcessError
 
+from harness import HANG
 from qbroker.amqp_transport import Delivery, connect_amqp
 from qbroker.bus import Bus
 from qbroker.config import Config
 from qbroker.envelope import OutgoingMessage
 
-HANG = 30  # a ceiling that only catches hangs
 FIELDS = ("body", "headers", "content_type", "content_encoding", "delivery_mode", "priority", "correlation_id",
           "reply_to", "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "exchange",
           "routing_key", "redelivered", "consumer_tag", "delivery_tag")

@@ -9,10 +9,9 @@ import time
 
 import pytest
 
+from harness import HANG
 from qbroker import HandlerTimeout, PoisonRequest
 from tests.conftest import MakeUnit
-
-HANG = 60.0
 
 
 async def test_blocking_sync_handler_times_out_and_spares_the_loop(make_unit: MakeUnit) -> None:

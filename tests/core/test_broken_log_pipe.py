@@ -19,14 +19,13 @@ import uuid
 import aio_pika
 import pytest
 
+from harness import HANG, eventually
 from qbroker import Config, NoServer, Unit
-from qbroker.testing import eventually
 
 pytestmark = pytest.mark.rabbitmq_only
 
 BURST = 600  # more than the collector's prefetch (256): held requests would stall the burst
 DRAIN_TIMEOUT = 5.0
-HANG = 60.0  # a ceiling that only catches hangs
 
 
 async def _collector_ping(client: Unit) -> dict | None:

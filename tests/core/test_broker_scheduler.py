@@ -13,6 +13,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+from harness import HANG, eventually
 from qbroker import Unit
 from qbroker.broker_scheduler import (
     BrokerScheduler,
@@ -22,11 +23,10 @@ from qbroker.broker_scheduler import (
     remove_schedule,
     schedules_queue,
 )
-from qbroker.testing import ManualClock, eventually
+from qbroker.testing import ManualClock
 from tests.conftest import MakeUnit
 
 pytestmark = pytest.mark.rabbitmq_only  # the scheduler's queue is plain AMQP (single active consumer)
-HANG = 60.0
 
 
 async def _setup(make_unit: MakeUnit) -> tuple[str, asyncio.Queue[int], Unit]:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
+from harness import eventually
 from qbroker import Config, NoServer, Unit
 
 pytestmark = pytest.mark.rabbitmq_only
@@ -23,14 +22,13 @@ async def test_standalone_collector_answers_for_units_that_do_not_collect(amqp_u
     client = Unit("test.client", config=Config(url=amqp_url, exchange_prefix="standalone.", dead_letters=False))
     await client.start()
     try:
-        deadline = time.monotonic() + 30
-        info = None
-        while info is None and time.monotonic() < deadline:
+        async def collector_answers() -> bool:
             async for reply in client.gather("qbroker.ping", {}, timeout=1):
                 if reply.body["app"] == "qbroker.dead_letter":
-                    info = reply.body
-            await asyncio.sleep(0.2)
-        assert info is not None, "the standalone collector never answered qbroker.ping"
+                    return True
+            return False
+
+        await eventually(collector_answers, interval=0.2)  # the standalone collector answers qbroker.ping
         # The collector's answer, not the caller's own deadline (that would be CallTimeout).
         with pytest.raises(NoServer, match="no server for t.absent"):
             await client.call("t.absent", {}, timeout=30)

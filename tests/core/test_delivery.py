@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
+from harness import HANG, eventually
 from qbroker import CallTimeout, HandlerTimeout, RequestContext, TimedOutInQueue
-from qbroker.testing import eventually
 from tests.conftest import MakeUnit
-from tests.core.waits import HANG, until_ready_messages
+from tests.core.waits import until_ready_messages
 
 
 async def test_request_expiring_in_queue_is_answered_error(make_unit: MakeUnit) -> None:

@@ -7,10 +7,9 @@ import asyncio
 
 import pytest
 
+from harness import HANG
 from qbroker import NoServer, Reply, RequestContext, RequestError
 from tests.conftest import MakeUnit
-
-HANG = 60.0
 
 
 async def test_a_delivered_notice_comes_before_the_reply(make_unit: MakeUnit, transport: str) -> None:

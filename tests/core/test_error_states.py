@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from harness import HANG
 from qbroker import Cleared, ErrorInfo, RequestContext
 from tests.conftest import MakeUnit
-
-HANG = 60.0
 
 
 async def test_a_reply_and_an_alert_can_say_an_error_state_is_over(make_unit: MakeUnit, transport: str) -> None:

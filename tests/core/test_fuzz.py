@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -20,9 +19,10 @@ import aiormq
 import pytest
 from aiormq.abc import DeliveredMessage
 
+from harness import HANG, eventually
+from harness.broker import rabbitmqctl
 from qbroker import RequestContext
 from qbroker.errors import _registry
-from tests.broker import rabbitmqctl
 from tests.conftest import MakeUnit
 from tests.fuzz_messages import Fuzzed, generate
 from tests.seed_client import decoded
@@ -30,7 +30,7 @@ from tests.seed_client import decoded
 pytestmark = [pytest.mark.rabbitmq_only, pytest.mark.fuzz]
 
 COUNT = int(os.environ.get("QBROKER_FUZZ_COUNT", "200"))
-HANG = 120.0 + COUNT / 20
+FUZZ_HANG = 2 * HANG + COUNT / 20
 # Ids a malformed message may be answered with: the registry, plus BadMessage's per-problem ids.
 STABLE_IDS = set(_registry) | {"bad_header", "bad_version", "bad_body", "too_large", "dead_letter", "rejected"}
 KINDS = ("rpc", "alert", "reply", "dead")
@@ -106,18 +106,19 @@ async def test_fuzzed_messages_are_all_settled_and_answered(make_unit: MakeUnit,
                 sent[kind] += 1
                 if message.wants_reply and kind in ("rpc", "alert"):
                     expected[message.token] = kind
-        deadline = time.monotonic() + HANG
-        while any(token not in replies for token in expected):
-            missing = [t for t in expected if t not in replies]
-            assert time.monotonic() < deadline, f"{len(missing)} requests never answered, e.g. {missing[:3]}"
-            await asyncio.sleep(0.1)
+        def missing() -> list[str]:
+            return [t for t in expected if t not in replies]
+
+        await eventually(lambda: not missing(), FUZZ_HANG, 0.1,
+                         context=lambda: f"{len(missing())} requests never answered, e.g. {missing()[:3]}")
+
         # Every consumer has settled everything: nothing ready in our queues, nothing unacked anywhere.
-        while True:
+        async def settled() -> bool:
             counts = await asyncio.to_thread(queue_counts, vhost, prefix)
-            if all(c == (0, 0) for c in counts.values()):
-                break
-            assert time.monotonic() < deadline, f"messages left unsettled: {counts}"
-            await asyncio.sleep(0.5)
+            return all(c == (0, 0) for c in counts.values())
+
+        await eventually(settled, FUZZ_HANG, 0.5,
+                         context=lambda: f"messages left unsettled: {queue_counts(vhost, prefix)}")
         doubles = {t: len(r) for t, r in replies.items() if len(r) > 1}
         collected = server.dead_letters.stats() if server.dead_letters is not None else {}
         assert collected.get("kept_failed", 0) == 0, f"dead requests whose copy could not be kept: {collected}"

@@ -7,11 +7,10 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from harness import HANG
+from harness.broker import close_connections
 from qbroker.testing import broker_of
-from tests.broker import close_connections
 from tests.conftest import MakeUnit
-
-HANG = 60.0
 
 
 async def test_gather_ends_when_the_connection_drops(make_unit: MakeUnit, transport: str) -> None:

@@ -7,10 +7,8 @@ import asyncio
 
 import pytest
 
-from qbroker.testing import eventually
+from harness import HANG, eventually
 from tests.conftest import MakeUnit
-
-HANG = 60.0
 
 
 async def test_an_idle_unit_gets_no_new_work_until_it_resumes(make_unit: MakeUnit, transport: str) -> None:

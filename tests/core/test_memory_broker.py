@@ -17,7 +17,8 @@ import pytest
 from aio_pika.exceptions import ChannelInvalidStateError, ChannelNotFoundEntity, ChannelPreconditionFailed
 from aiormq.exceptions import ChannelLockedResource
 
-from qbroker.testing import MemoryBroker, eventually
+from harness import eventually
+from qbroker.testing import MemoryBroker
 from qbroker.testing.memory import DeliveredMessage, MemoryConnection, MemoryQueue, UnsupportedFeature, connect
 
 

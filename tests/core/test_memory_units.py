@@ -7,8 +7,9 @@ import asyncio
 
 import pytest
 
+from harness import eventually
 from qbroker import BrokerUnavailable, Config, ConnectionLost, NoServer, Unit
-from qbroker.testing import MemoryBroker, broker_of, eventually, memory_config, running
+from qbroker.testing import MemoryBroker, broker_of, memory_config, running
 
 
 def _connected(*units: Unit) -> bool:

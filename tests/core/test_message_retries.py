@@ -7,12 +7,11 @@ import asyncio
 
 import pytest
 
+from harness import HANG
 from qbroker import RequestContext, RequestError
 from qbroker.request_middleware import RETRIES
 from tests.conftest import MakeUnit
 from tests.core.waits import queue_exists, ready_messages
-
-HANG = 60.0
 
 
 async def test_a_retry_carries_its_count_and_the_last_error_is_answered(make_unit: MakeUnit, transport: str) -> None:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from harness import eventually
 from qbroker import RequestContext, RequestFailed
 from qbroker.middleware import Middleware, Next, Outcome, refuse
-from qbroker.testing import eventually
 from tests.conftest import MakeUnit
 
 

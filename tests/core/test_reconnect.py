@@ -12,13 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness import HANG, eventually
 from qbroker import BrokerUnavailable, Config, QBrokerError, Unit
-from qbroker.testing import eventually
 from tests.private_node import PrivateNode, start_private_node, stop_private_node
 
 # Restarts a private RabbitMQ node; tests/core/test_memory_broker.py covers reconnects in memory.
 pytestmark = pytest.mark.rabbitmq_only
-HANG = 60.0  # ceilings that only catch hangs
 
 
 @pytest.fixture(scope="module")
@@ -48,15 +47,10 @@ async def _echo_server(url: str, *, hold_from: int | None = None, release: async
 
 
 async def _call_until_ok(client: Unit, name: str, n: int, within: float) -> None:
-    deadline = time.monotonic() + within  # a ceiling against hangs, not a speed claim
-    while True:
-        try:
-            assert await client.call(name, {"n": n}, timeout=2) == n
-            return
-        except QBrokerError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
+    async def answered() -> bool:
+        return await client.call(name, {"n": n}, timeout=2) == n
+
+    await eventually(answered, within, 0.2)  # a ceiling against hangs, not a speed claim
 
 
 async def test_broker_restart_mid_traffic(private_node: PrivateNode) -> None:

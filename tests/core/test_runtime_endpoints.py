@@ -7,11 +7,10 @@ from dataclasses import fields
 
 import pytest
 
+from harness import HANG
 from qbroker import CallTimeout, NoServer, RequestFailed, TimedOutInQueue
 from qbroker.endpoints import EndpointOptions, EndpointSettings
 from tests.conftest import MakeUnit
-
-HANG = 60.0
 
 
 async def _endpoints_seen(client: object, uuid: str) -> list[str]:

@@ -7,11 +7,9 @@ import time
 
 import pytest
 
+from harness import HANG, eventually
 from qbroker import RequestError, RequestFailed
-from qbroker.testing import eventually
 from tests.conftest import MakeUnit
-
-HANG = 60.0  # ceilings that only catch hangs
 
 
 async def test_cast_is_handled_once_without_reply(make_unit: MakeUnit) -> None:

@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from harness import eventually
 from qbroker import CallTimeout, NoServer
 from tests.conftest import MakeUnit
-from tests.core.waits import until, until_queue_gone, until_ready_messages
+from tests.core.waits import until_queue_gone, until_ready_messages
 
 
 async def test_stopped_service_answers_no_server_after_grace(make_unit: MakeUnit) -> None:
@@ -72,7 +73,7 @@ async def test_casts_expire_instead_of_running_stale(make_unit: MakeUnit) -> Non
     await client.cast("t.cast", {"n": 1})  # the default TTL (cast_ttl) applies
     collector = client.dead_letters
     assert collector is not None
-    await until(lambda: collector.counts["rpc.expired"] >= 1, "the stale cast dead-lettered as expired")
+    await eventually(lambda: collector.counts["rpc.expired"] >= 1)  # the stale cast dead-lettered as expired
     again = await make_unit("test.server")
     done = asyncio.Event()
 
@@ -157,4 +158,4 @@ async def test_scheduled_casts_expire_when_the_next_is_due(make_unit: MakeUnit) 
     collector = client.dead_letters
     assert collector is not None
     # Each tick's TTL is the interval: the stale ones go to `dead` instead of piling up in the queue.
-    await until(lambda: collector.counts["rpc.expired"] >= 3, "scheduled casts dead-lettered as expired")
+    await eventually(lambda: collector.counts["rpc.expired"] >= 3)  # scheduled casts dead-lettered as expired

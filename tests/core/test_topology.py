@@ -9,8 +9,8 @@ import uuid
 import pytest
 from aio_pika.exceptions import ChannelPreconditionFailed
 
+from harness import eventually
 from qbroker import NoServer, RequestContext
-from qbroker.testing import eventually
 from tests.conftest import MakeUnit
 
 

@@ -12,9 +12,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from harness import eventually
 from qbroker import RequestError, Unit
 from qbroker.middleware import Middleware, Sending
-from qbroker.testing import eventually
 from qbroker.tracing import Tracing
 from tests.conftest import MakeUnit
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from qbroker.testing import eventually
+from harness import HANG, eventually
 from tests.conftest import MakeUnit
-
-HANG = 60.0
 
 
 async def test_a_heavier_server_gets_work_first_and_a_lighter_one_only_when_it_is_full(

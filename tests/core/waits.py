@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
+from harness import HANG, eventually
+from harness.broker import list_queues
 from qbroker import Unit
 from qbroker.testing import broker_of
-from tests.broker import list_queues
-
-HANG = 60.0  # ceilings that only catch hangs
 
 
 async def ready_messages(unit: Unit, queue: str) -> int:
@@ -29,11 +26,10 @@ async def ready_messages(unit: Unit, queue: str) -> int:
 
 
 async def until_ready_messages(unit: Unit, queue: str, count: int, timeout: float = HANG) -> None:
-    deadline = time.monotonic() + timeout
-    while (waiting := await ready_messages(unit, queue)) != count:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{queue}: {waiting} message(s) waiting, expected {count}, after {timeout}s")
-        await asyncio.sleep(0.02)
+    async def there() -> bool:
+        return await ready_messages(unit, queue) == count
+
+    await eventually(there, timeout, 0.02)
 
 
 async def queue_exists(unit: Unit, queue: str) -> bool:
@@ -45,16 +41,7 @@ async def queue_exists(unit: Unit, queue: str) -> bool:
 
 
 async def until_queue_gone(unit: Unit, queue: str, timeout: float = HANG) -> None:
-    deadline = time.monotonic() + timeout
-    while await queue_exists(unit, queue):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{queue} still exists after {timeout}s")
-        await asyncio.sleep(0.05)
+    async def gone() -> bool:
+        return not await queue_exists(unit, queue)
 
-
-async def until(predicate: Callable[[], bool], what: str, timeout: float = HANG) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout}s")
-        await asyncio.sleep(0.02)
+    await eventually(gone, timeout)

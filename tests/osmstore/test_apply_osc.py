@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.osm import Extract, node_xml, osc, read_extract, way_xml, write_osc
 from services.osmstore.render_store import RenderStoreError, apply_osc
 from services.osmstore.wkb import mercator
-from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml, write_osc
 
 
 @pytest.fixture(scope="module")

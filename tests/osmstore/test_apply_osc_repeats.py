@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.osm import node_xml, osc_blocks, way_xml
 from services.osmstore.osc_diff import read_diff
 from services.osmstore.render_db import FEATURE_TABLES
 from services.osmstore.render_store import apply_osc
-from tests.osmstore.osm_fixtures import node_xml, way_xml
 
 _COUNTERS = ("nodes_created", "nodes_modified", "nodes_deleted", "ways_created", "ways_modified", "ways_deleted")
 
@@ -39,8 +39,8 @@ def _contents(store: Path) -> dict[str, list[tuple[object, ...]]]:
 
 
 def _osc(blocks: list[tuple[str, str]]) -> str:
-    body = "\n".join(f"<{action}>{item}</{action}>" for action, item in blocks)
-    return f'<?xml version="1.0" encoding="UTF-8"?>\n<osmChange version="0.6">\n{body}\n</osmChange>\n'
+    """One object per block, in this order (a merged diff repeats actions)."""
+    return osc_blocks((action, [item]) for action, item in blocks)
 
 
 def test_repeated_objects_in_one_diff_end_as_in_separate_diffs(imported_store: Path, tmp_path: Path) -> None:

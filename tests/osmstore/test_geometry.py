@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.osm import Extract, node_xml, osc, read_extract, way_xml, write_osc
 from services.osmstore.geometry import GeometryStore, SequenceGap
 from services.osmstore.geometry_apply import apply_diff
 from services.osmstore.osc_diff import read_diff
 from services.osmstore.osc_input import UnreadableOsc
-from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml, write_osc
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.osm import node_xml, osc, write_osc
 from services.osmstore.osc_diff import read_diff
 from services.osmstore.osc_input import InputBudget, supersedes
 from services.spark_bridge.osc_reader import read_osc
-from tests.osmstore.osm_fixtures import node_xml, osc, write_osc
 
 
 def test_the_rule() -> None:

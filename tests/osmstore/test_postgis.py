@@ -10,12 +10,12 @@ import mercantile
 import pytest
 from PIL import Image
 
+from harness.osm import read_extract
 from services.osmstore.importer import ImportFailed, main
 from services.osmstore.postgis import import_postgis
 from services.osmstore.style import ROAD_COLOURS
 from services.tiles.renderer.backends.mapnik_backend import MapnikBackend
 from services.tiles.tilemath import Tile
-from tests.osmstore.osm_fixtures import read_extract
 from tests.osmstore.test_render import _middle_of, _share_near
 
 

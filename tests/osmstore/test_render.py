@@ -10,12 +10,12 @@ import mercantile
 import pytest
 from PIL import Image
 
+from harness.osm import Extract, osc, read_extract, way_xml, write_osc
 from services.osmstore.render_store import apply_osc
 from services.osmstore.style import LAND, ROAD_COLOURS, WATER
 from services.tiles.renderer.backends.mapnik_backend import MapnikBackend
 from services.tiles.renderer.main import parse_args
 from services.tiles.tilemath import Tile
-from tests.osmstore.osm_fixtures import Extract, osc, read_extract, way_xml, write_osc
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from harness.broker import delete_vhost
 from qbroker import Config, Unit
 from qbroker.cli.cmd_provision import remove
 from qbroker.cli.deployment import Deployment, load_deployment
 from qbroker.cli.roles import load_roles
-from tests.broker import delete_vhost
 
 BIN = Path(sys.executable).parent
 ROLES = ("queuemaster", "renderer", "renderer2", "spark_bridge", "web", "operator", "client")

@@ -15,9 +15,8 @@ import aio_pika
 import pytest
 from aiormq.exceptions import ChannelAccessRefused, ChannelClosed, ChannelPreconditionFailed
 
+from harness import HANG
 from qbroker import QBrokerError, RequestContext, RequestError
-
-HANG = 30.0
 
 
 @contextlib.asynccontextmanager

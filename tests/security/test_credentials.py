@@ -11,11 +11,9 @@ from pathlib import Path
 import pytest
 import structlog
 
+from harness import HANG, eventually
 from qbroker import BrokerUnavailable, Config, Unit
 from tests.security.conftest import BIN, HOST
-from tests.tiles.conftest import eventually
-
-HANG = 60.0
 
 
 async def test_account_from_environment_and_password_file(provisioned, monkeypatch) -> None:

@@ -8,12 +8,11 @@ import asyncio
 import aio_pika
 import orjson
 
+from harness import HANG
 from qbroker import RequestContext
 from qbroker.bus import SENDER_HEADER
 from qbroker.request_middleware import FAILURES
 from tests.security.test_broker_permissions import raw
-
-HANG = 60.0
 
 
 async def test_redelivered_request_keeps_its_senders_account(provisioned, as_role) -> None:

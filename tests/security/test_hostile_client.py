@@ -14,6 +14,7 @@ import aio_pika
 import orjson
 import pytest
 
+from harness import HANG, eventually
 from qbroker import RequestFailed, Unit
 from services.tiles.queuemaster.access import AccessPolicy
 from services.tiles.queuemaster.service import QueuemasterService
@@ -21,9 +22,7 @@ from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSet
 from services.tiles.renderer.process import RendererProcess, RendererSettings
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Tile
-from tests.tiles.conftest import eventually
 
-HANG = 60.0
 QM = "toposm.queuemaster"
 
 

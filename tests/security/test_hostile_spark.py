@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from harness import HANG, eventually
 from qbroker import RequestFailed
-from qbroker.testing import eventually
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
 from tests.spark_bridge.conftest import spark  # noqa: F401 - the Spark suite's shared session
 
-HANG = 120.0
+JOB_HANG = 2 * HANG  # a Spark job through the bus
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ async def test_client_cannot_read_probe_or_exhaust_the_bridge_host(bridge, as_ro
         "huge_guard": {"paths": ["x.list"], "max_tiles": 10**12},
     }.items():
         with pytest.raises(RequestFailed) as info:
-            await client.call("spark.expire", body, timeout=HANG)
+            await client.call("spark.expire", body, timeout=JOB_HANG)
         answers[label] = info.value
     for label, error_id in {"passwd": "input_not_allowed", "missing": "input_not_allowed",
                             "dev_zero": "input_not_allowed", "fifo": "bad_input_type", "slash": "input_not_allowed",
@@ -65,7 +65,7 @@ async def test_client_cannot_read_probe_or_exhaust_the_bridge_host(bridge, as_ro
     (root / "render.log").write_text('{"metatile": "9/0/0", "zoom": 9, "renderer": "r", "start": 1.0, '
                                      '"duration": 1.0, "status": "ok"}\n')
     with pytest.raises(RequestFailed) as info:
-        await client.call("spark.stats", {"paths": ["render.log"], "output_dir": str(outside)}, timeout=HANG)
+        await client.call("spark.stats", {"paths": ["render.log"], "output_dir": str(outside)}, timeout=JOB_HANG)
     assert info.value.id == "bad_output_name"
     assert list(outside.iterdir()) == [] and not Path("/anywhere").exists()
 
@@ -77,25 +77,25 @@ async def test_jobs_belong_to_the_account_that_submitted_them(bridge, as_role, p
     (root / "mine.list").write_text("10/0/0\n")
     (root / "ops-secret-name.list").write_text("10/1/1\n")
     body = {"publish": False, "wait": True}
-    theirs = await operator.call("spark.expire", {**body, "paths": ["ops-secret-name.list"]}, timeout=HANG)
-    mine = await client.call("spark.expire", {**body, "paths": ["mine.list"]}, timeout=HANG)
+    theirs = await operator.call("spark.expire", {**body, "paths": ["ops-secret-name.list"]}, timeout=JOB_HANG)
+    mine = await client.call("spark.expire", {**body, "paths": ["mine.list"]}, timeout=JOB_HANG)
     assert theirs["owner"] == provisioned.names["operator"] and mine["owner"] == provisioned.names["client"]
 
-    listed = await client.call("spark.job", {"command": "list"}, timeout=HANG)
+    listed = await client.call("spark.job", {"command": "list"}, timeout=JOB_HANG)
     assert [job["job_id"] for job in listed["jobs"]] == [mine["job_id"]]
     for command in ("status", "progress", "result", "log", "cancel"):
         with pytest.raises(RequestFailed) as info:
-            await client.call("spark.job", {"command": command, "job_id": theirs["job_id"]}, timeout=HANG)
+            await client.call("spark.job", {"command": command, "job_id": theirs["job_id"]}, timeout=JOB_HANG)
         # the same answer as for a job that does not exist: nothing about it, not even that it exists
         assert info.value.id == "unknown_job", (command, info.value)
         assert "ops-secret-name" not in str(info.value)
-    status = await client.call("spark.job", {"command": "status", "job_id": mine["job_id"]}, timeout=HANG)
+    status = await client.call("spark.job", {"command": "status", "job_id": mine["job_id"]}, timeout=JOB_HANG)
     assert status["params"]["paths"] == ["mine.list"]
 
-    everything = await operator.call("spark.job", {"command": "list"}, timeout=HANG)
+    everything = await operator.call("spark.job", {"command": "list"}, timeout=JOB_HANG)
     assert {job["job_id"] for job in everything["jobs"]} == {mine["job_id"], theirs["job_id"]}
     for command in ("status", "log", "cancel"):
-        await operator.call("spark.job", {"command": command, "job_id": mine["job_id"]}, timeout=HANG)
+        await operator.call("spark.job", {"command": command, "job_id": mine["job_id"]}, timeout=JOB_HANG)
     # the ids survive a restart of the bridge: ownership is persisted with the record
     assert bridge.manager.store.load_all()[0].owner in set(provisioned.names.values())
 
@@ -127,12 +127,12 @@ async def test_job_errors_name_the_file_and_problem_never_the_content(bridge, as
                 "lines.list": "lines.list: a line is not z/x/y within the zoom limit (line 2)"}
     for name, wanted in expected.items():
         with pytest.raises(RequestFailed) as info:
-            await client.call("spark.expire", {"paths": [name], "publish": False, "wait": True}, timeout=HANG)
+            await client.call("spark.expire", {"paths": [name], "publish": False, "wait": True}, timeout=JOB_HANG)
         text = str(info.value)
         assert wanted in text and "SECRET" not in text, text
         job_id = _job_id(info.value)
-        status = await client.call("spark.job", {"command": "status", "job_id": job_id}, timeout=HANG)
-        log = await client.call("spark.job", {"command": "log", "job_id": job_id, "lines": 1000}, timeout=HANG)
+        status = await client.call("spark.job", {"command": "status", "job_id": job_id}, timeout=JOB_HANG)
+        log = await client.call("spark.job", {"command": "log", "job_id": job_id, "lines": 1000}, timeout=JOB_HANG)
         assert "SECRET" not in status["error"] and "SECRET" not in "".join(log["lines"])
 
 
@@ -156,14 +156,14 @@ async def test_oversized_input_is_refused_naming_the_limit(bridge, as_role) -> N
     size = _bomb(root / "many.osc.gz", 50_000)
     bridge.limits = BridgeLimits(max_input_objects=20_000)
     with pytest.raises(RequestFailed) as info:
-        await client.call("spark.expire", {"paths": ["many.osc.gz"], "publish": False, "wait": True}, timeout=HANG)
+        await client.call("spark.expire", {"paths": ["many.osc.gz"], "publish": False, "wait": True}, timeout=JOB_HANG)
     assert "many.osc.gz" in str(info.value) and "max_input_objects=20000" in str(info.value), str(info.value)
     bridge.limits = BridgeLimits(max_input_bytes=size // 10)
     with pytest.raises(RequestFailed) as info:
-        await client.call("spark.expire", {"paths": ["many.osc.gz"], "publish": False, "wait": True}, timeout=HANG)
+        await client.call("spark.expire", {"paths": ["many.osc.gz"], "publish": False, "wait": True}, timeout=JOB_HANG)
     assert f"max_input_bytes={size // 10}" in str(info.value), str(info.value)
     job_id = _job_id(info.value)
-    status = await client.call("spark.job", {"command": "status", "job_id": job_id}, timeout=HANG)
+    status = await client.call("spark.job", {"command": "status", "job_id": job_id}, timeout=JOB_HANG)
     # refused while counting the bytes, before libosmium parsed any of it
     assert status["counters"].get("input_objects", 0) == 0 and "osc_nodes" not in status["counters"]
 
@@ -174,15 +174,15 @@ async def test_cancel_takes_effect_while_the_input_is_read(bridge, as_role) -> N
     root = bridge.input_roots.roots[0]
     size = _bomb(root / "huge.osc.gz", 20_000_000)
     bridge.limits = BridgeLimits(max_input_objects=10**9, max_input_bytes=10**12)
-    submitted = await client.call("spark.expire", {"paths": ["huge.osc.gz"], "publish": False}, timeout=HANG)
+    submitted = await client.call("spark.expire", {"paths": ["huge.osc.gz"], "publish": False}, timeout=JOB_HANG)
     job = {"command": "progress", "job_id": submitted["job_id"]}
 
     async def reading() -> bool:
-        progress = await client.call("spark.job", job, timeout=HANG)
+        progress = await client.call("spark.job", job, timeout=JOB_HANG)
         return progress["phase"] == "reading" and progress["counters"].get("input_bytes", 0) > 0
 
-    await eventually(reading, timeout=HANG)
-    cancelled = await client.call("spark.job", {"command": "cancel", "job_id": submitted["job_id"]}, timeout=HANG)
+    await eventually(reading, timeout=JOB_HANG)
+    cancelled = await client.call("spark.job", {"command": "cancel", "job_id": submitted["job_id"]}, timeout=JOB_HANG)
     assert cancelled["state"] == "cancelled"
-    status = await client.call("spark.job", {**job, "command": "status"}, timeout=HANG)
+    status = await client.call("spark.job", {**job, "command": "status"}, timeout=JOB_HANG)
     assert status["phase"] == "reading" and status["counters"]["input_bytes"] < size

@@ -14,8 +14,9 @@ from typing import Any
 import aiohttp
 import orjson
 
+from harness import eventually
 from qbroker import Config, Unit
-from tests.tiles.conftest import TileBus, bus, eventually, pytest_runtest_makereport, stats, wait_renderers  # noqa: F401
+from tests.tiles.conftest import TileBus, bus, pytest_runtest_makereport, stats, wait_renderers  # noqa: F401
 from tests.web.conftest import Web, start_web
 
 EXIT_CEILING = 8.0  # seconds: the drain timeout is 2 s; this only catches a stop that hangs

@@ -21,12 +21,13 @@ from typing import Any
 import aio_pika
 import pytest
 
+from harness import HANG
 from qbroker import RequestFailed, Unit
 from tests.security.conftest import Provisioned
 
 BIN = Path(sys.executable).parent
 EVIL = "\x1b]0;pwned\x07\x1b[2J\x9b31mEVIL\x7f\x85"
-HANG = 90.0  # a ceiling that only catches hangs
+SLOW_HANG = 1.5 * HANG
 SGR = re.compile(rb"\x1b\[[0-9;]*m")  # the colours rich itself writes on a terminal
 
 
@@ -71,11 +72,11 @@ class Output:
 
     def wait_for(self, text: bytes) -> None:
         with self._changed:
-            assert self._changed.wait_for(lambda: text in self.data, HANG), bytes(self.data[-2000:])
+            assert self._changed.wait_for(lambda: text in self.data, SLOW_HANG), bytes(self.data[-2000:])
 
     def finish(self) -> tuple[int, bytes]:
-        code = self.proc.wait(HANG)
-        self._reader.join(HANG)
+        code = self.proc.wait(SLOW_HANG)
+        self._reader.join(SLOW_HANG)
         return code, bytes(self.data)
 
 
@@ -142,9 +143,9 @@ async def test_debug_escapes_names_apps_bodies_and_errors(hostile, provisioned, 
         unit = Unit("test.caller", config=provisioned.config("operator"))
         await unit.start()
         try:
-            await unit.call("t.evil", {}, timeout=HANG)
+            await unit.call("t.evil", {}, timeout=SLOW_HANG)
             with pytest.raises(RequestFailed):
-                await unit.call("t.evil", {"fail": True}, timeout=HANG)
+                await unit.call("t.evil", {"fail": True}, timeout=SLOW_HANG)
         finally:
             await unit.stop()
     except BaseException:
@@ -164,7 +165,7 @@ def test_console_log_lines_show_control_characters_escaped() -> None:
             "get_logger(app=sys.argv[1]).warning('request refused', error=sys.argv[1])")
     for log_format in ("console", "json"):
         env = dict(os.environ, QBROKER_LOG_FORMAT=log_format)
-        done = subprocess.run([sys.executable, "-c", code, EVIL], env=env, capture_output=True, timeout=HANG)
+        done = subprocess.run([sys.executable, "-c", code, EVIL], env=env, capture_output=True, timeout=SLOW_HANG)
         assert done.returncode == 0, done.stderr
         assert b"request refused" in done.stderr
         assert_inert(done.stderr)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from harness import HANG
 from qbroker import BrokerUnavailable, Config, Unit
 from tests.private_node import NodeDied, PrivateNode, free_port, start_private_node, stop_private_node
 
 pytestmark = pytest.mark.rabbitmq_only
-HANG = 30.0
 
 
 def _openssl(*args: str, cwd: Path) -> None:

@@ -12,8 +12,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from harness import eventually
 from tests.security.conftest import HOST, Provisioned
-from tests.tiles.conftest import TileBus, eventually
+from tests.tiles.conftest import TileBus
 from tests.web.conftest import start_web
 
 

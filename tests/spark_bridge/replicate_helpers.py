@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import pytest
 
-from services.osmstore.replication import ReplicationState, diff_path, state_path, write_state
+from harness.osm import Extract, node_xml, osc, way_xml
 from services.replicate.follower import FollowSettings
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
-from tests.osmstore.osm_fixtures import Extract, node_xml, osc, way_xml
 
 
 @pytest.fixture
@@ -38,14 +36,6 @@ async def listen_for_expirations(make_unit) -> list[str]:
     return bodies
 
 
-def publish(source: Path, sequence: int, text: str | bytes) -> None:
-    """Publish a diff as OSM does: the diff and its state file first, the top-level state.txt last."""
-    path = diff_path(source, sequence)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(text if isinstance(text, bytes) else gzip.compress(text.encode()))
-    stamp = f"2026-11-24T00:{sequence:02d}:00Z"
-    write_state(state_path(source, sequence), ReplicationState(sequence, stamp))
-    write_state(source / "state.txt", ReplicationState(sequence, stamp))
 
 
 def street(extract: Extract) -> tuple[int, list[int], dict[str, str]]:

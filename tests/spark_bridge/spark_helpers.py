@@ -1,66 +1,8 @@
-"""Writing small osmChange files as plain XML (optionally gzipped) for the tests."""
+"""The Spark tests' independent tile-math oracle (mercantile)."""
 
 from __future__ import annotations
 
-import gzip
-from dataclasses import dataclass, field
-from pathlib import Path
-
-from qbroker.testing import eventually as qbroker_eventually
-
-
-@dataclass
-class OscNode:
-    id: int
-    lon: float | None
-    lat: float | None
-    version: int = 2
-
-
-@dataclass
-class OscWay:
-    id: int
-    refs: list[int] = field(default_factory=list)
-    version: int = 2
-
-
-def _node_xml(node: OscNode) -> str:
-    loc = f' lat="{node.lat:.7f}" lon="{node.lon:.7f}"' if node.lon is not None and node.lat is not None else ""
-    return f'  <node id="{node.id}" version="{node.version}"{loc}/>'
-
-
-def _way_xml(way: OscWay) -> str:
-    refs = "".join(f'<nd ref="{r}"/>' for r in way.refs)
-    return f'  <way id="{way.id}" version="{way.version}">{refs}</way>'
-
-
-def write_osc(
-    path: Path,
-    *,
-    create: list[OscNode | OscWay] | None = None,
-    modify: list[OscNode | OscWay] | None = None,
-    delete: list[OscNode | OscWay] | None = None,
-) -> Path:
-    parts = ['<?xml version="1.0" encoding="UTF-8"?>', '<osmChange version="0.6" generator="tests">']
-    for section, items in (("create", create), ("modify", modify), ("delete", delete)):
-        if not items:
-            continue
-        parts.append(f"<{section}>")
-        nodes = [i for i in items if isinstance(i, OscNode)]
-        ways = [i for i in items if isinstance(i, OscWay)]
-        parts += [_node_xml(n) for n in nodes] + [_way_xml(w) for w in ways]
-        parts.append(f"</{section}>")
-    parts.append("</osmChange>\n")
-    text = "\n".join(parts).encode()
-    if path.name.endswith(".gz"):
-        path.write_bytes(gzip.compress(text))
-    else:
-        path.write_bytes(text)
-    return path
-
-
 # --- independent tile-math oracle (mercantile) ------------------------------------------------
-
 import math  # noqa: E402
 
 import mercantile  # noqa: E402
@@ -102,6 +44,3 @@ def per_zoom(tiles: set[tuple[int, int, int]]) -> dict[str, int]:
 def oracle_metatiles(tiles: set[tuple[int, int, int]]) -> set[str]:
     return {f"{z}/{(x // 8) * 8}/{(y // 8) * 8}" for z, x, y in tiles}
 
-
-async def eventually(predicate, timeout: float = 30.0, step: float = 0.2):
-    return await qbroker_eventually(predicate, timeout, step)

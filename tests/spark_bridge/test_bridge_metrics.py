@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from spark_helpers import eventually
-
+from harness import eventually
 from services.metrics_port import MetricsServer
 from services.spark_bridge.service import SparkBridge
 from tests.grafana_dashboard import missing

@@ -13,15 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from harness.osm import Extract, node_xml, osc, publish, read_extract
 from services.osmstore.geometry import GeometryStore
 from services.osmstore.replication import ReplicationError, ReplicationState, write_state
 from services.replicate.follower import Follower
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
-from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract
 from tests.spark_bridge.replicate_helpers import (  # noqa: F401 - store_bridge is a fixture
     edits,
     listen_for_expirations,
-    publish,
     settings,
     store_bridge,
 )

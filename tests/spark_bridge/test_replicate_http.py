@@ -15,18 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from qbroker.testing import eventually
+from harness import eventually
+from harness.osm import Extract, node_xml, osc, publish, read_extract
 from services.osmstore.geometry import GeometryStore, Manifest, SequenceGap
 from services.osmstore.geometry_apply import check_sequence
 from services.osmstore.replication import ReplicationError, diff_path
 from services.replicate.follower import Follower, backoff
 from services.replicate.main import parse_args
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
-from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract
 from tests.spark_bridge.replicate_helpers import (  # noqa: F401 - store_bridge is a fixture
     moved_node,
     new_building,
-    publish,
     renamed,
     settings,
     store_bridge,

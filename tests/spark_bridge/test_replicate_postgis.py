@@ -11,6 +11,7 @@ import pytest
 
 from demo.osm_changes import NEW_BUILDING_ID, helsinki_edit
 from demo.osm_changes import publish as publish_demo
+from harness.osm import node_xml, osc, publish, read_extract, way_xml
 from services.osmstore.importer import main as toposm_import
 from services.osmstore.postgis import import_postgis, postgis_sequence, psql
 from services.osmstore.replication import ReplicationError
@@ -19,10 +20,8 @@ from services.replicate.follower import Follower
 from services.replicate.sinks import PostgisStore
 from services.replicate.source import LocalSource
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, postgis_dsn, store  # noqa: F401
-from tests.osmstore.osm_fixtures import node_xml, osc, read_extract, way_xml
 from tests.spark_bridge.replicate_helpers import (  # noqa: F401 - store_bridge is a fixture
     listen_for_expirations,
-    publish,
     settings,
     store_bridge,
 )

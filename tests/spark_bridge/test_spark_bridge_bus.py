@@ -8,16 +8,10 @@ from pathlib import Path
 
 import aio_pika
 import pytest
-from spark_helpers import (
-    OscNode,
-    OscWay,
-    eventually,
-    oracle_metatiles,
-    oracle_point_tiles,
-    oracle_propagate,
-    write_osc,
-)
+from spark_helpers import oracle_metatiles, oracle_point_tiles, oracle_propagate
 
+from harness import eventually
+from harness.osm import OscNode, OscWay, write_osc
 from qbroker import InvalidParams, RequestFailed
 
 CALL = 120.0

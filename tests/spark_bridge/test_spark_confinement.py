@@ -3,7 +3,6 @@ the real broker, answered ``fail`` with a stable id and a message that leaks not
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 import threading
@@ -14,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from harness import eventually
 from qbroker import QBrokerError, RequestError, RequestFailed
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.main import parse_args
@@ -51,13 +51,12 @@ async def finished(client, job_id: str) -> dict:
     async def status() -> dict:
         return await client.call("spark.job", {"command": "status", "job_id": job_id})
 
-    deadline = time.monotonic() + CALL  # a hang-only ceiling
-    record = await status()
-    while record["state"] in ("queued", "running"):
-        assert time.monotonic() < deadline, record
-        await asyncio.sleep(0.2)
+    async def ended() -> dict | None:
         record = await status()
-    return record
+        return None if record["state"] in ("queued", "running") else record
+
+    result: dict = await eventually(ended, CALL, 0.2)  # a hang-only ceiling
+    return result
 
 
 async def refused(client, name: str, body: dict) -> RequestFailed:

@@ -6,19 +6,20 @@ as a separate process because a Python process holds either a classic or a Conne
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyspark
 import pytest
-from spark_helpers import OscNode, OscWay, oracle_point_tiles, oracle_propagate, per_zoom, write_osc
+from spark_helpers import oracle_point_tiles, oracle_propagate, per_zoom
 from test_spark_standalone import free_port, stop, wait_for
+
+from harness import HANG, eventually
+from harness.osm import OscNode, OscWay, write_osc
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -107,16 +108,11 @@ async def test_expire_progress_and_cancel_over_spark_connect(connect_bridge, mak
     await client.start()
 
     async def bridge_up() -> bool:
-        try:
-            await client.call("spark.job", {"command": "list"}, timeout=3)
-            return True
-        except Exception:  # noqa: BLE001 - not consuming yet
-            return False
+        await client.call("spark.job", {"command": "list"}, timeout=3)
+        return True
 
-    deadline = time.monotonic() + 120
-    while not await bridge_up():
-        assert time.monotonic() < deadline, (tmp_path / "bridge.log").read_text()[-3000:]
-        await asyncio.sleep(1)
+    await eventually(bridge_up, 2 * HANG, 1, ignore=(Exception,),  # not consuming yet
+                     context=lambda: (tmp_path / "bridge.log").read_text()[-3000:])
 
     nodes = [OscNode(1, 2.35, 48.85), OscNode(2, 2.36, 48.86), OscWay(9, [1, 2])]
     diff = write_osc(tmp_path / "paris.osc", modify=nodes)
@@ -147,10 +143,10 @@ async def test_expire_progress_and_cancel_over_spark_connect(connect_bridge, mak
     async def phase() -> str:
         return (await client.call("spark.job", {"command": "status", "job_id": job["job_id"]}))["phase"]
 
-    deadline = time.monotonic() + 60
-    while await phase() != "expiring":
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.3)
+    async def expiring() -> bool:
+        return await phase() == "expiring"
+
+    await eventually(expiring, interval=0.3)
     snapshot = await client.call("spark.job", {"command": "progress", "job_id": job["job_id"]})
     assert snapshot["state"] == "running" and snapshot["spark"] is None  # no status tracker under Connect
     # The call's own timeout is the ceiling: a cancel that hangs fails with CallTimeout.

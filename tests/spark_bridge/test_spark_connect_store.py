@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,10 +16,11 @@ import pytest
 from test_spark_connect import connect_url  # noqa: F401 - the Connect server fixture
 from test_spark_standalone import stop
 
+from harness import HANG, eventually
+from harness.osm import node_xml, osc, read_extract, way_xml
 from services.osmstore.geometry import GeometryStore
 from services.osmstore.replication import ReplicationState, diff_path, state_path, write_state
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
-from tests.osmstore.osm_fixtures import node_xml, osc, read_extract, way_xml
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -41,14 +41,12 @@ async def test_replicate_through_a_connect_bridge(connect_store_bridge, make_uni
                                                   tmp_path) -> None:
     client = await make_unit("test.connect.store.client")
     await client.start()
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            await client.call("spark.job", {"command": "list"}, timeout=3)
-            break
-        except Exception:  # noqa: BLE001 - not consuming yet
-            assert time.monotonic() < deadline, (tmp_path / "bridge.log").read_text()[-3000:]
-            await asyncio.sleep(1)
+    async def bridge_up() -> bool:
+        await client.call("spark.job", {"command": "list"}, timeout=3)
+        return True
+
+    await eventually(bridge_up, 3 * HANG, 1, ignore=(Exception,),  # not consuming yet
+                     context=lambda: (tmp_path / "bridge.log").read_text()[-3000:])
     extract = read_extract(helsinki)
     street = next(w for w, (refs, tags) in sorted(extract.ways.items()) if tags.get("highway") == "residential"
                   and all(r in extract.nodes for r in refs))

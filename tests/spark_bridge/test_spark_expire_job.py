@@ -6,16 +6,9 @@ import random
 from pathlib import Path
 
 import pytest
-from spark_helpers import (
-    OscNode,
-    OscWay,
-    oracle_metatiles,
-    oracle_point_tiles,
-    oracle_propagate,
-    per_zoom,
-    write_osc,
-)
+from spark_helpers import oracle_metatiles, oracle_point_tiles, oracle_propagate, per_zoom
 
+from harness.osm import OscNode, OscWay, write_osc
 from services.spark_bridge.confine import InputRoots
 from services.spark_bridge.expire_inputs import validate_inputs
 from services.spark_bridge.expire_job import ExpireParams, ExpireTooLarge, run_expire

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from spark_helpers import eventually
-
+from harness import eventually
 from qbroker import Config, Unit
 from services.tiles.queuemaster.service import APP, QueuemasterService
 from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings

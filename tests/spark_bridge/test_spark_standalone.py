@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from spark_helpers import OscNode, oracle_metatiles, oracle_point_tiles, oracle_propagate, per_zoom, write_osc
+from spark_helpers import oracle_metatiles, oracle_point_tiles, oracle_propagate, per_zoom
+
+from harness.osm import OscNode, write_osc
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 VENV_BIN = Path(sys.executable).parent

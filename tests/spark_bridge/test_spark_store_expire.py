@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from store_oracle import Expected
 
+from harness.osm import Extract, node_xml, osc, read_extract, way_xml, write_osc
 from services.osmstore.geometry import GeometryStore
 from services.spark_bridge.expire_job import ExpireParams, ExpireTooLarge
 from services.spark_bridge.job_context import JobContext
 from services.spark_bridge.store_job import StoreJob, run_store_expire
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
-from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml, write_osc
 
 MIN_Z, MAX_Z = 13, 17
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.osm import Extract, node_xml, osc, read_extract, way_xml, write_osc
 from services.osmstore.geometry import GeometryStore
 from services.osmstore.osc_diff import read_diff
 from services.spark_bridge.store_expire import StoreResolution, resolve
 from services.spark_bridge.store_lookup import StoreLookups, estimated_bytes
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
-from tests.osmstore.osm_fixtures import Extract, node_xml, osc, read_extract, way_xml, write_osc
 
 ZOOM = 17
 

@@ -12,15 +12,15 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from qbroker import Config, QBrokerError, Unit
-from qbroker.testing import eventually as qbroker_eventually
-from tests.broker import create_vhost, delete_vhost, url_for_vhost
+from harness import eventually
+from harness.broker import create_vhost, delete_vhost, url_for_vhost
+from qbroker import Config, Unit
 
 BIN = Path(sys.executable).parent
 
@@ -99,13 +99,6 @@ class TileBus:
     def logs(self) -> str:
         return "\n".join(f"--- {p.log.name}\n{p.log.read_text()[-3000:]}"
                          for p in self.procs if p.log.exists())
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 30.0,
-                     interval: float = 0.2) -> Any:
-    """Poll ``check`` until it returns something truthy (and return it), or fail after ``timeout``;
-    a QBrokerError (e.g. the queuemaster is not up yet) counts as not yet."""
-    return await qbroker_eventually(check, timeout, interval, ignore=(QBrokerError,))
 
 
 async def stats(unit: Unit) -> dict[str, Any]:

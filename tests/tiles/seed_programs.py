@@ -13,7 +13,7 @@ import aio_pika
 from aio_pika.abc import AbstractConnection, AbstractExchange, AbstractIncomingMessage, AbstractQueue
 from PIL import Image
 
-from .conftest import eventually
+from harness import eventually
 
 
 async def osm_client(url: str) -> tuple[AbstractConnection, AbstractExchange, AbstractQueue]:

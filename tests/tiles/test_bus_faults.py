@@ -6,7 +6,9 @@ import time
 
 import aio_pika
 
-from .conftest import eventually, render_in_progress, stats, wait_renderers
+from harness import eventually
+
+from .conftest import render_in_progress, stats, wait_renderers
 
 
 async def _slow_render_then_second_renderer(bus, tile):

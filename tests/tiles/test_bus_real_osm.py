@@ -6,13 +6,14 @@ from pathlib import Path
 
 import mercantile
 
+from harness import eventually
+from harness.osm import osc, read_extract, way_xml, write_osc
 from services.osmstore.importer import import_extract
 from services.osmstore.render_store import apply_osc
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Tile
-from tests.osmstore.osm_fixtures import osc, read_extract, way_xml, write_osc
 
-from .conftest import BIN, eventually, wait_renderers
+from .conftest import BIN, wait_renderers
 
 ROOT = BIN.parent.parent
 

@@ -7,12 +7,13 @@ import subprocess
 import pytest
 from PIL import Image
 
+from harness import eventually
 from qbroker import InvalidParams, NoServer, RequestError, RequestFailed, UnknownCommand
 from services.tiles.renderer.worker import render_metatile
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Tile
 
-from .conftest import BIN, eventually, render_in_progress, stats, wait_renderers
+from .conftest import BIN, render_in_progress, stats, wait_renderers
 
 
 async def test_register_render_rendered(bus):

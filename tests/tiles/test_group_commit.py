@@ -7,6 +7,7 @@ import sqlite3
 
 import pytest
 
+from harness import eventually
 from qbroker import Config, Unit
 from services.tiles.messages import RegisterRequest, RenderedRequest
 from services.tiles.queuemaster.commands import COMMANDS
@@ -16,7 +17,7 @@ from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSet
 from services.tiles.queuemaster.waiter_store import WaiterStore
 from services.tiles.tilemath import Metatile, ZoomRange, parse_tile_list
 
-from .conftest import eventually, stats
+from .conftest import stats
 
 
 def keys_the_slow_way(text, zooms):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 import uuid
 from urllib.parse import unquote, urlsplit
 
@@ -21,16 +20,17 @@ import pytest
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
-from tests.broker import rabbitmqctl
+from harness import HANG, eventually
+from harness.broker import rabbitmqctl
 from tests.fuzz_messages import generate
 
-from .conftest import eventually, stats
+from .conftest import stats
 from .seed_programs import osm_wire_ready
 
 pytestmark = pytest.mark.fuzz
 
 COUNT = int(os.environ.get("QBROKER_FUZZ_COUNT", "200"))
-HANG = 120.0 + COUNT / 20
+FUZZ_HANG = 2 * HANG + COUNT / 20
 OSM_QUEUE = "toposm.queuemaster.osm"
 STABLE_IDS = {"bad_message", "invalid_params", "unknown_command", "too_large", "busy", "forbidden",
               "invalid_tile", "unhandled"}
@@ -88,14 +88,15 @@ async def test_fuzzed_osm_messages_are_all_settled_and_answered(bus) -> None:  #
             await channel.basic_publish(message.body, exchange="osm", routing_key=key, properties=props)
             if key == "toposm.queuemaster" and message.wants_reply and not _waits(message.body):
                 expected.add(token)
-        deadline = time.monotonic() + HANG
-        while not expected <= set(replies):
-            assert time.monotonic() < deadline, f"{len(expected - set(replies))} osm commands never answered"
-            await asyncio.sleep(0.1)
+        await eventually(lambda: expected <= set(replies), FUZZ_HANG, 0.1,
+                         context=lambda: f"{len(expected - set(replies))} osm commands never answered")
         vhost = unquote(urlsplit(bus.url).path.lstrip("/"))
-        while (counts := await asyncio.to_thread(osm_queue_counts, vhost)) != (0, 0):
-            assert time.monotonic() < deadline, f"{OSM_QUEUE}: ready, unacked = {counts}"
-            await asyncio.sleep(0.5)
+
+        async def settled() -> bool:
+            return await asyncio.to_thread(osm_queue_counts, vhost) == (0, 0)
+
+        await eventually(settled, FUZZ_HANG, 0.5,
+                         context=lambda: f"{OSM_QUEUE}: ready, unacked = {osm_queue_counts(vhost)}")
         doubles = {t: len(r) for t, r in replies.items() if len(r) > 1}
         assert not doubles, doubles
         errors = [json.loads(r[0].body) for t, r in replies.items() if t in expected]

@@ -15,14 +15,15 @@ from typing import Any
 
 import mercantile
 
+from harness import HANG, eventually
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Metatile, Tile
 from tests.osmstore.conftest import helsinki, imported_store, osm_data  # noqa: F401 - session fixtures
 
-from .conftest import BIN, TileBus, eventually, stats, wait_renderers
+from .conftest import BIN, TileBus, stats, wait_renderers
 
 ROOT = Path(__file__).resolve().parents[2]
-HANG = 240.0  # only catches a render-list that never ends
+LIST_HANG = 4 * HANG  # only catches a render-list that never ends
 EXTRACT = (24.9351766, 60.1641551, 24.9534132, 60.1791074)  # the Helsinki extract's nodes
 AROUND = (24.90, 60.15, 24.98, 60.19)  # the extract and the sea and land around it
 
@@ -52,7 +53,7 @@ async def start_render_list(bus: TileBus, *args: str) -> asyncio.subprocess.Proc
 
 
 async def finished(proc: asyncio.subprocess.Process) -> tuple[int, dict[str, Any]]:
-    out, _ = await asyncio.wait_for(proc.communicate(), HANG)
+    out, _ = await asyncio.wait_for(proc.communicate(), LIST_HANG)
     assert proc.returncode is not None
     return proc.returncode, json.loads(out.decode().strip().splitlines()[-1])
 
@@ -106,7 +107,7 @@ async def test_stopped_and_resumed_while_requests_get_a_free_thread(bus: TileBus
             return 0
         return int(progress["next"]) + len(progress["settled_ahead"])
 
-    await eventually(lambda: settled() >= 2, timeout=HANG)
+    await eventually(lambda: settled() >= 2, timeout=LIST_HANG)
     # A viewer's tile (z17: not in the job): one thread is never given bulk work, so it renders this at once.
     answer = await client.call("toposm.queuemaster", {"command": "render", "tile": "17/74620/37939"}, timeout=60)
     assert answer["command"] == "rendered"

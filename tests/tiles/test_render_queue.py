@@ -1,11 +1,10 @@
 """The render queue: merging, priorities, O(log n) picks and SQLite persistence."""
 
+from harness.queues import fill_half_raised
 from services.tiles.queuemaster.queue_store import QueueStore
 from services.tiles.queuemaster.render_queue import RenderQueue
 from services.tiles.strategy import IMPORTANT, MISSING
 from services.tiles.tilemath import Metatile
-
-from .queues import fill_half_raised
 
 
 def make(tmp_path, name="q.sqlite"):

@@ -4,9 +4,10 @@ import asyncio
 
 import aio_pika
 
+from harness import eventually
 from qbroker import Config, Unit
 
-from .conftest import eventually, stats, wait_renderers
+from .conftest import stats, wait_renderers
 from .seed_programs import SeedRenderThread, ask, osm_client, osm_wire_ready
 
 

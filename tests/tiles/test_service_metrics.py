@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import urllib.request
 
+from harness import eventually
 from tests.grafana_dashboard import missing
 from tests.prometheus_text import scrape, value
-from tests.tiles.conftest import TileBus, eventually, wait_renderers
+from tests.tiles.conftest import TileBus, wait_renderers
 from tests.web.conftest import free_port, start_web
 
 

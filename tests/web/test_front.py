@@ -13,7 +13,8 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from tests.tiles.conftest import TileBus, eventually, wait_renderers
+from harness import eventually
+from tests.tiles.conftest import TileBus, wait_renderers
 from tests.web.conftest import Web, start_web
 
 

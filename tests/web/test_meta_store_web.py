@@ -12,9 +12,10 @@ import aiohttp
 import mercantile
 import pytest
 
+from harness import eventually
 from services.web.main import parse_args
 from tests.osmstore.conftest import helsinki, imported_store, osm_data  # noqa: F401 - session fixtures
-from tests.tiles.conftest import TileBus, eventually, wait_renderers
+from tests.tiles.conftest import TileBus, wait_renderers
 from tests.tiles.test_meta_store import mod_tile_path, read_meta
 from tests.web.conftest import start_web
 from tests.web.test_tile_freshness import fetch

@@ -7,7 +7,8 @@ import re
 import aiohttp
 from multidict import CIMultiDict
 
-from tests.tiles.conftest import TileBus, eventually, wait_renderers
+from harness import eventually
+from tests.tiles.conftest import TileBus, wait_renderers
 from tests.web.conftest import start_web
 
 FRESH_FLOOR = 1000  # --cache-minimum for zooms above the medium band, with no jitter: exact max-ages

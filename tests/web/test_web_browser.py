@@ -13,7 +13,8 @@ from zoneinfo import ZoneInfo
 import aiohttp
 from PIL import Image
 
-from tests.tiles.conftest import TileBus, eventually, wait_renderers
+from harness import eventually
+from tests.tiles.conftest import TileBus, wait_renderers
 from tests.web.conftest import Web, wait_for
 
 ZOOM2_BACKGROUND = (230, 255, 230)  # the test-pattern backend's colour for zoom 2

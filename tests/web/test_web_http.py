@@ -8,7 +8,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.tiles.conftest import TileBus, eventually, wait_renderers
+from harness import eventually
+from tests.tiles.conftest import TileBus, wait_renderers
 from tests.web.conftest import Web, start_web
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -8,7 +8,8 @@ from typing import Any
 
 import aiohttp
 
-from tests.tiles.conftest import TileBus, eventually, wait_renderers
+from harness import eventually
+from tests.tiles.conftest import TileBus, wait_renderers
 from tests.web.conftest import Web, wait_for
 
 HELSINKI = (60.1699, 24.9384)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import aio_pika
 import aiohttp
 
-from tests.tiles.conftest import TileBus, eventually
+from harness import eventually
+from tests.tiles.conftest import TileBus
 from tests.web.conftest import Web
 
 

@@ -14,8 +14,9 @@ from zoneinfo import ZoneInfo
 import aiohttp
 import pytest
 
+from harness import eventually
 from tests.spark_bridge.conftest import bridge, spark  # noqa: F401 - the bridge's own fixtures
-from tests.tiles.conftest import TileBus, eventually
+from tests.tiles.conftest import TileBus
 from tests.web.conftest import start_web, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
