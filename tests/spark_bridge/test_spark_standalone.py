@@ -21,6 +21,7 @@ import pyspark
 import pytest
 from spark_helpers import oracle_metatiles, oracle_point_tiles, oracle_propagate, per_zoom
 
+from harness import HANG
 from harness.osm import OscNode, write_osc
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
@@ -103,7 +104,7 @@ def standalone_master(tmp_path_factory) -> Iterator[tuple[str, int]]:
             with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
                 return json.load(r)["aliveworkers"]
 
-        wait_for(alive_workers, 90, "standalone master with a worker")
+        wait_for(alive_workers, 3 * HANG, "standalone master with a worker")  # ceilings: hangs only
         yield f"spark://127.0.0.1:{port}", ui
     finally:
         stop(worker)
@@ -151,7 +152,8 @@ def test_expire_on_standalone_cluster_via_cli(standalone_master, amqp_url, tmp_p
     )
     try:
         wait_for(
-            lambda: cli(amqp_url, "call", "spark.job", "list", "--timeout", "3").returncode == 0, 150, "bridge process"
+            lambda: cli(amqp_url, "call", "spark.job", "list", "--timeout", "3").returncode == 0, 5 * HANG,
+            "bridge process",
         )
         nodes = [OscNode(1, 7.44, 46.95), OscNode(2, -122.42, 37.77), OscNode(3, 139.69, 35.68)]
         diff = write_osc(tmp_path / "changes.osc.gz", modify=nodes)
