@@ -42,14 +42,15 @@ async def test_a_retry_survives_the_death_of_the_server_that_failed(make_unit: M
     failed = asyncio.Event()
     served_by: list[str] = []
 
-    # The first server gets the request while it can take it (consumer priority); its retries wait 2 s,
-    # 4 s, 8 s in the broker: time enough to see the first one parked and kill the server.
-    @first.rpc("t.job", retries=3, priority=10, retry_delay=2.0)
+    # The first server gets the request while it can take it (consumer priority); its retries wait 4 s,
+    # 8 s, 16 s in the broker: time enough to see one of them parked and kill the server (on a loaded
+    # machine a poll can take seconds, so any of the three parked queues will do).
+    @first.rpc("t.job", retries=3, priority=10, retry_delay=4.0)
     async def doomed(ctx: RequestContext) -> str:
         failed.set()
         raise RequestError("disk_full", "no space left")
 
-    @second.rpc("t.job", retries=3, retry_delay=2.0)
+    @second.rpc("t.job", retries=3, retry_delay=4.0)
     async def healthy(ctx: RequestContext) -> str:
         served_by.append(str(ctx.headers.get(RETRIES)))
         return "done"
@@ -57,12 +58,15 @@ async def test_a_retry_survives_the_death_of_the_server_that_failed(make_unit: M
     client = await make_unit("test.client")
     for unit in (first, second, client):
         await unit.start()
-    call = asyncio.create_task(client.call("t.job", {}, timeout=HANG))
+    call = asyncio.create_task(client.call("t.job", {}, timeout=2 * HANG))
     await asyncio.wait_for(failed.wait(), HANG)
-    parked = f"{client.config.exchange_prefix}qbroker.retry.t.job.2000"
+    parked = [f"{client.config.exchange_prefix}qbroker.retry.t.job.{ms}" for ms in (4000, 8000, 16000)]
 
     async def retry_parked() -> None:
-        while not (await queue_exists(client, parked) and await ready_messages(client, parked) == 1):
+        while True:
+            for queue in parked:
+                if await queue_exists(client, queue) and await ready_messages(client, queue) == 1:
+                    return
             await asyncio.sleep(0.02)
 
     await asyncio.wait_for(retry_parked(), HANG)
