@@ -6,7 +6,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from services.tiles.contract import EXPIRE_TOPIC, OSM_EXCHANGE, SPARK_EXPIRE, SPARK_JOB, SPARK_PROGRESS, SPARK_STATS
+from services.tiles.contract import (
+    ALL_PROGRAMS,
+    EXPIRE_TOPIC,
+    OSM_EXCHANGE,
+    SPARK_EXPIRE,
+    SPARK_JOB,
+    SPARK_PROGRESS,
+    SPARK_STATS,
+)
 
 ENDPOINTS = "(" + "|".join(re.escape(name) for name in (SPARK_EXPIRE, SPARK_STATS, SPARK_JOB)) + ")"
 EXPIRE = re.escape(EXPIRE_TOPIC)
@@ -16,7 +24,10 @@ ROLES: dict[str, dict[str, Any]] = {
         "serve": [ENDPOINTS],
         # expirations on both wires (qbroker's alert and the seed's osm), progress of its jobs
         "alert": [EXPIRE, re.escape(SPARK_PROGRESS) + "[0-9a-f]+"],
-        "resources": [OSM_EXCHANGE], "topics": {OSM_EXCHANGE: {"write": [EXPIRE]}},
+        # every program hears `toposm` (the seed), on both wires: on `osm` in a server-named queue of its own
+        "hear": [re.escape(ALL_PROGRAMS)],
+        "resources": [OSM_EXCHANGE, r"amq\.gen-[A-Za-z0-9_-]+"],
+        "topics": {OSM_EXCHANGE: {"write": [EXPIRE], "read": [re.escape(ALL_PROGRAMS)]}},
         # the queuemaster takes `expire` commands from the accounts listed there
         "listed_in": ["TOPOSM_EXPIRE_USERS"],
     },

@@ -35,6 +35,7 @@ from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores, store_job_for
 from services.tiles.contract import SPARK_EXPIRE, SPARK_JOB, SPARK_PROGRESS, SPARK_STATS
 from services.tiles.expiry_wires import OsmPublisher, publish_expiry
+from services.tiles.seed_wire import hear_all_programs
 
 log = structlog.get_logger("spark_bridge")
 
@@ -98,6 +99,7 @@ class SparkBridge:
             self._manager = self._make_manager(spark)
         self._osm = OsmPublisher()
         unit.on_connected(self._osm.declare)
+        hear_all_programs(unit, self._program_command)
         self._register()
 
     def _make_manager(self, spark: SparkSession) -> JobManager:
@@ -132,6 +134,12 @@ class SparkBridge:
         if self._session is not None:
             await asyncio.to_thread(self._session.stop)
             self._session = None
+
+    @staticmethod
+    async def _program_command(body: dict[str, Any]) -> None:
+        """Said to every program (``toposm``, both wires). The bridge has nothing to do on any of it: a
+        queuemaster (back) online takes the expirations published meanwhile from its durable osm queue."""
+        log.info("heard on toposm", command=str(body["command"])[:64])
 
     async def _publish_progress(self, snapshot: dict[str, Any]) -> None:
         await self.unit.alert(SPARK_PROGRESS + snapshot["job_id"], snapshot)

@@ -1,7 +1,8 @@
 """Expirations on both wires: qbroker's ``alert`` exchange and the seed's ``osm``, once per wire, no echoes.
 
 * A producer of ours (the Spark bridge, the queuemaster's ``expire`` command) publishes each expiry list
-  once on each wire, with one message id carrying ``BOTH_WIRES_PREFIX`` on both.
+  once on each wire, with one message id carrying ``BOTH_WIRES_PREFIX`` on both; a producer that listens
+  too (the queuemaster) takes neither copy back (``TwinFilter.mine``).
 * A producer that speaks one wire only (a seed program on ``osm``, ``qbroker alert expire_toposm``) leaves
   the other wire to the queuemaster's relay: a list heard without the prefix is published once on the
   other wire, marked, with the id ``BOTH_WIRES_PREFIX + expiry_key``. A marked list is never relayed, so
@@ -15,12 +16,10 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from typing import Literal, cast
 
 import aio_pika
-import structlog
-from aio_pika.abc import AbstractConnection, AbstractExchange, AbstractIncomingMessage
+from aio_pika.abc import AbstractConnection, AbstractExchange
 
 from qbroker import ConnectionLost, Unit
 from qbroker.transport import Connection
@@ -28,7 +27,6 @@ from qbroker.transport import Connection
 from .contract import EXPIRE_TOPIC, join_expiry_list
 from .seed_wire import declare_osm_exchange
 
-log = structlog.get_logger("toposm.expiry_wires")
 BOTH_WIRES_PREFIX = "toposm-both."
 Wire = Literal["alert", "osm"]
 
@@ -56,24 +54,38 @@ def expiry_text(body: object) -> str | None:
 
 class TwinFilter:
     """Takes each expiry list once though it arrives on both wires: a key seen last on the *other* wire is
-    that list's twin (dropped); seen on the same wire, it is a new list with the same text (taken).
-    Bounded: the oldest keys are forgotten first."""
+    that list's twin (dropped); seen on the same wire, it is a new list with the same text (taken). A list
+    we published ourselves (``mine``) is taken on neither. Bounded: the oldest keys are forgotten first."""
 
     def __init__(self, size: int = 4096) -> None:
-        self._seen: OrderedDict[str, Wire] = OrderedDict()
+        self._seen: OrderedDict[str, tuple[Wire | None, bool]] = OrderedDict()  # key: (last wire, mine)
         self._size = size
-        self.twins = 0
+        self.twins = 0  # copies dropped as the twin of a list taken on the other wire
 
     def first(self, key: str, wire: Wire) -> bool:
-        if self._seen.get(key, wire) != wire:
+        last, mine = self._seen.get(key, (None, False))
+        if mine:  # our own list back: its first copy is remembered, its twin forgets it
+            if last is None:
+                self._seen[key] = (wire, True)
+            else:
+                del self._seen[key]
+            return False
+        if last is not None and last != wire:
             del self._seen[key]
             self.twins += 1
             return False
-        self._seen[key] = wire
+        self._remember(key, wire, mine=False)
+        return True
+
+    def mine(self, key: str) -> None:
+        """A list we publish ourselves (``publish_expiry``): neither copy is taken when it comes back."""
+        self._remember(key, None, mine=True)
+
+    def _remember(self, key: str, wire: Wire | None, *, mine: bool) -> None:
+        self._seen[key] = (wire, mine)
         self._seen.move_to_end(key)
         while len(self._seen) > self._size:
             self._seen.popitem(last=False)
-        return True
 
 
 class OsmPublisher:
@@ -93,9 +105,14 @@ class OsmPublisher:
                                      routing_key=routing_key)
 
 
-async def publish_expiry(unit: Unit, osm: OsmPublisher, text: str) -> None:
-    """One expiry list on both wires, with one marked message id."""
-    message_id = BOTH_WIRES_PREFIX + uuid.uuid4().hex
+def new_expiry_key() -> str:
+    return uuid.uuid4().hex
+
+
+async def publish_expiry(unit: Unit, osm: OsmPublisher, text: str, key: str | None = None) -> None:
+    """One expiry list on both wires, with one marked message id (``BOTH_WIRES_PREFIX + key``; a producer
+    that also listens passes the ``key`` it told its ``TwinFilter.mine`` first)."""
+    message_id = BOTH_WIRES_PREFIX + (key or new_expiry_key())
     await unit.alert(EXPIRE_TOPIC, text, content_type="text/plain", message_id=message_id)
     await osm.publish(EXPIRE_TOPIC, text.encode("utf-8"), message_id=message_id)
 
@@ -109,27 +126,3 @@ async def relay_expiry(unit: Unit, osm: OsmPublisher, text: str, message_id: str
         await osm.publish(EXPIRE_TOPIC, text.encode("utf-8"), message_id=relayed)
     else:
         await unit.alert(EXPIRE_TOPIC, text, content_type="text/plain", message_id=relayed)
-
-
-class OsmExpiryListener:
-    """Hearing ``expire_toposm`` on ``osm`` from a qbroker unit, as a seed program would: a server-named
-    exclusive queue (gone with the connection) bound to that key only. ``unit.on_connected(listener.declare)``;
-    every message is acked, whatever ``handle`` does with it."""
-
-    def __init__(self, handle: Callable[[bytes, str | None], Awaitable[None]]) -> None:
-        self._handle = handle
-
-    async def declare(self, transport_connection: Connection) -> None:
-        channel, exchange = await declare_osm_exchange(cast(AbstractConnection, transport_connection))
-        await channel.set_qos(prefetch_count=64)
-        queue = await channel.declare_queue("", exclusive=True)
-        await queue.bind(exchange, routing_key=EXPIRE_TOPIC)
-        await queue.consume(self._on_message)
-
-    async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        try:
-            await self._handle(message.body, message.message_id)
-        except Exception:  # one bad list must not stop the consumer
-            log.exception("expiry from osm failed")
-        finally:
-            await message.ack()

@@ -16,10 +16,12 @@ from typing import Any
 
 import orjson
 import structlog
+from aio_pika.abc import AbstractIncomingMessage
 
 from qbroker import QBrokerError, RequestContext, RequestError, RequestFailed, Unit
 from services.tiles.contract import EXPIRE_TOPIC, QUEUEMASTER, SPARK_JOB, SPARK_PROGRESS
-from services.tiles.expiry_wires import OsmExpiryListener, TwinFilter, Wire, expiry_key, expiry_text
+from services.tiles.expiry_wires import TwinFilter, Wire, expiry_key, expiry_text
+from services.tiles.seed_wire import OsmListener, hear_all_programs
 from services.tiles.tilemath import Tile, ZoomRange, parse_tile_list
 
 from .status import StatusModel
@@ -50,7 +52,8 @@ class Collector:
         unit.on_alert(EXPIRE_TOPIC)(self._on_expire)
         # Expirations come on both wires (a seed program publishes on `osm` only): each list taken once.
         self.expiry_twins = TwinFilter()
-        unit.on_connected(OsmExpiryListener(self._on_osm_expire).declare)
+        unit.on_connected(OsmListener([EXPIRE_TOPIC], self._on_osm_expire).declare)
+        hear_all_programs(unit, self._program_command)
 
     async def call(self, endpoint: str, body: Any, timeout: float) -> Any:
         status = "ok"
@@ -80,8 +83,14 @@ class Collector:
     async def _on_expire(self, body: Any, ctx: RequestContext) -> None:
         await self._expiry_heard(body, ctx.message_id, "alert")
 
-    async def _on_osm_expire(self, body: bytes, message_id: str | None) -> None:
-        await self._expiry_heard(body, message_id, "osm")
+    async def _on_osm_expire(self, message: AbstractIncomingMessage) -> None:
+        await self._expiry_heard(message.body, message.message_id, "osm")
+
+    async def _program_command(self, body: dict[str, Any]) -> None:
+        """Said to every program (``toposm``): a queuemaster (back) online is polled at once rather than at
+        the next poll, so the page shows it as soon as it is there. Nothing else there concerns toposm-web."""
+        if body["command"] == "queuemaster online":
+            self.wake.set()
 
     async def _expiry_heard(self, body: Any, message_id: str | None, wire: Wire) -> None:
         text = expiry_text(body)

@@ -1,7 +1,8 @@
 """toposm-web's broker role, as data for ``qbroker provision`` (entry point ``qbroker.roles``: web).
 
 It calls the queuemaster's stats/render/expire (TOPOSM_EXPIRE_USERS lists it, for the map's re-render) and
-the Spark job list, and hears the expirations (on both wires) and job progress it shows; it serves nothing.
+the Spark job list, and hears the expirations (on both wires) and job progress it shows, and `toposm` where
+every program listens; it serves nothing.
 docs/security.md.
 """
 
@@ -10,17 +11,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from services.tiles.contract import EXPIRE_TOPIC, OSM_EXCHANGE, QUEUEMASTER, SPARK_JOB, SPARK_PROGRESS
+from services.tiles.contract import ALL_PROGRAMS, EXPIRE_TOPIC, OSM_EXCHANGE, QUEUEMASTER, SPARK_JOB, SPARK_PROGRESS
 
 EXPIRE = re.escape(EXPIRE_TOPIC)
+ALL = re.escape(ALL_PROGRAMS)
 
 ROLES: dict[str, dict[str, Any]] = {
     "web": {
         "call": [re.escape(QUEUEMASTER), re.escape(SPARK_JOB)],
-        "hear": [re.escape(SPARK_PROGRESS) + "#", EXPIRE],  # the binding key itself: topic read checks it
-        # its exclusive server-named queue on `osm`, bound to expire_toposm (services/tiles/expiry_wires.py)
+        # the binding key itself: topic read checks it; `toposm`, where every program listens (the seed)
+        "hear": [re.escape(SPARK_PROGRESS) + "#", EXPIRE, ALL],
+        # its exclusive server-named queues on `osm`, bound to expire_toposm and toposm (services/tiles/seed_wire.py)
         "resources": [OSM_EXCHANGE, r"amq\.gen-[A-Za-z0-9_-]+"],
-        "topics": {OSM_EXCHANGE: {"read": [EXPIRE]}},
+        "topics": {OSM_EXCHANGE: {"read": [EXPIRE, ALL]}},
         "listed_in": ["TOPOSM_EXPIRE_USERS"],
     },
 }

@@ -19,7 +19,8 @@ from qbroker import RequestFailed, Unit
 from services.tiles.queuemaster.access import AccessPolicy
 from services.tiles.queuemaster.service import QueuemasterService
 from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings
-from services.tiles.renderer.process import RendererProcess, RendererSettings
+from services.tiles.renderer.process import RendererProcess
+from services.tiles.renderer.settings import RendererSettings
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Tile
 

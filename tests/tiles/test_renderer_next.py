@@ -2,7 +2,8 @@
 is from before the field (it refuses unknown fields): then it reports the old way from then on."""
 
 from qbroker import Config, InvalidParams, Unit
-from services.tiles.renderer.process import RendererProcess, RendererSettings
+from services.tiles.renderer.process import RendererProcess
+from services.tiles.renderer.settings import RendererSettings
 
 
 async def test_a_queuemaster_refusing_next_is_reported_to_the_old_way(tmp_path):

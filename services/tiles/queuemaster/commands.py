@@ -63,14 +63,25 @@ async def _render(qm: Queuemaster, req: RenderTileRequest, reply_to: str | None,
     return await qm.request(req.tile)
 
 
+async def _expire(qm: Queuemaster, req: ExpireRequest, reply_to: str | None, user: str | None) -> Any:
+    """Taken here, then told to every other expiry listener (tile servers, caches, seed programs), as if it
+    had come on ``expire_toposm``: a list expired by command is no secret of the queuemaster's."""
+    answer = {"command": "expired", **qm.expire(req.text, strict=True)}
+    if qm.announce_expiry is not None:
+        try:
+            await qm.announce_expiry(req.text)
+        except Exception as exc:  # taken and answered all the same; only the listeners miss it
+            log.warning("expired by command but not broadcast", error=str(exc))
+    return answer
+
+
 COMMANDS: dict[str, Command] = {c.name: c for c in (
     Command("register", RegisterRequest, lambda qm, req, reply_to, user: qm.register(req, reply_to, user=user)),
     Command("rendered", RenderedRequest, lambda qm, req, reply_to, user: qm.rendered(req, user=user)),
     Command("unregister", UnregisterRequest,
             lambda qm, req, reply_to, user: qm.unregister(req, reply_to, user=user)),
     Command("render", RenderTileRequest, _render, long_running=True),
-    Command("expire", ExpireRequest,
-            lambda qm, req, reply_to, user: {"command": "expired", **qm.expire(req.text, strict=True)}),
+    Command("expire", ExpireRequest, _expire),
     Command("stats", StatsRequest, lambda qm, req, reply_to, user: qm.describe()),
     Command("bulk", BulkRenderRequest, lambda qm, req, reply_to, user: bulk_render(qm, req), long_running=True),
     Command("cancel", CancelBulkRequest, lambda qm, req, reply_to, user: cancel_bulk(qm, req)),

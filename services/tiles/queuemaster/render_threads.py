@@ -57,6 +57,7 @@ class RenderThread:
             "busy_for": (round(time.time() - self.busy_since, 3)
                          if self.busy_since and self.metatile else None),
             "rendered": self.rendered,
+            "wire": self.wire,
         }
 
 

@@ -37,7 +37,16 @@ from qbroker import (
 from services.metrics_port import MetricsServer
 
 from ..contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER
-from ..expiry_wires import OsmPublisher, TwinFilter, Wire, expiry_key, expiry_text, relay_expiry
+from ..expiry_wires import (
+    OsmPublisher,
+    TwinFilter,
+    Wire,
+    expiry_key,
+    expiry_text,
+    new_expiry_key,
+    publish_expiry,
+    relay_expiry,
+)
 from ..messages import Message
 from ..tilemath import Metatile
 from .commands import COMMANDS, Command, expire_broadcast
@@ -70,6 +79,10 @@ class QueuemasterService:
                            waiters=self.waiter_store)
         self.osm_publisher = OsmPublisher()  # relays expiries heard on alert only
         self.expiry_twins = TwinFilter()
+        qm.announce_expiry = self._announce_expiry
+        # Set once the unit has started: its consumers run during its start (a command may come in before),
+        # but it publishes alerts only from then on.
+        self._publishing = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
         self.metrics_server = MetricsServer(qm.settings.metrics_port, qm.settings.metrics_host)
@@ -113,16 +126,26 @@ class QueuemasterService:
     async def _expiry_heard(self, body: Any, message_id: str | None, wire: Wire) -> None:
         """Taken once whichever wire it came by first; relayed to the other wire unless already there."""
         text = expiry_text(body)
+        twins = self.expiry_twins.twins
         if text is not None and not self.expiry_twins.first(expiry_key(message_id, text), wire):
-            self.qm.stats.count("expiry_twins")  # the other wire's copy of one already taken
+            if self.expiry_twins.twins > twins:  # else a copy of our own `expire` broadcast
+                self.qm.stats.count("expiry_twins")  # the other wire's copy of one already taken
             return
         await expire_broadcast(self.qm, body)
         if text is None:
             return
         try:
+            await self._publishing.wait()
             await relay_expiry(self.unit, self.osm_publisher, text, message_id, wire)
         except Exception as exc:  # the list is taken here; only the other wire's listeners miss it
             log.warning("expiry not relayed", heard_on=wire, error=str(exc))
+
+    async def _announce_expiry(self, text: str) -> None:
+        """A list taken by the `expire` command, on both wires; neither copy is taken again here."""
+        key = new_expiry_key()
+        self.expiry_twins.mine(key)
+        await self._publishing.wait()
+        await publish_expiry(self.unit, self.osm_publisher, text, key)
 
     # -- dispatch -------------------------------------------------------------------------------------
 
@@ -245,6 +268,7 @@ class QueuemasterService:
         self._forget_waiter(waiter.id)
 
     async def start(self) -> None:
+        self._publishing.set()
         restored, self._restored = self._restored, []
         for waiter in restored:
             self._call_soon(self._answer_restored(waiter))

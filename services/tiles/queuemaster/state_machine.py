@@ -15,6 +15,7 @@ import asyncio
 import contextvars
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,9 @@ class Queuemaster:
         # The bus adapter starts grouping (``commits.start()``) and awaits ``commits.durable()`` before it
         # answers anything that depends on a mutation: see ``group_commit``.
         self.commits = GroupCommit(self.store, self.render_log)
+        # Set by the bus adapter: tells every expiry listener, on both wires, of a list taken by the
+        # `expire` command (the seed's way to expire is `expire_toposm`, which every program hears).
+        self.announce_expiry: Callable[[str], Awaitable[None]] | None = None
 
     @property
     def waiters(self) -> dict[Metatile, list[asyncio.Future[dict[str, Any]]]]:

@@ -14,7 +14,8 @@ from services.osmstore.style_layers import check_source
 from ..strategy import StrategyError, parse_strategy
 from ..tile_store import add_tile_store_option
 from .backends import BACKEND_NAMES
-from .process import APP, RendererProcess, RendererSettings, short_hostname
+from .process import APP, RendererProcess
+from .settings import RendererSettings, short_hostname
 
 
 def parse_args(argv: list[str] | None = None) -> RendererSettings:

@@ -21,20 +21,19 @@ Anything else (and anything that is not a JSON object with a string ``command``)
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 import aio_pika
 import orjson
 import structlog
-from aio_pika.abc import AbstractConnection, AbstractExchange, AbstractIncomingMessage
+from aio_pika.abc import AbstractIncomingMessage
 from pydantic import ValidationError
 
 from qbroker import ConnectionLost
-from qbroker.transport import Connection
 
 from ..contract import ALL_PROGRAMS, QUEUEMASTER
 from ..messages import RenderCommand
-from ..seed_wire import declare_osm_exchange
+from ..seed_wire import OsmListener, seed_command
 
 log = structlog.get_logger("toposm.renderer.osm")
 
@@ -45,41 +44,39 @@ class OsmSide:
 
     def __init__(self, keys: list[str], user: Callable[[], str | None],
                  on_render: Callable[[str, str, str | None], bool], on_online: Callable[[], Awaitable[None]]) -> None:
-        self.keys = keys  # toposm, the levels, each thread's name
+        # keys: toposm, the levels, each thread's name. Nothing heard there is retried: a failure is logged
+        # (by the listener) and the message dropped.
+        self.listener = OsmListener(keys, self._on_message)
+        self.declare = self.listener.declare  # unit.on_connected(osm.declare)
         self.user = user  # our broker account: set as user_id, which RabbitMQ validates
         self.on_render = on_render
         self.on_online = on_online
-        self.queue_name: str | None = None
-        self._exchange: AbstractExchange | None = None
-
-    async def declare(self, transport_connection: Connection) -> None:
-        channel, exchange = await declare_osm_exchange(cast(AbstractConnection, transport_connection))
-        await channel.set_qos(prefetch_count=64)
-        queue = await channel.declare_queue("", exclusive=True)
-        for key in self.keys:
-            await queue.bind(exchange, routing_key=key)
-        self.queue_name, self._exchange = queue.name, exchange
-        await queue.consume(self._on_message)
 
     async def send(self, body: dict[str, Any]) -> None:
         """A renderer -> queuemaster message on ``osm``, with our queue as reply_to."""
-        if self._exchange is None or self.queue_name is None:
+        exchange, queue_name = self.listener.exchange, self.listener.queue_name
+        if exchange is None or queue_name is None:
             raise ConnectionLost("the osm wire is not declared (not connected)")
-        await self._exchange.publish(aio_pika.Message(orjson.dumps(body), content_type="application/json",
-                                                      reply_to=self.queue_name, user_id=self.user()),
-                                     routing_key=QUEUEMASTER)
+        await exchange.publish(aio_pika.Message(orjson.dumps(body), content_type="application/json",
+                                                reply_to=queue_name, user_id=self.user()),
+                               routing_key=QUEUEMASTER)
+
+    async def unregister(self) -> None:
+        """The seed's bare ``unregister``: every thread behind our queue (on stop)."""
+        try:
+            await self.send({"command": "unregister"})
+        except Exception as exc:  # stopping anyway; the queuemaster finds our queue gone
+            log.info("unregister not delivered on osm", error=repr(exc))
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        await message.ack()  # nothing here is retried: a failure is logged, the message dropped
-        try:
-            body = orjson.loads(message.body)
-        except orjson.JSONDecodeError:
-            log.info("osm message is not JSON; dropped", routing_key=message.routing_key)
+        body = seed_command(message.body)
+        if body is None:
+            log.info("osm message is not a seed command; dropped", routing_key=message.routing_key)
             return
-        command = body.get("command") if isinstance(body, dict) else None
+        command = body["command"]
         if command == "queuemaster online":
             if message.app_id != QUEUEMASTER:  # ours (its app id is its name) is heard over qbroker as well
-                await self._guarded(self.on_online())
+                await self.on_online()
         elif command == "render" and message.routing_key != ALL_PROGRAMS:
             try:
                 metatile = RenderCommand.model_validate({"metatile": body.get("metatile")}).metatile
@@ -91,9 +88,3 @@ class OsmSide:
                          metatile=metatile)
         elif command not in ("registered", "ack", "unregistered"):  # answers to what we sent: nothing to do
             log.debug("osm message ignored", command=str(command)[:64], routing_key=message.routing_key)
-
-    async def _guarded(self, work: Awaitable[None]) -> None:
-        try:
-            await work
-        except Exception as exc:  # a consumer must never die of one message
-            log.warning("osm command failed", error=repr(exc))

@@ -18,13 +18,11 @@ import asyncio
 import multiprocessing
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -38,36 +36,11 @@ from ..messages import RenderCommand
 from ..strategy import parse_strategy
 from .metrics import RendererMetrics
 from .osm_side import OsmSide
+from .settings import RendererSettings
 from .worker import render_metatile, warm_up
 
 log = structlog.get_logger("toposm.renderer")
 APP = "toposm.renderer"
-
-
-def short_hostname() -> str:
-    """The host's name as one routing-key word (dots would add hierarchy levels)."""
-    name = socket.gethostname().split(".")[0]
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name) or "localhost"
-
-
-@dataclass
-class RendererSettings:
-    tile_root: Path
-    threads: int = 1
-    strategy: str = "by_work_available"
-    backend: str = "testpattern"
-    hostname: str = field(default_factory=short_hostname)
-    render_delay: float = 0.0  # extra seconds per render (demos, tests catching a render in progress)
-    report_retry_for: float = 120.0  # keep trying to deliver `rendered` this long (queuemaster restarting)
-    reregister_after: float = 10.0  # not pinged for this long: register again (the queuemaster lost us)
-    drain_timeout: float = 10.0  # on stop: finish the metatiles in hand if they are done within this
-    # Broker accounts (checked against the broker-validated user_id): who may send `render`/`ping`
-    # (None: anyone the broker lets publish there) and who may send `shutdown` (None: nobody; SIGTERM).
-    queuemaster_users: frozenset[str] | None = None
-    operator_users: frozenset[str] = frozenset()
-    metrics_port: int | None = None  # --metrics-port (services/metrics_port.py); None: no metrics server
-    metrics_host: str = "127.0.0.1"
-    tile_store: str = "png"  # png or meta (tile_store.py)
 
 
 @dataclass(eq=False)
@@ -81,6 +54,15 @@ class RenderThread:
     # `render` to this thread, but not for requests to a level (the answer may hand it work).
     reporting: bool = False
     wire: str = "qbroker"  # the wire its current metatile came by: its `rendered` goes back there
+    # The wire it last registered on. Only a queuemaster on qbroker pings (the watchdog's contact): one that
+    # took us on `osm` is never heard from unless it sends work, and says `queuemaster online` if it forgets us.
+    registered_on: str = "qbroker"
+
+    def heard_over_qbroker(self) -> None:
+        """A queuemaster reached this thread over qbroker (ping, render, an answer): it is on that wire there
+        (even if it was told of us on `osm` as well, or that `register` was lost)."""
+        self.last_contact = time.monotonic()
+        self.registered_on = "qbroker"
 
     def describe(self) -> dict[str, Any]:
         return {"renderer": self.endpoint, "threadid": self.threadid,
@@ -109,6 +91,7 @@ class RendererProcess:
                       for i in range(settings.threads)]
         self.stopping = asyncio.Event()
         self.ask_next = True  # take the next metatile with the answer to `rendered` (off for old queuemasters)
+        self.watchdog_rounds = 0  # how often the watchdog looked (tests wait on it, not on the clock)
         self._pool = self._new_pool()
         self._background: set[asyncio.Task[Any]] = set()
         self._idle = asyncio.Condition()  # notified whenever a thread becomes idle
@@ -150,14 +133,14 @@ class RendererProcess:
         @endpoint.command("render")
         async def render(command: RenderCommand, ctx: RequestContext) -> dict[str, Any]:
             self._check_sender(ctx)
-            thread.last_contact = time.monotonic()
+            thread.heard_over_qbroker()
             if thread.metatile is not None:
                 raise failed("busy", f"{thread.endpoint} is rendering {thread.metatile}")
             return self._accept(thread, command.metatile)
 
         @endpoint.command("ping")
         async def ping() -> dict[str, Any]:
-            thread.last_contact = time.monotonic()
+            thread.heard_over_qbroker()
             return {"command": "pong", **thread.describe()}
 
     def _serve_level(self, level: str, *, exclusive: bool) -> None:
@@ -282,7 +265,7 @@ class RendererProcess:
         thread.reporting = False
         handed = answer.get("render") if isinstance(answer, dict) else None
         if isinstance(handed, str) and not self.stopping.is_set():
-            thread.last_contact = time.monotonic()
+            thread.heard_over_qbroker()
             self._accept(thread, handed)
             return
         async with self._idle:
@@ -299,11 +282,8 @@ class RendererProcess:
     async def _register_all_on_osm(self) -> None:
         """A queuemaster announced itself on osm only: register every thread there (reply_to: our queue)."""
         for thread in self.threads:
-            body: dict[str, Any] = {"command": "register", "hostname": self.settings.hostname, "pid": self.pid,
-                                    "threadid": thread.threadid, "strategy": self.settings.strategy}
-            if thread.metatile is not None:
-                body["metatile"] = thread.metatile
-            await self.osm.send(body)
+            await self.osm.send(self._register_body(thread))
+            thread.registered_on = "osm"
 
     async def _report(self, thread: RenderThread, body: dict[str, Any]) -> Any:
         """Deliver ``rendered`` (retried while the queuemaster is away); its answer, or None."""
@@ -332,29 +312,35 @@ class RendererProcess:
 
     # -- registration and lifecycle ---------------------------------------------------------------------
 
-    async def register(self, thread: RenderThread) -> bool:
+    def _register_body(self, thread: RenderThread) -> dict[str, Any]:
         body: dict[str, Any] = {"command": "register", "hostname": self.settings.hostname, "pid": self.pid,
                                 "threadid": thread.threadid, "strategy": self.settings.strategy}
         if thread.metatile is not None:
             body["metatile"] = thread.metatile
+        return body
+
+    async def register(self, thread: RenderThread) -> bool:
         try:
-            await self.unit.call(QUEUEMASTER, body, timeout=5)
+            await self.unit.call(QUEUEMASTER, self._register_body(thread), timeout=5)
         except QBrokerError as exc:
             log.info("registration pending: queuemaster not reachable", renderer=thread.endpoint,
                      error=str(exc))
             return False
-        thread.last_contact = time.monotonic()
+        thread.heard_over_qbroker()
         return True
 
     async def register_all(self) -> None:
         await asyncio.gather(*(self.register(thread) for thread in self.threads))
 
     async def _watchdog(self) -> None:
-        """Register again when the queuemaster has not pinged a thread for a while (it dropped us)."""
+        """Register again when the queuemaster has not pinged a thread for a while (it dropped us); not a
+        thread registered on `osm` (see ``RenderThread.registered_on``): that would move it off that wire."""
         while not self.stopping.is_set():
             await asyncio.sleep(self.settings.reregister_after / 2)
+            self.watchdog_rounds += 1
             for thread in self.threads:
-                if time.monotonic() - thread.last_contact > self.settings.reregister_after:
+                if thread.registered_on == "qbroker" \
+                        and time.monotonic() - thread.last_contact > self.settings.reregister_after:
                     await self.register(thread)
 
     async def start(self) -> None:
@@ -384,6 +370,8 @@ class RendererProcess:
             await self.unit.call(QUEUEMASTER, {"command": "unregister"}, timeout=3)
         except QBrokerError as exc:
             log.info("unregister not delivered", error=str(exc))
+        if any(t.registered_on == "osm" for t in self.threads):
+            await self.osm.unregister()
         for task in [*self._background, *(t.task for t in self.threads if t.task)]:
             task.cancel()
         await self.metrics_server.stop()

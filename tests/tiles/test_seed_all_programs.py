@@ -1,0 +1,147 @@
+"""Issue 21.3: every program listens on `toposm` on the seed's `osm` exchange, and what the seed's programs
+say there reaches ours; expirations by command are heard on both wires; a renderer a queuemaster took on
+`osm` stays there. The seed side is written from its text alone (plain aio-pika)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import AbstractIncomingMessage
+
+from harness import eventually
+from qbroker import Config, Unit
+from services.spark_bridge.service import SparkBridge
+from services.tiles.renderer.process import RendererProcess
+from services.tiles.renderer.settings import RendererSettings
+
+from .conftest import TileBus, stats, wait_renderers
+from .seed_programs import ask, osm_client, osm_wire_ready
+
+ONLINE = b'{"command": "queuemaster online"}'
+
+
+async def test_the_expire_command_is_heard_on_both_wires_once(bus: TileBus) -> None:
+    """The seed's way to expire is `expire_toposm`: a list expired with the `expire` command (qbroker or
+    `osm`) is published there on both wires, once each, and not taken again by the queuemaster itself."""
+    bus.queuemaster()
+    client = await bus.client()
+    heard_on_alert: list[str] = []
+    listener = Unit("test.expire.alert", config=Config(url=bus.url))
+
+    @listener.on_alert("expire_toposm")
+    async def on_alert(body: str) -> None:
+        heard_on_alert.append(body)
+
+    await listener.start()
+    bus.units.append(listener)
+    connection, exchange, replies = await osm_client(bus.url)
+    try:
+        seed_listener = await exchange.channel.declare_queue("", exclusive=True)
+        await seed_listener.bind(exchange, routing_key="expire_toposm")
+        heard_on_osm: list[str] = []
+
+        async def on_osm(message: AbstractIncomingMessage) -> None:
+            async with message.process():
+                heard_on_osm.append(message.body.decode())
+
+        await seed_listener.consume(on_osm)
+        await osm_wire_ready(connection)
+        answer = await client.call("toposm.queuemaster", {"command": "expire", "tiles": "9/10/20;9/11/21"},
+                                   timeout=10)
+        assert answer["command"] == "expired" and answer["tiles"] == 2
+        on_osm_wire = await ask(exchange, replies, b'{"command": "expire", "tiles": "10/1/2"}')
+        assert on_osm_wire["command"] == "expired", on_osm_wire
+
+        def both_heard() -> bool:
+            return len(heard_on_alert) == 2 and len(heard_on_osm) == 2
+
+        await eventually(both_heard)
+        assert sorted(heard_on_alert) == sorted(heard_on_osm) == ["10/1/2", "9/10/20;9/11/21"]
+        # a marker published after them comes after any echo or second copy would have: none came
+        await client.alert("expire_toposm", "11/1/1", content_type="text/plain")
+        await eventually(lambda: "11/1/1" in heard_on_osm and "11/1/1" in heard_on_alert)
+        assert len(heard_on_alert) == len(heard_on_osm) == 3
+        counters = (await stats(client))["counters"]
+        # 3 tiles by command and 1 by alert, each taken once: the command's own broadcasts were not
+        assert counters["expired"] == 4 and counters.get("expiry_twins", 0) == 1, counters
+    finally:
+        await connection.close()
+
+
+class ListeningBridge(SparkBridge):
+    """The real bridge, remembering what it heard on `toposm` (its Spark session is never built)."""
+
+    heard: list[dict[str, Any]]
+
+    async def _program_command(self, body: dict[str, Any]) -> None:  # type: ignore[override]
+        self.heard.append(body)
+
+
+def no_spark() -> Any:
+    raise AssertionError("the bridge's Spark session is not needed here")
+
+
+async def test_the_spark_bridge_listens_on_toposm_on_both_wires(bus: TileBus, tmp_path: Path) -> None:
+    unit = Unit("spark.bridge", config=Config(url=bus.url))
+    bridge = ListeningBridge(unit, no_spark, tmp_path / "state")
+    bridge.heard = []
+    await unit.start()
+    bus.units.append(unit)
+    client = await bus.client()
+    connection, exchange, _ = await osm_client(bus.url)
+    try:
+        # Only the bridge runs: a mandatory publish to `toposm` on osm is routed (a queue is bound there).
+        channel = await connection.channel(publisher_confirms=True)
+        osm = await channel.get_exchange("osm")
+        await osm.publish(aio_pika.Message(ONLINE), routing_key="toposm", mandatory=True)
+        await client.alert("toposm", {"command": "queuemaster online"})
+        await eventually(lambda: len(bridge.heard) == 2)
+        assert bridge.heard == [{"command": "queuemaster online"}] * 2
+    finally:
+        await connection.close()
+
+
+async def test_a_renderer_a_queuemaster_took_on_osm_stays_on_osm(bus: TileBus) -> None:
+    """A seed queuemaster's `queuemaster online` registers the threads on `osm`; nobody pings them there, and
+    the renderer's watchdog (register again when not pinged) must not move them back to qbroker. Stopping, it
+    unregisters on `osm` too."""
+    bus.queuemaster("--ping-interval", "0.1")
+    client = await bus.client()
+    unit = Unit("toposm.renderer", config=Config(url=bus.url))
+    renderer = RendererProcess(unit, RendererSettings(tile_root=bus.tile_root, hostname="osmhost",
+                                                      reregister_after=0.2))
+    await unit.start()
+    bus.units.append(unit)
+    connection, exchange, _ = await osm_client(bus.url)
+    try:
+        await renderer.start()
+        s = await wait_renderers(client, 1)
+        assert s["renderers"][0]["wire"] == "qbroker"
+        await osm_wire_ready(connection)  # else the renderer's `register` on osm reaches nobody
+        await exchange.publish(aio_pika.Message(ONLINE), routing_key="toposm")  # from a seed-only queuemaster
+
+        async def on_osm() -> dict[str, Any] | None:
+            s = await stats(client)
+            return s if [r["wire"] for r in s["renderers"]] == ["osm"] else None
+
+        registrations = (await eventually(on_osm))["counters"]["registrations"]
+        rounds = renderer.watchdog_rounds
+        await eventually(lambda: renderer.watchdog_rounds >= rounds + 6)  # 3x reregister_after
+        s = await stats(client)
+        assert [r["wire"] for r in s["renderers"]] == ["osm"]
+        assert s["counters"]["registrations"] == registrations
+        reply = await client.call("toposm.queuemaster", {"command": "render", "tile": "9/10/20"}, timeout=30)
+        assert reply["metatile"] == "9/1/2"  # dispatched over osm, reported there
+        await renderer.stop()
+
+        async def unregistered() -> bool:
+            s = await stats(client)
+            return not s["renderers"] and s["counters"].get("renderers_lost", 0) == 0
+
+        await eventually(unregistered)
+    finally:
+        await connection.close()
+        if not renderer.stopping.is_set():
+            await renderer.stop()
