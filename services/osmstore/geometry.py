@@ -23,21 +23,18 @@ from __future__ import annotations
 import fcntl
 import json
 import sqlite3
-from array import array
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import osmium
 import pyarrow as pa
 
 GEOMETRY_DIR = "geometry"
 GEOMETRY_DB = "geometry.sqlite"
 FORMAT_VERSION = 2  # 1 was the copy-on-write Parquet snapshots
 APPLIED_KEPT = 100  # digests of the last applied diffs, to recognise a replay of a diff without sequence
-_FLUSH_ROWS = 200_000
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -168,73 +165,3 @@ class GeometryStore:
                 yield self.manifest()
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-class GeometryStoreWriter:
-    """Fed by the importer's single pass (node, way, relation callbacks); ``close`` commits the store."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(self.root / GEOMETRY_DB, isolation_level=None)
-        # The import builds in a directory that is thrown away on failure: no journal needed until the end.
-        self.conn.executescript("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;")
-        self.conn.executescript(SCHEMA)
-        self.conn.execute("BEGIN")
-        self.counts = dict.fromkeys(("nodes", "ways", "way_nodes", "relations", "members"), 0)
-        self._reset()
-
-    def _reset(self) -> None:
-        self._node_id, self._lon, self._lat = array("q"), array("d"), array("d")
-        self._way_id, self._seq, self._way_node = array("q"), array("i"), array("q")
-        self._rel: list[tuple[int, int, str, int, str]] = []
-
-    def node(self, n: osmium.osm.Node) -> None:
-        if n.location.valid():
-            self._node_id.append(n.id)
-            self._lon.append(n.location.lon)
-            self._lat.append(n.location.lat)
-            self.counts["nodes"] += 1
-            self._maybe_flush()
-
-    def way(self, w: osmium.osm.Way) -> None:
-        for i, ref in enumerate(w.nodes):
-            self._way_id.append(w.id)
-            self._seq.append(i)
-            self._way_node.append(ref.ref)
-        self.counts["ways"] += 1
-        self.counts["way_nodes"] += len(w.nodes)
-        self._maybe_flush()
-
-    def relation(self, r: osmium.osm.Relation) -> None:
-        self._rel.extend((r.id, i, m.type, m.ref, m.role) for i, m in enumerate(r.members))
-        self.counts["relations"] += 1
-        self.counts["members"] += len(r.members)
-        self._maybe_flush()
-
-    def _maybe_flush(self) -> None:
-        if max(len(self._node_id), len(self._way_id), len(self._rel)) >= _FLUSH_ROWS:
-            self._flush()
-
-    def _flush(self) -> None:
-        # OR REPLACE: an extract holds each object once, but a node or way listed twice must not fail the import
-        # (the last one wins, as when a diff is applied).
-        self.conn.executemany("INSERT OR REPLACE INTO nodes (id, lon, lat) VALUES (?, ?, ?)",
-                              zip(self._node_id, self._lon, self._lat, strict=True))
-        self.conn.executemany("INSERT OR REPLACE INTO way_nodes (way_id, seq, node_id) VALUES (?, ?, ?)",
-                              zip(self._way_id, self._seq, self._way_node, strict=True))
-        self.conn.executemany("INSERT OR REPLACE INTO members (rel_id, seq, member_type, member_id, role) "
-                              "VALUES (?, ?, ?, ?, ?)", self._rel)
-        self._reset()
-
-    def close(self, sequence: int | None) -> dict[str, int]:
-        """Write what is buffered, the reverse index and the manifest; returns the row counts (store.json's
-        ``geometry``)."""
-        self._flush()
-        self.conn.execute(REVERSE_INDEX)
-        write_manifest(self.conn, Manifest(sequence=sequence, counts=dict(self.counts)))
-        self.conn.execute("COMMIT")
-        self.conn.execute("ANALYZE")
-        self.conn.execute("PRAGMA journal_mode = WAL")  # from here on: atomic diffs, readers beside the writer
-        self.conn.close()
-        return dict(self.counts)

@@ -1,19 +1,25 @@
-"""``toposm-import EXTRACT.osm.pbf --store DIR``: build the stores for one OSM extract in one pyosmium pass.
+"""``toposm-import EXTRACT.osm.pbf --store DIR``: build the stores for one OSM extract.
 
-The pass writes ``DIR/render.sqlite`` (the rendering store Mapnik reads) and ``DIR/geometry/`` (the geometry
-store for expiry, ``services.osmstore.geometry``). pyosmium reads the relations first
-(its multipolygon assembler needs them before the ways) and then streams the file once, handing each object to
-both writers. Everything is built in a temporary directory beside DIR and renamed into place at the end, so a
-corrupt or non-OSM input leaves nothing half-built behind.
+The import writes ``DIR/render.sqlite`` (the rendering store Mapnik reads) and ``DIR/geometry/`` (the geometry
+store for expiry, ``services.osmstore.geometry``), the way osm2pgsql imports: libosmium reads the file in C++
+(``import_pass``: node locations into an on-disk index, ways and relations out as OPL, areas assembled), the
+rows go into SQLite in bulk and the indexes are built after them, and the two stores are built in parallel
+processes where the machine has more than one core. Memory holds a block of objects at a time, not the
+extract (docs/decisions.md). Everything is built in a temporary directory beside DIR and renamed into place
+at the end, so a corrupt or non-OSM input leaves nothing half-built behind.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import shutil
+import sqlite3
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,87 +27,58 @@ from typing import Any
 import osmium
 
 from . import render_db
+from .bulk_sqlite import analyze, bulk_load_settings, insert_columns
 from .coastline import rebuild_sea
 from .errors import ImportFailed
-from .features import FeatureExtractor
-from .geometry import GEOMETRY_DIR, GeometryStoreWriter
+from .geometry import GEOMETRY_DIR
+from .geometry_import import build_geometry_store
+from .import_pass import PassResult, read_extract
+from .line_features import write_line_features
+from .opl_columns import Ways, distinct_tags, opl_tags, read_objects, unescaped
 from .progress import ImportProgress
 
 __all__ = ["ImportFailed", "import_extract", "main"]
 
 
 STORE_JSON = "store.json"
-_FLUSH = 20_000
+SCRATCH = ".scratch"  # the pass's index and OPL files, inside the directory being built
 
 
-class _ImportHandler(osmium.SimpleHandler):
-    def __init__(self, conn: Any, geometry: Any, progress: ImportProgress) -> None:
-        super().__init__()
-        self.conn = conn
-        self.features = FeatureExtractor(render_db.FeatureWriter(conn))
-        self.geometry = geometry
-        self.progress = progress
-        self.counts = {"nodes": 0, "ways": 0, "relations": 0}
-        self.bounds = [180.0, 90.0, -180.0, -90.0]
-        self._nodes: list[tuple[int, float, float]] = []
-        self._way_nodes: list[tuple[int, int, int]] = []
-        self._ways: list[tuple[int, str]] = []
+def _tags_json(raw: str) -> str:
+    return render_db.tags_json(opl_tags(raw))
 
-    def node(self, n: osmium.osm.Node) -> None:
-        loc = n.location
-        if loc.valid():
-            lon, lat = loc.lon, loc.lat
-            self._nodes.append((n.id, lon, lat))
-            b = self.bounds
-            if lon < b[0]:
-                b[0] = lon
-            if lat < b[1]:
-                b[1] = lat
-            if lon > b[2]:
-                b[2] = lon
-            if lat > b[3]:
-                b[3] = lat
-            if len(self._nodes) >= _FLUSH:
-                self._flush()
-        self.features.node(n)
-        if self.geometry is not None:
-            self.geometry.node(n)
-        self.counts["nodes"] += 1
-        self.progress.tick("nodes")
 
-    def way(self, w: osmium.osm.Way) -> None:
-        self._ways.append((w.id, render_db.tags_json((t.k, t.v) for t in w.tags)))
-        self._way_nodes.extend((w.id, i, ref.ref) for i, ref in enumerate(w.nodes))
-        if len(self._way_nodes) >= _FLUSH:
-            self._flush()
-        self.features.way(w)
-        if self.geometry is not None:
-            self.geometry.way(w)
-        self.counts["ways"] += 1
-        self.progress.tick("ways")
+def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: render_db.BulkFeatureWriter,
+                        progress: ImportProgress) -> dict[str, int]:
+    """The rendering store's OSM tables and line features, from the pass's files; returns the object counts."""
+    counts = {"nodes": scan.locations.count, "ways": 0, "relations": 0}
+    for ids, lon, lat in scan.locations.batches():
+        insert_columns(conn, "INSERT OR REPLACE INTO nodes (id, lon, lat)", [ids.tolist(), lon.tolist(), lat.tolist()])
+    progress.add("nodes", scan.locations.count)
+    for batch in read_objects(scan.objects):
+        ids = batch.ids.tolist()
+        if isinstance(batch, Ways):
+            insert_columns(conn, "INSERT OR REPLACE INTO ways (id, tags)", [ids, distinct_tags(batch.tags, _tags_json)])
+            insert_columns(conn, "INSERT OR REPLACE INTO way_nodes (way_id, seq, node_id)",
+                           [batch.owner().tolist(), batch.seq().tolist(), batch.refs.tolist()])
+            write_line_features(batch, scan.locations, writer)
+            kind = "ways"
+        else:
+            insert_columns(conn, "INSERT OR REPLACE INTO relations (id, tags)",
+                           [ids, distinct_tags(batch.tags, _tags_json)])
+            insert_columns(conn, "INSERT OR REPLACE INTO relation_members "
+                                 "(relation_id, seq, member_type, member_id, role)",
+                           [batch.owner().tolist(), batch.seq().tolist(), batch.member_types.to_pylist(),
+                            batch.member_ids.tolist(), unescaped(batch.roles)])
+            kind = "relations"
+        counts[kind] += len(batch)
+        progress.add(kind, len(batch))
+    writer.flush()
+    return counts
 
-    def relation(self, r: osmium.osm.Relation) -> None:
-        self.conn.execute("INSERT INTO relations (id, tags) VALUES (?, ?)",
-                          (r.id, render_db.tags_json((t.k, t.v) for t in r.tags)))
-        self.conn.executemany(
-            "INSERT INTO relation_members (relation_id, seq, member_type, member_id, role) VALUES (?, ?, ?, ?, ?)",
-            [(r.id, i, m.type, m.ref, m.role) for i, m in enumerate(r.members)])
-        if self.geometry is not None:
-            self.geometry.relation(r)
-        self.counts["relations"] += 1
-        self.progress.tick("relations")
 
-    def area(self, a: osmium.osm.Area) -> None:
-        self.features.area(a)
-
-    def _flush(self) -> None:
-        self.conn.executemany("INSERT INTO nodes (id, lon, lat) VALUES (?, ?, ?)", self._nodes)
-        self.conn.executemany("INSERT INTO ways (id, tags) VALUES (?, ?)", self._ways)
-        self.conn.executemany("INSERT INTO way_nodes (way_id, seq, node_id) VALUES (?, ?, ?)", self._way_nodes)
-        self._nodes, self._ways, self._way_nodes = [], [], []
-
-    def finish(self) -> None:
-        self._flush()
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _header(extract: Path) -> tuple[int | None, list[float] | None]:
@@ -120,32 +97,42 @@ def _header(extract: Path) -> tuple[int | None, list[float] | None]:
 
 def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any]:
     conn = render_db.connect(work / render_db.RENDER_DB)
-    conn.execute("PRAGMA journal_mode = OFF")  # a failed import throws the whole directory away
-    conn.execute("PRAGMA synchronous = OFF")
+    bulk_load_settings(conn)  # a failed import throws the whole directory away
     render_db.create_schema(conn)
-    geometry = GeometryStoreWriter(work / GEOMETRY_DIR)
-    handler = _ImportHandler(conn, geometry, progress)
     conn.execute("BEGIN")
+    writer = render_db.BulkFeatureWriter(conn)
     try:
-        handler.apply_file(str(extract), locations=True)
+        scan = read_extract(extract, work / SCRATCH, writer)
     except (RuntimeError, ValueError) as exc:  # what libosmium raises on corrupt or non-OSM input
         raise ImportFailed(f"{extract}: not a readable OSM file ({exc})") from exc
-    handler.finish()
-    render_db.create_indexes(conn)
     sequence, header_bbox = _header(extract)
-    if sequence is not None:
-        render_db.set_meta(conn, "sequence", str(sequence))
-    # The extract's box bounds the sea: coastlines are closed along it (the nodes' box if no header says).
-    extent = header_bbox or handler.bounds
-    render_db.set_meta(conn, "extent", json.dumps(extent))
-    rebuild_sea(conn, handler.features.writer)
-    conn.execute("COMMIT")
-    features = render_db.feature_counts(conn)
-    conn.execute("ANALYZE")
-    conn.close()
-    if sum(handler.counts.values()) == 0:
-        raise ImportFailed(f"{extract}: holds no OSM nodes, ways or relations")
-    geometry_counts = geometry.close(sequence)
+    geometry_args = (work / GEOMETRY_DIR, scan.locations.path, scan.locations.count, scan.objects, sequence)
+    # The geometry store is built in a second process while this one builds the rendering store (spawned, not
+    # forked: libosmium's and pyarrow's thread pools run in this process); on one core, after it.
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) \
+        if _cores() > 1 else None
+    try:
+        geometry = pool.submit(build_geometry_store, *geometry_args) if pool is not None else None
+        counts = _load_render_tables(conn, scan, writer, progress)
+        if sum(counts.values()) == 0:
+            raise ImportFailed(f"{extract}: holds no OSM nodes, ways or relations")
+        render_db.create_indexes(conn)
+        if sequence is not None:
+            render_db.set_meta(conn, "sequence", str(sequence))
+        # The extract's box bounds the sea: coastlines are closed along it (the nodes' box if no header says).
+        extent = header_bbox or scan.locations.bounds() or [180.0, 90.0, -180.0, -90.0]
+        render_db.set_meta(conn, "extent", json.dumps(extent))
+        rebuild_sea(conn, writer)
+        writer.flush()
+        conn.execute("COMMIT")
+        feature_counts = render_db.feature_counts(conn)
+        analyze(conn)
+        conn.close()
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)  # also on an error: nothing may write into a directory being removed
+    geometry_counts = geometry.result() if geometry is not None else build_geometry_store(*geometry_args)
+    shutil.rmtree(work / SCRATCH, ignore_errors=True)
     west, south, east, north = extent
     return {
         "format_version": render_db.FORMAT_VERSION,
@@ -155,8 +142,8 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
         "bbox": [west, south, east, north],
         "srs": "EPSG:3857",
         "sequence": sequence,
-        "counts": handler.counts,
-        "features": features,
+        "counts": counts,
+        "features": feature_counts,
         "geometry": geometry_counts,
         "attribution": "© OpenStreetMap contributors (ODbL 1.0)",
     }

@@ -1,4 +1,4 @@
-"""Terminal progress for an import: objects read so far and the rate per kind (rich)."""
+"""Terminal progress for an import: objects loaded so far and the rate per kind since the start (rich)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class ImportProgress:
     def __init__(self, *, enabled: bool = True, console: Console | None = None) -> None:
         self.enabled = enabled
         self.counts = dict.fromkeys(_KINDS, 0)
-        self._first: dict[str, float] = {}
+        self._started = time.monotonic()
         self._last: dict[str, float] = {}
         self._console = console or Console(stderr=True)
         self._live: Live | None = None
@@ -37,12 +37,12 @@ class ImportProgress:
             self._live.__exit__(exc_type, exc, tb)
             self._live = None
 
-    def tick(self, kind: str) -> None:
-        self.counts[kind] += 1
-        if self._live is None or self.counts[kind] % 5000:
+    def add(self, kind: str, count: int) -> None:
+        """``count`` more objects of ``kind`` are in (the import reports a block at a time)."""
+        self.counts[kind] += count
+        if self._live is None:
             return
         now = time.monotonic()
-        self._first.setdefault(kind, now)
         self._last[kind] = now
         if now >= self._next_draw:
             self._next_draw = now + 0.25
@@ -55,7 +55,7 @@ class ImportProgress:
         table.add_column("per second", justify="right")
         for kind in _KINDS:
             n = self.counts[kind]
-            span = self._last.get(kind, 0.0) - self._first.get(kind, 0.0)
+            span = self._last.get(kind, self._started) - self._started
             rate = f"{n / span:,.0f}" if span > 0 else "-"
             table.add_row(kind, f"{n:,}", rate)
         return table

@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from .bulk_sqlite import insert_columns
 from .tags import Attrs
 from .wkb import BBox
 
@@ -64,15 +65,17 @@ def create_schema(conn: sqlite3.Connection) -> None:
         cols = ", ".join(f'"{c}" {t}' for c, t in columns.items())
         conn.execute(f"CREATE TABLE {table} (fid INTEGER PRIMARY KEY, osm_type TEXT NOT NULL, "  # noqa: S608
                      f"osm_id INTEGER NOT NULL, {cols}, geom BLOB NOT NULL)")
-        conn.execute(f"CREATE INDEX {table}_by_osm ON {table} (osm_type, osm_id)")
         conn.execute(f"CREATE VIRTUAL TABLE idx_{table}_geom USING rtree(pkid, xmin, xmax, ymin, ymax)")
     set_meta(conn, "format_version", str(FORMAT_VERSION))
 
 
 def create_indexes(conn: sqlite3.Connection) -> None:
+    """The indexes a diff update looks objects up by, built once the import's rows are in."""
     for statement in _OSM_INDEXES.split(";"):  # not executescript: it would commit the open transaction
         if statement.strip():
             conn.execute(statement)
+    for table in FEATURE_TABLES:
+        conn.execute(f"CREATE INDEX {table}_by_osm ON {table} (osm_type, osm_id)")
 
 
 def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
@@ -163,6 +166,44 @@ class FeatureWriter:
             removed += self.conn.execute(f"DELETE FROM {table} WHERE osm_type = ? AND osm_id IN ({marks})",  # noqa: S608
                                          args).rowcount
         return removed
+
+
+class BulkFeatureWriter(FeatureWriter):
+    """``add`` for the import: rows gathered per table with their fids and written many per statement
+    (``flush``), each table's R*Tree with them. Only for a store being built (the fids count on from the
+    largest one when the writer was made)."""
+
+    def __init__(self, conn: sqlite3.Connection, flush_rows: int = 20_000) -> None:
+        super().__init__(conn)
+        self.flush_rows = flush_rows
+        self._rows: dict[str, list[tuple[object, ...]]] = {table: [] for table in FEATURE_TABLES}
+        self._next_fid = {table: int(conn.execute(f"SELECT coalesce(max(fid), 0) FROM {table}")  # noqa: S608
+                                     .fetchone()[0]) + 1 for table in FEATURE_TABLES}
+        self._pending = 0
+
+    def add(self, table: str, osm_type: str, osm_id: int, attrs: Attrs, geom: bytes, bbox: BBox) -> None:
+        _, columns = self._insert_sql[table]
+        fid = self._next_fid[table]
+        self._next_fid[table] = fid + 1
+        self._rows[table].append((fid, osm_type, osm_id, *(attrs.get(c) for c in columns), geom, *bbox))
+        self.written += 1
+        self._pending += 1
+        if self._pending >= self.flush_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        for table, rows in self._rows.items():
+            if not rows:
+                continue
+            columns = list(zip(*rows, strict=True))
+            names = ", ".join('"' + c + '"' for c in FEATURE_TABLES[table])
+            insert_columns(self.conn, f"INSERT INTO {table} (fid, osm_type, osm_id, {names}, geom)",  # noqa: S608
+                           columns[:-4])
+            minx, miny, maxx, maxy = columns[-4:]
+            insert_columns(self.conn, f"INSERT INTO idx_{table}_geom (pkid, xmin, xmax, ymin, ymax)",  # noqa: S608
+                           [columns[0], minx, maxx, miny, maxy])
+            rows.clear()
+        self._pending = 0
 
 
 def tags_json(tags: Iterable[tuple[str, str]] | Mapping[str, str]) -> str:

@@ -1,0 +1,119 @@
+"""The import's area features (buildings, landuse, water), a few thousand areas at a time.
+
+The same features as ``FeatureExtractor.area`` (which diff updates use): the area's tags decide them
+(``tags.area_features``), the geometry is the multipolygon libosmium assembled, in Web Mercator, with its
+area. libosmium writes each area's WKB (in degrees) in C++, and the coordinates of a whole batch are
+projected as numpy arrays and written back into the WKB, so Python's work is per area and ring, not per
+node.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+import osmium
+
+from . import tags as osm_tags
+from .line_features import mercator_arrays
+from .render_db import FeatureWriter
+from .tags import Feature
+
+_HEADER = struct.Struct("<BII")  # byte order, type, count (polygons of a multipolygon, rings of a polygon)
+_COUNT = struct.Struct("<I")
+_MEASURED = ("water", "landuse", "buildings")  # the tables with an ``area`` column
+
+
+@dataclass
+class _Ring:
+    area: int  # index of the area in the batch
+    polygon: int  # index of the polygon (outer ring with its inner rings) in the batch
+    outer: bool
+    offset: int  # byte offset of the coordinates in the batch's WKB
+    points: int
+
+
+@dataclass
+class AreaFeatures:
+    """Collects areas (``add``) and writes their features (``flush``, also when ``batch`` areas are in)."""
+
+    writer: FeatureWriter
+    batch: int = 5000
+    invalid_areas: int = 0
+    _factory: osmium.geom.WKBFactory = field(default_factory=osmium.geom.WKBFactory)
+    _pending: list[tuple[str, int, list[Feature], bytes]] = field(default_factory=list)
+
+    def add(self, a: osmium.osm.Area) -> None:
+        features = osm_tags.area_features({t.k: t.v for t in a.tags})
+        if not features:
+            return
+        try:
+            wkb = bytes.fromhex(self._factory.create_multipolygon(a))
+        except RuntimeError:  # libosmium's geometry_error: no valid ring
+            self.invalid_areas += 1
+            return
+        self._pending.append(("w" if a.from_way() else "r", a.orig_id(), features, wkb))
+        if len(self._pending) >= self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        data = bytearray(b"".join(p[3] for p in self._pending))
+        starts = np.cumsum([0] + [len(p[3]) for p in self._pending]).tolist()
+        rings = [ring for i, start in enumerate(starts[:-1]) for ring in _rings(data, start, i)]
+        lonlat = np.concatenate([np.frombuffer(data, "<f8", 2 * r.points, r.offset) for r in rings]) \
+            if rings else np.zeros(0)
+        x, y = mercator_arrays(lonlat[0::2], lonlat[1::2])
+        xy = np.empty(len(lonlat))
+        xy[0::2], xy[1::2] = x, y
+        packed = xy.tobytes()
+        ring_starts = np.cumsum([0] + [r.points for r in rings])
+        for r, at in zip(rings, ring_starts[:-1].tolist(), strict=True):
+            data[r.offset:r.offset + 16 * r.points] = packed[16 * at:16 * (at + r.points)]
+        # Shoelace per ring, summed term by term in ring order, as wkb.ring_area sums (the same float result).
+        terms = (x[:-1] * y[1:] - x[1:] * y[:-1]).tolist()
+        areas = [abs(sum(terms[at:at + r.points - 1])) / 2 if r.points > 1 else 0.0
+                 for r, at in zip(rings, ring_starts[:-1].tolist(), strict=True)]
+        self._write(data, starts, rings, ring_starts, x, y, areas)
+        self._pending.clear()
+
+    def _write(self, data: bytearray, starts: list[int], rings: list[_Ring], ring_starts: np.ndarray,
+               x: np.ndarray, y: np.ndarray, areas: list[float]) -> None:
+        by_area: dict[int, list[int]] = {}
+        for k, r in enumerate(rings):
+            by_area.setdefault(r.area, []).append(k)
+        for i, (osm_type, osm_id, features, _) in enumerate(self._pending):
+            ring_ids = by_area.get(i, [])
+            outer = [k for k in ring_ids if rings[k].outer]
+            if not outer:
+                self.invalid_areas += 1
+                continue
+            spans = [(int(ring_starts[k]), int(ring_starts[k]) + rings[k].points) for k in outer]
+            box = (min(float(x[a:b].min()) for a, b in spans), min(float(y[a:b].min()) for a, b in spans),
+                   max(float(x[a:b].max()) for a, b in spans), max(float(y[a:b].max()) for a, b in spans))
+            polygons: dict[int, list[float]] = {}  # outer ring's area, then its inner rings'
+            for k in ring_ids:
+                polygons.setdefault(rings[k].polygon, []).append(areas[k])
+            total = sum(ring_areas[0] - sum(ring_areas[1:]) for ring_areas in polygons.values())
+            geom = bytes(data[starts[i]:starts[i + 1]])
+            for table, attrs in features:
+                if table in _MEASURED:
+                    attrs = {**attrs, "area": total}
+                self.writer.add(table, osm_type, osm_id, attrs, geom, box)
+
+
+def _rings(data: bytearray, start: int, area: int) -> list[_Ring]:
+    """The rings of the multipolygon WKB at ``start``: where their coordinates are."""
+    _, _, polygons = _HEADER.unpack_from(data, start)
+    pos = start + _HEADER.size
+    out: list[_Ring] = []
+    for p in range(polygons):
+        _, _, count = _HEADER.unpack_from(data, pos)
+        pos += _HEADER.size
+        for r in range(count):
+            (points,) = _COUNT.unpack_from(data, pos)
+            out.append(_Ring(area, (area << 20) | p, r == 0, pos + 4, points))
+            pos += 4 + 16 * points
+    return out

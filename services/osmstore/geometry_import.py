@@ -1,0 +1,54 @@
+"""Build the geometry store (``services.osmstore.geometry``) from the import's read of the extract.
+
+Runs in a process of its own beside the rendering store's build (``importer``), from the same two files the
+C++ pass left: the node location index and the OPL of the ways and relations. Rows go in in key order, many
+per statement, without journal or syncs (the directory is thrown away on failure); the reverse index
+(node -> ways) is built once they are in, with one sort, as osm2pgsql builds its indexes after the load.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from .bulk_sqlite import analyze, bulk_load_settings, insert_columns
+from .geometry import GEOMETRY_DB, REVERSE_INDEX, SCHEMA, Manifest, write_manifest
+from .node_locations import NodeLocations
+from .opl_columns import Ways, read_objects, unescaped
+
+
+def build_geometry_store(root: Path, locations_file: Path, node_count: int, objects: Path,
+                         sequence: int | None) -> dict[str, int]:
+    """Write ``root/geometry.sqlite``; returns its row counts (store.json's ``geometry``)."""
+    root.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(root / GEOMETRY_DB, isolation_level=None)
+    try:
+        bulk_load_settings(conn)
+        conn.executescript(SCHEMA)
+        counts = dict.fromkeys(("nodes", "ways", "way_nodes", "relations", "members"), 0)
+        conn.execute("BEGIN")
+        # OR REPLACE: an extract holds each object once, but one listed twice must not fail the import.
+        for ids, lon, lat in NodeLocations(locations_file, node_count).batches():
+            counts["nodes"] += insert_columns(conn, "INSERT OR REPLACE INTO nodes (id, lon, lat)",
+                                              [ids.tolist(), lon.tolist(), lat.tolist()])
+        for batch in read_objects(objects):
+            if isinstance(batch, Ways):
+                counts["ways"] += len(batch)
+                counts["way_nodes"] += insert_columns(
+                    conn, "INSERT OR REPLACE INTO way_nodes (way_id, seq, node_id)",
+                    [batch.owner().tolist(), batch.seq().tolist(), batch.refs.tolist()])
+            else:
+                counts["relations"] += len(batch)
+                counts["members"] += insert_columns(
+                    conn, "INSERT OR REPLACE INTO members (rel_id, seq, member_type, member_id, role)",
+                    [batch.owner().tolist(), batch.seq().tolist(), batch.member_types.to_pylist(),
+                     batch.member_ids.tolist(), unescaped(batch.roles)])
+        conn.execute(REVERSE_INDEX)
+        write_manifest(conn, Manifest(sequence=sequence, counts=dict(counts)))
+        conn.execute("COMMIT")
+        analyze(conn)
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA journal_mode = WAL")  # from here on: atomic diffs, readers beside the writer
+    finally:
+        conn.close()
+    return counts

@@ -1,0 +1,147 @@
+"""Ways and relations as Arrow columns, from the OPL text libosmium writes during the import's C++ pass.
+
+pyosmium hands Python one object at a time (a few microseconds each before any work, and as much again per
+way node or relation member), which was most of the import's time. Instead libosmium writes the ways and
+relations as OPL ("w12 Thighway=residential,name=X Nn1,n2,n3"; "r5 Ttype=route Mw12@,n7@stop"; written
+without metadata) and pyarrow reads that back in large blocks and splits it into columns in C: ids, the
+raw tag text, and the way refs and relation members as flat arrays with offsets. Python then touches
+objects only where it must (the distinct tag texts, see ``distinct_tags``).
+
+OPL escapes a character that could be read as syntax (space, comma, equals, at, percent, control and many
+non-Latin characters) as ``%<hex code point>%``; ``unescape`` decodes it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+_ESCAPE = re.compile(r"%([0-9a-fA-F]+)%")
+_BLOCK = 1 << 22  # bytes of OPL per batch: what bounds the memory of everything done per batch
+T = TypeVar("T")
+
+
+def unescape(text: str) -> str:
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text) if "%" in text else text
+
+
+def opl_tags(raw: str) -> dict[str, str]:
+    """``k=v,k2=v2`` (OPL, escaped) as a dict, in the object's tag order."""
+    if not raw:
+        return {}
+    tags: dict[str, str] = {}
+    for item in raw.split(","):
+        key, _, value = item.partition("=")
+        tags[unescape(key)] = unescape(value)
+    return tags
+
+
+def unescaped(column: pa.Array) -> list[str]:
+    """The strings of ``column`` (OPL text such as roles) decoded, the few with an escape in Python."""
+    values = column.to_pylist()
+    for i in np.flatnonzero(pc.match_substring(column, "%").to_numpy(zero_copy_only=False)).tolist():
+        values[i] = unescape(values[i])
+    return values
+
+
+def distinct_tags(raw: pa.Array, fn: Callable[[str], T]) -> list[T]:
+    """``fn`` of each tag text in ``raw``, computed once per distinct text (objects often share their tags:
+    ``building=yes``, a street's segments) and spread back in C."""
+    encoded = pc.dictionary_encode(raw).combine_chunks() if isinstance(raw, pa.ChunkedArray) else \
+        pc.dictionary_encode(raw)
+    values = [fn(text) for text in encoded.dictionary.to_pylist()]
+    return [values[i] for i in encoded.indices.to_numpy(zero_copy_only=False).tolist()]
+
+
+@dataclass
+class Ways:
+    ids: np.ndarray  # int64
+    tags: pa.Array  # raw OPL tag text per way
+    offsets: np.ndarray  # refs of way i are refs[offsets[i]:offsets[i + 1]]
+    refs: np.ndarray  # int64 node ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def seq(self) -> np.ndarray:
+        """The position of each ref in its way (way_nodes.seq)."""
+        return np.arange(len(self.refs)) - np.repeat(self.offsets[:-1], np.diff(self.offsets))
+
+    def owner(self) -> np.ndarray:
+        """The way id of each ref."""
+        return np.repeat(self.ids, np.diff(self.offsets))
+
+
+@dataclass
+class Relations:
+    ids: np.ndarray
+    tags: pa.Array
+    offsets: np.ndarray  # members of relation i are [offsets[i]:offsets[i + 1]]
+    member_types: pa.Array  # "n", "w" or "r"
+    member_ids: np.ndarray
+    roles: pa.Array
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def seq(self) -> np.ndarray:
+        return np.arange(len(self.member_ids)) - np.repeat(self.offsets[:-1], np.diff(self.offsets))
+
+    def owner(self) -> np.ndarray:
+        return np.repeat(self.ids, np.diff(self.offsets))
+
+
+def _ids(column: pa.Array) -> np.ndarray:
+    return pc.cast(pc.utf8_slice_codeunits(column, 1), pa.int64()).to_numpy(zero_copy_only=False)
+
+
+def _lists(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """The comma-separated list after the field's one-letter prefix: offsets and flat items."""
+    text = pc.utf8_slice_codeunits(column, 1)
+    text = pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)  # "N" alone: no refs, not one ""
+    lists = pc.split_pattern(text, ",")
+    offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum(pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False), out=offsets[1:])
+    return offsets, lists.flatten()
+
+
+def _ways(batch: pa.RecordBatch) -> Ways:
+    offsets, items = _lists(batch.column(2))
+    refs = pc.cast(pc.utf8_slice_codeunits(items, 1), pa.int64()).to_numpy(zero_copy_only=False)
+    return Ways(_ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1), offsets, refs)
+
+
+def _relations(batch: pa.RecordBatch) -> Relations:
+    offsets, items = _lists(batch.column(2))
+    at = pc.split_pattern(pc.utf8_slice_codeunits(items, 1), "@", max_splits=1).flatten()
+    pairs = np.arange(len(at)) % 2 == 0
+    member_ids = pc.cast(at.filter(pa.array(pairs)), pa.int64()).to_numpy(zero_copy_only=False)
+    roles = at.filter(pa.array(~pairs))
+    return Relations(_ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1), offsets,
+                     pc.utf8_slice_codeunits(items, 0, 1), member_ids, roles)
+
+
+def read_objects(path: Path) -> Iterator[Ways | Relations]:
+    """The ways and relations of an OPL file (as libosmium writes it without metadata), a block at a time,
+    in file order."""
+    if path.stat().st_size == 0:
+        return
+    names = ["id", "tags", "list"]
+    reader = pcsv.open_csv(
+        path, read_options=pcsv.ReadOptions(column_names=names, block_size=_BLOCK),
+        parse_options=pcsv.ParseOptions(delimiter=" ", quote_char=False, escape_char=False),
+        convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string())))
+    for batch in reader:
+        kind = pc.utf8_slice_codeunits(batch.column(0), 0, 1)
+        for letter, parse in (("w", _ways), ("r", _relations)):
+            part = batch.filter(pc.equal(kind, letter))
+            if part.num_rows:
+                yield parse(part)
