@@ -81,6 +81,11 @@ class AreaFeatures:
 
     def _write(self, data: bytearray, starts: list[int], rings: list[_Ring], ring_starts: np.ndarray,
                x: np.ndarray, y: np.ndarray, areas: list[float]) -> None:
+        # Bounding box of each ring (rings have at least one point), the area's from its outer rings.
+        first = ring_starts[:-1]
+        minx, miny, maxx, maxy = ([], [], [], []) if not rings else (
+            np.minimum.reduceat(x, first).tolist(), np.minimum.reduceat(y, first).tolist(),
+            np.maximum.reduceat(x, first).tolist(), np.maximum.reduceat(y, first).tolist())
         by_area: dict[int, list[int]] = {}
         for k, r in enumerate(rings):
             by_area.setdefault(r.area, []).append(k)
@@ -90,9 +95,8 @@ class AreaFeatures:
             if not outer:
                 self.invalid_areas += 1
                 continue
-            spans = [(int(ring_starts[k]), int(ring_starts[k]) + rings[k].points) for k in outer]
-            box = (min(float(x[a:b].min()) for a, b in spans), min(float(y[a:b].min()) for a, b in spans),
-                   max(float(x[a:b].max()) for a, b in spans), max(float(y[a:b].max()) for a, b in spans))
+            box = (min(minx[k] for k in outer), min(miny[k] for k in outer),
+                   max(maxx[k] for k in outer), max(maxy[k] for k in outer))
             polygons: dict[int, list[float]] = {}  # outer ring's area, then its inner rings'
             for k in ring_ids:
                 polygons.setdefault(rings[k].polygon, []).append(areas[k])
@@ -114,6 +118,7 @@ def _rings(data: bytearray, start: int, area: int) -> list[_Ring]:
         pos += _HEADER.size
         for r in range(count):
             (points,) = _COUNT.unpack_from(data, pos)
-            out.append(_Ring(area, (area << 20) | p, r == 0, pos + 4, points))
+            if points:  # an empty ring adds nothing to the outline, box or area
+                out.append(_Ring(area, (area << 20) | p, r == 0, pos + 4, points))
             pos += 4 + 16 * points
     return out

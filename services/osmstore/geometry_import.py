@@ -1,6 +1,8 @@
 """Build the geometry store (``services.osmstore.geometry``) from the import's read of the extract.
 
-Runs in a process of its own beside the rendering store's build (``importer``), from the same two files the
+Runs in a process of its own beside the rendering store's build (``importer``, through ``start``: a new
+interpreter running this module, not multiprocessing, which would re-import the caller's main script), from
+the same two files the
 C++ pass left: the node location index and the OPL of the ways and relations. Rows go in in key order, many
 per statement, without journal or syncs (the directory is thrown away on failure); the reverse index
 (node -> ways) is built once they are in, with one sort, as osm2pgsql builds its indexes after the load.
@@ -8,7 +10,11 @@ per statement, without journal or syncs (the directory is thrown away on failure
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 from .bulk_sqlite import analyze, bulk_load_settings, insert_columns
@@ -52,3 +58,35 @@ def build_geometry_store(root: Path, locations_file: Path, node_count: int, obje
     finally:
         conn.close()
     return counts
+
+
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding services/: the child imports this code
+
+
+class GeometryBuild:
+    """``build_geometry_store`` running in a child process; ``result`` waits for its counts."""
+
+    def __init__(self, root: Path, locations_file: Path, node_count: int, objects: Path,
+                 sequence: int | None) -> None:
+        args = json.dumps([str(root), str(locations_file), node_count, str(objects), sequence])
+        path = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        self.process = subprocess.Popen([sys.executable, "-m", __name__, args], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": path})
+
+    def result(self) -> dict[str, int]:
+        out, err = self.process.communicate()
+        if self.process.returncode != 0:
+            raise RuntimeError(f"building the geometry store failed: {err.strip().splitlines()[-1:] or 'killed'}")
+        counts: dict[str, int] = json.loads(out)
+        return counts
+
+    def stop(self) -> None:
+        """On an error elsewhere: end the child and wait, so nothing writes into a directory being removed."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.communicate()
+
+
+if __name__ == "__main__":
+    root, locations_file, node_count, objects, sequence = json.loads(sys.argv[1])
+    print(json.dumps(build_geometry_store(Path(root), Path(locations_file), node_count, Path(objects), sequence)))

@@ -13,29 +13,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import shutil
 import sqlite3
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import osmium
+import pyarrow as pa
 
 from . import render_db
 from .bulk_sqlite import analyze, bulk_load_settings, insert_columns
 from .coastline import rebuild_sea
 from .errors import ImportFailed
 from .geometry import GEOMETRY_DIR
-from .geometry_import import build_geometry_store
+from .geometry_import import GeometryBuild, build_geometry_store
 from .import_pass import PassResult, read_extract
 from .line_features import write_line_features
-from .opl_columns import Ways, distinct_tags, opl_tags, read_objects, unescaped
+from .opl_columns import Relations, Ways, distinct_tags, opl_tags, read_objects, unescaped
 from .progress import ImportProgress
+from .tags import relation_makes_area
 
 __all__ = ["ImportFailed", "import_extract", "main"]
 
@@ -46,6 +47,21 @@ SCRATCH = ".scratch"  # the pass's index and OPL files, inside the directory bei
 
 def _tags_json(raw: str) -> str:
     return render_db.tags_json(opl_tags(raw))
+
+
+def _insert_area_members(conn: sqlite3.Connection, relations: Relations) -> None:
+    """The members of the relations that can make an area: all a diff update of the rendering store looks up
+    (render_store: which multipolygons use a changed way). The geometry store keeps every relation's; here
+    the others (routes, boundaries...) were most of the rows and of the index on them, for nothing."""
+    areas = np.array(distinct_tags(relations.tags, lambda raw: relation_makes_area(opl_tags(raw))), dtype=bool)
+    if not areas.any():
+        return
+    keep = np.repeat(areas, np.diff(relations.offsets))
+    where = pa.array(keep)
+    insert_columns(conn, "INSERT OR REPLACE INTO relation_members (relation_id, seq, member_type, member_id, role)",
+                   [relations.owner()[keep].tolist(), relations.seq()[keep].tolist(),
+                    relations.member_types.filter(where).to_pylist(), relations.member_ids[keep].tolist(),
+                    unescaped(relations.roles.filter(where))])
 
 
 def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: render_db.BulkFeatureWriter,
@@ -66,10 +82,7 @@ def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: rend
         else:
             insert_columns(conn, "INSERT OR REPLACE INTO relations (id, tags)",
                            [ids, distinct_tags(batch.tags, _tags_json)])
-            insert_columns(conn, "INSERT OR REPLACE INTO relation_members "
-                                 "(relation_id, seq, member_type, member_id, role)",
-                           [batch.owner().tolist(), batch.seq().tolist(), batch.member_types.to_pylist(),
-                            batch.member_ids.tolist(), unescaped(batch.roles)])
+            _insert_area_members(conn, batch)
             kind = "relations"
         counts[kind] += len(batch)
         progress.add(kind, len(batch))
@@ -107,12 +120,10 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
         raise ImportFailed(f"{extract}: not a readable OSM file ({exc})") from exc
     sequence, header_bbox = _header(extract)
     geometry_args = (work / GEOMETRY_DIR, scan.locations.path, scan.locations.count, scan.objects, sequence)
-    # The geometry store is built in a second process while this one builds the rendering store (spawned, not
-    # forked: libosmium's and pyarrow's thread pools run in this process); on one core, after it.
-    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) \
-        if _cores() > 1 else None
+    # The geometry store is built by a second process while this one builds the rendering store; on one core,
+    # after it.
+    geometry = GeometryBuild(*geometry_args) if _cores() > 1 else None
     try:
-        geometry = pool.submit(build_geometry_store, *geometry_args) if pool is not None else None
         counts = _load_render_tables(conn, scan, writer, progress)
         if sum(counts.values()) == 0:
             raise ImportFailed(f"{extract}: holds no OSM nodes, ways or relations")
@@ -128,10 +139,11 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
         feature_counts = render_db.feature_counts(conn)
         analyze(conn)
         conn.close()
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True)  # also on an error: nothing may write into a directory being removed
-    geometry_counts = geometry.result() if geometry is not None else build_geometry_store(*geometry_args)
+        geometry_counts = geometry.result() if geometry is not None else build_geometry_store(*geometry_args)
+    except BaseException:
+        if geometry is not None:
+            geometry.stop()
+        raise
     shutil.rmtree(work / SCRATCH, ignore_errors=True)
     west, south, east, north = extent
     return {

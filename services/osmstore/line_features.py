@@ -17,7 +17,7 @@ import numpy as np
 from . import tags as osm_tags
 from .node_locations import NodeLocations
 from .opl_columns import Ways, distinct_tags, opl_tags
-from .render_db import FeatureWriter
+from .render_db import BulkFeatureWriter, attribute_values
 from .wkb import EARTH_RADIUS, MAX_LAT
 
 _LINESTRING = 2
@@ -36,9 +36,13 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total) - np.repeat(first, lengths) + np.repeat(starts, lengths)
 
 
-def write_line_features(ways: Ways, locations: NodeLocations, writer: FeatureWriter) -> int:
+def _features(raw_tags: str) -> list[tuple[str, tuple[object, ...]]]:
+    return [(table, attribute_values(table, attrs)) for table, attrs in osm_tags.line_features(opl_tags(raw_tags))]
+
+
+def write_line_features(ways: Ways, locations: NodeLocations, writer: BulkFeatureWriter) -> int:
     """Add the line features of ``ways``; returns how many ways made one."""
-    features = distinct_tags(ways.tags, lambda raw: osm_tags.line_features(opl_tags(raw)))
+    features = distinct_tags(ways.tags, _features)
     chosen = np.array([i for i, f in enumerate(features) if f], dtype=np.int64)
     if len(chosen) == 0:
         return 0
@@ -73,6 +77,6 @@ def write_line_features(ways: Ways, locations: NodeLocations, writer: FeatureWri
         i = int(chosen[j])
         geom = struct.pack("<BII", 1, _LINESTRING, count) + data[start * 16:(start + count) * 16]
         way_id = int(ways.ids[i])
-        for table, attrs in features[i]:
-            writer.add(table, "w", way_id, attrs, geom, (x0, y0, x1, y1))
+        for table, values in features[i]:
+            writer.add_values(table, "w", way_id, values, geom, (x0, y0, x1, y1))
     return len(drawn)

@@ -168,6 +168,11 @@ class FeatureWriter:
         return removed
 
 
+def attribute_values(table: str, attrs: Attrs) -> tuple[object, ...]:
+    """The attribute columns of ``table`` (FEATURE_TABLES order) from ``attrs``."""
+    return tuple(attrs.get(c) for c in FEATURE_TABLES[table])
+
+
 class BulkFeatureWriter(FeatureWriter):
     """``add`` for the import: rows gathered per table with their fids and written many per statement
     (``flush``), each table's R*Tree with them. Only for a store being built (the fids count on from the
@@ -182,10 +187,15 @@ class BulkFeatureWriter(FeatureWriter):
         self._pending = 0
 
     def add(self, table: str, osm_type: str, osm_id: int, attrs: Attrs, geom: bytes, bbox: BBox) -> None:
-        _, columns = self._insert_sql[table]
+        self.add_values(table, osm_type, osm_id, attribute_values(table, attrs), geom, bbox)
+
+    def add_values(self, table: str, osm_type: str, osm_id: int, values: tuple[object, ...], geom: bytes,
+                   bbox: BBox) -> None:
+        """``add`` with the attributes already in column order (``attribute_values``), as the import computes
+        them once per distinct tag set."""
         fid = self._next_fid[table]
         self._next_fid[table] = fid + 1
-        self._rows[table].append((fid, osm_type, osm_id, *(attrs.get(c) for c in columns), geom, *bbox))
+        self._rows[table].append((fid, osm_type, osm_id, *values, geom, *bbox))
         self.written += 1
         self._pending += 1
         if self._pending >= self.flush_rows:

@@ -27,7 +27,7 @@ from . import render_db
 from .coastline import rebuild_sea
 from .features import FeatureExtractor
 from .osc_input import UnreadableOsc, osm_objects, supersedes
-from .tags import area_features, line_features
+from .tags import area_features, line_features, relation_makes_area
 
 _CHUNK = 500  # ids per IN (...) query, well under SQLite's variable limit
 
@@ -177,8 +177,7 @@ class _DiffApplier:
         found: dict[int, dict[str, str]] = {}
         for rel_id, tags_text in self._rows("SELECT id, tags FROM relations WHERE id IN ({})", self.dirty_relations):
             tags = json.loads(tags_text)
-            # An assembled area carries the relation's tags but "type": either way, no area feature.
-            if area_features(tags) or area_features({k: v for k, v in tags.items() if k != "type"}):
+            if relation_makes_area(tags):
                 found[rel_id] = tags
         return found
 

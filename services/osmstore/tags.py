@@ -123,3 +123,9 @@ def area_features(tags: Mapping[str, str]) -> list[Feature]:
             out.append(("landuse", {"kind": kind, "name": name}))
             break
     return out
+
+
+def relation_makes_area(tags: Mapping[str, str]) -> bool:
+    """Whether a relation with ``tags`` can make an area feature: an assembled area carries the relation's
+    tags but ``type``, so either way. Only such relations' members matter to the rendering store."""
+    return bool(area_features(tags) or area_features({k: v for k, v in tags.items() if k != "type"}))
