@@ -7,8 +7,9 @@ Two reads of the file, as libosmium's multipolygon assembly needs (its relations
    (``node_locations``) and hands the ways their locations; the area assembler builds areas from closed
    ways and the collected relations; a C++ key filter lets only the areas with tags that can make a
    feature reach Python (``area_features``: their WKB written by libosmium, projected a batch at a time),
-   and only nodes with a ``place`` tag (the only node features, ``FeatureExtractor.node``); libosmium's OPL writer writes every way and relation to a
-   text file that ``opl_columns`` reads back as Arrow columns.
+   and only nodes with a ``place`` tag (the only node features, ``FeatureExtractor.node``); libosmium's
+   OPL writer writes every way and relation to a text file that ``opl_columns`` reads back as Arrow
+   columns.
 
 What Python does per object here is bounded by the features, not by the extract's nodes, ways and members.
 """

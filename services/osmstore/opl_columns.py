@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 _ESCAPE = re.compile(r"%([0-9a-fA-F]+)%")
-_BLOCK = 1 << 22  # bytes of OPL per batch: what bounds the memory of everything done per batch
+BLOCK = 1 << 22  # bytes of OPL per batch: what bounds the memory of everything done per batch
 T = TypeVar("T")
 
 
@@ -129,14 +129,14 @@ def _relations(batch: pa.RecordBatch) -> Relations:
                      pc.utf8_slice_codeunits(items, 0, 1), member_ids, roles)
 
 
-def read_objects(path: Path) -> Iterator[Ways | Relations]:
-    """The ways and relations of an OPL file (as libosmium writes it without metadata), a block at a time,
-    in file order."""
+def read_objects(path: Path, block_size: int = BLOCK) -> Iterator[Ways | Relations]:
+    """The ways and relations of an OPL file (as libosmium writes it without metadata), ``block_size`` bytes
+    of text at a time, in file order: what a caller holds at once does not grow with the file."""
     if path.stat().st_size == 0:
         return
     names = ["id", "tags", "list"]
     reader = pcsv.open_csv(
-        path, read_options=pcsv.ReadOptions(column_names=names, block_size=_BLOCK),
+        path, read_options=pcsv.ReadOptions(column_names=names, block_size=block_size),
         parse_options=pcsv.ParseOptions(delimiter=" ", quote_char=False, escape_char=False),
         convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string())))
     for batch in reader:

@@ -1,0 +1,85 @@
+"""The bulk import (libosmium's pass, Arrow columns, numpy geometry) against the per-object code diff updates
+use, on the real extract; and its memory: node locations in a file, the OPL read a block at a time."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import osmium
+
+from services.osmstore import render_db
+from services.osmstore.features import FeatureExtractor
+from services.osmstore.import_pass import read_extract
+from services.osmstore.opl_columns import Relations, Ways, read_objects
+from services.osmstore.tags import relation_makes_area
+
+
+class _PerObject(osmium.SimpleHandler):
+    def __init__(self, features: FeatureExtractor) -> None:
+        super().__init__()
+        self.features = features
+
+    def node(self, n: osmium.osm.Node) -> None:
+        self.features.node(n)
+
+    def way(self, w: osmium.osm.Way) -> None:
+        self.features.way(w)
+
+    def area(self, a: osmium.osm.Area) -> None:
+        self.features.area(a)
+
+
+def _features(db: sqlite3.Connection, table: str) -> list[tuple[object, ...]]:
+    cols = ", ".join(f't."{c}"' for c in render_db.FEATURE_TABLES[table])
+    return sorted(db.execute(
+        f"SELECT t.osm_type, t.osm_id, {cols}, t.geom, i.xmin, i.xmax, i.ymin, i.ymax FROM {table} t "  # noqa: S608
+        f"JOIN idx_{table}_geom i ON i.pkid = t.fid WHERE t.osm_type != 'c'").fetchall(), key=repr)
+
+
+def test_import_equals_the_per_object_code(imported_store: Path, helsinki: Path, tmp_path: Path) -> None:
+    reference = render_db.connect(tmp_path / "reference.sqlite")
+    render_db.create_schema(reference)
+    _PerObject(FeatureExtractor(render_db.FeatureWriter(reference))).apply_file(str(helsinki), locations=True)
+    imported = sqlite3.connect(imported_store / "render.sqlite")
+    for table in render_db.FEATURE_TABLES:
+        expected = _features(reference, table)
+        assert _features(imported, table) == expected, table  # same rows, same WKB bytes, same boxes
+    assert len(_features(imported, "buildings")) > 400 and len(_features(imported, "roads")) > 2000
+    tags, refs, area_members = {}, {}, []
+    for obj in osmium.FileProcessor(str(helsinki), osmium.osm.WAY | osmium.osm.RELATION):
+        if obj.is_way():
+            tags[obj.id] = render_db.tags_json((t.k, t.v) for t in obj.tags)
+            refs[obj.id] = [n.ref for n in obj.nodes]
+        elif relation_makes_area({t.k: t.v for t in obj.tags}):
+            area_members += [(obj.id, i, m.type, m.ref, m.role) for i, m in enumerate(obj.members)]
+    assert dict(imported.execute("SELECT id, tags FROM ways")) == tags  # OPL escapes decoded (names, spaces)
+    stored: dict[int, list[int]] = {}
+    for way_id, node_id in imported.execute("SELECT way_id, node_id FROM way_nodes ORDER BY way_id, seq"):
+        stored.setdefault(way_id, []).append(node_id)
+    assert stored == {w: r for w, r in refs.items() if r}
+    assert imported.execute("SELECT * FROM relation_members ORDER BY 1, 2").fetchall() == area_members
+
+
+def test_node_locations_on_disk_and_objects_read_a_block_at_a_time(helsinki: Path, tmp_path: Path) -> None:
+    conn = sqlite3.connect(":memory:")
+    render_db.create_schema(conn)
+    scan = read_extract(helsinki, tmp_path / "scratch", render_db.BulkFeatureWriter(conn))
+    # Node locations live in libosmium's index file, mapped, not in the heap; read back exactly.
+    assert isinstance(scan.locations.records, np.memmap)
+    assert scan.locations.path.stat().st_size >= 16 * scan.locations.count
+    expected = {n.id: (n.location.lon, n.location.lat) for n in osmium.FileProcessor(str(helsinki), osmium.osm.NODE)}
+    assert scan.locations.count == len(expected)
+    ids = np.array(sorted(expected), dtype=np.int64)
+    located = scan.locations.locate(np.concatenate([ids, [ids[-1] + 1]]))
+    assert list(zip(located.lon[:-1].tolist(), located.lat[:-1].tolist(), strict=True)) == [expected[i] for i in ids]
+    assert np.isnan(located.lon[-1])  # a ref the extract lacks has no location
+    # The ways and relations come a block of text at a time: a smaller block, smaller batches, the same rows.
+    whole = list(read_objects(scan.objects))
+    small = list(read_objects(scan.objects, block_size=64 * 1024))
+    assert len(small) > 2 * len(whole)
+    assert max(len(b) for b in small) < max(len(b) for b in whole)
+    for kind in (Ways, Relations):
+        got = [i for b in small if isinstance(b, kind) for i in b.ids.tolist()]
+        assert got == [i for b in whole if isinstance(b, kind) for i in b.ids.tolist()]
