@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -26,29 +27,28 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import osmium  # noqa: E402
 from osm_scale_data import Scale, read_source, write_diff  # noqa: E402
 
-from services.osmstore.geometry import GEOMETRY_DIR, GeometryStore, GeometryStoreWriter  # noqa: E402
+from services.osmstore import render_db  # noqa: E402
+from services.osmstore.geometry import GEOMETRY_DIR, GeometryStore  # noqa: E402
 from services.osmstore.geometry_apply import apply_locked  # noqa: E402
+from services.osmstore.geometry_import import build_geometry_store  # noqa: E402
+from services.osmstore.import_pass import read_extract  # noqa: E402
 from services.osmstore.osc_diff import read_diff  # noqa: E402
 from services.spark_bridge.store_expire import resolve  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class _Feed(osmium.SimpleHandler):
-    def __init__(self, writer: GeometryStoreWriter) -> None:
-        super().__init__()
-        self.node, self.way, self.relation = writer.node, writer.way, writer.relation
-
-
 def build(pbf: Path, store: Path) -> float:
+    """The geometry store as toposm-import builds it (the import's pass, its rendering features thrown away)."""
     shutil.rmtree(store, ignore_errors=True)
     started = time.perf_counter()
-    writer = GeometryStoreWriter(store / GEOMETRY_DIR)
-    _Feed(writer).apply_file(str(pbf))
-    writer.close(1000)
+    features = sqlite3.connect(":memory:")
+    render_db.create_schema(features)
+    scan = read_extract(pbf, store / ".scratch", render_db.BulkFeatureWriter(features))
+    build_geometry_store(store / GEOMETRY_DIR, scan.locations.path, scan.locations.count, scan.objects, 1000)
+    shutil.rmtree(store / ".scratch")
     return time.perf_counter() - started
 
 
