@@ -55,8 +55,9 @@ def import_ours(extract: Path, store: Path, code: Path) -> dict[str, Any]:
     shutil.rmtree(store, ignore_errors=True)
     before = load()
     started = time.perf_counter()
-    run = subprocess.run([sys.executable, "-c", _IMPORT, str(extract), str(store)], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(code)}, check=False)
+    # cwd too: `python -c` puts the working directory first on sys.path, before PYTHONPATH
+    run = subprocess.run([sys.executable, "-c", _IMPORT, str(extract.resolve()), str(store.resolve())], capture_output=True,
+                         text=True, cwd=code, env={**os.environ, "PYTHONPATH": str(code)}, check=False)
     seconds = time.perf_counter() - started
     if run.returncode:
         raise SystemExit(f"import of {extract} failed: {run.stderr[-2000:]}")

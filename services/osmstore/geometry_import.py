@@ -20,7 +20,7 @@ from pathlib import Path
 from .bulk_sqlite import analyze, bulk_load_settings, insert_columns
 from .geometry import GEOMETRY_DB, REVERSE_INDEX, SCHEMA, Manifest, write_manifest
 from .node_locations import NodeLocations
-from .opl_columns import Ways, read_objects, unescaped
+from .opl_columns import Ways, read_objects
 
 
 def build_geometry_store(root: Path, locations_file: Path, node_count: int, objects: Path,
@@ -41,14 +41,12 @@ def build_geometry_store(root: Path, locations_file: Path, node_count: int, obje
             if isinstance(batch, Ways):
                 counts["ways"] += len(batch)
                 counts["way_nodes"] += insert_columns(
-                    conn, "INSERT OR REPLACE INTO way_nodes (way_id, seq, node_id)",
-                    [batch.owner().tolist(), batch.seq().tolist(), batch.refs.tolist()])
+                    conn, "INSERT OR REPLACE INTO way_nodes (way_id, seq, node_id)", batch.ref_rows())
             else:
                 counts["relations"] += len(batch)
                 counts["members"] += insert_columns(
                     conn, "INSERT OR REPLACE INTO members (rel_id, seq, member_type, member_id, role)",
-                    [batch.owner().tolist(), batch.seq().tolist(), batch.member_types.to_pylist(),
-                     batch.member_ids.tolist(), unescaped(batch.roles)])
+                    batch.member_rows())
         conn.execute(REVERSE_INDEX)
         write_manifest(conn, Manifest(sequence=sequence, counts=dict(counts)))
         conn.execute("COMMIT")

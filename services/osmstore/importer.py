@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import osmium
-import pyarrow as pa
 
 from . import render_db
 from .bulk_sqlite import analyze, bulk_load_settings, insert_columns
@@ -34,7 +33,7 @@ from .geometry import GEOMETRY_DIR
 from .geometry_import import GeometryBuild, build_geometry_store
 from .import_pass import PassResult, read_extract
 from .line_features import write_line_features
-from .opl_columns import Relations, Ways, distinct_tags, opl_tags, read_objects, unescaped
+from .opl_columns import Relations, Ways, distinct_tags, opl_tags, read_objects
 from .progress import ImportProgress
 from .tags import relation_makes_area
 
@@ -56,12 +55,8 @@ def _insert_area_members(conn: sqlite3.Connection, relations: Relations) -> None
     areas = np.array(distinct_tags(relations.tags, lambda raw: relation_makes_area(opl_tags(raw))), dtype=bool)
     if not areas.any():
         return
-    keep = np.repeat(areas, np.diff(relations.offsets))
-    where = pa.array(keep)
     insert_columns(conn, "INSERT OR REPLACE INTO relation_members (relation_id, seq, member_type, member_id, role)",
-                   [relations.owner()[keep].tolist(), relations.seq()[keep].tolist(),
-                    relations.member_types.filter(where).to_pylist(), relations.member_ids[keep].tolist(),
-                    unescaped(relations.roles.filter(where))])
+                   relations.member_rows(areas))
 
 
 def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: render_db.BulkFeatureWriter,
@@ -75,8 +70,7 @@ def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: rend
         ids = batch.ids.tolist()
         if isinstance(batch, Ways):
             insert_columns(conn, "INSERT OR REPLACE INTO ways (id, tags)", [ids, distinct_tags(batch.tags, _tags_json)])
-            insert_columns(conn, "INSERT OR REPLACE INTO way_nodes (way_id, seq, node_id)",
-                           [batch.owner().tolist(), batch.seq().tolist(), batch.refs.tolist()])
+            insert_columns(conn, "INSERT OR REPLACE INTO way_nodes (way_id, seq, node_id)", batch.ref_rows())
             write_line_features(batch, scan.locations, writer)
             kind = "ways"
         else:

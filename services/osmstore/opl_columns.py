@@ -79,6 +79,10 @@ class Ways:
         """The way id of each ref."""
         return np.repeat(self.ids, np.diff(self.offsets))
 
+    def ref_rows(self) -> list[list[int]]:
+        """(way id, seq, node id) columns: the stores' ``way_nodes`` rows."""
+        return [self.owner().tolist(), self.seq().tolist(), self.refs.tolist()]
+
 
 @dataclass
 class Relations:
@@ -97,6 +101,18 @@ class Relations:
 
     def owner(self) -> np.ndarray:
         return np.repeat(self.ids, np.diff(self.offsets))
+
+    def member_rows(self, relations: np.ndarray | None = None) -> list[list[object]]:
+        """(relation id, seq, type, member id, role) columns of the members, of all relations or of those
+        where ``relations`` (a bool per relation) is true."""
+        if relations is None:
+            return [self.owner().tolist(), self.seq().tolist(), self.member_types.to_pylist(),
+                    self.member_ids.tolist(), unescaped(self.roles)]
+        keep = np.repeat(relations, np.diff(self.offsets))
+        where = pa.array(keep)
+        return [self.owner()[keep].tolist(), self.seq()[keep].tolist(),
+                self.member_types.filter(where).to_pylist(), self.member_ids[keep].tolist(),
+                unescaped(self.roles.filter(where))]
 
 
 def _ids(column: pa.Array) -> np.ndarray:
