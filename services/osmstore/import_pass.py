@@ -2,7 +2,7 @@
 
 Two reads of the file, as libosmium's multipolygon assembly needs (its relations first):
 
-1. relations: the area assembler collects the multipolygon relations and the ways they need.
+1. relations: the area assembler collects the multipolygon relations with area tags and the ways they need.
 2. everything: ``NodeLocationsForWays`` stores every node location in the on-disk index
    (``node_locations``) and hands the ways their locations; the area assembler builds areas from closed
    ways and the collected relations; a C++ key filter lets only the areas with tags that can make a
@@ -62,7 +62,9 @@ def read_extract(extract: Path, scratch: Path, writer: FeatureWriter) -> PassRes
     index_path, objects = scratch / LOCATIONS_FILE, scratch / OBJECTS_FILE
     areas = osmium.area.AreaManager()
     with osmium.io.Reader(str(extract), osmium.osm.RELATION) as reader:
-        osmium.apply(reader, areas.first_pass_handler())
+        # Only relations that can make a feature: libosmium keeps the member ways of every relation it
+        # collects until the relation is complete, and a boundary cut by the extract's edge never is.
+        osmium.apply(reader, osmium.filter.KeyFilter(*AREA_KEYS), areas.first_pass_handler())
     index = create_index(index_path)
     locations = osmium.NodeLocationsForWays(index)
     locations.ignore_errors()  # a way cut at the extract's edge has refs without a location

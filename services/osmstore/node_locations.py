@@ -57,7 +57,7 @@ class NodeLocations:
         # used_memory is the record count times the record size for libosmium's vector-based maps
         return cls(path, index.used_memory() // RECORD.itemsize)
 
-    def batches(self, size: int = 500_000) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def batches(self, size: int = 100_000) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """(ids, lon, lat) of the nodes with a valid location, in id order, ``size`` records at a time."""
         for start in range(0, self.count, size):
             chunk = np.asarray(self.records[start:start + size])
