@@ -56,8 +56,9 @@ def import_ours(extract: Path, store: Path, code: Path) -> dict[str, Any]:
     before = load()
     started = time.perf_counter()
     # cwd too: `python -c` puts the working directory first on sys.path, before PYTHONPATH
-    run = subprocess.run([sys.executable, "-c", _IMPORT, str(extract.resolve()), str(store.resolve())], capture_output=True,
-                         text=True, cwd=code, env={**os.environ, "PYTHONPATH": str(code)}, check=False)
+    run = subprocess.run([sys.executable, "-c", _IMPORT, str(extract.resolve()), str(store.resolve())],
+                         capture_output=True, text=True, cwd=code, env={**os.environ, "PYTHONPATH": str(code)},
+                         check=False)
     seconds = time.perf_counter() - started
     if run.returncode:
         raise SystemExit(f"import of {extract} failed: {run.stderr[-2000:]}")
