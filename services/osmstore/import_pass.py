@@ -32,6 +32,7 @@ OBJECTS_FILE = "objects.opl"
 # The keys whose tags can make an area or node feature (tags.area_features, tags.node_features).
 AREA_KEYS = sorted({"building"} | {k for k, _ in osm_tags.LANDUSE_KIND} | {k for k, _ in osm_tags.WATER_TAGS})
 NODE_KEYS = ["place"]
+WRITE_QUEUE = 4  # OPL buffers formatted ahead of the disk
 
 
 @dataclass
@@ -72,7 +73,10 @@ def read_extract(extract: Path, scratch: Path, writer: FeatureWriter) -> PassRes
     area_filter = osmium.filter.KeyFilter(*AREA_KEYS)
     node_filter = osmium.filter.KeyFilter(*NODE_KEYS)
     node_filter.enable_for(osmium.osm.NODE)
-    opl = osmium.SimpleWriter(osmium.io.File(str(objects), "opl,add_metadata=false"), overwrite=True)
+    # A writer pool with a short queue: with the default one, the text waiting to be written grew with the
+    # extract whenever the disk fell behind the reader (432 MB at K=200 against 281 MB; docs/performance.md).
+    opl = osmium.SimpleWriter(osmium.io.File(str(objects), "opl,add_metadata=false"), overwrite=True,
+                              thread_pool=osmium.io.ThreadPool(2, WRITE_QUEUE))
     try:
         with osmium.io.Reader(str(extract)) as reader:
             osmium.apply(reader, locations, areas.second_pass_handler(area_filter, handler), node_filter, handler,
