@@ -32,13 +32,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from osm_scale_data import Scale, read_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-# The child reports its own peak RSS and its largest child's (the geometry store's worker) and the CPU of both.
-_IMPORT = """import json, resource, sys
+# The child reports its own peak RSS (VmHWM: ru_maxrss would count what a forked child inherited before its
+# exec) and the geometry worker's (sampled every 50 ms from /proc, the worker being started by Popen), and the
+# CPU of both.
+_IMPORT = """import json, resource, sys, threading, time
 from pathlib import Path
+from services.osmstore import geometry_import
 from services.osmstore.importer import import_extract
+def status(pid, key):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(key):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+worker = {"pid": None, "kb": 0}
+start = geometry_import.GeometryBuild.__init__
+def init(self, *args):
+    start(self, *args)
+    worker["pid"] = self.process.pid
+geometry_import.GeometryBuild.__init__ = init
+def sample():
+    while True:
+        if worker["pid"]:
+            worker["kb"] = max(worker["kb"], status(worker["pid"], "VmRSS"))
+        time.sleep(0.05)
+threading.Thread(target=sample, daemon=True).start()
 info = import_extract(Path(sys.argv[1]), Path(sys.argv[2]))
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-print(json.dumps({"counts": info["counts"], "self_rss_kb": me.ru_maxrss, "worker_rss_kb": kids.ru_maxrss,
+print(json.dumps({"counts": info["counts"], "self_rss_kb": status("self", "VmHWM"), "worker_rss_kb": worker["kb"],
                   "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}))
 """
 
