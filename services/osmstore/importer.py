@@ -5,8 +5,9 @@ store for expiry, ``services.osmstore.geometry``), the way osm2pgsql imports: li
 (``import_pass``: node locations into an on-disk index, ways and relations out as OPL, areas assembled), the
 rows go into SQLite in bulk and the indexes are built after them, and the two stores are built in parallel
 processes where the machine has more than one core. Each step works on a block of objects, not the extract
-(docs/decisions.md; peak memory is not flat yet, docs/performance.md). Everything is built in a temporary directory beside DIR and renamed into place
-at the end, so a corrupt or non-OSM input leaves nothing half-built behind.
+(docs/decisions.md; peak memory is not flat yet, docs/performance.md). Everything is built in a temporary
+directory beside DIR and renamed into place at the end, so a corrupt or non-OSM input leaves nothing
+half-built behind.
 """
 
 from __future__ import annotations
