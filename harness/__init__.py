@@ -5,6 +5,8 @@
 - ``eventually``: the suite's wait, ``qbroker.testing.eventually`` with ``HANG`` as its ceiling.
 - ``harness.broker``: a RabbitMQ vhost of its own per run, deleted afterwards.
 - ``harness.osm``: the real extract read independently of the stores, and the one osmChange writer.
+- ``harness.private_node``: a private RabbitMQ node (never the user's broker), for tests that stop it;
+  ``harness.rabbitmq_cluster``: three of them clustered (tests/core/test_cluster.py, bench/rabbitmq_cluster.py).
 
 bench/ imports this package, never tests/ (the benchmarks run without the test suite's fixtures).
 """

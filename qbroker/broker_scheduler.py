@@ -331,7 +331,7 @@ class BrokerScheduler:
 
 async def declare_schedules_queue(channel: AbstractChannel, config: Config) -> aio_pika.abc.AbstractQueue:
     return await channel.declare_queue(schedules_queue(config), durable=True,
-                                       arguments={"x-single-active-consumer": True})
+                                       arguments={"x-single-active-consumer": True, **config.durable_queue_type()})
 
 
 def _message(unit: Unit, op: dict[str, Any]) -> aio_pika.Message:

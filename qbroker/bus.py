@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import ChannelNotFoundEntity
-from aiormq.exceptions import ChannelAccessRefused
+from aiormq.exceptions import ChannelAccessRefused, DeliveryError
 from structlog.typing import FilteringBoundLogger
 
 from qbroker.amqp_properties import republishable
@@ -58,6 +58,7 @@ class Bus:
         self._exchanges: Exchanges | None = None
         self._unconfirmed_reply: Exchange | None = None  # the reply exchange on a channel without confirms
         self._publisher: Channel | None = None  # the channel with confirms that ``_exchanges`` are on
+        self._publish_channels: tuple[Channel, ...] = ()  # it and the one without confirms, for replies
         self._reopening: asyncio.Future[None] | None = None
         self._consumers: list[tuple[Queue, str]] = []
         # Between start() and stop_consuming(): a channel the broker closes under us means "reconnect".
@@ -122,20 +123,34 @@ class Bus:
         replies = await connection.channel(publisher_confirms=False)
         self._unconfirmed_reply = await replies.get_exchange(exchanges.reply.name, ensure=False)
         self._publisher = channel
+        self._publish_channels = (channel, replies)
 
         def _closed(_: object, exc: BaseException | None = None) -> None:
             if exc is None or not self._serving or connection.is_closed or self._exchanges is not exchanges:
                 return
             self.log.warning("publish channel closed by broker; reopening it", error=repr(exc))
-            self._exchanges = self._unconfirmed_reply = self._publisher = None
-            for other in (channel, replies):
-                if not other.is_closed:
-                    asyncio.ensure_future(_quietly(other.close()))
-            self._reopening = asyncio.ensure_future(self._reopen_publisher(connection))
+            self._replace_publisher(connection)
 
         channel.close_callbacks.add(_closed)
         replies.close_callbacks.add(_closed)
         return exchanges
+
+    def _replace_publisher(self, connection: Connection) -> None:
+        self._exchanges = self._unconfirmed_reply = self._publisher = None
+        for channel in self._publish_channels:
+            if not channel.is_closed:
+                asyncio.ensure_future(_quietly(channel.close()))
+        self._reopening = asyncio.ensure_future(self._reopen_publisher(connection))
+
+    def _publish_refused(self, channel: Channel | None, exc: BaseException) -> None:
+        """The broker nacked a publish on ``channel``. RabbitMQ (3.10) goes on nacking every publish to a quorum
+        queue on a channel whose publishes to it were refused while the queue had no leader (a node died), and
+        accepts a fresh channel's at once: so the publishing channels are replaced, as after a refusal."""
+        connection = self.connection
+        if channel is None or channel is not self._publisher or connection is None or connection.is_closed:
+            return
+        self.log.warning("publish refused by the broker; opening fresh publish channels", error=repr(exc))
+        self._replace_publisher(connection)
 
     async def _reopen_publisher(self, connection: Connection) -> None:
         try:
@@ -266,8 +281,12 @@ class Bus:
             raise ConnectionLost("not connected to a broker")
         self.check_size(message)
         exchange = (self._unconfirmed_reply if not confirm and role == "reply" else None) or getattr(exchanges, role)
+        channel = self._publisher
         try:
             await exchange.publish(message, routing_key=routing_key, mandatory=False)
+        except DeliveryError as exc:
+            self._publish_refused(channel, exc)
+            raise
         except ChannelAccessRefused as exc:
             # The broker's permissions say this account may not publish that (docs/security.md): no retry
             # or reconnect changes it, so say so instead of passing on a transport exception.
@@ -312,8 +331,10 @@ class Bus:
             self.log.debug("delivered notice not sent", correlation_id=correlation_id, error=repr(exc))
 
     async def send_reply(self, reply_to: str, correlation_id: str | None, body: Any, error: ErrorInfo | None,
-                         *, debug: bool = False, confirm: bool = False) -> None:
-        """Publish one reply; never raises (a lost connection means the request is redelivered).
+                         *, debug: bool = False, confirm: bool = False) -> bool:
+        """Publish one reply; never raises (a lost connection means the request is redelivered). Returns
+        whether it went out: with ``confirm``, whether the broker confirmed it, after a few tries when the
+        broker refuses it (a quorum reply queue electing a new leader after a node loss nacks meanwhile).
 
         Unless ``confirm`` (a guaranteed request), the reply goes on the channel without confirms and
         this returns once it is written: the request's ack is written after it on the same connection,
@@ -335,12 +356,24 @@ class Bus:
                                  size=len(message.body))
                 message = self.make_message(None, kind="reply", message_id=new_message_id(),
                                             correlation_id=correlation_id, error=big.to_info())
-            await self.publish("reply", reply_to, message, confirm=confirm)
+            tries = REPLY_CONFIRM_TRIES if confirm else 1
+            for attempt in range(1, tries + 1):
+                try:
+                    await self.publish("reply", reply_to, message, confirm=confirm)
+                    return True
+                except DeliveryError:  # refused, not lost: the connection is still there
+                    if attempt == tries:
+                        raise
+                    await asyncio.sleep(0.2 * 2**attempt)
         except Exception as exc:
             self.log.warning("reply not sent", correlation_id=correlation_id, error=str(exc) or type(exc).__name__)
+        return False
 
 
 SENDER_HEADER = "x-qbroker-sender"
+# A guaranteed request's reply the broker refuses is published again this often (waits of 0.4, 0.8, 1.6 s)
+# before the request is handed back to its queue instead of acked (``rpc.serve_request``).
+REPLY_CONFIRM_TRIES = 4
 
 
 def trusted_sender(message: AbstractIncomingMessage, own_user: str) -> str | None:

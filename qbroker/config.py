@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator
@@ -86,6 +86,17 @@ class Config(BaseSettings):
     # set it above the slowest legitimate handler, or give endpoints a ``timeout``).
     stuck_after: float | None = Field(None, gt=0)
     reply_queue_expiry: float = Field(60.0, gt=0)
+    # QBROKER_QUEUE_TYPE=quorum: the durable queues whose messages must outlive the loss of a node (shared
+    # rpc_<name> request queues and their retry queues, dead, dead.kept, the schedules, a durable reply
+    # queue) are RabbitMQ quorum queues, replicated over the cluster's nodes (docs/scaling.md). Exclusive
+    # queues stay classic (they die with their connection anyway), and so does an endpoint with
+    # ``max_priority`` (quorum queues have no priorities before RabbitMQ 4.0). A queue's type is fixed when it
+    # is created, so every unit of a vhost must agree, as on the other queue arguments.
+    queue_type: Literal["classic", "quorum"] = "classic"
+
+    def durable_queue_type(self) -> dict[str, Any]:
+        """The arguments that make a durable shared queue of ``queue_type`` (none for classic, the default)."""
+        return {"x-queue-type": "quorum"} if self.queue_type == "quorum" else {}
 
     @property
     def debuggers_queue_name(self) -> str:

@@ -49,7 +49,8 @@ async def declare_exchanges(channel: Channel, config: Config) -> Exchanges:
 async def declare_dead_queue(channel: Channel, config: Config) -> Queue:
     """The shared ``dead`` queue; every declaration must carry the same arguments or the broker refuses it."""
     return await channel.declare_queue(
-        config.dead_queue_name, durable=True, arguments={"x-message-ttl": config.dead_queue_ttl_ms}
+        config.dead_queue_name, durable=True,
+        arguments={"x-message-ttl": config.dead_queue_ttl_ms, **config.durable_queue_type()},
     )
 
 
@@ -60,17 +61,20 @@ async def declare_dead_kept(channel: Channel, config: Config) -> Exchange:
     queue = await channel.declare_queue(
         config.dead_kept_queue_name, durable=True,
         arguments={"x-max-length": config.dead_kept_max, "x-message-ttl": config.dead_kept_ttl_ms,
-                   "x-overflow": "drop-head"},
+                   "x-overflow": "drop-head", **config.durable_queue_type()},
     )
     await queue.bind(exchange)
     return exchange
 
 
 def rpc_queue_arguments(config: Config, *, max_priority: int | None, single_active: bool,
-                        expires: bool = True) -> dict[str, Any]:
+                        expires: bool = True, exclusive: bool = False) -> dict[str, Any]:
     """Arguments of ``rpc_<name>``: expired or rejected requests are dead-lettered to ``dead``; the
-    queue itself goes ``rpc_queue_expiry`` seconds after its last consumer (see Config)."""
+    queue itself goes ``rpc_queue_expiry`` seconds after its last consumer (see Config). A shared one is a
+    quorum queue when the config says so, unless it has priorities (``Config.queue_type``)."""
     args: dict[str, Any] = {"x-dead-letter-exchange": config.exchange_name("dead")}
+    if not exclusive and not max_priority:
+        args.update(config.durable_queue_type())
     if expires and config.rpc_queue_expiry is not None:
         args["x-expires"] = max(1, round(config.rpc_queue_expiry * 1000))
     if max_priority:
@@ -97,7 +101,7 @@ async def declare_rpc_queue(
         exclusive=exclusive,
         auto_delete=exclusive,
         arguments=rpc_queue_arguments(config, max_priority=max_priority, single_active=single_active,
-                                      expires=expires and not exclusive),
+                                      expires=expires and not exclusive, exclusive=exclusive),
     )
     await queue.bind(config.exchange_name("rpc"), routing_key=name)
     return queue
@@ -110,7 +114,7 @@ async def declare_unit_queue(channel: Channel, config: Config, kind: Literal["re
     if kind == "reply" and config.durable_reply_queue:
         return await channel.declare_queue(
             config.queue_name(kind, uuid), durable=True, exclusive=False, auto_delete=False,
-            arguments={"x-expires": int(config.reply_queue_expiry * 1000)},
+            arguments={"x-expires": int(config.reply_queue_expiry * 1000), **config.durable_queue_type()},
         )
     return await channel.declare_queue(
         config.queue_name(kind, uuid), durable=False, exclusive=True, auto_delete=True

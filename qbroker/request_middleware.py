@@ -138,6 +138,7 @@ class Retries(Middleware):
                     "x-message-ttl": delay, "x-dead-letter-exchange": bus.config.exchange_name("rpc"),
                     "x-dead-letter-routing-key": name,
                     "x-expires": max(600_000, 10 * delay),  # unused delay queues go away by themselves
+                    **bus.config.durable_queue_type(),
                 })
                 await queue.bind(bus.config.exchange_name("rpc"), routing_key=routing_key)
             finally:

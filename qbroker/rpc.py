@@ -57,15 +57,20 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
                          error=str(exc))
         result, error = None, exc.to_info(part=endpoint.name)
     debug = ctx.debug if ctx is not None else False
+    guaranteed = message.delivery_mode == 2
+    sent = True
     if reply_to:
         # A guaranteed (persistent) request's reply is confirmed before the request is acked.
-        await bus.send_reply(reply_to, message.message_id, result, error, debug=debug,
-                             confirm=message.delivery_mode == 2)
+        sent = await bus.send_reply(reply_to, message.message_id, result, error, debug=debug, confirm=guaranteed)
     elif error is not None:
         bus.log.warning("one-way request failed", name=endpoint.name, correlation_id=message.message_id,
                          error=error.message)
     if ctx is None or not ctx.detached:
-        await message.ack()
+        if guaranteed and not sent:
+            # Its answer is lost: back to the queue, to be served (and answered) again: at least once.
+            await message.nack(requeue=True)
+        else:
+            await message.ack()
 
 
 def _build_chain(bus: Bus, endpoint: Endpoint) -> Next:

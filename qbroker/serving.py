@@ -98,6 +98,9 @@ class EndpointServing:
             self.bus.log.warning("rpc queue exists without x-expires (declared by an older qbroker): a stopped "
                                  "service will time out instead of answering no_server until it is deleted",
                                  queue=config.queue_name("rpc", endpoint.name))
+        if options.max_priority and not options.exclusive and config.queue_type == "quorum":
+            self.bus.log.warning("a priority endpoint's queue stays classic (quorum queues have no priorities): "
+                                 "it is not replicated", queue=config.queue_name("rpc", endpoint.name))
         served.channel = await self.bus.channel(connection, confirms=False)
         await served.channel.set_qos(prefetch_count=options.prefetch)
         served.queue = await declare_rpc_queue(

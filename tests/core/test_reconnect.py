@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from harness import HANG, eventually
+from harness.private_node import PrivateNode, start_private_node, stop_private_node
 from qbroker import BrokerUnavailable, Config, QBrokerError, Unit
-from tests.private_node import PrivateNode, start_private_node, stop_private_node
 
 # Restarts a private RabbitMQ node; tests/core/test_memory_broker.py covers reconnects in memory.
 pytestmark = pytest.mark.rabbitmq_only

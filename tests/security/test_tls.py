@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness import HANG
+from harness.private_node import NodeDied, PrivateNode, free_port, start_private_node, stop_private_node
 from qbroker import BrokerUnavailable, Config, Unit
-from tests.private_node import NodeDied, PrivateNode, free_port, start_private_node, stop_private_node
 
 pytestmark = pytest.mark.rabbitmq_only
 

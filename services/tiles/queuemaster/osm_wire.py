@@ -65,12 +65,14 @@ ExpiryHandler = Callable[[bytes, str | None], Awaitable[None]]
 
 class OsmWire:
     def __init__(self, qm: Queuemaster, on_expiry: ExpiryHandler, *, max_body_bytes: int = 16 * 1024 * 1024,
-                 max_commands: int = MAX_COMMANDS, waiters: WaiterStore | None = None) -> None:
+                 max_commands: int = MAX_COMMANDS, waiters: WaiterStore | None = None,
+                 queue_arguments: dict[str, Any] | None = None) -> None:
         self.qm = qm
         self.on_expiry = on_expiry
         self.waiters = waiters  # long-running commands (render) kept on disk until answered
         self.max_body_bytes = max_body_bytes  # the unit's limit: the osm wire is capped like the rest
         self.max_commands = max_commands
+        self.queue_arguments = queue_arguments or {}  # a quorum queue where the unit's are (Config.queue_type)
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
@@ -85,7 +87,7 @@ class OsmWire:
         channel, exchange = await declare_osm_exchange(connection)
         await channel.set_qos(prefetch_count=256)
         # Durable, so expirations published while the queuemaster restarts wait for it.
-        queue = await channel.declare_queue(QUEUEMASTER_OSM_QUEUE, durable=True)
+        queue = await channel.declare_queue(QUEUEMASTER_OSM_QUEUE, durable=True, arguments=self.queue_arguments)
         for key in BINDINGS:
             await queue.bind(exchange, routing_key=key)
         self._connection, self._channel, self._exchange = connection, channel, exchange

@@ -76,7 +76,7 @@ class QueuemasterService:
         # ours would otherwise be taken for a previous run's and answered twice.
         self._restored = self.waiter_store.take_live()
         self.osm = OsmWire(qm, self._on_osm_expiry, max_body_bytes=unit.config.max_body_bytes,
-                           waiters=self.waiter_store)
+                           waiters=self.waiter_store, queue_arguments=unit.config.durable_queue_type())
         self.osm_publisher = OsmPublisher()  # relays expiries heard on alert only
         self.expiry_twins = TwinFilter()
         qm.announce_expiry = self._announce_expiry

@@ -95,13 +95,25 @@ def start_private_node(config: str | None = None, files: dict[str, bytes] | None
 
 
 def _start_once(config: str | None, files: dict[str, bytes] | None) -> PrivateNode:
+    node, env = prepare_node(config, files)
+    launch_node(node, env)
+    return node
+
+
+def prepare_node(config: str | None = None, files: dict[str, bytes] | None = None, *, name: str | None = None,
+                 base: Path | None = None) -> tuple[PrivateNode, dict[str, str]]:
+    """A node's data directory (``base``, a fresh temp dir by default), files and free ports, and the
+    environment that starts it; nothing runs yet. ``{base}`` in ``config`` is the data directory."""
     port = free_port()
-    base = Path(tempfile.mkdtemp(prefix="qbroker-node-"))
+    if base is None:
+        base = Path(tempfile.mkdtemp(prefix="qbroker-node-"))
+    else:
+        base.mkdir(parents=True)
     (base / "enabled_plugins").write_text("[].\n")
     owned = [base, base / "enabled_plugins"]
-    for name, data in (files or {}).items():
-        (base / name).write_bytes(data)
-        owned.append(base / name)
+    for file_name, data in (files or {}).items():
+        (base / file_name).write_bytes(data)
+        owned.append(base / file_name)
     if config is not None:
         (base / "rabbitmq.conf").write_text(config.replace("{base}", str(base)))
         owned.append(base / "rabbitmq.conf")
@@ -110,7 +122,7 @@ def _start_once(config: str | None, files: dict[str, bytes] | None) -> PrivateNo
         user = pwd.getpwnam("rabbitmq")
         for path in owned:
             os.chown(path, user.pw_uid, user.pw_gid)
-    node = PrivateNode(name=f"qbt{uuid.uuid4().hex[:8]}@localhost", port=port, base=base)
+    node = PrivateNode(name=name or f"qbt{uuid.uuid4().hex[:8]}@localhost", port=port, base=base)
     env = dict(
         os.environ,
         RABBITMQ_NODENAME=node.name,
@@ -122,13 +134,17 @@ def _start_once(config: str | None, files: dict[str, bytes] | None) -> PrivateNo
         RABBITMQ_CONFIG_FILE=str(base / "rabbitmq"),
         RABBITMQ_PID_FILE=str(base / "pid"),
     )
+    return node, env
+
+
+def launch_node(node: PrivateNode, env: dict[str, str]) -> None:
+    """Start a prepared node and wait until it listens (its data directory is removed if it dies)."""
     subprocess.run(["rabbitmq-server", "-detached"], env=env, check=True, capture_output=True, timeout=60)
     try:
         node.wait_ready()
     except NodeDied:
-        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(node.base, ignore_errors=True)
         raise
-    return node
 
 
 def stop_private_node(node: PrivateNode) -> None:
