@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,16 +22,11 @@ from spark_helpers import oracle_metatiles, oracle_point_tiles, oracle_propagate
 
 from harness import HANG
 from harness.osm import OscNode, write_osc
+from harness.private_node import free_port
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 VENV_BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.skipif(not SPARK_CLASS.exists(), reason=f"spark-class not shipped at {SPARK_CLASS}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate, timeout: float, what: str):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -16,18 +15,13 @@ from typing import Any
 
 import pytest
 
+from harness.private_node import free_port
 from tests.tiles.conftest import BIN, Proc, TileBus, bus, pytest_runtest_makereport  # noqa: F401 - fixtures reused
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts" / "web"
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage", "--window-size=1280,900")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
