@@ -107,7 +107,8 @@ async def time_diffs(stores: dict[int, Path], scales: dict[int, Scale], work: Pa
                                    "seconds_to_last_expiration": None if last is None else round(last, 3),
                                    "objects": result["inputs"]["osc_nodes"] + result["inputs"]["osc_ways"],
                                    "ways_expired": result["inputs"]["ways"],
-                                   "metatiles": result["total_metatiles"]})
+                                   "metatiles": result["total_metatiles"],
+                                   "phase_seconds": result.get("phase_seconds")})
     finally:
         await client.unit.stop()
         await bridge.close()
@@ -148,7 +149,7 @@ def main() -> None:
                                     text=True, check=True).stdout.strip() / "Helsinki.osm.pbf"
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                        "platform": platform.platform(), "load_avg_before": os.getloadavg()}}
-    work = a.work or Path(tempfile.mkdtemp(prefix="osm-scale-"))
+    work = (a.work or Path(tempfile.mkdtemp(prefix="osm-scale-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     src = read_source(extract)
     scales = {k: Scale(src, k) for k in ks}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import json
 import sqlite3
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ GEOMETRY_DIR = "geometry"
 GEOMETRY_DB = "geometry.sqlite"
 FORMAT_VERSION = 2  # 1 was the copy-on-write Parquet snapshots
 APPLIED_KEPT = 100  # digests of the last applied diffs, to recognise a replay of a diff without sequence
+WAL_SIZE_LIMIT = 64 << 20  # what the log file is truncated to after a checkpoint (bytes)
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -112,25 +114,75 @@ def write_manifest(conn: sqlite3.Connection, manifest: Manifest) -> None:
 
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
-    """A connection to a geometry database; read-only ones can never write, whatever a caller does."""
+    """A connection to a geometry database; read-only ones can never write, whatever a caller does.
+
+    A writer commits without fsync (``synchronous = NORMAL``: in WAL mode a commit appends to the log, and
+    only a checkpoint syncs) and never checkpoints by itself (``wal_autocheckpoint = 0``): the checkpoints
+    run beside the diffs (Checkpointer), so no diff waits for one. A power cut may lose the last commits,
+    never consistency; the expiry job's order recovers that case (store_job: the diff is run again, the
+    rendering store recognises its sequence, the expiry is recomputed from the old geometry). Usable from
+    any thread (the bridge runs jobs in worker threads; the caller serialises writes with ``locked``)."""
     if readonly:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
     else:
-        conn = sqlite3.connect(path, isolation_level=None)
-        conn.execute("PRAGMA synchronous = FULL")  # a committed diff survives a power cut (the sequence with it)
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.executescript("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0; "
+                           f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};")
     conn.execute("PRAGMA cache_size = -65536")  # 64 MiB: the upper levels of the B-trees stay in memory
     return conn
+
+
+class Checkpointer:
+    """Copies committed diffs from the WAL into the database file in a thread of its own, after each
+    ``poke`` (PASSIVE checkpoints: they wait for no reader or writer, and a writer never waits for them),
+    so the diffs' commits cost the pages they append to the log and nothing more."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self._wanted = threading.Event()
+        self._stopping = False
+        self.checkpoints = 0
+        self._thread = threading.Thread(target=self._run, name=f"checkpoint {db.parent.parent.name}", daemon=True)
+        self._thread.start()
+
+    def poke(self) -> None:
+        self._wanted.set()
+
+    def _run(self) -> None:
+        with closing(sqlite3.connect(self.db, isolation_level=None)) as conn:
+            while True:
+                self._wanted.wait()
+                self._wanted.clear()
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.checkpoints += 1
+                except sqlite3.Error:
+                    pass  # busy or gone: the next poke (or the writer's close) checkpoints
+                if self._stopping:
+                    return
+
+    def close(self) -> None:
+        self._stopping = True
+        self._wanted.set()
+        self._thread.join()
 
 
 class GeometryStore:
     """An existing geometry store (``STORE/geometry``): its database, sequence and writer lock."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, keep_writer: bool = False) -> None:
+        """``keep_writer``: keep the writer connection open across diffs, with the WAL checkpointed in the
+        background (a long-lived process applying diffs: the bridge); ``close`` it at the end. Otherwise
+        each ``writer()`` opens a connection and closes it, checkpointing there."""
         self.root = Path(root)
+        self.keep_writer = keep_writer
         self.db = self.root / GEOMETRY_DB
         if not self.db.is_file():
             raise GeometryStoreError(f"{self.root.parent}: no geometry store (no {GEOMETRY_DIR}/{GEOMETRY_DB}); "
                                      "import the extract with toposm-import")
+        self._writer: sqlite3.Connection | None = None
+        self._checkpointer: Checkpointer | None = None
+        self._writing = threading.Lock()
 
     @classmethod
     def of_store(cls, store_dir: Path) -> GeometryStore:
@@ -139,8 +191,38 @@ class GeometryStore:
     def reader(self) -> sqlite3.Connection:
         return connect(self.db, readonly=True)
 
-    def writer(self) -> sqlite3.Connection:
-        return connect(self.db)
+    @contextmanager
+    def writer(self) -> Iterator[sqlite3.Connection]:
+        """A writer connection (the caller holds ``locked``). With ``keep_writer`` it stays open across
+        diffs, and the WAL is checkpointed in the background after each use (Checkpointer)."""
+        if not self.keep_writer:
+            with closing(connect(self.db)) as conn:
+                yield conn
+            return
+        with self._writing:
+            if self._writer is None:
+                self._writer = connect(self.db)
+                self._checkpointer = Checkpointer(self.db)
+            try:
+                yield self._writer
+            finally:
+                assert self._checkpointer is not None
+                self._checkpointer.poke()
+
+    def close(self) -> None:
+        """Stop the checkpoints and close the writer (which checkpoints what is left)."""
+        with self._writing:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+            if self._writer is not None:
+                self._writer.close()
+            self._writer = self._checkpointer = None
+
+    def __enter__(self) -> GeometryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def manifest(self) -> Manifest:
         try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from contextlib import closing
 from dataclasses import dataclass
 
 from .geometry import GeometryStore, GeometryStoreError, Manifest, SequenceGap, id_list, write_manifest
@@ -72,7 +71,7 @@ def apply_locked(store: GeometryStore, manifest: Manifest, diff: OscDiff,
         return {"applied": False, "replay": replay.reason, "sequence": manifest.sequence}
     new_sequence = sequence if sequence is not None else manifest.sequence
     try:
-        with closing(store.writer()) as conn:
+        with store.writer() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 deltas = _write_changes(conn, diff)

@@ -39,11 +39,26 @@ class JobContext:
         self._log_path = log_path
         self._lock = threading.Lock()
         self.cancel_requested = threading.Event()
+        # Seconds spent in each phase so far (a phase entered twice adds up): where a job's time goes, in
+        # its result (store jobs) and for benchmarks.
+        self.phase_seconds: dict[str, float] = {}
+        self._phase_started = time.perf_counter()
 
     def set_phase(self, phase: str) -> None:
         self.check_cancelled()
+        self._close_phase()
         self.phase = phase
         self.log(f"phase {phase}")
+
+    def _close_phase(self) -> None:
+        now = time.perf_counter()
+        self.phase_seconds[self.phase] = round(self.phase_seconds.get(self.phase, 0.0) + now - self._phase_started, 4)
+        self._phase_started = now
+
+    def timings(self) -> dict[str, float]:
+        """Seconds per phase up to now, the current one included."""
+        self._close_phase()
+        return dict(self.phase_seconds)
 
     def count(self, name: str, value: int | float) -> None:
         self.counters[name] = value

@@ -308,3 +308,4 @@ class SparkBridge:
     async def close(self) -> None:
         if self._manager is not None:
             await self._manager.close()
+        self.stores.close()  # after the jobs: no diff is writing any more

@@ -3,8 +3,8 @@
 Order matters, and is chosen so that a crash anywhere leaves something the next run repairs:
 
 1. under the geometry store's writer lock, check the sequence (a replay changes nothing; a gap fails);
-2. resolve the diff against the *old* geometry (three lookups by id: on the driver when they are small,
-   else in Spark) and aggregate the metatiles (one Spark action, collected);
+2. resolve the diff against the *old* geometry (three lookups by id) and aggregate the metatiles: each
+   on the driver when it is small (a minutely diff), else in Spark (store_lookup, expire_local);
 3. apply the diff to the rendering store (one SQLite transaction, recording the sequence), so tiles
    rendered from now on show the edit. The transaction is built in a child process while step 2 runs and
    committed only after it succeeded and the guards passed (render_apply);
@@ -18,7 +18,7 @@ sequence. Duplicated expirations only cost a re-render; a missed one would leave
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,8 @@ from services.osmstore.geometry import GeometryStore, SequenceGap
 from services.osmstore.geometry_apply import apply_locked, check_sequence
 from services.osmstore.osc_diff import OscDiff, file_sha256, read_diff
 from services.osmstore.render_db import RENDER_DB
-from services.spark_bridge.expire_collect import collect, metatile_rows
+from services.spark_bridge import expire_local
+from services.spark_bridge.expire_collect import Collected, collect, metatile_rows
 from services.spark_bridge.expire_job import (
     ExpireParams,
     buffered_tiles,
@@ -49,12 +50,15 @@ class StoreJob:
     store_dir: Path
     sequence: int | None
     apply: bool  # false: expire against the store without changing it (a dry run, benchmarks)
-    # Estimated rows' bytes a lookup step may fetch on the driver; more goes to Spark (store_lookup).
+    # Estimated bytes one step (a lookup, the tile math) may hold on the driver; more goes to Spark
+    # (store_lookup, expire_local).
     driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES
     first_sequence: int | None = None  # a merged diff of first_sequence..sequence (toposm-replicate catching up)
+    # The bridge's own (Stores: its writer kept open across jobs); None: the job opens the store itself.
+    geometry: GeometryStore | None = field(default=None, compare=False)
 
 
-def _base_tiles(segments: DataFrame, zoom: int) -> DataFrame:
+def base_tiles(segments: DataFrame, zoom: int) -> DataFrame:
     return buffered_tiles(way_samples(segments, zoom), zoom)
 
 
@@ -64,9 +68,23 @@ def _count_diff(diff: OscDiff, ctx: JobContext) -> None:
     ctx.count("osc_relations", len(diff.relations))
 
 
-def _frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:
+def segments_frame(spark: SparkSession, segments: pa.Table) -> DataFrame:
     # An empty Arrow table has no rows to infer from under Spark Connect: its schema is spelt out.
-    return spark.createDataFrame(table) if table.num_rows else spark.createDataFrame([], schema)
+    if segments.num_rows:
+        return spark.createDataFrame(segments)
+    return spark.createDataFrame([], "lon0 double, lat0 double, lon1 double, lat1 double")
+
+
+def _expire(segments: pa.Table, params: ExpireParams, job: StoreJob, ctx: JobContext) -> Collected:
+    """The metatiles of the resolved segments: on the driver when they fit its budget (expire_local), else
+    Spark's plan."""
+    if expire_local.estimated_bytes(segments, params.max_zoom) <= job.driver_lookup_bytes:
+        return expire_local.expire_on_driver(segments, params.min_zoom, params.max_zoom)
+    ctx.count("spark_expiry", 1)
+    frame = segments_frame(ctx.spark, segments)
+    # The general plan (None: size not known up front): the single-exchange one for small jobs was
+    # no faster here, a diff's samples pile up in few tiles and want the map-side dedupe.
+    return collect([metatile_rows(expired_metatiles(base_tiles(frame, params.max_zoom), params, None))])
 
 
 def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: JobContext,
@@ -77,7 +95,7 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
     def read(path: Path) -> OscDiff:
         return read_diff(path, name=name, limits=params.input_limits, check=ctx.reading)
 
-    geometry = GeometryStore.of_store(job.store_dir)
+    geometry = job.geometry or GeometryStore.of_store(job.store_dir)
     render_db = job.store_dir / RENDER_DB
     out: dict[str, Any] = {"min_zoom": params.min_zoom, "max_zoom": params.max_zoom, "tiles_per_zoom": {},
                            "metatiles_per_zoom": {}, "total_tiles": 0, "total_metatiles": 0,
@@ -114,11 +132,7 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
             ctx.check_cancelled()
             check_geometry_cap(resolution.counts, params.max_zoom, params.max_tiles_per_geometry)
             ctx.set_phase("expiring")
-            segments = _frame(ctx.spark, resolution.segments, "lon0 double, lat0 double, lon1 double, lat1 double")
-            base = _base_tiles(segments, params.max_zoom)
-            # The general plan (None: size not known up front): the single-exchange one for small jobs was
-            # no faster here, a diff's samples pile up in few tiles and want the map-side dedupe.
-            collected = collect([metatile_rows(expired_metatiles(base, params, None))])
+            collected = _expire(resolution.segments, params, job, ctx)
             summarise(collected, params, ctx, out)
         except BaseException:
             if render is not None:
@@ -137,4 +151,5 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
             store_out.update(applied)
         out["store"] = store_out
     out["inputs"] = {k: v for k, v in ctx.counters.items() if k not in ("tiles", "metatiles", "published")}
+    out["phase_seconds"] = ctx.timings()
     return out

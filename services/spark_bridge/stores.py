@@ -8,7 +8,7 @@ a request cannot make the bridge read or write any directory the operator did no
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.error_messages import failed
@@ -27,15 +27,20 @@ class UnknownStore(LookupError):
 class Stores:
     by_name: dict[str, Path]
     driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES  # see store_lookup
+    # One GeometryStore per store for the bridge's life: its writer connection and background
+    # checkpoints outlive the jobs (geometry.GeometryStore.writer).
+    geometry: dict[Path, GeometryStore] = field(default_factory=dict)
 
     @classmethod
     def of(cls, dirs: Sequence[Path], driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES) -> Stores:
         """Validate every ``--store`` at start (a geometry store must be there); raises ValueError."""
         by_name: dict[str, Path] = {}
+        geometry: dict[Path, GeometryStore] = {}
         for given in dirs:
             path = Path(given).resolve()
             try:
-                GeometryStore(path / GEOMETRY_DIR).manifest()
+                geometry[path] = GeometryStore(path / GEOMETRY_DIR, keep_writer=True)
+                geometry[path].manifest()
             except GeometryStoreError as exc:
                 raise ValueError(f"--store {given}: {exc}") from None
             if path.name in by_name and by_name[path.name] != path:
@@ -45,7 +50,7 @@ class Stores:
             by_name[str(path)] = path
         if driver_lookup_bytes < 0:
             raise ValueError("driver_lookup_bytes must not be negative")
-        return cls(by_name, driver_lookup_bytes)
+        return cls(by_name, driver_lookup_bytes, geometry)
 
     def get(self, name: str) -> Path:
         try:
@@ -53,6 +58,11 @@ class Stores:
         except KeyError:
             known = sorted({p.name for p in self.by_name.values()})
             raise UnknownStore(f"no store {name[:200]!r} on this bridge (configured: {known or 'none'})") from None
+
+
+    def close(self) -> None:
+        for store in self.geometry.values():
+            store.close()
 
 
 def store_job_for(stores: Stores, request: ExpireRequest, inputs: list[ExpireInput]) -> StoreJob | None:
@@ -66,4 +76,5 @@ def store_job_for(stores: Stores, request: ExpireRequest, inputs: list[ExpireInp
     if len(inputs) != 1 or inputs[0].kind is not InputKind.OSC:
         raise failed("bad_input", "with store, paths must name exactly one osmChange file (.osc or .osc.gz)")
     return StoreJob(store_dir=store_dir, sequence=request.sequence, apply=request.apply,
-                    driver_lookup_bytes=stores.driver_lookup_bytes, first_sequence=request.first_sequence)
+                    driver_lookup_bytes=stores.driver_lookup_bytes, first_sequence=request.first_sequence,
+                    geometry=stores.geometry[store_dir])

@@ -1,5 +1,6 @@
 """The store lookups of a diff's resolution: on the driver (small steps) or by Spark tasks (bigger ones,
-or ``driver_lookup_bytes=0``), with the same result either way.
+or ``driver_lookup_bytes=0``), with the same result either way; and the tile math after them, on the
+driver (expire_local) or in Spark, with the same metatiles.
 
 test_spark_store_expire checks the expiry against an oracle with the default (driver) lookups; here the
 Spark lookups, and a budget that sends only part of a step to Spark, must give the very same points,
@@ -17,7 +18,11 @@ import pytest
 from harness.osm import Extract, node_xml, osc, read_extract, way_xml, write_osc
 from services.osmstore.geometry import GeometryStore
 from services.osmstore.osc_diff import read_diff
+from services.spark_bridge.expire_collect import collect, metatile_rows
+from services.spark_bridge.expire_job import ExpireParams, expired_metatiles
+from services.spark_bridge.expire_local import expire_on_driver
 from services.spark_bridge.store_expire import StoreResolution, resolve
+from services.spark_bridge.store_job import base_tiles, segments_frame
 from services.spark_bridge.store_lookup import StoreLookups, estimated_bytes
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
 
@@ -86,3 +91,15 @@ def test_lookups_go_to_spark_past_the_budget(spark, store: Path, extract: Extrac
     assert a["n"].sort_by("id").to_pylist() == b["n"].sort_by("id").to_pylist()
     assert len(a["n"]) == 100 and a["none"].num_rows == b["none"].num_rows == 0
     assert a["n"].column_names == b["n"].column_names == ["id", "lon", "lat"]
+
+
+def test_driver_and_spark_expiry_agree(spark, store: Path, extract: Extract, tmp_path: Path) -> None:
+    diff = read_diff(mixed_diff(extract, tmp_path / "mixed.osc.gz"))
+    geometry = GeometryStore.of_store(store)
+    segments = resolve(spark, diff, geometry, geometry.manifest(), ZOOM).segments
+    for low in (0, 12):  # z0-2 share metatile 0/0
+        frame = base_tiles(segments_frame(spark, segments), ZOOM)
+        in_spark = collect([metatile_rows(expired_metatiles(frame, ExpireParams(low, ZOOM), None))]).metatiles
+        on_driver = expire_on_driver(segments, low, ZOOM).metatiles
+        assert on_driver.num_rows > 10
+        assert on_driver.to_pydict() == in_spark.to_pydict()  # the same rows in the same (publishing) order
