@@ -23,7 +23,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from services.spark_bridge.expire_collect import Collected
-from services.spark_bridge.tilemath import MAX_LATITUDE, METATILE_SHIFT, TILE_BUFFER, WAY_SAMPLE_STEP
+from services.spark_bridge.tilemath import MAX_LATITUDE, TILE_BUFFER, WAY_SAMPLE_STEP
+from services.tiles.contract import METATILE_SHIFT
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
