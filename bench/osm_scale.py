@@ -1,15 +1,23 @@
 """The OSM pipeline at scale: the real Helsinki extract scaled K times (issue 22), imported, diffed, rendered.
 
-For each K (``--k 1,10,50``): write the scaled extract (bench/osm_scale_data.py: K copies on a grid, ids
-spread over the real OSM id ranges), import it with ``toposm-import``'s code in a child process (time, peak
-RSS, size on disk), then run one warm in-process Spark bridge over all the stores and time the same
-~1,000-object diff (600 node moves, 300 way tag edits, 100 new nodes over all copies; a new seed and the
-next sequence each run) from the ``spark.expire`` call (store, sequence, wait) to its reply, the K's taking
-turns so that the machine's load falls on all of them alike. Then render a fixed set of metatiles (z15-z17
-over copy 0, which every K has, alone in view) from the smallest and the largest K's stores with the Mapnik
-backend the renderers use. Ratios are to the smallest K of the same run.
+For each K (``--k 1,10,50,200``): write the scaled extract (bench/osm_scale_data.py: K copies on a grid,
+ids spread over the real OSM id ranges) and import it with ``toposm-import``'s code in a child process
+(time, peak RSS, size on disk). Both are cached under ``--cache`` (default ``var/bench-cache/osm-scale``,
+gitignored): a K=200 store takes many minutes to build, so later runs reuse it (``--rebuild`` to import
+again); each diff moves a cached store one sequence on, as replication would.
 
-    .venv/bin/python bench/osm_scale.py --k 1,10,50 [--runs 3] [--work DIR] [--keep]
+Then, warm (the stores' files read once into the page cache, as on a server that has been serving them;
+one warm-up diff per K), one in-process Spark bridge over all the stores times the same ~1,000-object diff
+(600 node moves, 300 way tag edits, 100 new nodes over all copies, no two sharing a way or relation; a new
+seed and the next sequence each run) from the ``spark.expire`` call (store, sequence, wait) to its reply,
+the K's taking turns so that the machine's load falls on all of them alike, with the job's seconds per
+phase. Between two diffs the bench lets the bridge's background work finish (the sea refresh after a
+coastline edit) and then waits ``--gap`` seconds, as a minutely replication leaves a minute between
+them. Then it
+renders a fixed set of metatiles (z15-z17 over copy 0, which every K has, alone in view) from every K's
+store with the Mapnik backend the renderers use. Ratios are to the first K of the same run.
+
+    .venv/bin/python bench/osm_scale.py --k 1,10,50,200 [--runs 5] [--cache DIR] [--rebuild] [--import-only]
 
 Prints one JSON document.
 """
@@ -47,6 +55,14 @@ _IMPORT = ("import json, sys; from pathlib import Path; from services.osmstore.i
            "print(json.dumps(import_extract(Path(sys.argv[1]), Path(sys.argv[2]))))")
 
 
+def warm_files(store: Path) -> None:
+    for f in store.rglob("*"):
+        if f.is_file():
+            with f.open("rb") as fh:
+                while fh.read(1 << 24):
+                    pass
+
+
 def du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -72,7 +88,7 @@ def import_store(extract: Path, store: Path) -> dict[str, Any]:
             "geometry_mb": round(du(store / "geometry") / 1e6, 1)}
 
 
-async def time_diffs(stores: dict[int, Path], scales: dict[int, Scale], work: Path, runs: int,
+async def time_diffs(stores: dict[int, Path], scales: dict[int, Scale], work: Path, runs: int, gap: float,
                      url: str) -> dict[int, list[dict[str, Any]]]:
     # Imported here: generating and importing (--import-only) needs no Spark.
     from osm_expire import TimedExpire
@@ -97,18 +113,29 @@ async def time_diffs(stores: dict[int, Path], scales: dict[int, Scale], work: Pa
             for k, store in stores.items():
                 sequence = (GeometryStore.of_store(store).sequence or 0) + 1
                 diff = write_diff(scales[k], sequence, work / f"diff-k{k}-{sequence}.osc.gz")
+                load = os.getloadavg()[0]
                 reply, last, to_reply = await client.call(
                     {"paths": [str(diff)], "store": store.name, "sequence": sequence, "min_zoom": 10,
                      "max_zoom": 18}, settle=60)
                 result = reply["result"]
                 assert result["store"].get("applied"), result["store"]
+                started = time.perf_counter()
+                sea = bridge.stores.sea[store.resolve()]
+                await asyncio.to_thread(sea.wait_idle)
+                background = time.perf_counter() - started
                 if run:
                     out[k].append({"seconds_to_reply": round(to_reply, 3),
                                    "seconds_to_last_expiration": None if last is None else round(last, 3),
+                                   "load_avg_1min": round(load, 2),
                                    "objects": result["inputs"]["osc_nodes"] + result["inputs"]["osc_ways"],
                                    "ways_expired": result["inputs"]["ways"],
                                    "metatiles": result["total_metatiles"],
-                                   "phase_seconds": result.get("phase_seconds")})
+                                   "phase_seconds": result.get("phase_seconds"),
+                                   "render_store": {name: v for name, v in result["store"].get("render", {}).items()
+                                                    if name.startswith("prepare") or name == "ways_rebuilt"},
+                                   "sea_stale": bool(result["store"].get("render", {}).get("sea_stale")),
+                                   "sea_refresh_seconds_after_reply": round(background, 3)})
+                await asyncio.sleep(gap)
     finally:
         await client.unit.stop()
         await bridge.close()
@@ -135,59 +162,71 @@ def render_metatiles(store: Path, scale: Scale, passes: int = 2) -> dict[str, An
             "total_seconds": round(sum(timings), 3)}
 
 
+def _phase_medians(runs: list[dict[str, Any]]) -> dict[str, float]:
+    phases = sorted({name for r in runs for name in (r["phase_seconds"] or {})})
+    return {name: round(statistics.median((r["phase_seconds"] or {}).get(name, 0.0) for r in runs), 3)
+            for name in phases}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--k", default="1,10,50", help="scale factors, comma-separated (the first is the baseline)")
-    p.add_argument("--runs", type=int, default=3, help="timed diffs per K (after one warm-up each)")
-    p.add_argument("--work", type=Path, help="where the extracts and stores go (default: a temporary directory)")
-    p.add_argument("--keep", action="store_true", help="keep --work's extracts and stores")
-    p.add_argument("--reuse", action="store_true", help="reuse stores already imported in --work (kept with --keep)")
-    p.add_argument("--import-only", action="store_true", help="generate and import, then stop (with --keep)")
+    p.add_argument("--k", default="1,10,50,200", help="scale factors, comma-separated (the first is the baseline)")
+    p.add_argument("--runs", type=int, default=5, help="timed diffs per K (after one warm-up each)")
+    p.add_argument("--gap", type=float, default=3.0, help="seconds between two diffs, once the bridge is idle")
+    p.add_argument("--cache", type=Path, default=ROOT / "var" / "bench-cache" / "osm-scale",
+                   help="where the extracts and stores are kept between runs")
+    p.add_argument("--rebuild", action="store_true", help="import the stores again even if cached")
+    p.add_argument("--import-only", action="store_true", help="generate and import what is not cached, then stop")
     a = p.parse_args()
     ks = [int(v) for v in a.k.split(",")]
     extract = ROOT / subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True,
                                     text=True, check=True).stdout.strip() / "Helsinki.osm.pbf"
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                        "platform": platform.platform(), "load_avg_before": os.getloadavg()}}
-    work = (a.work or Path(tempfile.mkdtemp(prefix="osm-scale-"))).resolve()
-    work.mkdir(parents=True, exist_ok=True)
+    cache = a.cache.resolve()
+    cache.mkdir(parents=True, exist_ok=True)
     src = read_source(extract)
     scales = {k: Scale(src, k) for k in ks}
     stores: dict[int, Path] = {}
     rows: dict[int, dict[str, Any]] = {}
+    for k in ks:
+        stores[k] = cache / f"store-x{k}"
+        record = cache / f"store-x{k}.json"
+        if not a.rebuild and record.is_file() and stores[k].is_dir():
+            rows[k] = json.loads(record.read_text())
+            continue
+        pbf = cache / f"helsinki-x{k}.osm.pbf"
+        started = time.perf_counter()
+        scales[k].write_pbf(pbf)
+        rows[k] = {"k": k, "generate_seconds": round(time.perf_counter() - started, 2),
+                   "pbf_mb": round(pbf.stat().st_size / 1e6, 1), "load_avg": os.getloadavg()}
+        rows[k].update(import_store(pbf, stores[k]))
+        record.write_text(json.dumps(rows[k]))
+        print(json.dumps(rows[k]), file=sys.stderr)
+    if a.import_only:
+        print(json.dumps({"sizes": [rows[k] for k in ks]}, indent=2))
+        return
+    for k in ks:  # warm: the stores' files in the page cache, as on a server that has served them a while
+        warm_files(stores[k])
+    work = Path(tempfile.mkdtemp(prefix="osm-scale-", dir=cache))  # this run's diffs and bridge state
     vhost = create_vhost("qbroker-bench")
     try:
-        for k in ks:
-            stores[k] = work / f"store-x{k}"
-            record = work / f"store-x{k}.json"
-            if a.reuse and record.is_file():
-                rows[k] = json.loads(record.read_text())
-                continue
-            pbf = work / f"helsinki-x{k}.osm.pbf"
-            started = time.perf_counter()
-            scales[k].write_pbf(pbf)
-            rows[k] = {"k": k, "generate_seconds": round(time.perf_counter() - started, 2),
-                       "pbf_mb": round(pbf.stat().st_size / 1e6, 1), "load_avg": os.getloadavg()}
-            rows[k].update(import_store(pbf, stores[k]))
-            record.write_text(json.dumps(rows[k]))
-            print(json.dumps(rows[k]), file=sys.stderr)
-        if a.import_only:
-            print(json.dumps({"sizes": [rows[k] for k in ks]}, indent=2))
-            return
-        diffs = asyncio.run(time_diffs(stores, scales, work, a.runs, url_for_vhost(vhost)))
+        diffs = asyncio.run(time_diffs(stores, scales, work, a.runs, a.gap, url_for_vhost(vhost)))
+        out["machine"]["load_avg_after_diffs"] = os.getloadavg()
         base = statistics.median(r["seconds_to_reply"] for r in diffs[ks[0]])
         for k in ks:
             median = statistics.median(r["seconds_to_reply"] for r in diffs[k])
             rows[k].update(diff_seconds_median=round(median, 3), diff_seconds=[r["seconds_to_reply"] for r in diffs[k]],
-                           diff_ratio_to_first=round(median / base, 2), diff_runs=diffs[k])
-        renders = {k: render_metatiles(stores[k], scales[k]) for k in sorted({ks[0], ks[-1]})}
+                           diff_ratio_to_first=round(median / base, 2), diff_phase_medians=_phase_medians(diffs[k]),
+                           diff_runs=diffs[k])
+        renders = {k: render_metatiles(stores[k], scales[k]) for k in ks}
         out["render"] = {str(k): r for k, r in renders.items()}
-        out["render"]["ratio_last_to_first"] = round(renders[ks[-1]]["median_seconds"]
-                                                     / renders[ks[0]]["median_seconds"], 2)
+        for k in ks:
+            rows[k]["render_seconds_per_metatile"] = renders[k]["median_seconds"]
+            rows[k]["render_ratio_to_first"] = round(renders[k]["median_seconds"] / renders[ks[0]]["median_seconds"], 2)
     finally:
         delete_vhost(vhost)
-        if not a.keep:
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     out["sizes"] = [rows[k] for k in ks]
     out["machine"]["load_avg_after"] = os.getloadavg()
     print(json.dumps(out, indent=2))

@@ -105,3 +105,9 @@ def publish(source: Path, sequence: int, text: str | bytes) -> Path:
     ``sequence`` of ``source``, stamped a minute per sequence."""
     data = text if isinstance(text, bytes) else gzip.compress(text.encode())
     return publish_diff(source, sequence, data, f"2026-11-24T00:{sequence:02d}:00Z")
+
+
+def coastline_node(extract: Extract) -> int:
+    """A node in the middle of a coastline way, located in the extract."""
+    return next(refs[len(refs) // 2] for _, (refs, tags) in sorted(extract.ways.items())
+                if tags.get("natural") == "coastline" and refs[len(refs) // 2] in extract.nodes)

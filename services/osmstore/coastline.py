@@ -4,18 +4,28 @@ OSM maps no sea area: the sea is whatever lies on the right of the coastline. Fo
 chain the coastline ways, clip them at the extract's box (their nodes outside it are missing), and close
 each chain along the box edge, walking clockwise to the next chain's start, exactly how a shoreline tool
 closes open coastlines in a bounded region. The result goes into the ``water`` table as ``kind='sea'``
-features with ``osm_type='c'`` and is rebuilt whenever a diff touches a coastline way.
+features with ``osm_type='c'``.
+
+The import builds the sea. A diff that touches a coastline way only marks it stale (``sea_stale`` in the
+store's meta, in the diff's transaction), and ``refresh_sea`` rebuilds it afterwards, beside the diffs
+(the Spark bridge runs it in the background after such a diff, then expires that diff's tiles again):
+the sea is computed from the whole coastline, which grows with the store, so inside the diff it made a
+diff cost what the store weighs (issue 22), as water polygons are refreshed apart from the minutely
+updates on OSM's own tile servers. ``python -m services.osmstore.coastline STORE`` runs it.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import sys
+from pathlib import Path
 
-from .render_db import FeatureWriter, get_meta
+from .render_db import RENDER_DB, FeatureWriter, connect, get_meta
 from .wkb import BBox, Coord, bbox_of, mercator, multipolygon, polygons_area
 
 SEA_TYPE = "c"  # feature osm_type for computed sea polygons
+SEA_STALE = "sea_stale"  # meta key a diff that changed the coastline sets (to its diffs_applied count)
 
 
 def _chains(ways: list[list[int]]) -> list[list[int]]:
@@ -89,30 +99,76 @@ def sea_polygons(lines: list[list[Coord]], box: BBox) -> list[list[Coord]]:
     return rings
 
 
-def rebuild_sea(conn: sqlite3.Connection, writer: FeatureWriter) -> int:
-    """Replace the sea features from the stored coastline ways; returns how many polygons were written."""
+_NODES_PER_QUERY = 500  # ids per IN (...), well under SQLite's variable limit
+
+
+def _sea_rings(conn: sqlite3.Connection) -> list[list[Coord]]:
+    """The sea rings of the stored coastline ways (none without an extent)."""
     extent = get_meta(conn, "extent")
-    for (fid,) in conn.execute("SELECT fid FROM water WHERE osm_type = ?", (SEA_TYPE,)).fetchall():
-        conn.execute("DELETE FROM idx_water_geom WHERE pkid = ?", (fid,))
-    conn.execute("DELETE FROM water WHERE osm_type = ?", (SEA_TYPE,))
     if extent is None:
-        return 0
+        return []
     west, south, east, north = json.loads(extent)
     box = (*mercator(west, south), *mercator(east, north))
     ways = [[r[0] for r in conn.execute("SELECT node_id FROM way_nodes WHERE way_id = ? ORDER BY seq", (wid,))]
             for (wid,) in conn.execute("SELECT id FROM ways WHERE json_extract(tags, '$.natural') = 'coastline'")]
-    lines = []
-    for chain in _chains(ways):
-        coords = []
-        for nid in chain:
-            row = conn.execute("SELECT lon, lat FROM nodes WHERE id = ?", (nid,)).fetchone()
-            if row is not None:  # outside the extract: the line is cut at the box
-                coords.append(mercator(row[0], row[1]))
-        lines.append(coords)
+    chains = _chains(ways)
+    wanted = sorted({nid for chain in chains for nid in chain})
+    located: dict[int, Coord] = {}
+    for i in range(0, len(wanted), _NODES_PER_QUERY):
+        chunk = wanted[i:i + _NODES_PER_QUERY]
+        marks = ", ".join("?" for _ in chunk)
+        located.update((nid, mercator(lon, lat)) for nid, lon, lat in conn.execute(
+            f"SELECT id, lon, lat FROM nodes WHERE id IN ({marks})", chunk))  # noqa: S608
+    # A node outside the extract is not stored: the line is cut at the box there.
+    lines = [[located[nid] for nid in chain if nid in located] for chain in chains]
+    return sea_polygons(lines, box)
+
+
+def _write_sea(conn: sqlite3.Connection, writer: FeatureWriter, rings: list[list[Coord]]) -> int:
+    """Replace the sea features by ``rings``; returns how many polygons were written."""
+    for (fid,) in conn.execute("SELECT fid FROM water WHERE osm_type = ?", (SEA_TYPE,)).fetchall():
+        conn.execute("DELETE FROM idx_water_geom WHERE pkid = ?", (fid,))
+    conn.execute("DELETE FROM water WHERE osm_type = ?", (SEA_TYPE,))
     written = 0
-    for n, ring in enumerate(sea_polygons(lines, box)):
+    for n, ring in enumerate(rings):
         if len(ring) >= 4:
             writer.add("water", SEA_TYPE, n, {"kind": "sea", "area": polygons_area([[ring]])},
                        multipolygon([[ring]]), bbox_of(ring))
             written += 1
     return written
+
+
+def rebuild_sea(conn: sqlite3.Connection, writer: FeatureWriter) -> int:
+    """Replace the sea features from the stored coastline ways, in the caller's transaction (the import);
+    returns how many polygons were written."""
+    return _write_sea(conn, writer, _sea_rings(conn))
+
+
+def refresh_sea(store_dir: Path) -> int | None:
+    """Rebuild the sea of ``store_dir``'s rendering store if a diff marked it stale; returns how many
+    polygons were written, None when it was not stale.
+
+    The coastline is read in one read transaction and the rings computed outside any, so a diff waits for
+    neither; the polygons are written in a short transaction of their own. A diff that changed the
+    coastline again meanwhile leaves the mark set (its own refresh follows)."""
+    conn = connect(Path(store_dir) / RENDER_DB)
+    try:
+        conn.execute("PRAGMA busy_timeout = 30000")
+        conn.execute("BEGIN")
+        stale = get_meta(conn, SEA_STALE)
+        rings = _sea_rings(conn) if stale is not None else []
+        conn.execute("COMMIT")
+        if stale is None:
+            return None
+        conn.execute("BEGIN IMMEDIATE")
+        written = _write_sea(conn, FeatureWriter(conn), rings)
+        if get_meta(conn, SEA_STALE) == stale:
+            conn.execute("DELETE FROM meta WHERE key = ?", (SEA_STALE,))
+        conn.execute("COMMIT")
+        return written
+    finally:
+        conn.close()
+
+
+if __name__ == "__main__":
+    print(json.dumps({"sea_polygons": refresh_sea(Path(sys.argv[1]))}))

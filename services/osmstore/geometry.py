@@ -32,11 +32,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from .wal import WAL_SIZE_LIMIT, Checkpointer
+
 GEOMETRY_DIR = "geometry"
 GEOMETRY_DB = "geometry.sqlite"
 FORMAT_VERSION = 2  # 1 was the copy-on-write Parquet snapshots
 APPLIED_KEPT = 100  # digests of the last applied diffs, to recognise a replay of a diff without sequence
-WAL_SIZE_LIMIT = 64 << 20  # what the log file is truncated to after a checkpoint (bytes)
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -132,41 +133,6 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
-class Checkpointer:
-    """Copies committed diffs from the WAL into the database file in a thread of its own, after each
-    ``poke`` (PASSIVE checkpoints: they wait for no reader or writer, and a writer never waits for them),
-    so the diffs' commits cost the pages they append to the log and nothing more."""
-
-    def __init__(self, db: Path) -> None:
-        self.db = db
-        self._wanted = threading.Event()
-        self._stopping = False
-        self.checkpoints = 0
-        self._thread = threading.Thread(target=self._run, name=f"checkpoint {db.parent.parent.name}", daemon=True)
-        self._thread.start()
-
-    def poke(self) -> None:
-        self._wanted.set()
-
-    def _run(self) -> None:
-        with closing(sqlite3.connect(self.db, isolation_level=None)) as conn:
-            while True:
-                self._wanted.wait()
-                self._wanted.clear()
-                try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                    self.checkpoints += 1
-                except sqlite3.Error:
-                    pass  # busy or gone: the next poke (or the writer's close) checkpoints
-                if self._stopping:
-                    return
-
-    def close(self) -> None:
-        self._stopping = True
-        self._wanted.set()
-        self._thread.join()
-
-
 class GeometryStore:
     """An existing geometry store (``STORE/geometry``): its database, sequence and writer lock."""
 
@@ -181,6 +147,7 @@ class GeometryStore:
             raise GeometryStoreError(f"{self.root.parent}: no geometry store (no {GEOMETRY_DIR}/{GEOMETRY_DB}); "
                                      "import the extract with toposm-import")
         self._writer: sqlite3.Connection | None = None
+        self._writer_inode = 0
         self._checkpointer: Checkpointer | None = None
         self._writing = threading.Lock()
 
@@ -192,6 +159,18 @@ class GeometryStore:
         return connect(self.db, readonly=True)
 
     @contextmanager
+    def lookups(self) -> Iterator[sqlite3.Connection]:
+        """A connection for a diff's lookups (the caller holds ``locked``): with ``keep_writer`` the kept
+        writer, whose cache holds the B-trees' upper levels and the pages recent diffs read; otherwise a
+        read-only connection of its own."""
+        if not self.keep_writer:
+            with closing(self.reader()) as conn:
+                yield conn
+            return
+        with self.writer() as conn:
+            yield conn
+
+    @contextmanager
     def writer(self) -> Iterator[sqlite3.Connection]:
         """A writer connection (the caller holds ``locked``). With ``keep_writer`` it stays open across
         diffs, and the WAL is checkpointed in the background after each use (Checkpointer)."""
@@ -200,8 +179,11 @@ class GeometryStore:
                 yield conn
             return
         with self._writing:
+            inode = self.db.stat().st_ino
+            if self._writer is not None and inode != self._writer_inode:  # imported again (--replace)
+                self._close_writer()
             if self._writer is None:
-                self._writer = connect(self.db)
+                self._writer, self._writer_inode = connect(self.db), inode
                 self._checkpointer = Checkpointer(self.db)
             try:
                 yield self._writer
@@ -212,11 +194,14 @@ class GeometryStore:
     def close(self) -> None:
         """Stop the checkpoints and close the writer (which checkpoints what is left)."""
         with self._writing:
-            if self._checkpointer is not None:
-                self._checkpointer.close()
-            if self._writer is not None:
-                self._writer.close()
-            self._writer = self._checkpointer = None
+            self._close_writer()
+
+    def _close_writer(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = self._checkpointer = None
 
     def __enter__(self) -> GeometryStore:
         return self

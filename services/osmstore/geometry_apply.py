@@ -69,30 +69,66 @@ def apply_locked(store: GeometryStore, manifest: Manifest, diff: OscDiff,
     replay = check_sequence(manifest, sequence, diff.sha256, first=first)
     if replay is not None:
         return {"applied": False, "replay": replay.reason, "sequence": manifest.sequence}
-    new_sequence = sequence if sequence is not None else manifest.sequence
-    try:
-        with store.writer() as conn:
+    return PreparedDiff(store, manifest, diff, sequence, first=first).commit()
+
+
+class PreparedDiff:
+    """A diff written into an open transaction (the caller holds ``store.locked()`` and has checked the
+    sequence), committed or rolled back later, exactly once: the Spark bridge writes it while the
+    rendering store's update is still being built, and commits it after that one (store_job).
+    Raises GeometryStoreError (the store unchanged)."""
+
+    def __init__(self, store: GeometryStore, manifest: Manifest, diff: OscDiff, sequence: int | None, *,
+                 first: int | None = None) -> None:
+        self.store, self.diff = store, diff
+        self.sequence = sequence if sequence is not None else manifest.sequence
+        self.commits = manifest.commits + 1
+        self._writer = store.writer()
+        conn = self._writer.__enter__()
+        try:
             conn.execute("BEGIN IMMEDIATE")
-            try:
-                deltas = _write_changes(conn, diff)
-                counts = dict(manifest.counts)
-                for name, delta in deltas.items():
-                    counts[name] = counts.get(name, 0) + delta
-                entry: dict[str, object] = {"sequence": sequence, "sha256": diff.sha256}
-                if first is not None and first != sequence:
-                    entry["first_sequence"] = first
-                applied = [*manifest.applied, entry]
-                write_manifest(conn, Manifest(sequence=new_sequence, counts=counts, applied=applied,
-                                              commits=manifest.commits + 1))
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-    except sqlite3.Error as exc:
-        raise GeometryStoreError(f"{store.db}: the diff could not be applied ({exc}); the store is unchanged") from exc
-    return {"applied": True, "sequence": new_sequence, "commits": manifest.commits + 1,
-            "nodes": len(diff.nodes), "ways": len(diff.ways), "relations": len(diff.relations)}
+            deltas = _write_changes(conn, diff)
+            counts = dict(manifest.counts)
+            for name, delta in deltas.items():
+                counts[name] = counts.get(name, 0) + delta
+            entry: dict[str, object] = {"sequence": sequence, "sha256": diff.sha256}
+            if first is not None and first != sequence:
+                entry["first_sequence"] = first
+            write_manifest(conn, Manifest(sequence=self.sequence, counts=counts, applied=[*manifest.applied, entry],
+                                          commits=self.commits))
+        except BaseException as exc:
+            self._end(conn, "ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise GeometryStoreError(f"{store.db}: the diff could not be applied ({exc}); "
+                                         "the store is unchanged") from exc
+            raise
+        self._conn: sqlite3.Connection | None = conn
+
+    def _end(self, conn: sqlite3.Connection, verb: str) -> None:
+        try:
+            if conn.in_transaction:
+                conn.execute(verb)
+        except BaseException:
+            if conn.in_transaction:  # a failed COMMIT: the kept connection must not stay in it
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._conn = None
+            self._writer.__exit__(None, None, None)
+
+    def commit(self) -> dict[str, object]:
+        assert self._conn is not None, "already committed or rolled back"
+        try:
+            self._end(self._conn, "COMMIT")
+        except sqlite3.Error as exc:
+            raise GeometryStoreError(f"{self.store.db}: the diff could not be applied ({exc}); "
+                                     "the store is unchanged") from exc
+        return {"applied": True, "sequence": self.sequence, "commits": self.commits,
+                "nodes": len(self.diff.nodes), "ways": len(self.diff.ways), "relations": len(self.diff.relations)}
+
+    def rollback(self) -> None:
+        if self._conn is not None:
+            self._end(self._conn, "ROLLBACK")
 
 
 # table -> (delete the rows of some objects by id, insert a row)

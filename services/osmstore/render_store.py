@@ -24,7 +24,7 @@ from typing import Any
 import osmium
 
 from . import render_db
-from .coastline import rebuild_sea
+from .coastline import SEA_STALE
 from .features import FeatureExtractor
 from .osc_input import UnreadableOsc, osm_objects, supersedes
 from .tags import area_features, line_features, relation_makes_area
@@ -70,6 +70,11 @@ class _DiffApplier:
         for osm_type, osm_ids in ids.items():
             for chunk in _chunks(osm_ids):
                 self.writer.preload(osm_type, chunk)
+        # Every way of the diff gets its node list again (or none, deleted): the old lists go here, in a
+        # statement per chunk rather than one per way.
+        for chunk in _chunks(ids["w"]):
+            self.conn.execute(f"DELETE FROM way_nodes WHERE way_id IN ({', '.join('?' for _ in chunk)})",  # noqa: S608
+                              chunk)
 
     def node(self, n: osmium.osm.Node) -> None:
         old = self.locations.get(n.id)
@@ -100,7 +105,6 @@ class _DiffApplier:
             coastline = self._is_coastline([w.id])
         if w.tags.get("natural") == "coastline" or coastline:
             self.coastline_changed = True
-        self.conn.execute("DELETE FROM way_nodes WHERE way_id = ?", (w.id,))
         if w.deleted:
             self.conn.execute("DELETE FROM ways WHERE id = ?", (w.id,))
             self.existing["ways"].discard(w.id)
@@ -163,12 +167,12 @@ class _DiffApplier:
         self.stats["relations_rebuilt"] = len(self.dirty_relations)
         if self.dirty_ways or self.dirty_relations:
             with tempfile.TemporaryDirectory(prefix="toposm-rebuild-") as tmp:
-                path = Path(tmp) / "rebuild.osm"
+                path = Path(tmp) / "rebuild.osm.pbf"  # PBF: written and read in half the time of XML
                 self._write_rebuild_file(path)
                 _RebuildHandler(self.writer, self.dirty_ways, self.dirty_relations).apply_file(
                     str(path), locations=True)
-        if self.coastline_changed:
-            self.stats["sea_polygons"] = rebuild_sea(self.conn, self.writer)
+        if self.coastline_changed:  # rebuilt beside the diffs (coastline.refresh_sea), not in them
+            self.stats["sea_stale"] = 1
 
     def _area_relations(self) -> dict[int, dict[str, str]]:
         """The dirty relations that can make a feature (an area with area tags), with their tags. Only
@@ -260,7 +264,8 @@ def _already_applied(conn: sqlite3.Connection, sequence: int | None, sha256: str
 
 
 def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
-              sha256: str | None = None, commit_if: Callable[[], bool] | None = None) -> dict[str, int]:
+              sha256: str | None = None, commit_if: Callable[[], bool] | None = None,
+              connection: sqlite3.Connection | None = None) -> dict[str, int]:
     """Apply one osmChange (.osc or .osc.gz) to ``store_dir/render.sqlite``; returns what changed.
 
     With ``sequence`` (a replication diff) or ``sha256`` (its digest), a diff the store already holds is
@@ -270,7 +275,8 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
     Raises RenderStoreError (and changes nothing) when the store is missing or the diff is unreadable.
     ``commit_if`` is asked inside the transaction just before COMMIT: False rolls the diff back and
     returns ``{"rolled_back": 1}`` (the Spark bridge applies the diff while it computes the expiry, and
-    commits only once that succeeded).
+    commits only once that succeeded). ``connection``: an open connection to the store's database to use
+    (and leave open: the bridge's worker keeps one per store, with its cache); by default one of its own.
     """
     db = Path(store_dir) / render_db.RENDER_DB
     osc_path = Path(osc_path)
@@ -278,7 +284,7 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
         raise RenderStoreError(f"{store_dir}: not a rendering store (no {render_db.RENDER_DB})")
     if not osc_path.is_file():
         raise RenderStoreError(f"{osc_path}: no such file")
-    conn = render_db.connect(db)
+    conn = connection or render_db.connect(db)
     conn.execute("PRAGMA busy_timeout = 30000")  # renderers read while a diff is applied
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -302,6 +308,8 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
             applier.stats["features_written"] = applier.writer.written
             applied = int(render_db.get_meta(conn, "diffs_applied") or 0) + 1
             render_db.set_meta(conn, "diffs_applied", str(applied))
+            if applier.coastline_changed:
+                render_db.set_meta(conn, SEA_STALE, str(applied))
             render_db.set_meta(conn, "last_diff", osc_path.name)
             if sequence is not None:
                 render_db.set_meta(conn, "sequence", str(sequence))
@@ -319,5 +327,6 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
     except (RuntimeError, ValueError, OSError, EOFError, gzip.BadGzipFile) as exc:
         raise RenderStoreError(f"{osc_path}: could not apply the diff ({exc}); the store is unchanged") from exc
     finally:
-        conn.close()
+        if connection is None:
+            conn.close()
     return dict(applier.stats)

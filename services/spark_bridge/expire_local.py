@@ -11,19 +11,18 @@ exactly as before. ``driver_bytes=0`` forces Spark (tests compare both).
 
 The arithmetic is Spark's, operation for operation (tilemath: the same IEEE double expressions for the
 tile position, ``ceil`` of the Chebyshev length over the sample step, ``i / steps`` along the segment,
-``floor`` of the 0.1-tile buffer clamped to the map), so both give the same metatiles and counts.
+``floor`` of the 0.1-tile buffer clamped to the map), so both give the same metatiles and counts (up to
+the last bit of sin and log, ``np_frac_tile``).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from services.spark_bridge.expire_collect import Collected
-from services.spark_bridge.tilemath import MAX_LATITUDE, TILE_BUFFER, WAY_SAMPLE_STEP
+from services.spark_bridge.tilemath import TILE_BUFFER, WAY_SAMPLE_STEP, np_frac_tile
 from services.tiles.contract import METATILE_SHIFT
 
 Floats = npt.NDArray[np.float64]
@@ -34,22 +33,10 @@ Ints = npt.NDArray[np.int64]
 SAMPLE_BYTES = 96
 
 
-def _frac_x(lon: Floats, zoom: int) -> Floats:
-    return (lon + 180.0) / 360.0 * float(1 << zoom)
-
-
-def _frac_y(lat: Floats, zoom: int) -> Floats:
-    sin_lat = np.sin(np.radians(np.maximum(np.minimum(lat, MAX_LATITUDE), -MAX_LATITUDE)))
-    merc = np.log((1.0 + sin_lat) / (1.0 - sin_lat)) / (4.0 * math.pi)
-    return (0.5 - merc) * float(1 << zoom)
-
-
 def _steps(segments: pa.Table, zoom: int) -> tuple[Floats, Floats, Floats, Floats, Ints]:
     """Both ends in tile units, and how many intervals each segment is cut into (expire_job.way_samples)."""
-    fx0 = _frac_x(segments["lon0"].to_numpy(), zoom)
-    fy0 = _frac_y(segments["lat0"].to_numpy(), zoom)
-    fx1 = _frac_x(segments["lon1"].to_numpy(), zoom)
-    fy1 = _frac_y(segments["lat1"].to_numpy(), zoom)
+    fx0, fy0 = np_frac_tile(segments["lon0"].to_numpy(), segments["lat0"].to_numpy(), zoom)
+    fx1, fy1 = np_frac_tile(segments["lon1"].to_numpy(), segments["lat1"].to_numpy(), zoom)
     longest = np.maximum(np.abs(fx1 - fx0), np.abs(fy1 - fy0))
     steps = np.maximum(np.ceil(longest / WAY_SAMPLE_STEP), 1.0).astype(np.int64)
     return fx0, fy0, fx1, fy1, steps

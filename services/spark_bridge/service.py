@@ -29,6 +29,7 @@ from services.spark_bridge.jobs import JobManager, JobsBusy, UnknownJob
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.metrics import BridgeMetrics
 from services.spark_bridge.models import ExpireRequest, StatsRequest
+from services.spark_bridge.render_apply import end_workers
 from services.spark_bridge.stats_job import StatsParams, run_stats
 from services.spark_bridge.store_job import run_store_expire
 from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
@@ -309,3 +310,4 @@ class SparkBridge:
         if self._manager is not None:
             await self._manager.close()
         self.stores.close()  # after the jobs: no diff is writing any more
+        end_workers()

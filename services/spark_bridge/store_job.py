@@ -9,7 +9,10 @@ Order matters, and is chosen so that a crash anywhere leaves something the next 
    rendered from now on show the edit. The transaction is built in a child process while step 2 runs and
    committed only after it succeeded and the guards passed (render_apply);
 4. publish the expirations (the queuemaster re-renders from the updated rendering store);
-5. commit the diff to the geometry store (one SQLite transaction, the sequence with the rows).
+5. commit the diff to the geometry store (one SQLite transaction, the sequence with the rows; written
+   while the rendering store's transaction is being built, committed only now);
+6. after a diff that changed the coastline, rebuild the sea in the background and publish the diff's
+   expirations again (sea_refresh).
 
 A failure before 5 leaves the geometry store at the previous sequence: running the diff again repeats
 the expiry (recomputed from the old geometry) and skips the rendering store, which recognises the
@@ -26,7 +29,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from services.osmstore.geometry import GeometryStore, SequenceGap
-from services.osmstore.geometry_apply import apply_locked, check_sequence
+from services.osmstore.geometry_apply import PreparedDiff, check_sequence
 from services.osmstore.osc_diff import OscDiff, file_sha256, read_diff
 from services.osmstore.render_db import RENDER_DB
 from services.spark_bridge import expire_local
@@ -41,6 +44,7 @@ from services.spark_bridge.expire_job import (
 )
 from services.spark_bridge.job_context import JobContext
 from services.spark_bridge.render_apply import RenderApply
+from services.spark_bridge.sea_refresh import SeaRefresher
 from services.spark_bridge.store_expire import check_geometry_cap, resolve
 from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 
@@ -56,6 +60,8 @@ class StoreJob:
     first_sequence: int | None = None  # a merged diff of first_sequence..sequence (toposm-replicate catching up)
     # The bridge's own (Stores: its writer kept open across jobs); None: the job opens the store itself.
     geometry: GeometryStore | None = field(default=None, compare=False)
+    # Rebuilds the sea after a diff that changed the coastline (sea_refresh); None: the sea stays stale.
+    sea: SeaRefresher | None = field(default=None, compare=False)
 
 
 def base_tiles(segments: DataFrame, zoom: int) -> DataFrame:
@@ -122,6 +128,7 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
             return out
         render = (RenderApply(job.store_dir, osc_path, job.sequence, sha256)
                   if job.apply and render_db.is_file() else None)
+        prepared: PreparedDiff | None = None
         try:
             diff = read(osc_path)
             _count_diff(diff, ctx)
@@ -134,22 +141,32 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
             ctx.set_phase("expiring")
             collected = _expire(resolution.segments, params, job, ctx)
             summarise(collected, params, ctx, out)
+            if job.apply:
+                # Written now, while the rendering store's update is still being built; committed last.
+                ctx.set_phase("geometry store")
+                prepared = PreparedDiff(geometry, manifest, diff, job.sequence, first=job.first_sequence)
         except BaseException:
             if render is not None:
                 render.abandon()
             raise
         store_out: dict[str, Any] = {"applied": False, "sequence": manifest.sequence}
-        if render is not None:
-            ctx.set_phase("rendering store")
-            store_out["render"] = render.commit()
-        if params.publish and ctx.publish is not None:
-            ctx.set_phase("publishing")
-            out["published"] = publish(collected, params, ctx)
-        if job.apply:
-            ctx.set_phase("geometry store")
-            applied = apply_locked(geometry, manifest, diff, job.sequence, first=job.first_sequence)
-            store_out.update(applied)
+        try:
+            if render is not None:
+                ctx.set_phase("rendering store")
+                store_out["render"] = render.commit()
+            if params.publish and ctx.publish is not None:
+                ctx.set_phase("publishing")
+                out["published"] = publish(collected, params, ctx)
+            if prepared is not None:
+                ctx.set_phase("geometry store")
+                store_out.update(prepared.commit())
+        finally:
+            if prepared is not None:
+                prepared.rollback()  # after a failure; nothing once committed
         out["store"] = store_out
+    if job.sea is not None and store_out.get("render", {}).get("sea_stale"):
+        job.sea.request(collected.metatiles, ctx.publish if params.publish else None,
+                        max_bytes=params.batch_max_bytes, max_tiles=params.batch_max_tiles)
     out["inputs"] = {k: v for k, v in ctx.counters.items() if k not in ("tiles", "metatiles", "published")}
     out["phase_seconds"] = ctx.timings()
     return out

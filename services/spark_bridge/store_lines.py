@@ -8,26 +8,25 @@ own. This ran as a Python loop per (side, way) with a sort each: the whole resol
 diff took 0.37-0.66 s on the driver (lookups on the driver included, 2 loaded cores), now 0.22-0.33 s, and
 the rendering store's child, the job's longest part, gets the CPU it no longer uses.
 
-The figures stay those of the loop: tile positions come from ``py_frac_tile`` (once per location, as
-the loop's cache did), and the sample count per segment is the same IEEE arithmetic as ``sample_steps``
-(subtraction, abs, division, ceil, max), so ``most_way_samples`` and the per-geometry guard are unchanged.
+The figures stay those of the loop: tile positions come from ``np_frac_tile`` (``py_frac_tile``'s
+expressions over arrays, once per location), and the sample count per segment is the same IEEE arithmetic
+as ``sample_steps`` (subtraction, abs, division, ceil, max), so ``most_way_samples`` and the per-geometry
+guard are unchanged.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from services.spark_bridge.tilemath import WAY_SAMPLE_STEP, py_frac_tile
+from services.spark_bridge.tilemath import WAY_SAMPLE_STEP, np_frac_tile
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 Location = tuple[float, float]
-Segment = tuple[float, float, float, float]
 
 
 class Locations:
@@ -40,10 +39,7 @@ class Locations:
         # One row more, never matched (``index`` says so): a lookup may gather from row ``size`` safely.
         self.ids = np.append(ids[order], 0)
         self.lon, self.lat = np.append(lon[order], np.nan), np.append(lat[order], np.nan)
-        fracs = [(np.nan, np.nan) if math.isnan(x) or math.isnan(y) else py_frac_tile(x, y, zoom)
-                 for x, y in zip(self.lon.tolist(), self.lat.tolist(), strict=True)]
-        self.fx = np.array([f[0] for f in fracs], np.float64)
-        self.fy = np.array([f[1] for f in fracs], np.float64)
+        self.fx, self.fy = np_frac_tile(self.lon, self.lat, zoom)  # NaN stays NaN
 
     def index(self, nodes: Ints) -> tuple[Ints, npt.NDArray[np.bool_]]:
         """(row of each node in this table, whether it is there at all)."""
@@ -80,16 +76,25 @@ class Side:
 
 @dataclass
 class Lines:
-    segments: set[Segment]
-    points: set[Location]
+    segments: Floats  # (n, 4) rows lon0, lat0, lon1, lat1, each once
+    points: Floats  # (n, 2) rows lon, lat, each once
     most_samples: int  # sample points of the longest (side, way): bounds the tiles one way can expire
 
 
+def _distinct(rows: Floats) -> Floats:
+    return np.unique(rows, axis=0) if len(rows) > 1 else rows
+
+
+def _as_keys(points: Floats) -> npt.NDArray[np.complex128]:
+    """Each (lon, lat) row as one comparable value (its two doubles, bit for bit)."""
+    return np.ascontiguousarray(points, np.float64).view(np.complex128).ravel()
+
+
 def lines(sides: list[Side]) -> Lines:
-    """Points and segments of every side's ways (sets: an unchanged line is the same on its old and new
-    side; duplicates would only be exploded and deduplicated again in Spark)."""
-    segments: set[Segment] = set()
-    points: set[Location] = set()
+    """Points and segments of every side's ways, each once (an unchanged line is the same on its old and
+    new side; duplicates would only be sampled and deduplicated again)."""
+    segments: list[Floats] = [np.zeros((0, 4))]
+    points: list[Floats] = [np.zeros((0, 2))]
     most = 0
     for side in sides:
         way, seq, lon, lat, fx, fy = side.located()
@@ -98,24 +103,24 @@ def lines(sides: list[Side]) -> Lines:
             starts[:-1] = (way[1:] == way[:-1]) & (seq[1:] == seq[:-1] + 1)
         begin = np.flatnonzero(starts)
         end = begin + 1
-        segments.update(zip(lon[begin].tolist(), lat[begin].tolist(), lon[end].tolist(), lat[end].tolist(),
-                            strict=True))
+        segments.append(np.column_stack([lon[begin], lat[begin], lon[end], lat[end]]))
         # A vertex that starts a segment is that segment's first sample already (exactly: the sample at
         # t=0 is the vertex itself), so only the others are points of their own.
-        points.update(zip(lon[~starts].tolist(), lat[~starts].tolist(), strict=True))
+        points.append(np.column_stack([lon[~starts], lat[~starts]]))
         if len(begin):
             longest = np.maximum(np.abs(fx[end] - fx[begin]), np.abs(fy[end] - fy[begin]))
             steps = np.maximum(np.ceil(longest / WAY_SAMPLE_STEP), 1.0)
             _, group = np.unique(way[begin], return_inverse=True)
             most = max(most, int(np.bincount(group, weights=steps + 1.0).max()))
-    return Lines(segments, points, most)
+    return Lines(_distinct(np.concatenate(segments)), _distinct(np.concatenate(points)), most)
 
 
 def segments_table(found: Lines, extra_points: set[Location]) -> pa.Table:
-    """Segments, and every point as a segment of length zero (its samples are the point): one table, so
-    Spark gets one local relation and one sampling plan."""
-    starts = {s[:2] for s in found.segments}
-    rows = list(found.segments) + [(*p, *p) for p in (found.points | extra_points) - starts]
-    columns = np.array(rows, np.float64).reshape(-1, 4)
+    """Segments, and every point that starts none as a segment of length zero (its samples are the point):
+    one table, so the tile math gets one set of rows and one sampling plan."""
+    extra = np.array(sorted(extra_points), np.float64).reshape(-1, 2)
+    points = _distinct(np.concatenate([found.points, extra]))
+    points = points[~np.isin(_as_keys(points), _as_keys(found.segments[:, :2]))]
+    columns = np.concatenate([found.segments, np.column_stack([points, points])])
     return pa.table({name: pa.array(columns[:, i], pa.float64())
                      for i, name in enumerate(("lon0", "lat0", "lon1", "lat1"))})

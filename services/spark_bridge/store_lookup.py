@@ -98,7 +98,7 @@ class StoreLookups:
         out: dict[str, pa.Table] = {}
         in_spark: dict[str, DataFrame] = {}
         budget = self.driver_bytes
-        with closing(self.store.reader()) as conn:
+        with self.store.lookups() as conn:
             for key, (name, ids) in wanted.items():
                 size = estimated_bytes(name, ids)
                 if ids and size > budget:

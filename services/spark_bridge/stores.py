@@ -15,6 +15,7 @@ from services.error_messages import failed
 from services.osmstore.geometry import GEOMETRY_DIR, GeometryStore, GeometryStoreError
 from services.spark_bridge.expire_inputs import ExpireInput, InputKind
 from services.spark_bridge.models import ExpireRequest
+from services.spark_bridge.sea_refresh import SeaRefresher
 from services.spark_bridge.store_job import StoreJob
 from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 
@@ -30,6 +31,7 @@ class Stores:
     # One GeometryStore per store for the bridge's life: its writer connection and background
     # checkpoints outlive the jobs (geometry.GeometryStore.writer).
     geometry: dict[Path, GeometryStore] = field(default_factory=dict)
+    sea: dict[Path, SeaRefresher] = field(default_factory=dict)  # one background sea refresh per store
 
     @classmethod
     def of(cls, dirs: Sequence[Path], driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES) -> Stores:
@@ -50,7 +52,7 @@ class Stores:
             by_name[str(path)] = path
         if driver_lookup_bytes < 0:
             raise ValueError("driver_lookup_bytes must not be negative")
-        return cls(by_name, driver_lookup_bytes, geometry)
+        return cls(by_name, driver_lookup_bytes, geometry, {path: SeaRefresher(path) for path in geometry})
 
     def get(self, name: str) -> Path:
         try:
@@ -61,6 +63,8 @@ class Stores:
 
 
     def close(self) -> None:
+        for sea in self.sea.values():
+            sea.close()
         for store in self.geometry.values():
             store.close()
 
@@ -77,4 +81,4 @@ def store_job_for(stores: Stores, request: ExpireRequest, inputs: list[ExpireInp
         raise failed("bad_input", "with store, paths must name exactly one osmChange file (.osc or .osc.gz)")
     return StoreJob(store_dir=store_dir, sequence=request.sequence, apply=request.apply,
                     driver_lookup_bytes=stores.driver_lookup_bytes, first_sequence=request.first_sequence,
-                    geometry=stores.geometry[store_dir])
+                    geometry=stores.geometry[store_dir], sea=stores.sea[store_dir])

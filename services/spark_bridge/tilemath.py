@@ -1,4 +1,4 @@
-"""Web-mercator tile math as Spark SQL column expressions, plus a plain-Python twin.
+"""Web-mercator tile math as Spark SQL column expressions, plus plain-Python and numpy twins.
 
 Everything here is a ``Column`` expression so that Catalyst compiles it to JVM code: no Python UDF
 round-trips per row. The plain-Python functions at the bottom implement the same semantics for the
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import numpy.typing as npt
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -75,6 +77,17 @@ def py_frac_tile(lon: float, lat: float, zoom: int) -> tuple[float, float]:
     lat = max(min(lat, MAX_LATITUDE), -MAX_LATITUDE)
     sin_lat = math.sin(math.radians(lat))
     merc = math.log((1.0 + sin_lat) / (1.0 - sin_lat)) / (4.0 * math.pi)
+    return (lon + 180.0) / 360.0 * n, (0.5 - merc) * n
+
+
+def np_frac_tile(lon: npt.NDArray[np.float64], lat: npt.NDArray[np.float64],
+                 zoom: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """``py_frac_tile`` over arrays (numpy): the same expressions in the same order. The transcendental
+    functions are numpy's, as the JVM's are Spark's; they may differ from each other in the last bit,
+    which moves a tile only for a point within ~1e-16 tile of a buffer edge."""
+    n = float(1 << zoom)
+    sin_lat = np.sin(np.radians(np.maximum(np.minimum(lat, MAX_LATITUDE), -MAX_LATITUDE)))
+    merc = np.log((1.0 + sin_lat) / (1.0 - sin_lat)) / (4.0 * math.pi)
     return (lon + 180.0) / 360.0 * n, (0.5 - merc) * n
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import struct
 from pathlib import Path
 
 import pytest
 
-from harness.osm import Extract, node_xml, osc, read_extract, way_xml, write_osc
+from harness.osm import Extract, coastline_node, node_xml, osc, read_extract, way_xml, write_osc
+from services.osmstore.coastline import refresh_sea
 from services.osmstore.render_store import RenderStoreError, apply_osc
 from services.osmstore.wkb import mercator
 
@@ -147,3 +149,20 @@ def test_missing_inputs(store: Path, tmp_path: Path) -> None:
         apply_osc(store, tmp_path / "nothing.osc")
     with pytest.raises(RenderStoreError, match="not a rendering store"):
         apply_osc(tmp_path, write_osc(tmp_path / "empty.osc", osc()))
+
+
+def test_a_coastline_edit_marks_the_sea_which_refresh_rebuilds(store: Path, extract: Extract, tmp_path: Path) -> None:
+    """The sea is made from the whole coastline, so a diff does not rebuild it (that grew with the store):
+    it marks it stale, and refresh_sea rebuilds it, once."""
+    nid = coastline_node(extract)
+    lon, lat = extract.nodes[nid]
+    db = _db(store)
+    sea = "SELECT geom FROM water WHERE osm_type = 'c' ORDER BY osm_id"
+    before = db.execute(sea).fetchall()
+    stats = apply_osc(store, write_osc(tmp_path / "coast.osc", osc(modify=[node_xml(nid, lon + 0.001, lat)])))
+    assert stats["sea_stale"] == 1 and db.execute(sea).fetchall() == before
+    assert refresh_sea(store) == len(before)
+    after = b"".join(g for (g,) in db.execute(sea))
+    assert struct.pack("<dd", *mercator(lon + 0.001, lat)) in after  # the moved vertex
+    assert struct.pack("<dd", *mercator(lon, lat)) not in after
+    assert refresh_sea(store) is None  # no longer stale

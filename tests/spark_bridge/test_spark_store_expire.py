@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 from store_oracle import Expected
 
-from harness.osm import Extract, node_xml, osc, read_extract, way_xml, write_osc
+from harness import HANG
+from harness.osm import Extract, coastline_node, node_xml, osc, read_extract, way_xml, write_osc
 from services.osmstore.geometry import GeometryStore
 from services.spark_bridge.expire_job import ExpireParams, ExpireTooLarge
 from services.spark_bridge.job_context import JobContext
+from services.spark_bridge.sea_refresh import SeaRefresher
 from services.spark_bridge.store_job import StoreJob, run_store_expire
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
 
@@ -256,3 +258,22 @@ def test_a_job_stopped_after_the_rendering_store_was_prepared_applies_nothing(sp
     result, published_now = run(spark, store, diff, sequence=1)
     assert result["store"]["applied"] is True and published_now
     assert db.execute("SELECT count(*) FROM roads WHERE name = 'Cancelled'").fetchone()[0] > 0
+
+
+def test_a_coastline_edit_refreshes_the_sea_and_expires_again(spark, store: Path, extract: Extract,
+                                                              tmp_path: Path) -> None:
+    """After the job, the bridge rebuilds the sea in the background and publishes the job's metatiles again
+    (tiles re-rendered before the sea was rebuilt show the old one along the edited coast)."""
+    nid = coastline_node(extract)
+    lon, lat = extract.nodes[nid]
+    diff = write_osc(tmp_path / "coast.osc", osc(modify=[node_xml(nid, lon + 0.001, lat)]))
+    published: list[str] = []
+    sea = SeaRefresher(store)
+    result = run_store_expire(diff, StoreJob(store, 1, True, sea=sea), ExpireParams(MIN_Z, MAX_Z),
+                              JobContext("test", spark, None, publish=published.append))
+    assert result["store"]["render"]["sea_stale"] == 1
+    assert sea.wait_idle(5 * HANG) and sea.refreshes == 1
+    sent = result["published"]["messages"]
+    assert sent and published[sent:] == published[:sent]  # the same expirations, once more
+    stale = sqlite3.connect(store / "render.sqlite").execute("SELECT value FROM meta WHERE key = 'sea_stale'")
+    assert stale.fetchone() is None
