@@ -4,7 +4,7 @@ For each K (``--k 1,10,50,200``): write the scaled extract (bench/osm_scale_data
 ids spread over the real OSM id ranges) and import it with ``toposm-import``'s code in a child process
 (time, peak RSS, size on disk). Both are cached under ``--cache`` (default ``var/bench-cache/osm-scale``,
 gitignored): a K=200 store takes many minutes to build, so later runs reuse it (``--rebuild`` to import
-again); each diff moves a cached store one sequence on, as replication would.
+again). Each run applies its diffs to copies of them.
 
 Then, warm (the stores' files read once into the page cache, as on a server that has been serving them;
 one warm-up diff per K), one in-process Spark bridge over all the stores times the same ~1,000-object diff
@@ -144,22 +144,25 @@ async def time_diffs(stores: dict[int, Path], scales: dict[int, Scale], work: Pa
     return out
 
 
-def render_metatiles(store: Path, scale: Scale, passes: int = 2) -> dict[str, Any]:
-    """Seconds per metatile (median of the last pass) for the metatiles covering copy 0 at RENDER_ZOOMS."""
+def render_metatiles(stores: dict[int, Path], scale: Scale, passes: int = 4) -> dict[int, dict[str, Any]]:
+    """Seconds per metatile (median over every pass but the first) for the metatiles covering copy 0 at
+    RENDER_ZOOMS, from every store, the stores taking turns metatile by metatile (the load falls on all)."""
     from services.tiles.renderer.backends.mapnik_backend import MapnikBackend
 
-    w, s, e, n = scale.src.box
+    w, s, e, n = scale.src.box  # copy 0 is where it is in the extract, at every K
     metatiles = sorted({Metatile(z, t.x >> 3, t.y >> 3) for z in RENDER_ZOOMS for t in mercantile.tiles(w, s, e, n, z)})
-    backend = MapnikBackend(store=store)
-    timings: list[float] = []
-    for _ in range(passes):  # the first pass loads the style and warms the page cache
-        timings = []
+    backends = {k: MapnikBackend(store=store) for k, store in stores.items()}
+    timings: dict[int, list[float]] = {k: [] for k in stores}
+    for done in range(passes):  # the first pass loads the styles and warms the page cache: not counted
         for mt in metatiles:
-            started = time.perf_counter()
-            backend.render(mt)
-            timings.append(time.perf_counter() - started)
-    return {"metatiles": [str(m) for m in metatiles], "median_seconds": round(statistics.median(timings), 4),
-            "total_seconds": round(sum(timings), 3)}
+            for k, backend in backends.items():
+                started = time.perf_counter()
+                backend.render(mt)
+                if done:
+                    timings[k].append(time.perf_counter() - started)
+    return {k: {"metatiles": [str(m) for m in metatiles], "renders": len(t),
+                "median_seconds": round(statistics.median(t), 4), "total_seconds": round(sum(t), 3)}
+            for k, t in timings.items()}
 
 
 def _phase_medians(runs: list[dict[str, Any]]) -> dict[str, float]:
@@ -206,12 +209,17 @@ def main() -> None:
     if a.import_only:
         print(json.dumps({"sizes": [rows[k] for k in ks]}, indent=2))
         return
-    for k in ks:  # warm: the stores' files in the page cache, as on a server that has served them a while
-        warm_files(stores[k])
-    work = Path(tempfile.mkdtemp(prefix="osm-scale-", dir=cache))  # this run's diffs and bridge state
+    work = Path(tempfile.mkdtemp(prefix="osm-scale-", dir=cache))  # this run's stores, diffs and bridge state
     vhost = create_vhost("qbroker-bench")
     try:
-        diffs = asyncio.run(time_diffs(stores, scales, work, a.runs, a.gap, url_for_vhost(vhost)))
+        # The diffs go to copies, so every run starts from the imported stores (the same diffs, sequences
+        # 1001...) and renders come from stores no diff has touched (the bench's node moves leave some
+        # multipolygons invalid, so a store K=1 that took many diffs draws less than the imported one).
+        live = {k: work / stores[k].name for k in ks}
+        for k in ks:
+            shutil.copytree(stores[k], live[k])
+            warm_files(live[k])  # warm: in the page cache, as on a server that has been serving the store
+        diffs = asyncio.run(time_diffs(live, scales, work, a.runs, a.gap, url_for_vhost(vhost)))
         out["machine"]["load_avg_after_diffs"] = os.getloadavg()
         base = statistics.median(r["seconds_to_reply"] for r in diffs[ks[0]])
         for k in ks:
@@ -219,7 +227,7 @@ def main() -> None:
             rows[k].update(diff_seconds_median=round(median, 3), diff_seconds=[r["seconds_to_reply"] for r in diffs[k]],
                            diff_ratio_to_first=round(median / base, 2), diff_phase_medians=_phase_medians(diffs[k]),
                            diff_runs=diffs[k])
-        renders = {k: render_metatiles(stores[k], scales[k]) for k in ks}
+        renders = render_metatiles(stores, scales[ks[0]])
         out["render"] = {str(k): r for k, r in renders.items()}
         for k in ks:
             rows[k]["render_seconds_per_metatile"] = renders[k]["median_seconds"]
