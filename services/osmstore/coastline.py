@@ -4,7 +4,8 @@ OSM maps no sea area: the sea is whatever lies on the right of the coastline. Fo
 chain the coastline ways, clip them at the extract's box (their nodes outside it are missing), and close
 each chain along the box edge, walking clockwise to the next chain's start, exactly how a shoreline tool
 closes open coastlines in a bounded region. The result goes into the ``water`` table as ``kind='sea'``
-features with ``osm_type='c'``.
+features with ``osm_type='c'``, cut on a grid of z12 tiles (``split_ring``): one ring can follow a whole
+country's coast, and a metatile would read all of it.
 
 The import builds the sea. A diff that touches a coastline way only marks it stale (``sea_stale`` in the
 store's meta, in the diff's transaction), and ``refresh_sea`` rebuilds it afterwards, beside the diffs
@@ -17,6 +18,7 @@ updates on OSM's own tile servers. ``python -m services.osmstore.coastline STORE
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import sys
 from pathlib import Path
@@ -26,6 +28,10 @@ from .wkb import BBox, Coord, bbox_of, mercator, multipolygon, polygons_area
 
 SEA_TYPE = "c"  # feature osm_type for computed sea polygons
 SEA_STALE = "sea_stale"  # meta key a diff that changed the coastline sets (to its diffs_applied count)
+# The sea's pieces: a grid of z12 tiles (a z15 metatile is one of them), each piece at most this many vertices
+# unless it fits in one cell.
+SEA_CELL = 2 * math.pi * 6378137.0 / (1 << 12)
+SEA_PIECE_VERTICES = 64
 
 
 def _chains(ways: list[list[int]]) -> list[list[int]]:
@@ -124,17 +130,64 @@ def _sea_rings(conn: sqlite3.Connection) -> list[list[Coord]]:
     return sea_polygons(lines, box)
 
 
+def _clip(ring: list[Coord], axis: int, at: float, below: bool) -> list[Coord]:
+    """The part of a closed ring on one side of the line ``coordinate[axis] = at`` (Sutherland-Hodgman
+    against one half-plane), closed again; a concave ring may keep zero-width bridges along the line,
+    which a fill does not show."""
+    def inside(c: Coord) -> bool:
+        return c[axis] <= at if below else c[axis] >= at
+
+    out: list[Coord] = []
+    for a, b in zip(ring, ring[1:], strict=False):
+        if inside(a):
+            out.append(a)
+        if inside(a) != inside(b):
+            t = (at - a[axis]) / (b[axis] - a[axis])
+            cut = (a[0] + (b[0] - a[0]) * t, a[1] + (b[1] - a[1]) * t)
+            out.append((at, cut[1]) if axis == 0 else (cut[0], at))
+    if out and out[0] != out[-1]:
+        out.append(out[0])
+    return out
+
+
+def split_ring(ring: list[Coord], cell: float = SEA_CELL) -> list[list[Coord]]:
+    """A ring cut on a grid of ``cell`` metres (halves at a grid line, recursively) until each piece lies
+    in one cell or has at most SEA_PIECE_VERTICES vertices: a metatile then reads the sea near it, not the
+    whole ring (osmcoastline's split water polygons; the coastline layer draws the shore)."""
+    if len(ring) < 4:
+        return []
+    minx, miny, maxx, maxy = bbox_of(ring)
+    cells = [(math.floor(low / cell), math.floor(high / cell)) for low, high in ((minx, maxx), (miny, maxy))]
+    return _split(ring, cells, cell)
+
+
+def _split(ring: list[Coord], cells: list[tuple[int, int]], cell: float) -> list[list[Coord]]:
+    """``split_ring`` within the cell ranges ``cells`` (first and last cell on each axis)."""
+    if len(ring) < 4:
+        return []
+    axis = 0 if cells[0][1] - cells[0][0] >= cells[1][1] - cells[1][0] else 1
+    first, last = cells[axis]
+    if len(ring) <= SEA_PIECE_VERTICES or first == last:
+        return [ring]
+    middle = (first + last + 1) // 2  # the halves' cells: first..middle-1 and middle..last
+    below, above = list(cells), list(cells)
+    below[axis], above[axis] = (first, middle - 1), (middle, last)
+    at = middle * cell
+    return [*_split(_clip(ring, axis, at, True), below, cell), *_split(_clip(ring, axis, at, False), above, cell)]
+
+
 def _write_sea(conn: sqlite3.Connection, writer: FeatureWriter, rings: list[list[Coord]]) -> int:
-    """Replace the sea features by ``rings``; returns how many polygons were written."""
+    """Replace the sea features by ``rings``, each split on the grid; returns how many pieces were written."""
     for (fid,) in conn.execute("SELECT fid FROM water WHERE osm_type = ?", (SEA_TYPE,)).fetchall():
         conn.execute("DELETE FROM idx_water_geom WHERE pkid = ?", (fid,))
     conn.execute("DELETE FROM water WHERE osm_type = ?", (SEA_TYPE,))
     written = 0
-    for n, ring in enumerate(rings):
-        if len(ring) >= 4:
-            writer.add("water", SEA_TYPE, n, {"kind": "sea", "area": polygons_area([[ring]])},
-                       multipolygon([[ring]]), bbox_of(ring))
-            written += 1
+    for ring in rings:
+        for piece in split_ring(ring):
+            if len(piece) >= 4:
+                writer.add("water", SEA_TYPE, written, {"kind": "sea", "area": polygons_area([[piece]])},
+                           multipolygon([[piece]]), bbox_of(piece))
+                written += 1
     return written
 
 

@@ -36,6 +36,7 @@ from .import_pass import PassResult, read_extract
 from .line_features import write_line_features
 from .opl_columns import Relations, Ways, distinct_tags, opl_tags, read_objects
 from .progress import ImportProgress
+from .render_cluster import cluster_features
 from .tags import relation_makes_area
 
 __all__ = ["ImportFailed", "import_extract", "main"]
@@ -130,6 +131,7 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
         render_db.set_meta(conn, "extent", json.dumps(extent))
         rebuild_sea(conn, writer)
         writer.flush()
+        cluster_features(conn)  # renders read neighbours on disk (render_cluster)
         conn.execute("COMMIT")
         feature_counts = render_db.feature_counts(conn)
         analyze(conn)

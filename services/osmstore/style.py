@@ -84,7 +84,11 @@ def landuse_style() -> str:
 
 
 def water_styles() -> str:
-    poly = _style("water", [_rule(f'<PolygonSymbolizer fill="{WATER}"/>' + _line(SHORE, 0.7))])
+    # The sea is cut on a grid (coastline.split_ring): no outline, or the cuts would show; the coastline
+    # layer draws its shore.
+    poly = _style("water", [_rule(f'<PolygonSymbolizer fill="{WATER}"/>', "[kind] = 'sea'"),
+                            _rule(f'<PolygonSymbolizer fill="{WATER}"/>' + _line(SHORE, 0.7))],
+                  filter_mode="first")
     widths: dict[str, tuple[float, ...]] = {
         "river": (2, 3, 4, 6, 8, 10), "canal": (2, 3, 4, 6, 8, 10), "stream": (0, 1, 1.5, 2, 3, 4),
         "drain": (0, 0, 1, 1.5, 2, 3), "ditch": (0, 0, 1, 1.5, 2, 3)}

@@ -161,7 +161,7 @@ def test_a_coastline_edit_marks_the_sea_which_refresh_rebuilds(store: Path, extr
     before = db.execute(sea).fetchall()
     stats = apply_osc(store, write_osc(tmp_path / "coast.osc", osc(modify=[node_xml(nid, lon + 0.001, lat)])))
     assert stats["sea_stale"] == 1 and db.execute(sea).fetchall() == before
-    assert refresh_sea(store) == len(before)
+    assert refresh_sea(store) >= 1
     after = b"".join(g for (g,) in db.execute(sea))
     assert struct.pack("<dd", *mercator(lon + 0.001, lat)) in after  # the moved vertex
     assert struct.pack("<dd", *mercator(lon, lat)) not in after
