@@ -6,8 +6,8 @@ Order matters, and is chosen so that a crash anywhere leaves something the next 
 2. resolve the diff against the *old* geometry (three lookups by id) and aggregate the metatiles: each
    on the driver when it is small (a minutely diff), else in Spark (store_lookup, expire_local);
 3. apply the diff to the rendering store (one SQLite transaction, recording the sequence), so tiles
-   rendered from now on show the edit. The transaction is built in a child process while step 2 runs and
-   committed only after it succeeded and the guards passed (render_apply);
+   rendered from now on show the edit. The transaction is built by a kept worker process while step 2
+   runs and committed only after it succeeded and the guards passed (render_apply);
 4. publish the expirations (the queuemaster re-renders from the updated rendering store);
 5. commit the diff to the geometry store (one SQLite transaction, the sequence with the rows; written
    while the rendering store's transaction is being built, committed only now);
