@@ -24,7 +24,7 @@ Run inside any unit with ``Config(dead_letters=True)``, or standalone: ``qbroker
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
@@ -40,6 +40,8 @@ PART = "qbroker.dead_letter"
 # Where a kept copy was first published and why it died (the copy itself is delivered from `dead.kept`).
 KEPT_HEADERS = ("x-qbroker-dead-kind", "x-qbroker-dead-reason", "x-qbroker-dead-exchange", "x-qbroker-dead-name")
 _MAX_TEXT = 256  # names and reasons from headers end up in logs and replies: keep them short
+DeadLetterObserver = Callable[[str, QBrokerError], None]
+"""Told (reason, error) for every dead request a collector answered; e.g. qbroker.metrics."""
 
 
 def _text(value: Any) -> str | None:
@@ -102,6 +104,7 @@ class DeadLetterCollector:
         self.counts: Counter[str] = Counter()
         self.log = bus.log.bind(part=PART)
         self._kept: Exchange | None = None
+        self.observers: list[DeadLetterObserver] = []
 
     async def attach(self, connection: Connection) -> None:
         channel = await self.bus.channel(connection, confirms=False)
@@ -121,6 +124,11 @@ class DeadLetterCollector:
             error = error_for(name, reason)
             await self.bus.send_reply(message.reply_to, message.message_id, None, error.to_info(part=PART))
             log.info("answered dead request", status=error.status, error=error.id)
+            for observe in self.observers:
+                try:
+                    observe(reason, error)
+                except Exception:  # an observer's bug must not cost the dead message its ack
+                    log.exception("dead letter observer failed")
         elif kind == "alert":
             log.debug("alert nobody listens to") if reason == "unroutable" else log.info("dead alert")
         else:

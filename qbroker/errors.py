@@ -248,6 +248,19 @@ def native_error(exc: Exception, part: str) -> ErrorInfo | None:
     return None
 
 
+# Ids qbroker itself sends or raises without a class of their own in the registry (docs/wire-format.md).
+LIBRARY_ERROR_IDS = frozenset({
+    "error", "failed", "bad_header", "bad_version", "bad_body", "too_large", "rejected", "dead_letter", "bad_result",
+    "bad_request_body", "forbidden", "not_replayable", "not_started", "broker_unavailable",
+})
+
+
+def is_known_error_id(error_id: str) -> bool:
+    """An id this program defines (the library's, a registered error class's, an allowed or registered
+    exception type's), as opposed to whatever a peer put on the wire: a bounded set, e.g. for metric labels."""
+    return error_id in LIBRARY_ERROR_IDS or error_id in _registry or error_id in _native_ids.values()
+
+
 def _remote_exception_class(error_id: str) -> type[QBrokerError] | None:
     known = _remote_classes.get(error_id)
     if known is not None:

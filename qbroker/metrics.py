@@ -1,67 +1,309 @@
-"""Opt-in Prometheus metrics for a unit: handled requests and alerts per endpoint and status, durations.
+"""Opt-in Prometheus metrics for a unit: what it handles, what it sends, its connection, its dead letters.
 
-``instrument(unit)`` hooks into the unit's ``handler_observers`` (one callback per finished handler:
-RPC requests and alert listeners). Nothing is counted unless a program asks for it, and the core does
-not import prometheus-client (``pip install qbroker[metrics]``). A unit with an HTTP server of its own
-renders ``generate_latest(registry)``; any other can call ``start_http_server(port, registry)``.
+``instrument(unit)`` adds one middleware (``Unit.use``, see qbroker.middleware): its ``handle`` link counts
+every request and alert the unit handles (status, duration, error id, running now), its ``send`` hook every
+call, cast, alert and gather the unit sends (outcome, call latency, error id, waiting now). It also hooks
+``unit.on_connected`` (connections up, reconnects) and the observers of the unit's dead-letter collector
+(dead requests answered). A unit that is not instrumented carries none of it: no link in its chains and
+no send hook around its calls. The core does not import prometheus-client (``pip install qbroker[metrics]``).
+A unit with an HTTP server of its own renders ``generate_latest(registry)``; any other can call ``serve``.
 
-Alert names come from the wire (a forged or per-job name such as ``spark.progress.<id>``), so labels are
-capped: past ``max_names`` distinct names, further ones are counted under ``other``.
+Every label set is bounded. Names come from the wire (a forged alert, a per-job ``spark.progress.<id>``):
+past ``max_names`` distinct names per family (handled, sent), further ones count under ``other``. Error
+ids count as themselves when the program defines them (``qbroker.errors.is_known_error_id``, or given in
+``error_ids``), anything a peer made up as ``other``; dead-letter reasons likewise (the broker's and
+qbroker's own). The metric names and labels are listed in docs/library.md.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import bisect
+import contextlib
+import itertools
+import time
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from qbroker.context import RequestContext
+from qbroker.errors import ErrorInfo, QBrokerError, is_known_error_id
+from qbroker.middleware import Middleware, Next, Outcome, Sending
 
 if TYPE_CHECKING:
+    from qbroker.transport import Connection
     from qbroker.unit import Unit
 
 OTHER = "other"
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# Why the dead-letter collector got a request: the broker's x-death reasons and qbroker's own (dead_letter.classify).
+DEAD_LETTER_REASONS = ("unroutable", "expired", "rejected", "maxlen", "delivery_limit", "poison",
+                       "retries_exhausted", "unknown")
+HANDLED_KINDS = ("rpc", "alert")
+WAITING_KINDS = ("call", "gather")  # sends that wait for replies
 
 
-class UnitMetrics:
-    """The library's own metrics for one or more units, on one registry."""
+class _Names:
+    """The first ``cap`` distinct names as themselves, every later one as ``other``."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, *, max_names: int = 200) -> None:
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.seen: set[str] = set()
+
+    def __call__(self, name: str) -> str:
+        if name in self.seen:
+            return name
+        if len(self.seen) >= self.cap:
+            return OTHER
+        self.seen.add(name)
+        return name
+
+
+class _Counts:
+    """A counter (``gauge``: a gauge) family's values by label values. Plain numbers, changed on the event loop
+    without a lock (prometheus-client's own metrics take one per update: 1-5 us each on this machine, most of
+    what metrics would cost a request); read by ``family`` at scrape time from a copy (one C-level call,
+    atomic under the GIL), so the HTTP thread never sees a value half written."""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str], kind: str = "counter") -> None:
+        self.name, self.documentation, self.labels, self.kind = name, documentation, tuple(labels), kind
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, key: tuple[str, ...], amount: float = 1.0) -> None:
+        values = self.values
+        values[key] = values.get(key, 0.0) + amount
+
+    def family(self, empty: bool = False) -> Metric:
+        cls = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
+        family = cls(self.name, self.documentation, labels=self.labels)
+        for key, value in ([] if empty else list(self.values.items())):
+            family.add_metric(key, value)
+        return family
+
+
+class _Timings:
+    """A histogram family's values: per label values one list of bucket counts (not cumulative; the last is
+    +Inf) followed by the sum, copied whole at scrape time, so count, buckets and sum agree."""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str], bounds: Sequence[float]) -> None:
+        self.name, self.documentation, self.labels = name, documentation, tuple(labels)
+        self.bounds = tuple(bounds)
+        self.le = [*(floatToGoString(b) for b in self.bounds), "+Inf"]
+        self.values: dict[tuple[str, ...], list[float]] = {}
+
+    def observe(self, key: tuple[str, ...], seconds: float) -> None:
+        row = self.values.get(key)
+        if row is None:
+            row = self.values[key] = [0.0] * (len(self.bounds) + 2)
+        row[bisect.bisect_left(self.bounds, seconds)] += 1  # the first bound >= seconds: le is inclusive
+        row[-1] += seconds
+
+    def family(self, empty: bool = False) -> Metric:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
+        for key, row in ([] if empty else list(self.values.items())):
+            counts = list(row)
+            family.add_metric(key, list(zip(self.le, itertools.accumulate(counts[:-1]), strict=True)), counts[-1])
+        return family
+
+
+class UnitMetrics(Collector):
+    """The library's own metrics for one or more units (of one event loop), on one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, max_names: int = 200,
+                 error_ids: Iterable[str] = ()) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.max_names = max_names
-        self._names: set[str] = set()
-        self.handled = Counter(
-            "qbroker_handled", "Requests and alerts handled, by endpoint (or alert name), kind and status",
-            ["endpoint", "kind", "status"], registry=self.registry)
-        self.errors = Counter(
-            "qbroker_handler_errors", "Handled messages whose status was error or fail",
-            ["endpoint", "kind", "status"], registry=self.registry)
-        self.duration = Histogram(
-            "qbroker_handler_duration_seconds", "Time spent in handlers, by endpoint and kind",
-            ["endpoint", "kind"], buckets=DURATION_BUCKETS, registry=self.registry)
+        self._handled_names = _Names(max_names)
+        self._sent_names = _Names(max_names)
+        self._error_ids = set(error_ids)
+        self.handled = _Counts("qbroker_handled", "Requests and alerts handled, by endpoint (or alert name), kind "
+                               "and status", ["endpoint", "kind", "status"])
+        self.handler_errors = _Counts("qbroker_handler_errors", "Handled messages whose status was error or fail",
+                                      ["endpoint", "kind", "status"])
+        self.duration = _Timings("qbroker_handler_duration_seconds", "Time to answer requests and alerts (built-in "
+                                 "links and handler), by endpoint and kind", ["endpoint", "kind"], DURATION_BUCKETS)
+        self.handlers_running = _Counts("qbroker_handlers_in_flight", "Requests and alerts being handled now, by "
+                                        "kind", ["kind"], "gauge")
+        self.sent = _Counts("qbroker_calls", "Calls, casts, alerts and gathers this unit sent, by name, kind and "
+                            "outcome status", ["endpoint", "kind", "status"])
+        self.call_duration = _Timings("qbroker_call_duration_seconds", "Calls from first send to reply or error "
+                                      "(retries included), by name", ["endpoint"], DURATION_BUCKETS)
+        self.calls_waiting = _Counts("qbroker_calls_in_flight", "Calls and gathers waiting for replies now, by kind",
+                                     ["kind"], "gauge")
+        self.errors = _Counts("qbroker_errors", "Errors by error id: side caller (what a call, cast, alert or gather "
+                              "ended with), side handler (what a request or alert was answered with)",
+                              ["side", "error_id"])
+        self.connections = _Counts("qbroker_connections", "Broker connections up (one per connected unit)", [],
+                                   "gauge")
+        self.reconnects = _Counts("qbroker_reconnects", "Broker connections re-established after a loss", [])
+        self.dead_letters_answered = _Counts("qbroker_dead_letters_answered", "Dead requests this unit's "
+                                             "dead-letter collector answered, by reason", ["reason"])
+        for kind in HANDLED_KINDS:  # the gauges are there (at 0) before anything happened
+            self.handlers_running.inc((kind,), 0)
+        for kind in WAITING_KINDS:
+            self.calls_waiting.inc((kind,), 0)
+        self.connections.inc((), 0)
+        self.reconnects.inc((), 0)
+        self._families = (self.handled, self.handler_errors, self.duration, self.handlers_running, self.sent,
+                          self.call_duration, self.calls_waiting, self.errors, self.connections, self.reconnects,
+                          self.dead_letters_answered)
+        self.registry.register(self)
 
-    def _label(self, endpoint: str) -> str:
-        if endpoint in self._names:
-            return endpoint
-        if len(self._names) >= self.max_names:
-            return OTHER
-        self._names.add(endpoint)
-        return endpoint
+    def describe(self) -> Iterable[Metric]:
+        return [family.family(empty=True) for family in self._families]
 
-    def observe(self, endpoint: str, kind: str, status: str, seconds: float) -> None:
-        name = self._label(endpoint)
-        self.handled.labels(name, kind, status).inc()
+    def collect(self) -> Iterable[Metric]:
+        return [family.family() for family in self._families]
+
+    def error_label(self, error_id: str) -> str:
+        if error_id in self._error_ids:
+            return error_id
+        if is_known_error_id(error_id):  # defined by this program: bounded, so remembered
+            self._error_ids.add(error_id)
+            return error_id
+        return OTHER
+
+    def observe(self, endpoint: str, kind: str, status: str, seconds: float, error_id: str | None = None) -> None:
+        """One request or alert handled (also a ``HandlerObserver``: ``unit.handler_observers.append``).
+        Once per request: the updates are written out, not calls of ``_Counts.inc``."""
+        name = endpoint if endpoint in self._handled_names.seen else self._handled_names(endpoint)
+        key = (name, kind, status)
+        handled = self.handled.values
+        handled[key] = handled.get(key, 0.0) + 1
         if status in ("error", "fail"):
-            self.errors.labels(name, kind, status).inc()
-        self.duration.labels(name, kind).observe(seconds)
+            self.handler_errors.inc(key)
+        if error_id is not None:
+            self.errors.inc(("handler", self.error_label(error_id)))
+        self.duration.observe((name, kind), seconds)
+
+    def observe_sent(self, sending: Sending, exc: BaseException | None, seconds: float) -> None:
+        """One call, cast, alert or gather done with: answered, sent, ended, or failed with ``exc``."""
+        error_id: str | None = None
+        if exc is None or isinstance(exc, GeneratorExit):  # GeneratorExit: a gather its caller left early
+            status = "ok" if sending.reply is None else sending.reply.status
+        elif isinstance(exc, QBrokerError):
+            status, error_id = exc.status, exc.id
+        elif isinstance(exc, asyncio.CancelledError):
+            status = "cancelled"
+        else:
+            status, error_id = "error", OTHER
+        name, kind = sending.name, sending.kind
+        if name not in self._sent_names.seen:
+            name = self._sent_names(name)
+        key = (name, kind, status)
+        sent = self.sent.values
+        sent[key] = sent.get(key, 0.0) + 1
+        if kind == "call":
+            self.call_duration.observe((name,), seconds)
+        if error_id is not None:
+            self.errors.inc(("caller", self.error_label(error_id)))
+
+    def observe_dead_letter(self, reason: str, error: QBrokerError) -> None:
+        self.dead_letters_answered.inc((reason if reason in DEAD_LETTER_REASONS else OTHER,))
+
+    def connected(self, connection: Connection) -> None:
+        """A unit's connection is up: counted until it closes."""
+        self.connections.inc(())
+        connection.close_callbacks.add(self._connection_closed)
+
+    def _connection_closed(self, *_: object) -> None:
+        self.connections.inc((), -1)
+
+
+class MetricsMiddleware(Middleware):
+    """``UnitMetrics`` as a middleware: outermost but for those added before it, so a request the built-ins
+    refuse (``deadline_passed``, ``poison_request``) counts too. A request handed on (re-published for a
+    retry or with its redelivery count) counts as ``handed_on``; its copy counts when handled."""
+
+    def __init__(self, metrics: UnitMetrics) -> None:
+        self.metrics = metrics
+
+    async def handle(self, call_next: Next, ctx: RequestContext, body: Any) -> Outcome:
+        running, key = self.metrics.handlers_running.values, (ctx.kind,)
+        running[key] = running.get(key, 0.0) + 1
+        started = time.perf_counter()
+        try:
+            result, error = await call_next(ctx, body)
+        except QBrokerError as exc:  # a link refused by raising: the request is answered with it
+            running[key] -= 1
+            self._observe(ctx, exc.to_info(), started)
+            raise
+        except BaseException:  # cancelled (a killed unit): nobody is answered, nothing to count
+            running[key] -= 1
+            raise
+        running[key] -= 1
+        self._observe(ctx, error, started)
+        return result, error
+
+    def _observe(self, ctx: RequestContext, error: ErrorInfo | None, started: float) -> None:
+        seconds = time.perf_counter() - started
+        if error is None:
+            status, failed = "ok", None
+        else:
+            status = error.status
+            failed = error.id if status in ("error", "fail") else None
+        self.metrics.observe(ctx.part or ctx.header.name or "", ctx.kind, "handed_on" if ctx.handed_on else status,
+                             seconds, failed)
+
+    def send(self, sending: Sending) -> contextlib.AbstractContextManager[None]:
+        return _Sent(self.metrics, sending)
+
+
+class _Sent(contextlib.AbstractContextManager[None]):
+    """One sent message while the unit waits for it (a call: until answered; a gather: until it ends)."""
+
+    __slots__ = ("metrics", "sending", "waits", "started")
+
+    def __init__(self, metrics: UnitMetrics, sending: Sending) -> None:
+        self.metrics = metrics
+        self.sending = sending
+        # the gauge's key for a call or gather (set at 0 from the start), None for what nobody waits for
+        self.waits = (sending.kind,) if sending.kind in WAITING_KINDS else None
+
+    def __enter__(self) -> None:
+        if self.waits:
+            waiting = self.metrics.calls_waiting.values
+            waiting[self.waits] += 1
+        self.started = time.perf_counter()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        seconds = time.perf_counter() - self.started
+        if self.waits:
+            self.metrics.calls_waiting.values[self.waits] -= 1
+        self.metrics.observe_sent(self.sending, exc, seconds)
 
 
 def instrument(unit: Unit, metrics: UnitMetrics | None = None) -> UnitMetrics:
-    """Count every handler this unit runs on ``metrics`` (a new registry when not given)."""
+    """Count what this unit handles and sends, its reconnects and dead letters on ``metrics`` (a new registry
+    when not given). Call it before ``unit.start()`` (later, the connection already up counts too)."""
     metrics = metrics or UnitMetrics()
-    unit.handler_observers.append(metrics.observe)
+    unit.use(MetricsMiddleware(metrics))
+    connected_before = unit.state != "new"
+    if unit.connection is not None and not unit.connection.is_closed:
+        metrics.connected(unit.connection)
+
+    async def connected(connection: Connection) -> None:
+        nonlocal connected_before
+        if connected_before:
+            metrics.reconnects.inc(())
+        connected_before = True
+        metrics.connected(connection)
+
+    unit.on_connected(connected)
+    if unit.dead_letters is not None:
+        unit.dead_letters.observers.append(metrics.observe_dead_letter)
     return metrics
 
 
-def serve(metrics: UnitMetrics, port: int, addr: str = "127.0.0.1") -> None:
-    """Expose ``metrics`` on ``http://addr:port/metrics`` from a background thread (units without HTTP)."""
-    start_http_server(port, addr=addr, registry=metrics.registry)
+def serve(metrics: UnitMetrics, port: int, addr: str = "127.0.0.1") -> WSGIServer:
+    """Expose ``metrics`` on ``http://addr:port/metrics`` from a background thread (units without HTTP);
+    port 0 takes a free one (``server.server_address[1]``), ``server.shutdown()`` stops it."""
+    server, _ = start_http_server(port, addr=addr, registry=metrics.registry)
+    return server

@@ -11,7 +11,7 @@ Order for a request from ``rpc_<name>``, outermost first (a link sees the outcom
     4. DeliveredNotice  the caller asked to know when a server picked its request up
     5. Retries          status ``error``: park a copy for a later try (endpoints with ``retries``)
     6. ``Unit.use(mw, inner=True)`` middlewares               around the handler alone
-    7. HandlerObservers ``unit.handler_observers`` (qbroker.metrics), when there are any
+    7. HandlerObservers ``unit.handler_observers`` (callbacks of one's own), when there are any
     8. the handler: ``run_handler`` (validation, timeout, exception -> error element)
 
 An alert (and a broadcast) runs 1, 6, 7, 8 per matching listener. The header and body are read before
@@ -28,6 +28,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Literal, SupportsIndex
 
 from qbroker.context import RequestContext
@@ -37,7 +38,7 @@ Outcome = tuple[Any, ErrorInfo | None]
 Next = Callable[[RequestContext, Any], Awaitable[Outcome]]
 SendKind = Literal["call", "cast", "alert", "gather"]
 HandlerObserver = Callable[[str, str, str, float], None]
-"""Called after each handler with (part, kind, status, seconds); e.g. qbroker.metrics."""
+"""Called after each handler with (part, kind, status, seconds); e.g. ``UnitMetrics.observe``."""
 
 
 def refuse(exc: QBrokerError, part: str) -> Outcome:
@@ -152,16 +153,46 @@ class MiddlewareStack:
                 chain = functools.partial(middleware.handle, chain)
         return chain
 
+    def sending(self, kind: SendKind, name: str) -> contextlib.AbstractContextManager[Sending]:
+        """The ``send`` hooks of every middleware around one sent message, first added outermost. A cast or
+        alert enters this whatever the stack holds: none and one hook go without an ExitStack (a
+        generator-based context with an ExitStack costs several microseconds a message)."""
+        senders = self.senders
+        if not senders:
+            return contextlib.nullcontext(Sending(kind, name))
+        if len(senders) == 1:
+            return _OneHook(senders[0], Sending(kind, name))
+        return self._stacked(Sending(kind, name))
+
     @contextlib.contextmanager
-    def sending(self, kind: SendKind, name: str) -> Iterator[Sending]:
-        """The ``send`` hooks of every middleware around one sent message, first added outermost."""
-        sending = Sending(kind, name)
+    def _stacked(self, sending: Sending) -> Iterator[Sending]:
         with contextlib.ExitStack() as stack:
             for middleware in self.senders:
                 hook = middleware.send(sending)
                 if hook is not None:
                     stack.enter_context(hook)
             yield sending
+
+
+class _OneHook(contextlib.AbstractContextManager[Sending]):
+    """The one middleware's ``send`` hook around a sent message (what an ExitStack of one would do)."""
+
+    __slots__ = ("middleware", "sending", "hook")
+
+    def __init__(self, middleware: Middleware, sending: Sending) -> None:
+        self.middleware = middleware
+        self.sending = sending
+        self.hook: contextlib.AbstractContextManager[None] | None = None
+
+    def __enter__(self) -> Sending:
+        hook = self.hook = self.middleware.send(self.sending)
+        if hook is not None:
+            hook.__enter__()
+        return self.sending
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool | None:
+        return self.hook.__exit__(exc_type, exc, tb) if self.hook is not None else None
 
 
 async def _unbuilt(ctx: RequestContext, body: Any) -> Outcome:

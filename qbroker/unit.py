@@ -53,7 +53,7 @@ class Unit:
         self.endpoints: dict[str, Endpoint] = {}
         self._alert_queue: Queue | None = None
         self.listeners: list[Listener] = []
-        # (part, kind, status, seconds) after each handler: the chain's HandlerObservers link (qbroker.metrics)
+        # (part, kind, status, seconds) after each handler: the chain's HandlerObservers link
         self.handler_observers = self.bus.middleware.observers
         self.state: State = "new"
         self._hooks: list[OnConnected] = []

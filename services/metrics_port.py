@@ -1,10 +1,10 @@
 """``--metrics-port``: a service's Prometheus metrics on an HTTP port of its own (prometheus-client).
 
 Opt-in, like the library's metrics: without the option nothing listens. The registry holds the service's
-own metrics and the library's (``qbroker.metrics.instrument``: handled, errors, durations). prometheus-client
-serves it from a thread, so a service never lets that thread read its state: it copies numbers into the
-registry from its own event loop (``refresh`` callbacks every ``REFRESH`` seconds) or updates them where
-they change.
+own metrics and the library's (``qbroker.metrics.instrument``: handled and sent, errors by id, durations,
+in flight, reconnects, dead letters answered). prometheus-client serves it from a thread, so a service
+never lets that thread read its state: it copies numbers into the registry from its own event loop
+(``refresh`` callbacks every ``REFRESH`` seconds) or updates them where they change.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from qbroker import Unit
 from qbroker.metrics import UnitMetrics, instrument
+from services.error_messages import MESSAGES
 
 log = structlog.get_logger("toposm.metrics")
 REFRESH = 1.0  # seconds between copies of a service's state into its gauges
@@ -55,9 +56,10 @@ class MetricsServer:
         return self.port is not None
 
     def instrument(self, unit: Unit) -> None:
-        """The library's handler metrics of this unit, on the same registry."""
+        """The library's metrics of this unit (qbroker.metrics) on the same registry; the services' error ids
+        (services/error_messages.py) are labels of their own."""
         if self.enabled:
-            instrument(unit, UnitMetrics(self.registry))
+            instrument(unit, UnitMetrics(self.registry, error_ids=MESSAGES))
 
     def start(self) -> None:
         if not self.enabled:

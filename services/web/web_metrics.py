@@ -1,5 +1,5 @@
 """``/metrics``: the bus as Prometheus sees it (mirrored from the status model at scrape time) plus this
-service's own counters (RPC calls it made, tiles it served) and the library's handler metrics."""
+service's own counters (RPC calls it made, tiles it served) and the library's metrics (qbroker.metrics)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from qbroker.metrics import UnitMetrics
+from services.error_messages import MESSAGES
 
 from .bounds import OTHER, top_n
 from .status import MAX_ZOOMS, StatusModel
@@ -80,7 +81,7 @@ class WebMetrics:
     def __init__(self, status: StatusModel) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(BusCollector(status))
-        self.library = UnitMetrics(self.registry)
+        self.library = UnitMetrics(self.registry, error_ids=MESSAGES)
         self.rpc_calls = Counter("toposm_web_rpc_calls", "RPC calls made by toposm-web, by endpoint and status",
                                  ["endpoint", "status"], registry=self.registry)
         self.render_duration = Histogram("toposm_render_duration_seconds",

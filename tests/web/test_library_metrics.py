@@ -1,4 +1,5 @@
-"""qbroker.metrics: a unit's handled requests and alerts, by endpoint and status, with durations."""
+"""qbroker.metrics: what a unit handles and sends (status, error id, durations, in flight), its reconnects and
+the dead requests its collector answers."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import asyncio
 import pytest
 
 from qbroker import RequestFailed
-from qbroker.metrics import OTHER, UnitMetrics, instrument
+from qbroker.errors import BadMessage, NoServer
+from qbroker.metrics import OTHER, UnitMetrics, instrument, serve
+from qbroker.testing import eventually
+from tests.prometheus_text import scrape, value
+
+HANG = 60.0  # a ceiling that only catches hangs
 
 
 async def test_handled_requests_and_alerts_are_counted(make_unit) -> None:
@@ -66,3 +72,104 @@ async def test_a_broken_observer_does_not_lose_the_reply(make_unit) -> None:
     await server.start()
     await client.start()
     assert await client.call("test.metrics.echo", {"text": "hi"}) == "hi"
+
+
+async def test_calls_errors_in_flight_reconnects_and_dead_letters(make_unit) -> None:
+    """Both sides of the library's metrics, read as Prometheus reads them (/metrics), on the real broker."""
+    server = await make_unit("test.metrics.server3")
+    release = asyncio.Event()
+
+    @server.rpc("test.metrics.slow")
+    async def slow() -> str:
+        await release.wait()
+        return "done"
+
+    @server.rpc("test.metrics.check")
+    async def check(n: int) -> int:
+        if n == -1:
+            raise RequestFailed("negative", "n must not be negative")
+        if n == -2:
+            raise RequestFailed("made_up_by_a_peer", "an id this program does not define")
+        if n == -3:
+            raise ValueError("three")
+        return n
+
+    @server.on_alert("test.metrics.census")
+    async def census() -> str:
+        return "here"
+
+    client = await make_unit("test.metrics.client3", max_body_bytes=10_000)
+    assert not client.bus.middleware.senders  # an uninstrumented unit: no send hook on its calls
+    metrics = UnitMetrics(error_ids=["negative"])  # one registry for both units: side tells them apart
+    instrument(server, metrics)
+    instrument(client, metrics)
+    await server.start()
+    await client.start()
+    http = serve(metrics, 0)
+    port = http.server_address[1]
+    try:
+        waiting = asyncio.ensure_future(client.call("test.metrics.slow", timeout=HANG))
+
+        def both_in_flight() -> bool:
+            text = scrape(port)
+            return value(text, 'qbroker_calls_in_flight{kind="call"}') == 1 and \
+                value(text, 'qbroker_handlers_in_flight{kind="rpc"}') == 1
+
+        await eventually(both_in_flight, HANG, 0.05)
+        release.set()
+        assert await waiting == "done"
+        assert await client.call("test.metrics.check", {"n": 2}) == 2
+        for n, error in ((-1, RequestFailed), (-2, RequestFailed), (-3, ValueError)):
+            with pytest.raises(error):
+                await client.call("test.metrics.check", {"n": n})
+        with pytest.raises(NoServer):  # answered by a dead-letter collector (both units run one)
+            await client.call("test.metrics.nobody")
+        with pytest.raises(BadMessage):  # refused before it leaves: over the client's max_body_bytes
+            await client.call("test.metrics.check", {"n": 1, "pad": "x" * 20_000})
+        await client.cast("test.metrics.check", {"n": 3})
+        await client.alert("test.metrics.census-unheard", {})
+        assert [reply.body async for reply in client.gather("test.metrics.census", max_replies=1, timeout=HANG)] == \
+            ["here"]
+
+        def settled() -> str | None:
+            text = scrape(port)
+            handled = value(text, 'qbroker_handled_total{endpoint="test.metrics.check",kind="rpc",status="ok"}')
+            return text if handled == 2 else None  # the call and the cast
+
+        text = await eventually(settled, HANG, 0.05)
+        calls = 'qbroker_calls_total{endpoint="test.metrics.%s",kind="%s",status="%s"}'
+        assert value(text, calls % ("slow", "call", "ok")) == 1
+        assert value(text, calls % ("check", "call", "ok")) == 1
+        assert value(text, calls % ("check", "call", "fail")) == 3  # negative, made up, too large
+        assert value(text, calls % ("check", "call", "error")) == 1  # ValueError
+        assert value(text, calls % ("nobody", "call", "fail")) == 1
+        assert value(text, calls % ("check", "cast", "ok")) == 1
+        assert value(text, calls % ("census-unheard", "alert", "ok")) == 1
+        assert value(text, calls % ("census", "gather", "ok")) == 1
+        assert value(text, 'qbroker_call_duration_seconds_count{endpoint="test.metrics.check"}') == 5
+        assert value(text, 'qbroker_calls_in_flight{kind="call"}') == 0
+        assert value(text, 'qbroker_calls_in_flight{kind="gather"}') == 0
+        assert value(text, 'qbroker_handlers_in_flight{kind="rpc"}') == 0
+        errors = 'qbroker_errors_total{error_id="%s",side="%s"}'
+        for side in ("caller", "handler"):
+            assert value(text, errors % ("negative", side)) == 1  # given in error_ids
+            assert value(text, errors % ("other", side)) == 1  # made up: not a label of its own
+            assert value(text, errors % ("python.ValueError", side)) == 1
+        assert value(text, errors % ("no_server", "caller")) == 1
+        assert value(text, errors % ("too_large", "caller")) == 1
+        assert "made_up_by_a_peer" not in text
+        assert value(text, 'qbroker_dead_letters_answered_total{reason="unroutable"}') == 1
+        assert value(text, "qbroker_connections") == 2
+        assert value(text, "qbroker_reconnects_total") == 0
+
+        # A broken connection (the supervisor's own lever: rabbitmqctl takes seconds per call here).
+        client.bus.supervisor.lose(ConnectionError("dropped by the test"))
+
+        def reconnected() -> bool:
+            text = scrape(port)
+            return value(text, "qbroker_reconnects_total") == 1 and value(text, "qbroker_connections") == 2
+
+        await eventually(reconnected, HANG, 0.05)
+    finally:
+        http.shutdown()
+        http.server_close()
