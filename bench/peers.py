@@ -12,6 +12,7 @@ alerts. The figures that count are the ratios of qbroker to a peer *within a rou
 machine is shared and its speed drifts between rounds; the JSON gives their median and range.
 
     .venv/bin/python bench/peers.py [--quick] [--rounds 5] [--calls 200] [--variants same,two]
+    .venv/bin/python bench/peers.py --contenders qbroker,qbroker_metrics --plot ''   # what metrics cost
     .venv/bin/pip install -e '.[bench]'   # FastStream, matplotlib, uvloop
 """
 
@@ -113,7 +114,7 @@ def _serve_all_process(urls: dict[str, str], loop: str, ready: Event, stop: Even
         delivered.put((run, time.perf_counter()))
 
     async def main() -> None:
-        stops = [await c.serve(urls[name]) for name, c in CONTENDERS.items()]
+        stops = [await c.serve(urls[name]) for name, c in CONTENDERS.items() if name in urls]  # --contenders
         stops += [await o.listen(urls["alerts:" + name], done) for name, o in ONE_WAY.items()]
         ready.set()
         while not stop.is_set():
@@ -240,7 +241,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=256, help="alerts awaiting their confirm at a time")
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--variants", default="same,two", help="same (one process), two (servers apart)")
-    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--contenders", default=",".join(c for c in CONTENDERS if c != "qbroker_metrics"),
+                        help="default: all but qbroker_metrics (not a peer: the library instrumented)")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop", help="in every process")
     parser.add_argument("--plot", default=str(ROOT / "docs" / "img" / "peers.png"), help="PNG ('' for none)")
     parser.add_argument("--output", default="", help="also write the JSON here")

@@ -6,6 +6,8 @@ collide and nothing is left behind. ``serve(url)`` starts an echo server and ret
 the calls the same way for everyone (same workers, same clock), so only the client and server differ.
 
 - ``qbroker``: ``Unit.call`` to ``@unit.rpc`` (prefetch 256), the library as users get it.
+- ``qbroker_metrics``: not a peer; ``qbroker`` with both units instrumented (``qbroker.metrics``): what the
+  library's Prometheus metrics cost a call.
 - ``aio_pika_rpc``: ``aio_pika.patterns.RPC`` (its own reply queue, confirms on, pickle bodies).
 - ``faststream``: ``RabbitBroker.request()`` to a ``@broker.subscriber`` (direct reply-to).
 - ``floor_seed``: raw aiormq with the seed's structure: a topic request exchange, a direct reply exchange
@@ -38,6 +40,7 @@ from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
 from qbroker import Config, Unit
+from qbroker.metrics import instrument
 
 PAYLOAD: dict[str, Any] = {"text": "hello", "n": 1}
 PAYLOAD_BYTES = orjson.dumps(PAYLOAD)
@@ -54,8 +57,10 @@ class Contender:
 
 # -- qbroker -------------------------------------------------------------------------------------------
 
-async def _qbroker_serve(url: str) -> Stop:
+async def _qbroker_serve(url: str, *, metrics: bool = False) -> Stop:
     unit = Unit("bench.server", config=Config(url=url))
+    if metrics:
+        instrument(unit)
 
     @unit.rpc("bench.echo", prefetch=256)
     async def echo(body: object) -> object:
@@ -65,14 +70,24 @@ async def _qbroker_serve(url: str) -> Stop:
     return unit.stop
 
 
-async def _qbroker_connect(url: str) -> tuple[Call, Stop]:
+async def _qbroker_connect(url: str, *, metrics: bool = False) -> tuple[Call, Stop]:
     unit = Unit("bench.client", config=Config(url=url))
+    if metrics:
+        instrument(unit)
     await unit.start()
 
     def call() -> Awaitable[object]:
         return unit.call("bench.echo", PAYLOAD, timeout=60)
 
     return call, unit.stop
+
+
+async def _qbroker_metrics_serve(url: str) -> Stop:
+    return await _qbroker_serve(url, metrics=True)
+
+
+async def _qbroker_metrics_connect(url: str) -> tuple[Call, Stop]:
+    return await _qbroker_connect(url, metrics=True)
 
 
 # -- aio-pika patterns.RPC ---------------------------------------------------------------------------
@@ -343,6 +358,7 @@ async def _wire_connect(url: str) -> tuple[Call, Stop]:
 CONTENDERS: dict[str, Contender] = {
     c.name: c for c in (
         Contender("qbroker", _qbroker_serve, _qbroker_connect),
+        Contender("qbroker_metrics", _qbroker_metrics_serve, _qbroker_metrics_connect),
         Contender("aio_pika_rpc", _aio_pika_serve, _aio_pika_connect),
         Contender("faststream", _faststream_serve, _faststream_connect),
         Contender("floor_seed", _floor_seed_serve, _floor_seed_connect),

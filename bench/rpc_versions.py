@@ -1,13 +1,14 @@
 """qbroker against an older qbroker and the seed-structured floor, in one run; prints JSON.
 
-    .venv/bin/python bench/rpc_versions.py --old 0438d47 [--rounds 3] [--calls 3000] [--levels 1,64]
+    .venv/bin/python bench/rpc_versions.py --old 0438d47 [--rounds 3] [--calls 3000] [--levels 1,64] [--metrics]
 
 Two versions of one package cannot share a process, so every measurement runs in a fresh process (this
 script again, with ``--child``): the old library comes from ``git archive <old> qbroker bench`` in a
 temporary directory, put first on ``sys.path``. In each round every level measures old, new and
 ``floor_seed`` (bench/peers_rpc.py) one after the other, each in its own throwaway vhost, with the echo
 server and the client on one uvloop (as issue 14 measured). Figures: calls/s and the process's CPU time
-per call; the ratios that count are taken within a round.
+per call; the ratios that count are taken within a round. ``--metrics`` adds ``new_metrics``: the new
+library with both units instrumented (``qbroker.metrics``, bench/peers_rpc.py's ``qbroker_metrics``).
 """
 
 from __future__ import annotations
@@ -83,10 +84,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--levels", default="1,64")
+    parser.add_argument("--metrics", action="store_true", help="also measure the new library instrumented")
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
+    variants = [("old", "qbroker"), ("new", "qbroker"), *([("new_metrics", "qbroker_metrics")] if args.metrics else []),
+                ("floor_seed", "floor_seed")]
     samples: dict[str, dict[str, list[dict[str, float]]]] = {
-        str(level): {"old": [], "new": [], "floor_seed": []} for level in levels}
+        str(level): {variant: [] for variant, _ in variants} for level in levels}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as old_tree:
         archive = subprocess.run(["git", "archive", args.old, "qbroker", "bench"], cwd=ROOT, capture_output=True,
@@ -94,11 +98,10 @@ def main() -> None:
         subprocess.run(["tar", "-x", "-C", old_tree], input=archive.stdout, check=True)
         for round_no in range(args.rounds):
             for level in levels:
-                for variant, tree, contender in (("old", old_tree, "qbroker"), ("new", str(ROOT), "qbroker"),
-                                                 ("floor_seed", str(ROOT), "floor_seed")):
-                    result = _measure(tree, contender, args.calls, level)
+                for variant, contender in variants:
+                    result = _measure(old_tree if variant == "old" else str(ROOT), contender, args.calls, level)
                     samples[str(level)][variant].append(result)
-                    print(f"round {round_no + 1} level {level:>3} {variant:<10} {result['calls_per_s']:7.0f} calls/s "
+                    print(f"round {round_no + 1} level {level:>3} {variant:<11} {result['calls_per_s']:7.0f} calls/s "
                           f"{result['cpu_us_per_call']:5.0f} us CPU per call", file=sys.stderr)
     summary: dict[str, Any] = {}
     for level, by_variant in samples.items():
@@ -113,7 +116,15 @@ def main() -> None:
                 [n["calls_per_s"] / f["calls_per_s"] for n, f in zip(new, floor, strict=True)]),
             "old/floor_seed calls_per_s": _median_range(
                 [o["calls_per_s"] / f["calls_per_s"] for o, f in zip(old, floor, strict=True)]),
+            "new/old cpu_us_per_call": _median_range(
+                [n["cpu_us_per_call"] / o["cpu_us_per_call"] for n, o in zip(new, old, strict=True)]),
         }
+        if "new_metrics" in by_variant:
+            metered = by_variant["new_metrics"]
+            summary[level]["new_metrics/new calls_per_s"] = _median_range(
+                [m["calls_per_s"] / n["calls_per_s"] for m, n in zip(metered, new, strict=True)])
+            summary[level]["new_metrics/new cpu_us_per_call"] = _median_range(
+                [m["cpu_us_per_call"] / n["cpu_us_per_call"] for m, n in zip(metered, new, strict=True)])
     print(json.dumps({"old": args.old, "new": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                                              capture_output=True, text=True).stdout.strip(),
                       "calls": args.calls, "rounds": args.rounds, "load_before": load_before,

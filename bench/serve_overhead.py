@@ -1,12 +1,13 @@
 """The server's CPU per request in ``rpc.serve_request``, an older qbroker against this one; prints JSON.
 
-    .venv/bin/python bench/serve_overhead.py --old 11a40a1 [--rounds 7] [--requests 20000]
+    .venv/bin/python bench/serve_overhead.py --old 11a40a1 [--rounds 7] [--requests 20000] [--metrics]
 
 The RPC hot path without the broker, whose noise on a shared machine hides a few percent: a real
 ``Bus`` (not connected; its reply and ack are no-ops) serves a realistic request (header with deadline,
 JSON body, a handler with two validated parameters) ``--requests`` times. Each measurement runs in a fresh
 process (this script with ``--child``), old and new alternating within a round; the ratio that counts is
-taken within a round (docs/performance.md, issue 24).
+taken within a round (docs/performance.md, issue 24). ``--metrics`` adds ``new_metrics``: the new library
+with the bus's middleware holding qbroker.metrics' link (what ``instrument(unit)`` adds to a server).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _child(tree: str, requests: int) -> None:
+def _child(tree: str, requests: int, metrics: bool) -> None:
     sys.path.insert(0, tree)
 
     import orjson
@@ -61,6 +62,10 @@ def _child(tree: str, requests: int) -> None:
             return None
 
         bus.send_reply = send_reply  # type: ignore[method-assign]
+        if metrics:
+            from qbroker.metrics import MetricsMiddleware, UnitMetrics
+
+            bus.middleware.use(MetricsMiddleware(UnitMetrics()))
         endpoint = Endpoint(name="bench.echo", options=EndpointOptions())
         endpoint.handler = Handler(echo, "bench.echo")
         for _ in range(1000):  # warm up
@@ -76,36 +81,50 @@ def _child(tree: str, requests: int) -> None:
     print(json.dumps(uvloop.run(main())))
 
 
-def _measure(tree: str, requests: int) -> float:
+def _measure(tree: str, requests: int, metrics: bool = False) -> float:
     env = {**os.environ, "QBROKER_LOG_LEVEL": "WARNING", "PYTHONPATH": ""}
-    out = subprocess.run([sys.executable, __file__, "--child", tree, str(requests)], capture_output=True,
-                         text=True, env=env, timeout=600, check=True)
+    out = subprocess.run([sys.executable, __file__, "--child", tree, str(requests), str(int(metrics))],
+                         capture_output=True, text=True, env=env, timeout=600, check=True)
     return float(json.loads(out.stdout.strip().splitlines()[-1])["cpu_us_per_request"])
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        _child(sys.argv[2], int(sys.argv[3]))
+        _child(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1")
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--old", required=True, help="the commit whose qbroker to compare with")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=20000)
+    parser.add_argument("--metrics", action="store_true", help="also measure the new library instrumented")
     args = parser.parse_args()
     old_us: list[float] = []
     new_us: list[float] = []
+    metered_us: list[float] = []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as old_tree:
         archive = subprocess.run(["git", "archive", args.old, "qbroker"], cwd=ROOT, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", old_tree], input=archive.stdout, check=True)
         for round_no in range(args.rounds):
-            order = [("old", old_tree), ("new", str(ROOT))]
+            order = [("old", old_tree, old_us), ("new", str(ROOT), new_us)]
+            if args.metrics:
+                order.append(("new_metrics", str(ROOT), metered_us))
             if round_no % 2:
-                order.reverse()  # neither always goes first
-            for variant, tree in order:
-                (old_us if variant == "old" else new_us).append(_measure(tree, args.requests))
-            print(f"round {round_no + 1}: old {old_us[-1]:.1f} us, new {new_us[-1]:.1f} us", file=sys.stderr)
+                order.reverse()  # none always goes first
+            for variant, tree, results in order:
+                results.append(_measure(tree, args.requests, variant == "new_metrics"))
+            print(f"round {round_no + 1}: old {old_us[-1]:.1f} us, new {new_us[-1]:.1f} us"
+                  + (f", new_metrics {metered_us[-1]:.1f} us" if args.metrics else ""), file=sys.stderr)
     ratios = [n / o for n, o in zip(new_us, old_us, strict=True)]
+    metered: dict[str, object] = {}
+    if args.metrics:
+        metered_ratios = [m / n for m, n in zip(metered_us, new_us, strict=True)]
+        metered = {
+            "new_metrics_cpu_us_per_request": _spread(metered_us, 2),
+            "new_metrics/new cpu": _spread(metered_ratios, 3),
+            "new_metrics/new cpu of the fastest runs": round(min(metered_us) / min(new_us), 3),
+            "new_metrics - new us of the fastest runs": round(min(metered_us) - min(new_us), 2),
+        }
     print(json.dumps({
         "old": args.old, "requests": args.requests, "rounds": args.rounds, "nproc": os.cpu_count(),
         "load_before": load_before, "load_after": os.getloadavg(),
@@ -118,7 +137,13 @@ def main() -> None:
         # On a loaded machine other processes only ever add CPU time (cache, frequency): the least of
         # each side is the closest to its own cost.
         "new/old cpu of the fastest runs": round(min(new_us) / min(old_us), 3),
+        **metered,
     }, indent=2))
+
+
+def _spread(values: list[float], digits: int) -> dict[str, float]:
+    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits)}
 
 
 if __name__ == "__main__":
