@@ -169,7 +169,7 @@ def main() -> None:
         parser.error("--instructions needs --old COMMIT")
     os.environ.setdefault("QBROKER_LOG_LEVEL", "WARNING")
     sys.path.insert(0, str(ROOT))
-    from tests.broker import create_vhost, delete_vhost, url_for_vhost
+    from harness.broker import create_vhost, delete_vhost, url_for_vhost
 
     vhosts = [create_vhost("qbroker-metrics-bench") for _ in VARIANTS] if args.transport == "rabbitmq" else []
     urls = {name: url_for_vhost(vhost) for name, vhost in zip(VARIANTS, vhosts, strict=True)} if vhosts else \

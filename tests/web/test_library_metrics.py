@@ -7,13 +7,11 @@ import asyncio
 
 import pytest
 
+from harness import HANG, eventually
 from qbroker import RequestFailed
 from qbroker.errors import BadMessage, NoServer
 from qbroker.metrics import OTHER, UnitMetrics, instrument, serve
-from qbroker.testing import eventually
 from tests.prometheus_text import scrape, value
-
-HANG = 60.0  # a ceiling that only catches hangs
 
 
 async def test_handled_requests_and_alerts_are_counted(make_unit) -> None:
@@ -115,7 +113,7 @@ async def test_calls_errors_in_flight_reconnects_and_dead_letters(make_unit) -> 
             return value(text, 'qbroker_calls_in_flight{kind="call"}') == 1 and \
                 value(text, 'qbroker_handlers_in_flight{kind="rpc"}') == 1
 
-        await eventually(both_in_flight, HANG, 0.05)
+        await eventually(both_in_flight)
         release.set()
         assert await waiting == "done"
         assert await client.call("test.metrics.check", {"n": 2}) == 2
@@ -136,7 +134,7 @@ async def test_calls_errors_in_flight_reconnects_and_dead_letters(make_unit) -> 
             handled = value(text, 'qbroker_handled_total{endpoint="test.metrics.check",kind="rpc",status="ok"}')
             return text if handled == 2 else None  # the call and the cast
 
-        text = await eventually(settled, HANG, 0.05)
+        text = await eventually(settled)
         calls = 'qbroker_calls_total{endpoint="test.metrics.%s",kind="%s",status="%s"}'
         assert value(text, calls % ("slow", "call", "ok")) == 1
         assert value(text, calls % ("check", "call", "ok")) == 1
@@ -169,7 +167,7 @@ async def test_calls_errors_in_flight_reconnects_and_dead_letters(make_unit) -> 
             text = scrape(port)
             return value(text, "qbroker_reconnects_total") == 1 and value(text, "qbroker_connections") == 2
 
-        await eventually(reconnected, HANG, 0.05)
+        await eventually(reconnected)
     finally:
         http.shutdown()
         http.server_close()
