@@ -150,3 +150,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     outcome = yield
     rep = outcome.get_result()
     setattr(item, "rep_" + rep.when, rep)
+
+
+async def alert_listener(tb: TileBus, name: str) -> list[str]:
+    """Bodies heard on qbroker's ``alert`` exchange under ``name`` (a unit stopped with the bus)."""
+    heard: list[str] = []
+    listener = Unit(f"test.listener.{name}", config=Config(url=tb.url))
+
+    @listener.on_alert(name)
+    async def on_alert(body: str) -> None:
+        heard.append(body)
+
+    await listener.start()
+    tb.units.append(listener)
+    return heard

@@ -115,3 +115,18 @@ async def wait_for_message(queue: AbstractQueue, timeout: float = 20.0) -> Abstr
             return message
     raise AssertionError("no message")
 
+
+
+async def osm_listener(exchange: AbstractExchange, routing_key: str) -> list[str]:
+    """Bodies heard on ``osm`` under ``routing_key``, as a seed program hears them (its own exclusive
+    queue, bound to that key only)."""
+    heard: list[str] = []
+    queue = await exchange.channel.declare_queue("", exclusive=True)
+    await queue.bind(exchange, routing_key=routing_key)
+
+    async def on_message(message: AbstractIncomingMessage) -> None:
+        async with message.process():
+            heard.append(message.body.decode())
+
+    await queue.consume(on_message)
+    return heard

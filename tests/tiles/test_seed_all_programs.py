@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import aio_pika
-from aio_pika.abc import AbstractIncomingMessage
 
 from harness import eventually
 from qbroker import Config, Unit
@@ -16,8 +15,8 @@ from services.spark_bridge.service import SparkBridge
 from services.tiles.renderer.process import RendererProcess
 from services.tiles.renderer.settings import RendererSettings
 
-from .conftest import TileBus, stats, wait_renderers
-from .seed_programs import ask, osm_client, osm_wire_ready
+from .conftest import TileBus, alert_listener, stats, wait_renderers
+from .seed_programs import ask, osm_client, osm_listener, osm_wire_ready
 
 ONLINE = b'{"command": "queuemaster online"}'
 
@@ -27,26 +26,10 @@ async def test_the_expire_command_is_heard_on_both_wires_once(bus: TileBus) -> N
     `osm`) is published there on both wires, once each, and not taken again by the queuemaster itself."""
     bus.queuemaster()
     client = await bus.client()
-    heard_on_alert: list[str] = []
-    listener = Unit("test.expire.alert", config=Config(url=bus.url))
-
-    @listener.on_alert("expire_toposm")
-    async def on_alert(body: str) -> None:
-        heard_on_alert.append(body)
-
-    await listener.start()
-    bus.units.append(listener)
+    heard_on_alert = await alert_listener(bus, "expire_toposm")
     connection, exchange, replies = await osm_client(bus.url)
     try:
-        seed_listener = await exchange.channel.declare_queue("", exclusive=True)
-        await seed_listener.bind(exchange, routing_key="expire_toposm")
-        heard_on_osm: list[str] = []
-
-        async def on_osm(message: AbstractIncomingMessage) -> None:
-            async with message.process():
-                heard_on_osm.append(message.body.decode())
-
-        await seed_listener.consume(on_osm)
+        heard_on_osm = await osm_listener(exchange, "expire_toposm")  # bound to expire_toposm on osm only
         await osm_wire_ready(connection)
         answer = await client.call("toposm.queuemaster", {"command": "expire", "tiles": "9/10/20;9/11/21"},
                                    timeout=10)

@@ -5,10 +5,9 @@ import asyncio
 import aio_pika
 
 from harness import eventually
-from qbroker import Config, Unit
 
-from .conftest import stats, wait_renderers
-from .seed_programs import SeedRenderThread, ask, osm_client, osm_wire_ready
+from .conftest import alert_listener, stats, wait_renderers
+from .seed_programs import SeedRenderThread, ask, osm_client, osm_listener, osm_wire_ready
 
 
 async def _counter(client, name):
@@ -106,26 +105,10 @@ async def test_expirations_reach_both_wires_once(bus):
     other wire's listeners too, once (relayed by the queuemaster, never back), and is taken once."""
     bus.queuemaster()
     client = await bus.client()
-    heard_on_alert: list[str] = []
-    listener = Unit("test.expire.alert", config=Config(url=bus.url))
-
-    @listener.on_alert("expire_toposm")
-    async def on_alert(body: str) -> None:
-        heard_on_alert.append(body)
-
-    await listener.start()
-    bus.units.append(listener)
+    heard_on_alert = await alert_listener(bus, "expire_toposm")
     connection, exchange, _ = await osm_client(bus.url)
     try:
-        seed_listener = await exchange.channel.declare_queue("", exclusive=True)
-        await seed_listener.bind(exchange, routing_key="expire_toposm")  # bound to expire_toposm on osm only
-        heard_on_osm: list[str] = []
-
-        async def on_osm(message):
-            async with message.process():
-                heard_on_osm.append(message.body.decode())
-
-        await seed_listener.consume(on_osm)
+        heard_on_osm = await osm_listener(exchange, "expire_toposm")  # bound to expire_toposm on osm only
         await osm_wire_ready(connection)
         await exchange.publish(aio_pika.Message(b"9/10/20;9/11/21"), routing_key="expire_toposm")  # seed producer
         await client.alert("expire_toposm", "10/1/2", content_type="text/plain")  # alert-only producer
