@@ -48,11 +48,10 @@ def _descriptor(stream: TextIO) -> int | None:
         return None
 
 
-def _silence(stream: TextIO) -> None:
+def _silence(fd: int | None) -> None:
     """Point a broken pipe's descriptor at /dev/null: every later write of anyone (stdlib logging, the
     interpreter's flush at exit) then succeeds quietly instead of raising or printing about it. A pipe
     whose reader is gone never comes back, so nothing is lost that could have been written."""
-    fd = _descriptor(stream)
     if fd is None:
         return
     with contextlib.suppress(OSError):
@@ -97,11 +96,7 @@ class _PipeWriter:
                     _count_dropped()
             except BrokenPipeError:
                 _count_dropped()
-                with contextlib.suppress(OSError):
-                    devnull = os.open(os.devnull, os.O_WRONLY)
-                    os.dup2(devnull, self.fd)
-                    os.close(devnull)
-                    _silenced.add(self.fd)
+                _silence(self.fd)
             except OSError:
                 _count_dropped()
             finally:
@@ -175,7 +170,7 @@ class DroppingLogger:
                 stream.flush()
             except BrokenPipeError:
                 _dropped += 1
-                _silence(stream)
+                _silence(_descriptor(stream))
             except (OSError, ValueError):  # EIO, ENOSPC (may pass later: keep trying), a closed stream
                 _dropped += 1
 
