@@ -13,7 +13,7 @@ import pytest
 from tests.cli.helpers import QBROKER, cli_env, run_cli
 from tests.spark_bridge.conftest import bridge, spark  # noqa: F401 - the bridge's own fixtures
 
-pytestmark = pytest.mark.usefixtures("bridge")
+pytestmark = [pytest.mark.usefixtures("bridge"), pytest.mark.heavy]  # a Spark bridge
 
 
 def render_log(path: Path) -> Path:

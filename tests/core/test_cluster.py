@@ -17,7 +17,7 @@ from harness import HANG, eventually
 from harness.rabbitmq_cluster import Cluster, start_cluster, stop_cluster
 from qbroker import Config, RequestContext, Unit
 
-pytestmark = pytest.mark.rabbitmq_only
+pytestmark = [pytest.mark.rabbitmq_only, pytest.mark.heavy]  # three RabbitMQ nodes
 NAME = "test.cluster.work"
 ECHO = "test.cluster.echo"
 
