@@ -8,14 +8,14 @@ again). Each run applies its diffs to copies of them.
 
 Then, warm (the stores' files read once into the page cache, as on a server that has been serving them;
 one warm-up diff per K), one in-process Spark bridge over all the stores times the same ~1,000-object diff
-(600 node moves, 300 way tag edits, 100 new nodes over all copies, no two sharing a way or relation; a new
-seed and the next sequence each run) from the ``spark.expire`` call (store, sequence, wait) to its reply,
-the K's taking turns so that the machine's load falls on all of them alike, with the job's seconds per
-phase. Between two diffs the bench lets the bridge's background work finish (the sea refresh after a
-coastline edit) and then waits ``--gap`` seconds, as a minutely replication leaves a minute between
-them. Then it
-renders a fixed set of metatiles (z15-z17 over copy 0, which every K has, alone in view) from every K's
-store with the Mapnik backend the renderers use. Ratios are to the first K of the same run.
+(600 node moves, 300 way tag edits, 100 new nodes over all copies, none sharing a way or relation with
+another in its copy; a new seed and the next sequence each run) from the ``spark.expire`` call (store,
+sequence, wait) to its reply, the K's taking turns so that the machine's load falls on all of them alike,
+with the job's seconds per phase. Between two diffs the bench lets the bridge's background work finish
+(the sea refresh after a coastline edit) and then waits ``--gap`` seconds, as a minutely replication
+leaves a minute between them. Then it renders a fixed set of metatiles (z15-z17 over copy 0, which every
+K has, alone in view) from every K's store with the Mapnik backend the renderers use. Ratios are to the
+first K of the same run.
 
     .venv/bin/python bench/osm_scale.py --k 1,10,50,200 [--runs 5] [--cache DIR] [--rebuild] [--import-only]
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -88,80 +90,132 @@ def import_store(extract: Path, store: Path) -> dict[str, Any]:
             "geometry_mb": round(du(store / "geometry") / 1e6, 1)}
 
 
-async def time_diffs(stores: dict[int, Path], scales: dict[int, Scale], work: Path, runs: int, gap: float,
-                     url: str) -> dict[int, list[dict[str, Any]]]:
+def cached_stores(ks: list[int], cache: Path, rebuild: bool = False
+                  ) -> tuple[dict[int, Scale], dict[int, Path], dict[int, dict[str, Any]]]:
+    """Each K's scale, imported store and import record: from ``cache`` when there, else generated and
+    imported into it (the record says how long that took)."""
+    extract = ROOT / subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True,
+                                    text=True, check=True).stdout.strip() / "Helsinki.osm.pbf"
+    cache.mkdir(parents=True, exist_ok=True)
+    src = read_source(extract)
+    scales = {k: Scale(src, k) for k in ks}
+    stores: dict[int, Path] = {}
+    rows: dict[int, dict[str, Any]] = {}
+    for k in ks:
+        stores[k] = cache / f"store-x{k}"
+        record = cache / f"store-x{k}.json"
+        if not rebuild and record.is_file() and stores[k].is_dir():
+            rows[k] = json.loads(record.read_text())
+            continue
+        pbf = cache / f"helsinki-x{k}.osm.pbf"
+        started = time.perf_counter()
+        scales[k].write_pbf(pbf)
+        rows[k] = {"k": k, "generate_seconds": round(time.perf_counter() - started, 2),
+                   "pbf_mb": round(pbf.stat().st_size / 1e6, 1), "load_avg": os.getloadavg()}
+        rows[k].update(import_store(pbf, stores[k]))
+        record.write_text(json.dumps(rows[k]))
+        print(json.dumps(rows[k]), file=sys.stderr)
+    return scales, stores, rows
+
+
+@contextlib.asynccontextmanager
+async def running_bridge(stores: list[Path], work: Path, url: str,
+                         driver_lookup_bytes: int | None = None) -> AsyncIterator[tuple[Any, Any]]:
+    """An in-process bridge over ``stores`` (``local[2]``, no tile limits; ``driver_lookup_bytes``: the
+    bridge's ``--driver-lookup-mib``, default its own) and a client timing its calls."""
     # Imported here: generating and importing (--import-only) needs no Spark.
     from osm_expire import TimedExpire
 
     from services.spark_bridge.limits import BridgeLimits
     from services.spark_bridge.service import SparkBridge
     from services.spark_bridge.spark_session import build_session
+    from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 
     spark = build_session("local[2]", "bench-osm-scale", {"spark.sql.shuffle.partitions": "4",
                                                           "spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     bridge_unit = Unit(SPARK_BRIDGE, config=Config(url=url))
     client = TimedExpire(url)
-    bridge = SparkBridge(bridge_unit, spark, work / "state", max_jobs=1, input_roots=[work],
-                         stores=list(stores.values()),
-                         limits=BridgeLimits(max_tiles=10**9, max_tiles_per_geometry=10**9))
+    bridge = SparkBridge(bridge_unit, spark, work / "state", max_jobs=1, input_roots=[work], stores=stores,
+                         limits=BridgeLimits(max_tiles=10**9, max_tiles_per_geometry=10**9),
+                         driver_lookup_bytes=DRIVER_LOOKUP_BYTES if driver_lookup_bytes is None
+                         else driver_lookup_bytes)
     await bridge_unit.start()
     await client.unit.start()
-    out: dict[int, list[dict[str, Any]]] = {k: [] for k in stores}
     try:
-        for run in range(runs + 1):  # run 0 warms the session and each store's files; not reported
-            for k, store in stores.items():
-                sequence = (GeometryStore.of_store(store).sequence or 0) + 1
-                diff = write_diff(scales[k], sequence, work / f"diff-k{k}-{sequence}.osc.gz")
-                load = os.getloadavg()[0]
-                reply, last, to_reply = await client.call(
-                    {"paths": [str(diff)], "store": store.name, "sequence": sequence, "min_zoom": 10,
-                     "max_zoom": 18}, settle=60)
-                result = reply["result"]
-                assert result["store"].get("applied"), result["store"]
-                started = time.perf_counter()
-                sea = bridge.stores.sea[store.resolve()]
-                await asyncio.to_thread(sea.wait_idle)
-                background = time.perf_counter() - started
-                if run:
-                    out[k].append({"seconds_to_reply": round(to_reply, 3),
-                                   "seconds_to_last_expiration": None if last is None else round(last, 3),
-                                   "load_avg_1min": round(load, 2),
-                                   "objects": result["inputs"]["osc_nodes"] + result["inputs"]["osc_ways"],
-                                   "ways_expired": result["inputs"]["ways"],
-                                   "metatiles": result["total_metatiles"],
-                                   "phase_seconds": result.get("phase_seconds"),
-                                   "render_store": {name: v for name, v in result["store"].get("render", {}).items()
-                                                    if name.startswith("prepare") or name == "ways_rebuilt"},
-                                   "sea_stale": bool(result["store"].get("render", {}).get("sea_stale")),
-                                   "sea_refresh_seconds_after_reply": round(background, 3)})
-                await asyncio.sleep(gap)
+        yield bridge, client
     finally:
         await client.unit.stop()
         await bridge.close()
         await bridge_unit.stop()
         spark.stop()
+
+
+async def timed_diff(bridge: Any, client: Any, store: Path, scale: Scale, work: Path,
+                     weight: int = 1) -> dict[str, Any]:
+    """The store's next diff (``weight`` x ~1,000 objects) from the call to its reply, then the bridge's
+    background work after it (the sea refresh) waited for."""
+    sequence = (GeometryStore.of_store(store).sequence or 0) + 1
+    diff = write_diff(scale, sequence, work / f"diff-{store.name}-{sequence}.osc.gz", weight)
+    load = os.getloadavg()[0]
+    reply, last, to_reply = await client.call(
+        {"paths": [str(diff)], "store": store.name, "sequence": sequence, "min_zoom": 10, "max_zoom": 18},
+        settle=60)
+    result = reply["result"]
+    assert result["store"].get("applied"), result["store"]
+    started = time.perf_counter()
+    await asyncio.to_thread(bridge.stores.sea[store.resolve()].wait_idle)
+    background = time.perf_counter() - started
+    return {"seconds_to_reply": round(to_reply, 3),
+            "seconds_to_last_expiration": None if last is None else round(last, 3),
+            "load_avg_1min": round(load, 2),
+            "objects": result["inputs"]["osc_nodes"] + result["inputs"]["osc_ways"],
+            "ways_expired": result["inputs"]["ways"],
+            "tiles": result["total_tiles"], "metatiles": result["total_metatiles"],
+            "metatiles_per_zoom": result["metatiles_per_zoom"],
+            "phase_seconds": result.get("phase_seconds"),
+            "render_store": {name: v for name, v in result["store"].get("render", {}).items()
+                             if name.startswith("prepare") or name == "ways_rebuilt"},
+            "sea_stale": bool(result["store"].get("render", {}).get("sea_stale")),
+            "sea_refresh_seconds_after_reply": round(background, 3)}
+
+
+async def time_diffs(stores: dict[int, Path], scales: dict[int, Scale], work: Path, runs: int, gap: float,
+                     url: str) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {k: [] for k in stores}
+    async with running_bridge(list(stores.values()), work, url) as (bridge, client):
+        for run in range(runs + 1):  # run 0 warms the session and each store's files; not reported
+            for k, store in stores.items():
+                row = await timed_diff(bridge, client, store, scales[k], work)
+                if run:
+                    out[k].append(row)
+                await asyncio.sleep(gap)
     return out
 
 
-def render_metatiles(stores: dict[int, Path], scale: Scale, passes: int = 4) -> dict[int, dict[str, Any]]:
-    """Seconds per metatile (median over every pass but the first) for the metatiles covering copy 0 at
-    RENDER_ZOOMS, from every store, the stores taking turns metatile by metatile (the load falls on all)."""
+def render_metatiles(stores: dict[int, Path], scale: Scale, passes: int = 4, zooms: tuple[int, ...] = RENDER_ZOOMS,
+                     box: tuple[float, float, float, float] | None = None) -> dict[int, dict[str, Any]]:
+    """Seconds per metatile (median over every pass but the first, and per zoom) for the metatiles covering
+    ``box`` (default copy 0) at ``zooms``, from every store, the stores taking turns metatile by metatile (the
+    load falls on all)."""
     from services.tiles.renderer.backends.mapnik_backend import MapnikBackend
 
-    w, s, e, n = scale.src.box  # copy 0 is where it is in the extract, at every K
-    metatiles = sorted({Metatile(z, t.x >> 3, t.y >> 3) for z in RENDER_ZOOMS for t in mercantile.tiles(w, s, e, n, z)})
+    w, s, e, n = box or scale.src.box  # copy 0 is where it is in the extract, at every K
+    metatiles = sorted({Metatile(z, t.x >> 3, t.y >> 3) for z in zooms for t in mercantile.tiles(w, s, e, n, z)})
     backends = {k: MapnikBackend(store=store) for k, store in stores.items()}
-    timings: dict[int, list[float]] = {k: [] for k in stores}
+    timings: dict[int, list[tuple[int, float]]] = {k: [] for k in stores}
     for done in range(passes):  # the first pass loads the styles and warms the page cache: not counted
         for mt in metatiles:
             for k, backend in backends.items():
                 started = time.perf_counter()
                 backend.render(mt)
                 if done:
-                    timings[k].append(time.perf_counter() - started)
+                    timings[k].append((mt.z, time.perf_counter() - started))
     return {k: {"metatiles": [str(m) for m in metatiles], "renders": len(t),
-                "median_seconds": round(statistics.median(t), 4), "total_seconds": round(sum(t), 3)}
+                "median_seconds": round(statistics.median(s for _, s in t), 4),
+                "median_seconds_per_zoom": {z: round(statistics.median(s for tz, s in t if tz == z), 4)
+                                            for z in sorted({tz for tz, _ in t})},
+                "total_seconds": round(sum(s for _, s in t), 3)}
             for k, t in timings.items()}
 
 
@@ -182,30 +236,10 @@ def main() -> None:
     p.add_argument("--import-only", action="store_true", help="generate and import what is not cached, then stop")
     a = p.parse_args()
     ks = [int(v) for v in a.k.split(",")]
-    extract = ROOT / subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True,
-                                    text=True, check=True).stdout.strip() / "Helsinki.osm.pbf"
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                        "platform": platform.platform(), "load_avg_before": os.getloadavg()}}
     cache = a.cache.resolve()
-    cache.mkdir(parents=True, exist_ok=True)
-    src = read_source(extract)
-    scales = {k: Scale(src, k) for k in ks}
-    stores: dict[int, Path] = {}
-    rows: dict[int, dict[str, Any]] = {}
-    for k in ks:
-        stores[k] = cache / f"store-x{k}"
-        record = cache / f"store-x{k}.json"
-        if not a.rebuild and record.is_file() and stores[k].is_dir():
-            rows[k] = json.loads(record.read_text())
-            continue
-        pbf = cache / f"helsinki-x{k}.osm.pbf"
-        started = time.perf_counter()
-        scales[k].write_pbf(pbf)
-        rows[k] = {"k": k, "generate_seconds": round(time.perf_counter() - started, 2),
-                   "pbf_mb": round(pbf.stat().st_size / 1e6, 1), "load_avg": os.getloadavg()}
-        rows[k].update(import_store(pbf, stores[k]))
-        record.write_text(json.dumps(rows[k]))
-        print(json.dumps(rows[k]), file=sys.stderr)
+    scales, stores, rows = cached_stores(ks, cache, a.rebuild)
     if a.import_only:
         print(json.dumps({"sizes": [rows[k] for k in ks]}, indent=2))
         return

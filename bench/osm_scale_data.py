@@ -11,10 +11,14 @@
 - **The same diff each time**: ``DIFF_NODE_MOVES`` node moves, ``DIFF_WAY_EDITS`` tag-only way edits (the
   way with its refs and a new tag) and ``DIFF_NEW_NODES`` new nodes, each in a copy picked at random
   (seeded), with versions one above the stored ones. The moved nodes and edited ways are picked so that
-  no two of them share a way or a relation: the diff then changes as many ways and relations, of the same
-  shapes, at every K. (Picked independently, 600 moves in one city share ways and relations, and K=1's
-  diff rebuilt a third of the ways K=50's did: the store's size was measured together with a lighter
-  diff.)
+  no two of them in one copy share a way or a relation: the diff then changes as many ways and relations,
+  of the same shapes, at every K. (Picked independently, 600 moves in one city share ways and relations,
+  and K=1's diff rebuilt a third of the ways K=50's did: the store's size was measured together with a
+  lighter diff.)
+- **Heavier diffs** (``weight`` W, bench/osm_diff_weight.py): W times each count, drawn the same way over
+  all copies, so a diff of W x 1,000 objects against K copies is as spread as W diffs of 1,000 merged
+  (what ``toposm-replicate`` sends when catching up W minutes). Up to about one diff's worth per copy
+  (W <= K) the picks stay independent; a denser diff comes out lighter (the bench reports what it sent).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ LON_STEP, LAT_STEP = 0.2, 0.1  # degrees between copies (~11 km both ways at 60 
 ID_RANGE = {"n": 13_000_000_000, "w": 1_400_000_000, "r": 19_000_000}
 DIFF_NODE_MOVES, DIFF_WAY_EDITS, DIFF_NEW_NODES = 600, 300, 100
 REPLICATION_SEQUENCE = 1000  # the header's sequence: the first diff is 1001
+NEW_IDS_PER_DIFF = 1_000_000  # new node ids per diff (seed): room for any weight
 
 
 @dataclass
@@ -141,58 +146,55 @@ class Scale:
         return {"nodes": len(self.src.nodes) * self.k, "ways": len(self.src.ways) * self.k,
                 "relations": len(self.src.relations) * self.k}
 
-    def diff(self, seed: int) -> str:
-        """The benchmark's osmChange (XML text): the same mix of changes at every K, over all copies."""
+    def diff(self, seed: int, weight: int = 1) -> str:
+        """The benchmark's osmChange (XML text): the same mix of changes at every K, over all copies, ``weight``
+        times the counts."""
         rng = random.Random(seed)
         src = self.src
         modify: list[str] = []
-        ways, moves = self._independent(rng)
-        for rank, lon, lat, version, tags in moves:
-            c = rng.randrange(self.k)
+        ways, moves = self._independent(rng, weight)
+        for (rank, lon, lat, version, tags), c in moves:
             dx, dy = self.offset(c)
             modify.append(node_xml(self.oid("n", rank, c), lon + dx + rng.uniform(-2e-4, 2e-4),
                                    lat + dy + rng.uniform(-1e-4, 1e-4), dict(tags), version + 1))
-        for rank, refs, version, tags in ways:
-            c = rng.randrange(self.k)
+        for (rank, refs, version, tags), c in ways:
             modify.append(way_xml(self.oid("w", rank, c), [self.oid("n", r, c) for r in refs],
                                   {**dict(tags), "note": f"bench {seed}"}, version + 1))
         create: list[str] = []
         top = self.oid("n", len(src.universe["n"]), 0)  # above every id of the scaled extract
         w, s, e, n = src.box
-        for i in range(DIFF_NEW_NODES):
+        for i in range(DIFF_NEW_NODES * weight):
             dx, dy = self.offset(rng.randrange(self.k))
-            create.append(node_xml(top + seed * 1000 + i, rng.uniform(w, e) + dx, rng.uniform(s, n) + dy,
-                                   {"amenity": "bench"}, 1))
+            create.append(node_xml(top + seed * NEW_IDS_PER_DIFF + i, rng.uniform(w, e) + dx,
+                                   rng.uniform(s, n) + dy, {"amenity": "bench"}, 1))
         return osc(create=create, modify=modify)
 
-
-    def _independent(self, rng: random.Random) -> tuple[list[Any], list[Any]]:
-        """DIFF_WAY_EDITS ways and DIFF_NODE_MOVES nodes at random, no two sharing a way or a relation."""
+    def _independent(self, rng: random.Random, weight: int) -> tuple[list[Any], list[Any]]:
+        """``weight`` x DIFF_WAY_EDITS ways and x DIFF_NODE_MOVES nodes, each with the copy it is edited in,
+        drawn at random; no two in one copy share a way or a relation (nor is one object drawn twice)."""
         src = self.src
-        taken_ways: set[int] = set()
-        taken_relations: set[int] = set()
+        taken: set[tuple[int, str, int]] = set()  # (copy, kind, rank)
 
-        def claim(ways: list[int]) -> bool:
-            relations = {r for w in ways for r in src.way_relations.get(w, ())}
-            if taken_ways.intersection(ways) or not taken_relations.isdisjoint(relations):
-                return False
-            taken_ways.update(ways)
-            taken_relations.update(relations)
-            return True
+        def way_keys(ways: list[int]) -> set[tuple[str, int]]:
+            return {("w", w) for w in ways} | {("r", r) for w in ways for r in src.way_relations.get(w, ())}
 
         def pick(candidates: list[Any], wanted: int, footprint: Any) -> list[Any]:
             picked: list[Any] = []
-            for item in rng.sample(candidates, len(candidates)):
+            for _ in range(50 * wanted):  # draws; past that the diff comes out lighter (too dense for K)
                 if len(picked) == wanted:
                     break
-                if claim(footprint(item)):
-                    picked.append(item)
+                item, copy = rng.choice(candidates), rng.randrange(self.k)
+                keys = {(copy, kind, rank) for kind, rank in footprint(item)}
+                if taken.isdisjoint(keys):
+                    taken.update(keys)
+                    picked.append((item, copy))
             return picked
 
-        ways = pick(src.ways, DIFF_WAY_EDITS, lambda w: [w[0]])
-        return ways, pick(src.nodes, DIFF_NODE_MOVES, lambda n: src.node_ways.get(n[0], []))
+        ways = pick(src.ways, DIFF_WAY_EDITS * weight, lambda w: way_keys([w[0]]))
+        return ways, pick(src.nodes, DIFF_NODE_MOVES * weight,
+                          lambda n: way_keys(src.node_ways.get(n[0], [])) | {("n", n[0])})
 
 
-def write_diff(scale: Scale, seed: int, out: Path) -> Path:
-    out.write_bytes(gzip.compress(scale.diff(seed).encode()))
+def write_diff(scale: Scale, seed: int, out: Path, weight: int = 1) -> Path:
+    out.write_bytes(gzip.compress(scale.diff(seed, weight).encode()))
     return out
