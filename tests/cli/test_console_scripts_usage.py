@@ -14,6 +14,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from harness import HANG
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,12 +39,26 @@ def _launch(script: str, target: str, arg: str, env: dict[str, str]) -> subproce
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
 
 
-def test_every_console_script_prints_usage_without_a_broker(tmp_path: Path) -> None:
+def _library(target: str) -> bool:
+    return target.startswith("qbroker.")
+
+
+def test_the_librarys_console_scripts_print_usage_without_a_broker() -> None:
     assert "qbroker-dead-letter" in SCRIPTS  # the one that started a collector on --help (issue 20)
+    _check_usage({script: target for script, target in SCRIPTS.items() if _library(target)})
+
+
+@pytest.mark.heavy  # each service's program imports Mapnik, pyosmium, pyarrow or pyspark: 2-4 s of CPU apiece
+def test_the_services_console_scripts_print_usage_without_a_broker() -> None:
+    _check_usage({script: target for script, target in SCRIPTS.items() if not _library(target)})
+
+
+def _check_usage(scripts: dict[str, str]) -> None:
+    assert scripts
     url = f"amqp://guest:guest@127.0.0.1:{_closed_port()}/"
     env = dict(os.environ, QBROKER_URL=url, PYTHONPATH=str(ROOT), COLUMNS="100")
     runs = {(script, arg): _launch(script, target, arg, env)
-            for script, target in SCRIPTS.items() for arg in ("--help", "--no-such-option")}
+            for script, target in scripts.items() for arg in ("--help", "--no-such-option")}
     problems: list[str] = []
     for (script, arg), proc in runs.items():
         try:
