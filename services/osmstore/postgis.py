@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .errors import ImportFailed
+from .errors import ImportFailed, StoreUnavailable
 
 
 def import_postgis(extract: Path, dsn: str, *, flat_nodes: Path | None = None, timeout: float = 3600) -> None:
@@ -29,6 +29,7 @@ def import_postgis(extract: Path, dsn: str, *, flat_nodes: Path | None = None, t
 
 
 def _osm2pgsql(mode: list[str], data: Path, dsn: str, timeout: float) -> None:
+    """Run osm2pgsql: ImportFailed when it cannot run, StoreUnavailable when it ran and failed."""
     exe = shutil.which("osm2pgsql")
     if exe is None:
         raise ImportFailed("osm2pgsql is not installed (bin/ensure-postgis installs PostgreSQL, PostGIS, osm2pgsql)")
@@ -37,11 +38,11 @@ def _osm2pgsql(mode: list[str], data: Path, dsn: str, timeout: float) -> None:
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
-        raise ImportFailed(f"{data}: osm2pgsql did not finish within {timeout:.0f}s") from exc
+        raise StoreUnavailable(f"{data}: osm2pgsql did not finish within {timeout:.0f}s") from exc
     if run.returncode != 0:
         # osm2pgsql logs the cause last; the DSN is not echoed (it may hold a password).
         reason = " | ".join(line.strip() for line in run.stderr.strip().splitlines()[-3:])
-        raise ImportFailed(f"{data}: osm2pgsql failed (exit {run.returncode}): {reason}")
+        raise StoreUnavailable(f"{data}: osm2pgsql failed (exit {run.returncode}): {reason}")
 
 
 # osm2pgsql-replication's record of progress (url, sequence, importdate): the same table, so either tool can
@@ -111,7 +112,7 @@ def psql(dsn: str, script: str, **variables: str) -> str:
         cmd += ["-v", f"{key}={value}"]
     run = subprocess.run(cmd, input=script, capture_output=True, text=True, timeout=300, check=False)
     if run.returncode != 0:
-        raise ImportFailed(f"psql failed (exit {run.returncode}): {run.stderr.strip()[-300:]}")
+        raise StoreUnavailable(f"psql failed (exit {run.returncode}): {run.stderr.strip()[-300:]}")
     return run.stdout.strip()
 
 

@@ -5,14 +5,18 @@ round reads ``state.txt``, then, while a store is behind, takes the next diffs (
 merges them into one file (``batch.py``: sequence order, the highest version of each object) and applies
 that to every store at the lowest sequence: the embedded store through the Spark bridge (which expires
 the tiles, updates the rendering store and commits the geometry store with the sequence) and, with
-``postgis``, a PostGIS store through ``osm2pgsql --append`` (``sinks.py``). Each store's own record is the
+``postgis``, a PostGIS store through ``osm2pgsql --append`` (``sinks.py``). A PostGIS store may also be
+followed alone (no ``store``): its expiry is then osm2pgsql's own, published on the bus
+(``postgis_expiry.py``). Each store's own record is the
 one record of its progress: after a restart the follower continues from whatever the stores say, so no
 diff is skipped or applied twice (and the bridge refuses a diff that does not follow the store's
 sequence). A batch never spans a store's sequence, so a store behind the others catches up first.
 
 A missing diff (a gap) or one that cannot be read stops the follower with a clear error, before any store
-saw any of it. A source or bridge that does not answer is not an error: the follower backs off
-(``interval`` doubled per failure, at most ``max_backoff``), logs it, and tries again.
+saw any of it. A source, bridge or bus that does not answer, or an osm2pgsql run that fails
+(``StoreUnavailable``), is not an error: the stores' sequences stay where they were, and the follower
+backs off (``interval`` doubled per failure, at most ``max_backoff``), logs it, counts it
+(``metrics.py``), and tries again.
 """
 
 from __future__ import annotations
@@ -29,10 +33,15 @@ from typing import Any
 import structlog
 
 from qbroker import QBrokerError, Unit
+from services.metrics_port import MetricsServer
+from services.osmstore.errors import StoreUnavailable
 from services.osmstore.postgis import ExpireOutput
 from services.osmstore.replication import ReplicationError
+from services.tiles.tilemath import ZoomRange
 
 from .batch import Batch, build_batch, clear_spool
+from .metrics import ReplicateMetrics
+from .postgis_expiry import PostgisExpiry
 from .sinks import BridgeCall, EmbeddedStore, PostgisStore, Sink
 from .source import SourceUnavailable, is_url, open_source
 
@@ -45,7 +54,7 @@ SPOOL_DIR = "replication-spool"  # under the store unless --spool says otherwise
 @dataclass(frozen=True)
 class FollowSettings:
     source: Path | str  # a replication directory, or an http(s):// URL of one
-    store: Path
+    store: Path | None  # the embedded store; None: the PostGIS store alone (``postgis`` and ``spool`` given)
     store_name: str
     start: int | None = None  # the first sequence to apply when a store has none yet
     interval: float = 60.0  # seconds between looks at state.txt
@@ -62,9 +71,21 @@ class FollowSettings:
     flat_nodes: Path | None = None  # the flat-nodes file the PostGIS import used
     expire_output: Path | None = None  # osm2pgsql's expired tiles (min_zoom..max_zoom) appended here
 
+    def __post_init__(self) -> None:
+        if self.store is None and (self.postgis is None or self.spool is None):
+            raise ValueError("without an embedded store, the PostGIS DSN and a spool directory are needed")
+
     @property
     def spool_dir(self) -> Path:
-        return self.spool if self.spool is not None else self.store / SPOOL_DIR
+        if self.spool is not None:
+            return self.spool
+        assert self.store is not None  # __post_init__
+        return self.store / SPOOL_DIR
+
+    @property
+    def status_dir(self) -> Path:
+        """Where replication.json goes: the embedded store, else the spool."""
+        return self.store if self.store is not None else self.spool_dir
 
 
 def backoff(failures: int, interval: float, ceiling: float) -> float:
@@ -75,18 +96,27 @@ def backoff(failures: int, interval: float, ceiling: float) -> float:
 class Follower:
     """A ``qbroker.runner.Service``: ``start`` launches the follow loop, ``stop`` ends it."""
 
-    def __init__(self, unit: Unit, settings: FollowSettings) -> None:
+    def __init__(self, unit: Unit, settings: FollowSettings, metrics: MetricsServer | None = None) -> None:
         self.unit = unit
         self.settings = settings
+        self.metrics_server = metrics or MetricsServer(None)  # the counters are kept either way (tests read them)
+        self.metrics_server.instrument(unit)
+        self.metrics = ReplicateMetrics(self.metrics_server.registry)
         self.source = open_source(settings.source, timeout=settings.http_timeout, retries=settings.http_retries)
-        self.embedded = EmbeddedStore(unit, settings.store, BridgeCall(
-            settings.store_name, settings.min_zoom, settings.max_zoom, settings.call_timeout))
-        self.sinks: list[Sink] = [self.embedded]
+        self.embedded: EmbeddedStore | None = None
+        self.sinks: list[Sink] = []
+        if settings.store is not None:
+            self.embedded = EmbeddedStore(unit, settings.store, BridgeCall(
+                settings.store_name, settings.min_zoom, settings.max_zoom, settings.call_timeout))
+            self.sinks.append(self.embedded)
         if settings.postgis is not None:
             expire = (ExpireOutput(settings.min_zoom, settings.max_zoom, settings.expire_output)
                       if settings.expire_output is not None else None)
+            # Alone, nothing else expires tiles: osm2pgsql's own expiry goes on the bus.
+            publish = (PostgisExpiry(unit, settings.spool_dir, ZoomRange(settings.min_zoom, settings.max_zoom),
+                                     copy_to=settings.expire_output) if self.embedded is None else None)
             self.sinks.append(PostgisStore(settings.postgis, str(settings.source), flat_nodes=settings.flat_nodes,
-                                           expire=expire))
+                                           expire=expire, publish=publish))
         self.error: str | None = None
         self.applied: list[int] = []
         self.jobs: list[tuple[int, int]] = []  # (first, last) of each batch applied
@@ -97,12 +127,14 @@ class Follower:
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
+        self.metrics_server.start()
         self._task = asyncio.create_task(self._run(), name="toposm-replicate")
 
     async def stop(self) -> None:
         self._stopping.set()
         if self._task is not None:
             await self._task
+        await self.metrics_server.stop()
 
     async def _run(self) -> None:
         s = self.settings
@@ -113,15 +145,18 @@ class Follower:
                 try:
                     await self.catch_up()
                     self.failures = 0
-                except (QBrokerError, TimeoutError, SourceUnavailable) as exc:
-                    what = "source" if isinstance(exc, SourceUnavailable) else "bridge"
+                except (QBrokerError, TimeoutError, SourceUnavailable, StoreUnavailable) as exc:
+                    what = self._what_failed(exc)
                     if s.once:
-                        raise ReplicationError(f"the {what} did not answer: {exc}") from None
+                        verb = "failed" if what == "postgis" else "did not answer"
+                        raise ReplicationError(f"the {what} {verb}: {exc}") from None
                     self.failures += 1
                     self.retries += 1
+                    self.metrics.failures.labels(what).inc()
                     delay = backoff(self.failures, s.interval, s.max_backoff)
                     log.warning(f"{what} unavailable; backing off", error=str(exc)[:300], failures=self.failures,
                                 retry_in=round(delay, 2))
+                self.metrics.failing.set(self.failures)
                 if s.once:
                     break
                 try:
@@ -134,6 +169,14 @@ class Follower:
         finally:
             self.source.close()
             self.finished.set()
+
+    def _what_failed(self, exc: BaseException) -> str:
+        """The ``failures`` label (metrics.FAILURES) and the log's word for a round that failed."""
+        if isinstance(exc, SourceUnavailable):
+            return "source"
+        if isinstance(exc, StoreUnavailable):
+            return "postgis"
+        return "bridge" if self.embedded is not None else "bus"
 
     def _position(self, sink: Sink) -> int:
         position = sink.position()
@@ -158,7 +201,8 @@ class Follower:
             last = min(published, low + s.batch)
             # Never across a store's sequence (nor the rendering store's, ahead after a crash): each store
             # gets exactly the diffs after its own.
-            for bound in [*positions, await asyncio.to_thread(self.embedded.render_position)]:
+            rendering = await asyncio.to_thread(self.embedded.render_position) if self.embedded else None
+            for bound in [*positions, rendering]:
                 if bound is not None and low < bound < last:
                     last = bound
             batch = await asyncio.to_thread(build_batch, self.source, low + 1, last, s.spool_dir, published=published)
@@ -174,10 +218,16 @@ class Follower:
         started = time.monotonic()
         results: dict[str, dict[str, Any]] = {}
         for sink in sinks:
+            at = time.monotonic()
             results[sink.name] = await sink.apply(batch)
+            self.metrics.applied(sink.name, batch.first, batch.last, time.monotonic() - at)
         self.applied.extend(batch.sequences)
         self.jobs.append((batch.first, batch.last))
         result = results.get(EmbeddedStore.name, {})
+        expired = results.get(PostgisStore.name, {}).get("expired")  # osm2pgsql's, published (PostGIS alone)
+        if expired is not None:
+            self.metrics.expired.inc(expired["metatiles"])
+            result = {"total_metatiles": expired["metatiles"], "expired": expired}
         await asyncio.to_thread(self._write_status, batch, result, sorted(results))
         bound.info("diffs applied", stores=sorted(results), timestamp=batch.timestamp,
                    replay=(result.get("store") or {}).get("replay"), metatiles=result.get("total_metatiles"),
@@ -190,7 +240,7 @@ class Follower:
                   "first_sequence": batch.first, "timestamp": batch.timestamp, "stores": stores,
                   "applied_at": time.time(), "metatiles": result.get("total_metatiles"),
                   "inputs": result.get("inputs")}
-        path = self.settings.store / STATUS_FILE
+        path = self.settings.status_dir / STATUS_FILE
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(status, indent=2) + "\n")
         tmp.replace(path)

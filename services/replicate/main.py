@@ -3,7 +3,9 @@
 The Spark bridge must run with ``--store DIR`` for the same store (it applies the diffs and publishes the
 expirations), with the spool (default ``STORE/replication-spool``, where the merged diffs are written)
 under one of its ``--input-root`` directories. With ``--postgis DSN`` a PostGIS store imported with
-``toposm-import --postgis`` is kept current too, with osm2pgsql.
+``toposm-import --postgis`` is kept current too, with osm2pgsql. With ``--postgis DSN --spool DIR`` and no
+``--store``, the PostGIS store is followed alone, as osm2pgsql/renderd operators do: osm2pgsql's own expiry
+(``--min-zoom``..``--max-zoom``) is published as ``expire_toposm`` on both wires; no bridge is needed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from urllib.parse import urlsplit
 
 from qbroker import Unit
 from qbroker.runner import serve
+from services.metrics_port import MetricsServer, add_metrics_options, check_metrics_options
 from services.replicate.follower import Follower, FollowSettings
 from services.replicate.source import is_url
 
@@ -22,11 +25,16 @@ APP = "toposm.replicate"
 
 
 def parse_args(argv: list[str] | None = None) -> FollowSettings:
+    return parse_command(argv)[0]
+
+
+def parse_command(argv: list[str] | None = None) -> tuple[FollowSettings, MetricsServer]:
     p = argparse.ArgumentParser(prog="toposm-replicate", description=__doc__.split("\n\n")[0])
     p.add_argument("--source", required=True,
                    help="replication directory or its http(s):// URL, e.g. "
                         "https://planet.openstreetmap.org/replication/minute/ (state.txt, 000/000/001.osc.gz, ...)")
-    p.add_argument("--store", type=Path, required=True, help="the store (toposm-import --store) to keep current")
+    p.add_argument("--store", type=Path, help="the embedded store (toposm-import --store) to keep current; "
+                                             "without it, --postgis and --spool are needed")
     p.add_argument("--store-name", help="the store's name on the bridge (default: the directory's name)")
     p.add_argument("--start", type=int, help="first sequence to apply when a store has none yet")
     p.add_argument("--interval", type=float, default=60.0, help="seconds between looks at state.txt")
@@ -38,13 +46,17 @@ def parse_args(argv: list[str] | None = None) -> FollowSettings:
     p.add_argument("--max-backoff", type=float, default=900.0,
                    help="longest wait, in seconds, when the source or the bridge keeps failing")
     p.add_argument("--spool", type=Path, help="where merged diffs are written for the bridge (under one of its "
-                                              "--input-root; default STORE/replication-spool)")
+                                              "--input-root; default STORE/replication-spool); without --store, "
+                                              "also osm2pgsql's pending expiry and replication.json")
     p.add_argument("--http-timeout", type=float, default=60.0, help="seconds per HTTP request")
-    p.add_argument("--postgis", metavar="DSN", help="also keep this PostGIS store current (osm2pgsql --append)")
+    p.add_argument("--postgis", metavar="DSN", help="keep this PostGIS store current (osm2pgsql --append); "
+                                                    "alone (no --store), publish osm2pgsql's expiry too")
     p.add_argument("--flat-nodes", type=Path, metavar="FILE", help="with --postgis: the import's flat-nodes file")
     p.add_argument("--expire-output", type=Path, metavar="FILE",
                    help="with --postgis: append osm2pgsql's expired tiles (--min-zoom..--max-zoom) to FILE")
+    add_metrics_options(p)
     a = p.parse_args(argv)
+    check_metrics_options(p, a)
     source: Path | str = a.source
     if is_url(a.source):
         if urlsplit(a.source).username is not None:  # it would be in every log line and replication.json
@@ -56,7 +68,9 @@ def parse_args(argv: list[str] | None = None) -> FollowSettings:
         p.error(f"--source {a.source}: no state.txt (not a replication directory)")
     else:
         source = Path(a.source).resolve()
-    if not (a.store / "geometry").is_dir():
+    if a.store is None and not (a.postgis and a.spool):
+        p.error("--store, or --postgis with --spool (a PostGIS store followed alone) is needed")
+    if a.store is not None and not (a.store / "geometry").is_dir():
         p.error(f"--store {a.store}: no geometry store (import the extract with toposm-import)")
     if min(a.interval, a.call_timeout, a.max_backoff, a.http_timeout) <= 0 or (a.start is not None and a.start < 0):
         p.error("--interval, --call-timeout, --max-backoff and --http-timeout must be positive, --start not negative")
@@ -66,12 +80,15 @@ def parse_args(argv: list[str] | None = None) -> FollowSettings:
         p.error("zooms must satisfy 0 <= --min-zoom <= --max-zoom <= 22")
     if (a.flat_nodes or a.expire_output) and not a.postgis:
         p.error("--flat-nodes and --expire-output go with --postgis")
-    return FollowSettings(source=source, store=a.store.resolve(), store_name=a.store_name or a.store.resolve().name,
+    store = a.store.resolve() if a.store is not None else None
+    name = a.store_name or (store.name if store is not None else "postgis")
+    settings = FollowSettings(source=source, store=store, store_name=name,
                           start=a.start, interval=a.interval, once=a.once, min_zoom=a.min_zoom, max_zoom=a.max_zoom,
                           call_timeout=a.call_timeout, batch=a.batch, max_backoff=a.max_backoff,
                           spool=a.spool.resolve() if a.spool else None, http_timeout=a.http_timeout,
                           postgis=a.postgis, flat_nodes=a.flat_nodes.resolve() if a.flat_nodes else None,
                           expire_output=a.expire_output.resolve() if a.expire_output else None)
+    return settings, MetricsServer(a.metrics_port, a.metrics_host)
 
 
 class _Process(Follower):
@@ -89,11 +106,11 @@ class _Process(Follower):
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = parse_args(argv)
+    settings, metrics = parse_command(argv)
     follower: list[_Process] = []
 
     def make(unit: Unit) -> _Process:
-        follower.append(_Process(unit, settings))
+        follower.append(_Process(unit, settings, metrics))
         return follower[0]
 
     serve(APP, make)

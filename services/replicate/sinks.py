@@ -6,7 +6,9 @@
 - ``PostgisStore``: a PostGIS database of ``toposm-import --postgis``, updated with
   ``osm2pgsql --append --slim`` (the same merged file); its progress is osm2pgsql-replication's
   ``planet_osm_replication_status`` row, written after osm2pgsql committed. A crash in between applies the
-  batch again on restart, which osm2pgsql tolerates (its own replication script relies on it).
+  batch again on restart, which osm2pgsql tolerates (its own replication script relies on it). Alone (no
+  embedded store, so no bridge to expire tiles) it publishes osm2pgsql's own expiry before recording the
+  sequence (``postgis_expiry``). osm2pgsql failing (``StoreUnavailable``) is retried by the follower.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from qbroker import RequestFailed, Unit
-from services.osmstore.errors import ImportFailed
+from services.osmstore.errors import ImportFailed, StoreUnavailable
 from services.osmstore.geometry import GeometryStore, GeometryStoreError
 from services.osmstore.postgis import ExpireOutput, append_postgis, postgis_sequence, record_postgis_sequence
 from services.osmstore.render_db import RENDER_DB
@@ -26,6 +28,7 @@ from services.osmstore.replication import ReplicationError
 from services.tiles.contract import SPARK_EXPIRE
 
 from .batch import Batch
+from .postgis_expiry import PostgisExpiry
 
 
 class Sink(Protocol):
@@ -85,23 +88,34 @@ class PostgisStore:
     name = "postgis"
 
     def __init__(self, dsn: str, source_url: str, *, flat_nodes: Path | None = None,
-                 expire: ExpireOutput | None = None) -> None:
-        self.dsn, self.source_url, self.flat_nodes, self.expire = dsn, source_url, flat_nodes, expire
+                 expire: ExpireOutput | None = None, publish: PostgisExpiry | None = None) -> None:
+        self.dsn, self.source_url, self.flat_nodes = dsn, source_url, flat_nodes
+        self.publish = publish  # alone: osm2pgsql's expiry goes on the bus, through a file of the spool
+        self.expire = publish.output() if publish is not None else expire
 
     def position(self) -> int | None:
         try:
             return postgis_sequence(self.dsn)
+        except StoreUnavailable as exc:  # the database is down or refuses: the follower backs off
+            raise StoreUnavailable(f"PostGIS: {exc}") from None
         except ImportFailed as exc:
             raise ReplicationError(f"PostGIS: {exc}") from None
 
     async def apply(self, batch: Batch) -> dict[str, Any]:
+        result: dict[str, Any] = {"sequence": batch.last}
         try:
             await asyncio.to_thread(append_postgis, batch.path, self.dsn, flat_nodes=self.flat_nodes,
                                     expire=self.expire)
+            if self.publish is not None:  # QBrokerError: the follower backs off, osm2pgsql runs again
+                result["expired"] = await self.publish.publish()
             await asyncio.to_thread(record_postgis_sequence, self.dsn, self.source_url, batch.last, batch.timestamp)
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(f"PostGIS, {_diffs(batch)}: {exc}") from None
         except ImportFailed as exc:
             raise ReplicationError(f"PostGIS, {_diffs(batch)}: {exc}") from None
-        return {"sequence": batch.last}
+        if self.publish is not None:
+            await asyncio.to_thread(self.publish.done)
+        return result
 
 
 def _diffs(batch: Batch) -> str:

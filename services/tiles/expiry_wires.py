@@ -1,7 +1,8 @@
 """Expirations on both wires: qbroker's ``alert`` exchange and the seed's ``osm``, once per wire, no echoes.
 
-* A producer of ours (the Spark bridge, the queuemaster's ``expire`` command) publishes each expiry list
-  once on each wire, with one message id carrying ``BOTH_WIRES_PREFIX`` on both; a producer that listens
+* A producer of ours (the Spark bridge, ``toposm-replicate --postgis`` alone, the queuemaster's ``expire``
+  command) publishes each expiry list once on each wire (``publish_expiry``; ``ExpirationBatcher`` cuts long
+  lists to the size caps), with one message id carrying ``BOTH_WIRES_PREFIX`` on both; a producer that listens
   too (the queuemaster) takes neither copy back (``TwinFilter.mine``).
 * A producer that speaks one wire only (a seed program on ``osm``, ``qbroker alert expire_toposm``) leaves
   the other wire to the queuemaster's relay: a list heard without the prefix is published once on the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Literal, cast
 
 import aio_pika
@@ -24,7 +26,7 @@ from aio_pika.abc import AbstractConnection, AbstractExchange
 from qbroker import ConnectionLost, Unit
 from qbroker.transport import Connection
 
-from .contract import EXPIRE_TOPIC, join_expiry_list
+from .contract import EXPIRE_TOPIC, EXPIRY_SEPARATOR, join_expiry_list
 from .seed_wire import declare_osm_exchange
 
 BOTH_WIRES_PREFIX = "toposm-both."
@@ -103,6 +105,39 @@ class OsmPublisher:
             raise ConnectionLost("the osm exchange is not declared (not connected)")
         await self._exchange.publish(aio_pika.Message(body, content_type=content_type, message_id=message_id),
                                      routing_key=routing_key)
+
+
+class ExpirationBatcher:
+    """Joins tile names into expiry lists and hands a batch to ``send`` before it exceeds either cap (the Spark
+    bridge's jobs and ``toposm-replicate --postgis`` without an embedded store both publish through it)."""
+
+    def __init__(self, send: Callable[[str], None], *, max_bytes: int = 65_536, max_tiles: int = 2_000) -> None:
+        if max_bytes < 32 or max_tiles < 1:
+            raise ValueError("batch caps too small: max_bytes >= 32 and max_tiles >= 1")
+        self._send = send
+        self._max_bytes = max_bytes
+        self._max_tiles = max_tiles
+        self._pending: list[str] = []
+        self._pending_bytes = 0
+        self.messages_sent = 0
+        self.tiles_sent = 0
+
+    def add(self, tile: str) -> None:
+        size = len(tile) + (len(EXPIRY_SEPARATOR) if self._pending else 0)  # names are ASCII: len == bytes
+        if self._pending and (self._pending_bytes + size > self._max_bytes or len(self._pending) >= self._max_tiles):
+            self.flush()
+            size = len(tile)
+        self._pending.append(tile)
+        self._pending_bytes += size
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        self._send(join_expiry_list(self._pending))
+        self.messages_sent += 1
+        self.tiles_sent += len(self._pending)
+        self._pending = []
+        self._pending_bytes = 0
 
 
 def new_expiry_key() -> str:
