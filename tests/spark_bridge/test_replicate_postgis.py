@@ -4,14 +4,11 @@ bridge's expiry checked against osm2pgsql's own (--expire-tiles) for the same di
 # ruff: noqa: F811 - the fixtures are imported by name and then requested as parameters
 from __future__ import annotations
 
-from pathlib import Path
-
-import osmium
 import pytest
 
 from demo.osm_changes import NEW_BUILDING_ID, helsinki_edit
 from demo.osm_changes import publish as publish_demo
-from harness.osm import node_xml, osc, publish, read_extract, way_xml
+from harness.osm import node_xml, osc, publish, read_extract, renumber, way_xml
 from services.osmstore.importer import main as toposm_import
 from services.osmstore.postgis import import_postgis, postgis_sequence, psql
 from services.osmstore.replication import ReplicationError
@@ -70,27 +67,6 @@ async def test_postgis_kept_current_and_bridge_expiry_covers_osm2pgsql(store_bri
     # A restart applies nothing again, to either store.
     again = Follower(follower.unit, settings(source, store, postgis=postgis_dsn))
     assert await again.catch_up() == []
-
-
-def renumber(extract: Path, out: Path) -> dict[int, int]:
-    """The extract with ids 1..N per type (a flat-nodes file is 8 bytes per id up to the highest: 190 KB, not
-    the 48 GB today's node ids would take). Returns the node id map."""
-    ids: dict[str, dict[int, int]] = {"n": {}, "w": {}, "r": {}}
-    for obj in osmium.FileProcessor(str(extract)):
-        table = ids[obj.type_str()]
-        table[obj.id] = len(table) + 1
-    writer = osmium.SimpleWriter(str(out))
-    for obj in osmium.FileProcessor(str(extract)):
-        if obj.is_node():
-            writer.add_node(obj.replace(id=ids["n"][obj.id]))
-        elif obj.is_way():
-            writer.add_way(obj.replace(id=ids["w"][obj.id], nodes=[ids["n"][n.ref] for n in obj.nodes
-                                                                   if n.ref in ids["n"]]))
-        else:
-            members = [(m.type, ids[m.type][m.ref], m.role) for m in obj.members if m.ref in ids[m.type]]
-            writer.add_relation(obj.replace(id=ids["r"][obj.id], members=members))
-    writer.close()
-    return ids["n"]
 
 
 async def test_flat_nodes_import_and_append(postgis_dsn, helsinki, tmp_path) -> None:

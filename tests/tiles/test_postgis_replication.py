@@ -1,7 +1,8 @@
 """The PostGIS production path end to end, as osm2pgsql/renderd operators run it, on the real Helsinki extract:
 ``toposm-import --postgis``, a real diff through ``toposm-replicate --postgis`` alone (no embedded store, no
 Spark bridge: osm2pgsql's own expiry published on both wires), the queuemaster re-rendering the expired
-metatile with a Mapnik renderer drawing from PostGIS; and an osm2pgsql failure, backed off and retried."""
+metatile with a Mapnik renderer drawing from PostGIS; from a replication server over HTTP, an osm2pgsql
+failure backed off and retried; and the same path with a flat-nodes file."""
 
 # ruff: noqa: F811 - the fixtures are imported by name and then requested as parameters
 from __future__ import annotations
@@ -20,6 +21,8 @@ from PIL import Image, ImageChops
 from demo.osm_changes import helsinki_edit
 from demo.osm_changes import publish as publish_demo
 from harness import HANG, eventually
+from harness.osm import node_xml, osc, publish, read_extract, renumber
+from services.osmstore.importer import main as toposm_import
 from services.osmstore.postgis import import_postgis, postgis_sequence, psql
 from services.replicate.follower import Follower, FollowSettings
 from services.replicate.postgis_expiry import PENDING
@@ -29,6 +32,7 @@ from services.tiles.seed_wire import declare_osm_exchange
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Tile
 from tests.osmstore.conftest import helsinki, osm_data, postgis_dsn  # noqa: F401
+from tests.spark_bridge.replication_server import serving
 
 from .conftest import BIN, TileBus, alert_listener, wait_renderers
 
@@ -129,8 +133,8 @@ async def test_postgis_alone_diff_expired_on_both_wires_and_rerendered(bus: Tile
 async def test_osm2pgsql_failure_backs_off_and_keeps_the_sequence(make_unit, postgis_dsn, helsinki,
                                                                   tmp_path) -> None:
     fresh_import(helsinki, postgis_dsn)
-    source = tmp_path / "replication"
-    publish_demo(source, 1, helsinki_edit(helsinki).text, "2026-11-24T00:01:00Z")
+    mirror = tmp_path / "mirror"
+    publish_demo(mirror / "replication" / "minute", 1, helsinki_edit(helsinki).text, "2026-11-24T00:01:00Z")
     heard: list[str] = []
     listener = await make_unit("test.postgis.listener")
 
@@ -141,13 +145,13 @@ async def test_osm2pgsql_failure_backs_off_and_keeps_the_sequence(make_unit, pos
     await listener.start()
     # osm2pgsql --append fails for real: its ways table is not there.
     psql(postgis_dsn, "ALTER TABLE planet_osm_ways RENAME TO planet_osm_ways_away")
-    settings = FollowSettings(source=source, store=None, store_name="postgis", postgis=postgis_dsn,
-                              spool=tmp_path / "spool", start=1, interval=0.05, max_backoff=0.2,
-                              min_zoom=MIN_Z, max_zoom=MAX_Z)
-    follower = Follower(await make_unit("toposm.replicate"), settings)
-    registry = follower.metrics_server.registry
-    await follower.unit.start()
-    with structlog.testing.capture_logs() as logs:
+    with serving(mirror) as server, structlog.testing.capture_logs() as logs:
+        settings = FollowSettings(source=server.url + "replication/minute/", store=None, store_name="postgis",
+                                  postgis=postgis_dsn, spool=tmp_path / "spool", start=1, interval=0.05,
+                                  max_backoff=0.2, min_zoom=MIN_Z, max_zoom=MAX_Z, http_retries=0)
+        follower = Follower(await make_unit("toposm.replicate"), settings)
+        registry = follower.metrics_server.registry
+        await follower.unit.start()
         await follower.start()
         try:
             await eventually(lambda: follower.failures >= 3)
@@ -165,8 +169,54 @@ async def test_osm2pgsql_failure_backs_off_and_keeps_the_sequence(make_unit, pos
             await eventually(lambda: registry.get_sample_value("toposm_replicate_failures_in_a_row") == 0)
         finally:
             await asyncio.wait_for(follower.stop(), HANG)
+        assert ("/replication/minute/000/000/001.osc.gz", "200") in server.log
     assert follower.error is None and follower.applied == [1]
     assert registry.get_sample_value("toposm_replicate_sequence", {"store": "postgis"}) == 1
     assert registry.get_sample_value("toposm_replicate_expired_metatiles_total") == \
         len({item for body in heard for item in body.split(";")})
     assert not (tmp_path / "spool" / PENDING).exists()
+
+
+def origin(lon: float, lat: float, z: int) -> str:
+    """The metatile origin (top-left tile) the expiry names for a point."""
+    t = mercantile.tile(lon, lat, z)
+    return f"{z}/{t.x >> 3 << 3}/{t.y >> 3 << 3}"
+
+
+async def test_postgis_alone_with_flat_nodes(make_unit, postgis_dsn, helsinki, tmp_path) -> None:
+    compact = tmp_path / "helsinki-compact.osm.pbf"
+    node_ids = renumber(helsinki, compact)  # a flat-nodes file for today's ids would be ~48 GB
+    flat = tmp_path / "nodes.flat"
+    toposm_import([str(compact), "--postgis", postgis_dsn, "--flat-nodes", str(flat)])
+    psql(postgis_dsn, "DROP TABLE IF EXISTS planet_osm_replication_status")
+    extract = read_extract(helsinki)
+    street = next(w for w, (_refs, tags) in sorted(extract.ways.items())
+                  if tags.get("name") == "Mannerheimintie" and tags.get("highway"))
+    node = extract.ways[street][0][1]
+    lon, lat = extract.nodes[node]
+    # Only the node moves: osm2pgsql finds its ways, and their other nodes' locations in the flat file.
+    publish(tmp_path / "replication", 1, osc(modify=[node_xml(node_ids[node], lon + 0.002, lat, version=90)]))
+    heard: list[str] = []
+    listener = await make_unit("test.postgis.flat.listener")
+
+    @listener.on_alert(EXPIRE_TOPIC)
+    async def on_expire(body: str) -> None:
+        heard.append(body)
+
+    await listener.start()
+    settings = FollowSettings(source=tmp_path / "replication", store=None, store_name="postgis", postgis=postgis_dsn,
+                              spool=tmp_path / "spool", start=1, min_zoom=MIN_Z, max_zoom=MAX_Z, flat_nodes=flat,
+                              expire_output=tmp_path / "operator.tiles")
+    follower = Follower(await make_unit("toposm.replicate"), settings)
+    await follower.unit.start()
+    assert await follower.catch_up() == [1]
+    assert postgis_sequence(postgis_dsn) == 1
+    await eventually(lambda: heard)
+    published = {item for body in heard for item in body.split(";")}
+    # Where the node was and where it is (the way's old and new line), at the highest zoom.
+    assert {origin(lon, lat, MAX_Z), origin(lon + 0.002, lat, MAX_Z)} <= published
+    # The operator's copy is osm2pgsql's own list: every tile of it lies in a published metatile.
+    copied = (tmp_path / "operator.tiles").read_text().split()
+    assert copied and {f"{z}/{int(x) >> 3 << 3}/{int(y) >> 3 << 3}"
+                       for z, x, y in (c.split("/") for c in copied)} == published
+
