@@ -34,7 +34,7 @@ from qbroker.transport import Connection, Queue
 
 F = TypeVar("F", bound=Callable[..., Any])
 OnConnected = Callable[[Connection], Awaitable[None]]
-State = Literal["new", "started", "stopping", "stopped"]
+State = Literal["new", "starting", "started", "stopping", "stopped"]
 
 
 class Unit:
@@ -181,7 +181,14 @@ class Unit:
             if endpoint.handler is None and not isinstance(endpoint, CommandEndpoint):
                 raise ValueError(f"endpoint {endpoint.name!r} has no handler")
         self._started_at = time.time()
-        await self.bus.start()
+        # Consumers attach inside bus.start(): a request or alert already waiting is handled before start()
+        # returns, and its handler may call, cast or alert ("starting" lets it).
+        self.state = "starting"
+        try:
+            await self.bus.start()
+        except BaseException:
+            self.state = "new"
+            raise
         self.state = "started"
         self.log.info("unit started", endpoints=sorted(self.endpoints))
         await self.announcer.announce_start()
@@ -273,7 +280,7 @@ class Unit:
     # -- calling and alerting ------------------------------------------------------------------------
 
     def _check_started(self, what: str) -> None:
-        if self.state != "started":
+        if self.state not in ("starting", "started"):
             raise NotStarted(f"{what}() on a unit that is {self.state}: call start() first")
 
     async def call_reply(self, name: str, body: Any = None, *, timeout: float | None = None, debug: bool = False,
@@ -290,7 +297,7 @@ class Unit:
                                            on_delivered=on_delivered, running=self._running)
 
     def _running(self) -> bool:
-        return self.state == "started"
+        return self.state in ("starting", "started")
 
     async def call(self, name: str, body: Any = None, *, timeout: float | None = None, debug: bool = False,
                    priority: int | None = None, retries: int = 0, content_type: str = JSON,

@@ -17,6 +17,7 @@ from qbroker import (
     UnknownCommand,
     Warn,
 )
+from harness import HANG
 from tests.conftest import MakeUnit
 
 
@@ -224,6 +225,47 @@ async def test_wrong_state_errors(make_unit: MakeUnit) -> None:
     await unit.start()
     with pytest.raises(NotStarted):
         unit.rpc("t.late")
+
+
+async def test_a_handler_may_call_and_alert_while_its_unit_is_still_starting(make_unit: MakeUnit) -> None:
+    """A request already queued is handled as soon as the endpoint's consumer attaches, inside start():
+    its handler's calls and alerts must work then, not raise NotStarted."""
+    first = await make_unit("test.server")
+
+    @first.rpc("t.queued")
+    async def unused() -> None: ...
+
+    await first.start()  # declares the shared queue, then leaves it with nobody consuming
+    await first.stop()
+    client = await make_unit("test.client")
+    heard: asyncio.Queue[object] = asyncio.Queue()
+
+    @client.on_alert("t.handled")
+    async def on_handled(body: object) -> None:
+        await heard.put(body)
+
+    await client.start()
+    await client.cast("t.queued", {"n": 1})
+    server = await make_unit("test.server")
+    entered = asyncio.Event()
+    outcome: asyncio.Queue[str] = asyncio.Queue()
+
+    @server.rpc("t.queued")
+    async def queued(n: int) -> None:
+        entered.set()
+        try:
+            await server.alert("t.handled", {"n": n, "state": server.state})
+            await outcome.put("alerted")
+        except Exception as exc:  # the old behaviour: NotStarted
+            await outcome.put(repr(exc))
+
+    @server.on_connected
+    async def hold_start_until_the_handler_runs(connection: object) -> None:
+        await asyncio.wait_for(entered.wait(), HANG)
+
+    await server.start()
+    assert await asyncio.wait_for(outcome.get(), HANG) == "alerted"
+    assert await asyncio.wait_for(heard.get(), HANG) == {"n": 1, "state": "starting"}
 
 
 async def test_native_exceptions_by_allow_list(make_unit: MakeUnit) -> None:
