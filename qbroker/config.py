@@ -54,10 +54,12 @@ class Config(BaseSettings):
     dead_queue_ttl_ms: int = Field(24 * 3600 * 1000, gt=0)
     # The QBroker seed: "dead keeps" a copy of what was dead-lettered. The collector that takes a dead
     # request copies it to the `dead.kept.in` exchange and `dead.kept` queue, which no unit consumes:
-    # operators list, show and replay it (`qbroker dead`); bounded by count (oldest dropped first) and age. Every
-    # declaration must carry the same bounds.
+    # operators list, show and replay it (`qbroker dead`); bounded by count and bytes (oldest dropped first) and
+    # age. Every declaration must carry the same bounds. Bytes too: every account may publish there, and 10,000
+    # copies of 16 MiB requests would be 160 GB on the broker's disk (its disk alarm blocks every publisher).
     dead_kept_queue: str = "dead.kept"
     dead_kept_max: int = Field(10_000, gt=0)
+    dead_kept_max_bytes: int = Field(256 * 1024 * 1024, gt=0)
     dead_kept_ttl_ms: int = Field(7 * 24 * 3600 * 1000, gt=0)
     # Grace after the last server of a name is gone: then RabbitMQ deletes ``rpc_<name>`` (x-expires),
     # its binding goes, and requests fall through the alternate exchange to `dead`, answered

@@ -2,8 +2,9 @@
 
 The collector that takes a dead request from ``dead`` copies it to the ``dead.kept.in`` exchange and the
 ``dead.kept`` queue (``dead_letter``), with where it was first published and why it died in
-``x-qbroker-dead-*`` headers; nobody consumes that queue. Its bounds (``x-max-length``, oldest dropped
-first, and ``x-message-ttl``; ``Config.dead_kept_*``) keep it from growing without end.
+``x-qbroker-dead-*`` headers; nobody consumes that queue. Its bounds (``x-max-length`` and
+``x-max-length-bytes``, oldest dropped first, and ``x-message-ttl``; ``Config.dead_kept_*``) keep it from growing
+without end.
 
 Reading never consumes: messages are fetched with ``basic.get`` without acknowledgement and go back to
 the queue, in their order, when the reading channel closes. Replaying one publishes it again on the

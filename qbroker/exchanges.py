@@ -55,13 +55,13 @@ async def declare_dead_queue(channel: Channel, config: Config) -> Queue:
 
 
 async def declare_dead_kept(channel: Channel, config: Config) -> Exchange:
-    """The exchange and queue of the copies kept for operators (``qbroker dead``), bounded by count and age;
-    Returns the exchange, where collectors publish the copies."""
+    """The exchange and queue of the copies kept for operators (``qbroker dead``), bounded by count, bytes and
+    age. Returns the exchange, where collectors publish the copies."""
     exchange = await channel.declare_exchange(config.dead_kept_exchange_name, ExchangeType.FANOUT, durable=True)
     queue = await channel.declare_queue(
         config.dead_kept_queue_name, durable=True,
-        arguments={"x-max-length": config.dead_kept_max, "x-message-ttl": config.dead_kept_ttl_ms,
-                   "x-overflow": "drop-head", **config.durable_queue_type()},
+        arguments={"x-max-length": config.dead_kept_max, "x-max-length-bytes": config.dead_kept_max_bytes,
+                   "x-message-ttl": config.dead_kept_ttl_ms, "x-overflow": "drop-head", **config.durable_queue_type()},
     )
     await queue.bind(exchange)
     return exchange

@@ -6,9 +6,10 @@ use it once ``qbroker.testing`` is imported (it registers the ``memory`` transpo
 
 Implemented: direct/fanout/topic exchanges, ``alternate-exchange``, the default exchange, queue
 arguments ``x-dead-letter-exchange``/``-routing-key`` (with ``x-death``), ``x-message-ttl``, per-message
-expiration, ``x-expires``, ``x-max-priority``, ``x-single-active-consumer``, ``x-max-length`` (drop-head); exclusive and
-auto-delete queues, per-consumer prefetch, round-robin, redelivery of unacked messages, and
-PRECONDITION_FAILED / NOT_FOUND / RESOURCE_LOCKED errors. Anything else raises ``UnsupportedFeature``.
+expiration, ``x-expires``, ``x-max-priority``, ``x-single-active-consumer``, ``x-max-length`` and
+``x-max-length-bytes`` (drop-head); exclusive and auto-delete queues, per-consumer prefetch, round-robin,
+redelivery of unacked messages, and PRECONDITION_FAILED / NOT_FOUND / RESOURCE_LOCKED errors. Anything else
+raises ``UnsupportedFeature``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ ConsumerCallback = Callable[[DeliveredMessage], Awaitable[Any]]
 # Arguments whose semantics the memory broker implements, plus ones that change nothing a test sees.
 QUEUE_ARGUMENTS = frozenset({
     "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-message-ttl", "x-max-priority",
-    "x-single-active-consumer", "x-max-length", "x-overflow", "x-queue-type", "x-expires",
+    "x-single-active-consumer", "x-max-length", "x-max-length-bytes", "x-overflow", "x-queue-type", "x-expires",
 })
 
 
@@ -138,7 +138,15 @@ class QueueState:
             head = self._pop()
             if head is not None:
                 self.broker.dead_letter(self, head.message, "maxlen")
+        max_bytes = self.arguments.get("x-max-length-bytes")  # counted when asked for: few queues set it
+        while max_bytes is not None and self._ready and sum(map(len, self._ready_bodies())) > int(max_bytes):
+            head = self._pop()
+            if head is not None:
+                self.broker.dead_letter(self, head.message, "maxlen")
         self.dispatch()
+
+    def _ready_bodies(self) -> list[bytes]:
+        return [message.body for message in self.ready_messages()]
 
     def requeue(self, entry: QueuedMessage) -> None:
         """A delivery nacked with requeue, or left unacked when its channel closed."""

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from harness import HANG, eventually
 from qbroker import NoServer, RequestError
 from tests.cli.helpers import run_cli
 
@@ -80,3 +81,33 @@ async def test_a_request_out_of_retries_is_kept_as_such(amqp_url: str, make_unit
         while not (found := await kept()):
             await asyncio.sleep(0.1)
     assert [(k["kind"], k["reason"], k["name"]) for k in found] == [("rpc", "retries_exhausted", "clitest.flaky")]
+
+
+async def test_kept_copies_are_bounded_in_bytes(amqp_url: str, make_unit: Any) -> None:
+    """Every account may publish into ``dead.kept.in`` and any request may be 16 MiB: bounded by count alone,
+    10,000 copies could park 160 GB on the broker for a week (its disk alarm then blocks every publisher).
+    ``x-max-length-bytes`` drops the oldest copies past ``dead_kept_max_bytes``, whatever the count."""
+    from qbroker import Config
+    from qbroker.dead_kept import KeptReader
+
+    prefix = f"kept-{uuid.uuid4().hex[:8]}."
+    budget = 1 << 20  # 1 MiB
+    attacker = await make_unit("clitest.attacker", exchange_prefix=prefix, dead_kept_max_bytes=budget)
+    await attacker.start()
+    for i in range(6):  # 6 x 300 KB, nobody serves the name: each request dies and is kept
+        with pytest.raises(NoServer):
+            await attacker.call("clitest.nobody", {"n": i, "pad": "x" * 300_000}, timeout=HANG)
+    collector = attacker.dead_letters
+    assert collector is not None
+    await eventually(lambda: collector.counts["kept"] + collector.counts["kept_failed"] >= 6)
+    assert collector.counts["kept_failed"] == 0
+
+    connection = attacker.bus.connection
+    assert connection is not None
+    reader = KeptReader(connection, Config(url=amqp_url, exchange_prefix=prefix))
+    try:
+        kept = await reader.read(100)
+    finally:
+        await reader.close()
+    assert sum(k.size for k in kept) <= budget, [k.size for k in kept]
+    assert [orjson.loads(k.body)["n"] for k in kept] == [3, 4, 5]  # the newest, oldest first

@@ -94,8 +94,8 @@ async def test_redeclare_with_other_settings_is_precondition_failed(connection: 
     with pytest.raises(ChannelNotFoundEntity, match="no exchange 'missing'"):
         await channel.get_exchange("missing")
     channel = await connection.channel()
-    with pytest.raises(UnsupportedFeature, match="x-max-length-bytes"):
-        await channel.declare_queue("q2", arguments={"x-max-length-bytes": 1000})
+    with pytest.raises(UnsupportedFeature, match="x-max-in-memory-bytes"):
+        await channel.declare_queue("q2", arguments={"x-max-in-memory-bytes": 1000})
 
 
 async def test_exclusive_and_auto_delete_queues(broker: MemoryBroker, connection: MemoryConnection) -> None:
