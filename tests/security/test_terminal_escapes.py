@@ -29,6 +29,8 @@ BIN = Path(sys.executable).parent
 EVIL = "\x1b]0;pwned\x07\x1b[2J\x9b31mEVIL\x7f\x85"
 SLOW_HANG = 1.5 * HANG
 SGR = re.compile(rb"\x1b\[[0-9;]*m")  # the colours rich itself writes on a terminal
+# what rich's live progress bar writes besides colours: cursor hidden/shown, line erased, cursor up
+RICH_LIVE = re.compile(rb"\x1b\[\?25[lh]|\x1b\[2K|\x1b\[[0-9]*A")
 
 
 def assert_inert(output: bytes) -> None:
@@ -169,3 +171,40 @@ def test_console_log_lines_show_control_characters_escaped() -> None:
         assert done.returncode == 0, done.stderr
         assert b"request refused" in done.stderr
         assert_inert(done.stderr)
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["piped", "terminal"])
+async def test_render_list_escapes_what_the_queuemaster_says(make_unit, amqp_url: str, terminal: bool) -> None:
+    """Whatever answers as the queuemaster words its errors with control codes: toposm-render-list's progress
+    line (why it asks again), its report's failures (a renderer's reason) and its refusal show them escaped."""
+    from qbroker import RequestError
+
+    forged = await make_unit("toposm.queuemaster")
+    asked: list[str] = []
+    endpoint = forged.commands("toposm.queuemaster")
+
+    @endpoint.command("bulk")
+    async def bulk(metatile: str, missing_only: bool = False, priority: str = "bulk") -> Any:
+        asked.append(metatile)
+        if metatile == "0/0/0" and asked.count(metatile) == 1:
+            raise RequestError("strange", f"asking again {EVIL}")
+        if metatile == "0/0/0":
+            raise RequestError("render_failed", "the render failed", detail=f"renderer reason {EVIL}")
+        raise RequestFailed("forbidden", f"refused {EVIL}")
+
+    @endpoint.command("cancel")
+    async def cancel(metatiles: list[str]) -> Any:
+        return {"command": "cancelled", "metatiles": len(metatiles), "withdrawn": 0}
+
+    await forged.start()
+    script = BIN / "toposm-render-list"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "services.tiles.render_list.main"]
+    env = dict(os.environ, QBROKER_URL=amqp_url, TERM="xterm-256color", COLUMNS="200",
+               PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    output = Output([*command, "--bbox=-10,-10,10,10", "--zooms", "0-1", "--window", "1"], env,
+                    terminal=terminal)
+    code, data = await asyncio.to_thread(output.finish)
+    assert code != 0 and asked == ["0/0/0", "0/0/0", "1/0/0"], (asked, data[-2000:])
+    assert_inert(RICH_LIVE.sub(b"", data))
+    for said in (b"renderer reason \\u001b]0;pwned", b"refused \\u001b]0;pwned"):
+        assert said in SGR.sub(b"", data), (said, data[-2000:])

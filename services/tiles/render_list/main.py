@@ -21,6 +21,7 @@ from typing import Any
 
 from qbroker import QBrokerError, Unit
 from qbroker.log import configure_logging
+from qbroker.printable import printable
 from qbroker.runner import run, serve_async
 
 from .area import AreaError, AreaPlan, BBox, parse_zooms
@@ -137,7 +138,8 @@ def _print_report(result: dict[str, Any]) -> None:
     elif not result["complete"]:
         lines.append(f"  run again with --resume {result['resume']} to continue" if result["resume"]
                      else "  (no --resume FILE: a new run starts from the beginning)")
-    print("\n".join(lines), file=sys.stderr)
+    # Failure reasons and the refusal are the queuemaster's (and renderers') words: shown, never obeyed.
+    print(printable("\n".join(lines), lines=True), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
+from qbroker.printable import printable
+
 from .job import RenderListJob
 
 PLAIN_INTERVAL = 10.0
@@ -40,8 +42,8 @@ class ProgressView:
         counts = p.counts()
         detail = (f"rendered {counts['rendered']:,} skipped {counts['skipped']:,} failed {counts['failed']:,}"
                   f"  {self.job.rate():.1f}/s")
-        if self.job.waiting:
-            detail += f"  (asking again: {self.job.waiting})"
+        if self.job.waiting:  # may quote the queuemaster's error message: escaped
+            detail += f"  (asking again: {printable(self.job.waiting)})"
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, completed=p.settled, detail=escape(detail))
             return
