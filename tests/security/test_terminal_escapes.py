@@ -174,7 +174,7 @@ def test_console_log_lines_show_control_characters_escaped() -> None:
 
 
 @pytest.mark.parametrize("terminal", [False, True], ids=["piped", "terminal"])
-async def test_render_list_escapes_what_the_queuemaster_says(make_unit, amqp_url: str, terminal: bool) -> None:
+async def test_render_list_escapes_what_the_queuemaster_says(make_unit: Any, amqp_url: str, terminal: bool) -> None:
     """Whatever answers as the queuemaster words its errors with control codes: toposm-render-list's progress
     line (why it asks again), its report's failures (a renderer's reason) and its refusal show them escaped."""
     from qbroker import RequestError
