@@ -33,6 +33,68 @@ def _id(name: str) -> str:
     return re.sub(r"[^\w.\-]", "_", name.replace("#", "hash").replace("*", "star"))
 
 
+MAX_SCHEMA_DEPTH = 64  # deeper is no pydantic model's; copying and rewriting it would recurse without end
+
+
+def _schema_problem(schema: Any) -> str | None:
+    """Why ``schema`` cannot go into a document (not an object, too deep, a ``$ref`` to no ``$defs`` entry)."""
+    if not isinstance(schema, dict):
+        return "a schema is not an object"
+    defs = schema.get("$defs", {})
+    if not isinstance(defs, dict) or not all(isinstance(d, dict) for d in defs.values()):
+        return "$defs is not an object of schemas"
+    pending: list[tuple[Any, int]] = [(schema, 0)]  # walked without recursion: the depth is the wire's
+    while pending:
+        node, depth = pending.pop()
+        if depth > MAX_SCHEMA_DEPTH:
+            return f"a schema nests deeper than {MAX_SCHEMA_DEPTH}"
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[len("#/$defs/"):] not in defs:
+                return f"$ref {ref[:100]!r} names no $defs entry"
+            pending.extend((value, depth + 1) for value in node.values())
+        elif isinstance(node, list):
+            pending.extend((value, depth + 1) for value in node)
+    return None
+
+
+def _endpoint_problem(described: Any) -> str | None:
+    if not isinstance(described, dict):
+        return "not an object"
+    commands = described.get("commands") or {}
+    if not isinstance(commands, dict):
+        return "commands is not an object"
+    for command, schema in commands.items():
+        if not isinstance(schema, dict) or not isinstance(schema.get("properties", {}), dict) \
+                or not all(isinstance(r, str) for r in schema.get("required", [])):
+            return f"command {command[:100]!r}: not an object schema"
+    for schema in (described.get("schema"), described.get("result"), *commands.values()):
+        if schema and (problem := _schema_problem(schema)):
+            return problem
+    return None
+
+
+def description_problem(unit: Any) -> str | None:
+    """Why a unit's description (a ``qbroker.ping`` answer: anyone's words) cannot be documented, or None."""
+    if not isinstance(unit, dict):
+        return "not an object"
+    endpoints = unit.get("endpoints") or {}
+    if not isinstance(endpoints, dict):
+        return "endpoints is not an object"
+    for name, described in endpoints.items():
+        if problem := _endpoint_problem(described):
+            return f"endpoint {name[:100]!r}: {problem}"
+    listeners, alerts = unit.get("listeners") or [], unit.get("alerts") or {}
+    if not isinstance(listeners, list) or not all(isinstance(pattern, str) for pattern in listeners):
+        return "listeners is not a list of names"
+    if not isinstance(alerts, dict):
+        return "alerts is not an object"
+    for pattern, schema in alerts.items():
+        if problem := _schema_problem(schema):
+            return f"alert {pattern[:100]!r}: {problem}"
+    return None
+
+
 def describe_code(unit: Unit) -> dict[str, Any]:
     """``unit.describe()`` plus what only the code knows: listener and result schemas."""
     described = unit.describe()

@@ -77,8 +77,19 @@ def asyncapi(
         raise typer.Exit(write([describe_code(_unit_of_code(app_spec, options.app))]))
 
     async def action(unit: Unit) -> int:
-        units = [reply.body async for reply in unit.gather("qbroker.ping", {}, timeout=timeout)
-                 if isinstance(reply.body, dict) and reply.body.get("uuid") != unit.uuid]
+        from qbroker.asyncapi import description_problem
+
+        units = []
+        async for reply in unit.gather("qbroker.ping", {}, timeout=timeout):
+            if not isinstance(reply.body, dict) or reply.body.get("uuid") == unit.uuid:
+                continue
+            # Any unit on the bus answers the ping, in its own words: one that cannot be documented is left
+            # out and named, and the others are still written.
+            problem = description_problem(reply.body)
+            if problem is None:
+                units.append(reply.body)
+            else:
+                say(f"left out unit {str(reply.body.get('app'))[:100]}: {problem}", style="yellow")
         return write(units)
 
     raise typer.Exit(run_with_unit(options, action))

@@ -81,3 +81,57 @@ async def test_document_of_the_units_on_the_bus(make_unit: Any, amqp_url: str, t
     assert "apidoc.running" in live_channel["description"]
     assert doc["components"]["messages"]["apidoc.live.request"]["payload"]["required"] == ["n"]
     assert "guest" not in out.read_text()  # the broker URL's credentials stay out of the document
+
+
+class _Forged(Unit):
+    """A unit that answers qbroker.ping with a description of its own making (any account may)."""
+
+    forged: dict[str, Any] = {}
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), **self.forged}
+
+
+FORGED_DESCRIPTIONS: list[dict[str, Any]] = [
+    {"endpoints": ["not", "an", "object"]},
+    {"endpoints": {"forged.text": "not an object"}},
+    {"endpoints": {"forged.ref": {"schema": {"$ref": "#/$defs/Missing"}}}},
+    {"endpoints": {"forged.commands": {"commands": ["stats"]}}},
+    {"endpoints": {"forged.required": {"commands": {"stats": {"required": [{"a": 1}]}}}}},
+    {"endpoints": {"forged.deep": {"schema": functools.reduce(lambda inner, _: {"a": inner}, range(200), {})}}},
+    {"listeners": [5]},
+    {"listeners": ["forged.alert"], "alerts": ["not", "an", "object"]},
+]
+
+
+async def test_forged_descriptions_are_left_out_not_fatal(make_unit: Any, amqp_url: str, tmp_path: Path) -> None:
+    """Whatever a unit answers qbroker.ping with (a list for its endpoints, a $ref to nothing, a schema 200
+    levels deep) is left out, named on stderr; the document of the other units is still written."""
+    from qbroker import Config
+
+    honest: Unit = await make_unit("apidoc.honest")
+
+    @honest.rpc("apidoc.fine")
+    async def fine(n: int) -> int:
+        return n
+
+    await honest.start()
+    forgers = []
+    try:
+        for i, forged in enumerate(FORGED_DESCRIPTIONS):
+            forger = _Forged(f"apidoc.forged{i}", config=Config(url=amqp_url))
+            forger.forged = forged
+            forgers.append(forger)
+            await forger.start()
+        out = tmp_path / "bus.json"
+        result = await run_cli(amqp_url, "asyncapi", "--timeout", "2", "-o", str(out))
+    finally:
+        for forger in forgers:
+            await forger.stop(drain_timeout=1)
+    assert result.code == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert "rpc.apidoc.fine" in doc["channels"]
+    assert not any("forged" in key for key in doc["channels"]), list(doc["channels"])
+    for i in range(len(FORGED_DESCRIPTIONS)):
+        assert f"apidoc.forged{i}" in result.stderr, result.stderr
+    validate(out)
