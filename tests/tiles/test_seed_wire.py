@@ -163,3 +163,37 @@ async def test_seed_programs_reach_qbroker_render_threads_by_hierarchy(bus):
         assert await _counter(client, "osm_reply_to_refused") == 0
     finally:
         await connection.close()
+
+
+async def test_waiting_clients_cannot_shut_render_threads_out_of_the_osm_wire(bus):
+    """A client fills the osm wire's command slots with `render` requests that wait (the seed's wire has no
+    deadline: they wait until rendered). The render threads' own commands (`register`, `rendered`) must still
+    be taken, or nothing is ever rendered again and every waiting request waits for good."""
+    from services.tiles.queuemaster.osm_wire import MAX_COMMANDS
+
+    bus.queuemaster()
+    client = await bus.client()
+    connection, exchange, replies = await osm_client(bus.url)
+    raw = SeedRenderThread(bus.tile_root)
+    try:
+        await osm_wire_ready(connection)
+        for i in range(MAX_COMMANDS + 10):  # distinct metatiles nobody has rendered: each one waits
+            await exchange.publish(aio_pika.Message(
+                f'{{"command": "render", "tile": "14/{8 * (i % 1024)}/{8 * (i // 1024)}"}}'.encode(),
+                content_type="application/json", reply_to=replies.name, correlation_id=str(i)),
+                routing_key="toposm.queuemaster")
+
+        async def all_waiting():
+            return (await stats(client))["waiting_requests"] >= MAX_COMMANDS
+
+        await eventually(all_waiting)
+        await raw.start(bus.url)  # registers on osm, renders and reports there
+        await wait_renderers(client, 1)
+
+        async def some_rendered():
+            return len(raw.rendered) >= 3 and (await stats(client))["waiting_requests"] <= MAX_COMMANDS - 2
+
+        await eventually(some_rendered)
+    finally:
+        await raw.close()
+        await connection.close()

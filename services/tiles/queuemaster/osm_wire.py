@@ -46,8 +46,11 @@ OSM_PART = QUEUEMASTER  # the error part: the same command table as the qbroker 
 BINDINGS = (QUEUEMASTER, EXPIRE_TOPIC, ALL_PROGRAMS)
 
 
-# Commands in progress on the osm wire at once (a `render` may wait minutes): beyond this, answer `busy`
-# instead of starting one more task, since the ack-first consumer's prefetch bounds nothing.
+# Commands that wait for a render (`render`, `bulk`: minutes, and on this wire without a deadline) in progress
+# at once: beyond this, answer `busy` instead of waiting one more, since the ack-first consumer's prefetch
+# bounds nothing. The render threads' own commands (`register`, `rendered`: quick) are never shut out by
+# them, or a client that fills the slots would stop every render, and its waits would never end: they get
+# as many slots again, which only a flood of quick commands fills, for the moment it lasts.
 MAX_COMMANDS = 1024
 
 
@@ -77,6 +80,7 @@ class OsmWire:
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._waiting = 0  # of the tasks, long-running commands (see MAX_COMMANDS)
         self._stopping = False
 
     async def declare(self, transport_connection: Connection) -> None:
@@ -157,8 +161,8 @@ class OsmWire:
             except Exception:  # never let one bad message kill the consumer
                 log.exception("expiry on osm failed")
             return
-        if len(self._tasks) >= self.max_commands:
-            busy = errored("busy", f"{self.max_commands} osm commands in progress")
+        if len(self._tasks) >= 2 * self.max_commands:
+            busy = errored("busy", f"{len(self._tasks)} osm commands in progress")
             await self._reply(message, error_result(None, busy.to_info(part=OSM_PART)))
             return
         task = asyncio.ensure_future(self._command(message))
@@ -182,12 +186,16 @@ class OsmWire:
                 # The seed: renderer -> queuemaster messages carry the renderer's queue as reply_to. Without
                 # one we could neither reach the thread's answers nor tell whether it is still there.
                 raise InvalidParams("register on the osm wire needs the render thread's queue as reply_to")
+            if handler.long_running and self._waiting >= self.max_commands:
+                raise errored("busy", f"{self._waiting} osm commands waiting for renders")
             # Acked already: a render in progress would be lost with a SIGKILL, so keep it until answered.
             stored = self._keep(handler.name, request, message) if handler.long_running else None
+            self._waiting += handler.long_running
             try:
                 # user_id is RabbitMQ-validated when set; a seed client that sets none is no renderer.
                 result = await handler.run(self.qm, request, message.reply_to, message.user_id)
             finally:
+                self._waiting -= handler.long_running
                 if stored is not None and self.waiters is not None:
                     self.waiters.remove(stored)
             if isinstance(request, RegisterRequest):  # a render thread on the raw wire: reach it there
