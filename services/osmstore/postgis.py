@@ -37,8 +37,8 @@ def _osm2pgsql(mode: list[str], data: Path, dsn: str, timeout: float) -> None:
            "--log-progress", "false", str(data)]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise StoreUnavailable(f"{data}: osm2pgsql did not finish within {timeout:.0f}s") from exc
+    except subprocess.TimeoutExpired:  # not chained: its message quotes the command line, DSN and password
+        raise StoreUnavailable(f"{data}: osm2pgsql did not finish within {timeout:.0f}s") from None
     if run.returncode != 0:
         # osm2pgsql logs the cause last; the DSN is not echoed (it may hold a password).
         reason = " | ".join(line.strip() for line in run.stderr.strip().splitlines()[-3:])
@@ -102,15 +102,20 @@ INSERT INTO planet_osm_replication_status VALUES (:'url', :'seq'::integer, NULLI
 COMMIT;"""
 
 
-def psql(dsn: str, script: str, **variables: str) -> str:
-    """Run ``script`` (psql variables ``:'name'`` quoted by psql) and return its trimmed output. ImportFailed."""
+def psql(dsn: str, script: str, *, timeout: float = 300, **variables: str) -> str:
+    """Run ``script`` (psql variables ``:'name'`` quoted by psql) and return its trimmed output. ImportFailed
+    when psql is missing, StoreUnavailable when it fails or hangs past ``timeout`` (a lock wait, a server
+    that accepts and never answers: the follower backs off)."""
     exe = shutil.which("psql")
     if exe is None:
         raise ImportFailed("psql is not installed (bin/ensure-postgis installs PostgreSQL)")
     cmd = [exe, "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-d", dsn]
     for key, value in variables.items():
         cmd += ["-v", f"{key}={value}"]
-    run = subprocess.run(cmd, input=script, capture_output=True, text=True, timeout=300, check=False)
+    try:
+        run = subprocess.run(cmd, input=script, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:  # not chained: its message quotes the command line, DSN and password
+        raise StoreUnavailable(f"psql did not finish within {timeout:.0f}s") from None
     if run.returncode != 0:
         raise StoreUnavailable(f"psql failed (exit {run.returncode}): {run.stderr.strip()[-300:]}")
     return run.stdout.strip()

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import socket
 import subprocess
+import threading
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 import mercantile
@@ -11,8 +16,9 @@ import pytest
 from PIL import Image
 
 from harness.osm import read_extract
+from services.osmstore.errors import StoreUnavailable
 from services.osmstore.importer import ImportFailed, main
-from services.osmstore.postgis import import_postgis
+from services.osmstore.postgis import import_postgis, psql
 from services.osmstore.style import ROAD_COLOURS
 from services.tiles.renderer.backends.mapnik_backend import MapnikBackend
 from services.tiles.tilemath import Tile
@@ -38,3 +44,47 @@ def test_osm2pgsql_failure_is_a_clear_error(postgis_dsn: str, tmp_path: Path) ->
     bad.write_bytes(b"not osm at all" * 100)
     with pytest.raises(ImportFailed, match="osm2pgsql failed"):
         import_postgis(bad, postgis_dsn)
+
+
+@contextlib.contextmanager
+def _silent_server() -> Iterator[int]:
+    """A TCP port that accepts connections and never says anything: a PostgreSQL that hangs (a lock wait,
+    an overloaded server) as libpq sees it. Yields the port."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+def test_a_hanging_database_is_unavailable_and_its_password_stays_out_of_the_error(tmp_path: Path) -> None:
+    """osm2pgsql or psql past its timeout: StoreUnavailable, which the follower backs off from (psql's raised
+    subprocess.TimeoutExpired, which ended the follower's task), and neither the message nor the traceback
+    (the chained exception quotes the command line) holds the DSN's password."""
+    diff = tmp_path / "diff.osc"
+    diff.write_text('<osmChange version="0.6"></osmChange>\n')
+    with _silent_server() as port:
+        dsn = f"postgresql://replicator:S3CRET-pw@127.0.0.1:{port}/gis"
+        for attempt in (lambda: import_postgis(diff, dsn, timeout=2),
+                        lambda: psql(dsn, "SELECT 1", timeout=2)):
+            with pytest.raises(StoreUnavailable) as info:
+                attempt()
+            shown = "".join(traceback.format_exception(info.value))
+            assert "did not finish" in shown and "S3CRET" not in shown, shown
