@@ -35,6 +35,7 @@ from services.osmstore.geometry_apply import apply_locked  # noqa: E402
 from services.osmstore.geometry_import import build_geometry_store  # noqa: E402
 from services.osmstore.import_pass import read_extract  # noqa: E402
 from services.osmstore.osc_diff import read_diff  # noqa: E402
+from services.osmstore.render_cluster import BulkFeatureWriter  # noqa: E402
 from services.spark_bridge.store_expire import resolve  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +47,7 @@ def build(pbf: Path, store: Path) -> float:
     started = time.perf_counter()
     features = sqlite3.connect(":memory:")
     render_db.create_schema(features)
-    scan = read_extract(pbf, store / ".scratch", render_db.BulkFeatureWriter(features))
+    scan = read_extract(pbf, store / ".scratch", BulkFeatureWriter(features))
     build_geometry_store(store / GEOMETRY_DIR, scan.locations.path, scan.locations.count, scan.objects, 1000)
     shutil.rmtree(store / ".scratch")
     return time.perf_counter() - started

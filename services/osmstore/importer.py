@@ -36,7 +36,7 @@ from .import_pass import PassResult, read_extract
 from .line_features import write_line_features
 from .opl_columns import Relations, Ways, distinct_tags, opl_tags, read_objects
 from .progress import ImportProgress
-from .render_cluster import cluster_features
+from .render_cluster import BulkFeatureWriter
 from .tags import relation_makes_area
 
 __all__ = ["ImportFailed", "import_extract", "main"]
@@ -61,7 +61,7 @@ def _insert_area_members(conn: sqlite3.Connection, relations: Relations) -> None
                    relations.member_rows(areas))
 
 
-def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: render_db.BulkFeatureWriter,
+def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: BulkFeatureWriter,
                         progress: ImportProgress) -> dict[str, int]:
     """The rendering store's OSM tables and line features, from the pass's files; returns the object counts."""
     counts = {"nodes": scan.locations.count, "ways": 0, "relations": 0}
@@ -109,7 +109,7 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
     bulk_load_settings(conn)  # a failed import throws the whole directory away
     render_db.create_schema(conn)
     conn.execute("BEGIN")
-    writer = render_db.BulkFeatureWriter(conn)
+    writer = BulkFeatureWriter(conn)
     try:
         scan = read_extract(extract, work / SCRATCH, writer)
     except (RuntimeError, ValueError) as exc:  # what libosmium raises on corrupt or non-OSM input
@@ -123,15 +123,14 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
         counts = _load_render_tables(conn, scan, writer, progress)
         if sum(counts.values()) == 0:
             raise ImportFailed(f"{extract}: holds no OSM nodes, ways or relations")
-        render_db.create_indexes(conn)
         if sequence is not None:
             render_db.set_meta(conn, "sequence", str(sequence))
         # The extract's box bounds the sea: coastlines are closed along it (the nodes' box if no header says).
         extent = header_bbox or scan.locations.bounds() or [180.0, 90.0, -180.0, -90.0]
         render_db.set_meta(conn, "extent", json.dumps(extent))
         rebuild_sea(conn, writer)
-        writer.flush()
-        cluster_features(conn)  # renders read neighbours on disk (render_cluster)
+        writer.finish()  # the features in space order: renders read neighbours on disk (render_cluster)
+        render_db.create_indexes(conn)
         conn.execute("COMMIT")
         feature_counts = render_db.feature_counts(conn)
         analyze(conn)

@@ -17,7 +17,8 @@ import numpy as np
 from . import tags as osm_tags
 from .node_locations import NodeLocations
 from .opl_columns import Ways, distinct_tags, opl_tags
-from .render_db import BulkFeatureWriter, attribute_values
+from .render_cluster import BulkFeatureWriter
+from .render_db import attribute_values
 from .wkb import EARTH_RADIUS, MAX_LAT
 
 _LINESTRING = 2

@@ -1,13 +1,16 @@
 """The rendering store's features stored in space order, as osm2pgsql clusters its tables by geometry.
 
-A feature table is a B-tree in ``fid`` order, and the import hands out fids in the order of the OSM ids,
+A feature table is a B-tree in ``fid`` order, and the import meets features in the order of the OSM ids,
 which in a country extract interleave every part of the country: a metatile's few thousand features then
 sit on a few thousand pages, one each, where the same features of a city extract share a few hundred
 (issue 22, goal 5: K copies of a city, ids interleaved, rendered 10-35 ms slower per metatile at K=200 than
-at K=1, with the same features in view). Once the import has written them, each table is rewritten with
-fids in the Z-order (Morton) of the features' box centres, and its R*Tree with it, so the rows a metatile
-reads are neighbours on disk and in the page cache. Features a diff adds later go to the end, as rows
-updated in PostGIS go wherever there is room; a store re-imported is clustered again.
+at K=1, with the same features in view). So the import's ``BulkFeatureWriter`` writes features to staging
+tables with the Z-order (Morton) key of their box centres, and ``finish`` moves each table into place in
+that order, fids counting up along it, and fills its R*Tree the same way: the rows a metatile reads are
+neighbours on disk and in the page cache. The staging tables are TEMP (their own file, gone at close), so
+the store does not keep their pages as free space, and everything past binding the rows is SQLite's own
+copying, not Python. Features a diff adds later go to the end, as rows updated in PostGIS go wherever there
+is room; a store re-imported is clustered again.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ import sqlite3
 import numpy as np
 import numpy.typing as npt
 
-from .render_db import FEATURE_TABLES
+from .bulk_sqlite import insert_columns
+from .render_db import FEATURE_TABLES, FeatureWriter, attribute_values
+from .tags import Attrs
+from .wkb import BBox
 
 _HALF_WORLD = 20037508.342789244  # Web Mercator's half width (metres)
 _GRID_BITS = 24  # cells per axis of the Z-order: ~2.4 m at the equator
@@ -39,35 +45,75 @@ def z_order(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> npt.NDArr
     return _spread(gx) | (_spread(gy) << np.uint64(1))
 
 
-def cluster_features(conn: sqlite3.Connection) -> None:
-    """Rewrite every feature table (and its R*Tree and indexes) in space order, in the caller's transaction."""
-    for table in FEATURE_TABLES:
-        _cluster(conn, table)
+def _as_stored(values: npt.NDArray[np.float64], up: bool) -> npt.NDArray[np.float64]:
+    """Box coordinates as the R*Tree keeps them (32-bit floats, rounded outwards the way SQLite's rtree does:
+    a float on the wrong side is recomputed from the value scaled by 1 -/+ 2**-23), so the order is the one
+    the store's own boxes give."""
+    stored = values.astype(np.float32)
+    off = stored < values if up else stored > values
+    toward_zero = (values[off] < 0) == up  # a minimum above zero and a maximum below it move towards zero
+    scale = np.where(toward_zero, 1.0 - 2.0**-23, 1.0 + 2.0**-23)
+    stored[off] = (values[off] * scale).astype(np.float32)
+    return stored.astype(np.float64)
 
 
-def _cluster(conn: sqlite3.Connection, table: str) -> None:
-    boxes = conn.execute(f"SELECT pkid, xmin, xmax, ymin, ymax FROM idx_{table}_geom").fetchall()  # noqa: S608
-    if not boxes:
-        return
-    rows = np.array(boxes, np.float64)
-    order = np.argsort(z_order((rows[:, 1] + rows[:, 2]) / 2, (rows[:, 3] + rows[:, 4]) / 2), kind="stable")
-    old_fids = rows[order, 0].astype(np.int64).tolist()
-    conn.execute("CREATE TEMP TABLE cluster_fids (old INTEGER PRIMARY KEY, new INTEGER NOT NULL)")
-    conn.executemany("INSERT INTO cluster_fids (old, new) VALUES (?, ?)",
-                     ((old, new) for new, old in enumerate(old_fids, start=1)))
-    ddl = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()[0]
-    indexes = [sql for (sql,) in conn.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
-                                              "AND sql IS NOT NULL", (table,))]
-    columns = ", ".join(f'"{c}"' for (_, c, *_) in conn.execute(f"PRAGMA table_info({table})") if c != "fid")
-    conn.execute(ddl.replace(f"CREATE TABLE {table}", f"CREATE TABLE {table}_clustered", 1))
-    conn.execute(f"INSERT INTO {table}_clustered (fid, {columns}) SELECT m.new, {columns} "  # noqa: S608
-                 f"FROM cluster_fids m JOIN {table} t ON t.fid = m.old ORDER BY m.new")
-    new_boxes = [(new, *boxes[i][1:]) for new, i in enumerate(order.tolist(), start=1)]
-    conn.execute(f"DELETE FROM idx_{table}_geom")  # noqa: S608
-    conn.executemany(f"INSERT INTO idx_{table}_geom (pkid, xmin, xmax, ymin, ymax) VALUES (?, ?, ?, ?, ?)",  # noqa: S608
-                     new_boxes)
-    conn.execute(f"DROP TABLE {table}")
-    conn.execute(f"ALTER TABLE {table}_clustered RENAME TO {table}")
-    for sql in indexes:
-        conn.execute(sql)
-    conn.execute("DROP TABLE cluster_fids")
+class BulkFeatureWriter(FeatureWriter):
+    """``add`` for the import: rows gathered per table and written many per statement (``flush``) into the
+    table's staging table with their box and its Z-order key; ``finish`` puts them in place. Only for a store
+    being built, whose feature tables are still empty."""
+
+    def __init__(self, conn: sqlite3.Connection, flush_rows: int = 20_000) -> None:
+        super().__init__(conn)
+        self.flush_rows = flush_rows
+        self._rows: dict[str, list[tuple[object, ...]]] = {table: [] for table in FEATURE_TABLES}
+        self._pending = 0
+        conn.execute("PRAGMA temp.cache_size = -8192")  # the staging tables are written once, read once in order
+        for table, columns in FEATURE_TABLES.items():
+            names = ", ".join(f'"{c}"' for c in columns)
+            conn.execute(f"CREATE TEMP TABLE stage_{table} (z INTEGER NOT NULL, osm_type, osm_id, {names}, geom, "
+                         "xmin, xmax, ymin, ymax)")
+
+    def add(self, table: str, osm_type: str, osm_id: int, attrs: Attrs, geom: bytes, bbox: BBox) -> None:
+        self.add_values(table, osm_type, osm_id, attribute_values(table, attrs), geom, bbox)
+
+    def add_values(self, table: str, osm_type: str, osm_id: int, values: tuple[object, ...], geom: bytes,
+                   bbox: BBox) -> None:
+        """``add`` with the attributes already in column order (``attribute_values``), as the import computes
+        them once per distinct tag set."""
+        self._rows[table].append((osm_type, osm_id, *values, geom, *bbox))
+        self.written += 1
+        self._pending += 1
+        if self._pending >= self.flush_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        for table, rows in self._rows.items():
+            if not rows:
+                continue
+            columns = list(zip(*rows, strict=True))
+            minx, miny, maxx, maxy = (_as_stored(np.array(c, np.float64), up)
+                                      for c, up in zip(columns[-4:], (False, False, True, True), strict=True))
+            z = z_order((minx + maxx) / 2, (miny + maxy) / 2).astype(np.int64).tolist()
+            names = ", ".join(f'"{c}"' for c in FEATURE_TABLES[table])
+            insert_columns(self.conn, f"INSERT INTO stage_{table} (z, osm_type, osm_id, {names}, geom, "  # noqa: S608
+                           "xmin, ymin, xmax, ymax)", [z, *columns])
+            rows.clear()
+        self._pending = 0
+
+    def finish(self) -> None:
+        """Move every staged feature into its table in Z-order (ties in the order written), fids 1, 2, ...
+        along it, and fill the R*Tree; in the caller's transaction."""
+        self.flush()
+        for table, columns in FEATURE_TABLES.items():
+            names = ", ".join(f'"{c}"' for c in columns)
+            self.conn.execute("CREATE TEMP TABLE placed (fid INTEGER PRIMARY KEY, staged INTEGER NOT NULL)")
+            self.conn.execute(f"INSERT INTO placed (fid, staged) SELECT row_number() OVER (ORDER BY z, rowid), "  # noqa: S608
+                              f"rowid FROM stage_{table}")
+            self.conn.execute(f"INSERT INTO main.{table} (fid, osm_type, osm_id, {names}, geom) "  # noqa: S608
+                              f"SELECT p.fid, s.osm_type, s.osm_id, {', '.join(f's.{n}' for n in names.split(', '))}, "
+                              f"s.geom FROM placed p JOIN stage_{table} s ON s.rowid = p.staged ORDER BY p.fid")
+            self.conn.execute(f"INSERT INTO main.idx_{table}_geom (pkid, xmin, xmax, ymin, ymax) "  # noqa: S608
+                              f"SELECT p.fid, s.xmin, s.xmax, s.ymin, s.ymax FROM placed p "
+                              f"JOIN stage_{table} s ON s.rowid = p.staged ORDER BY p.fid")
+            self.conn.execute("DROP TABLE placed")
+            self.conn.execute(f"DROP TABLE stage_{table}")

@@ -14,7 +14,6 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .bulk_sqlite import insert_columns
 from .tags import Attrs
 from .wkb import BBox
 
@@ -171,49 +170,6 @@ class FeatureWriter:
 def attribute_values(table: str, attrs: Attrs) -> tuple[object, ...]:
     """The attribute columns of ``table`` (FEATURE_TABLES order) from ``attrs``."""
     return tuple(attrs.get(c) for c in FEATURE_TABLES[table])
-
-
-class BulkFeatureWriter(FeatureWriter):
-    """``add`` for the import: rows gathered per table with their fids and written many per statement
-    (``flush``), each table's R*Tree with them. Only for a store being built (the fids count on from the
-    largest one when the writer was made)."""
-
-    def __init__(self, conn: sqlite3.Connection, flush_rows: int = 20_000) -> None:
-        super().__init__(conn)
-        self.flush_rows = flush_rows
-        self._rows: dict[str, list[tuple[object, ...]]] = {table: [] for table in FEATURE_TABLES}
-        self._next_fid = {table: int(conn.execute(f"SELECT coalesce(max(fid), 0) FROM {table}")  # noqa: S608
-                                     .fetchone()[0]) + 1 for table in FEATURE_TABLES}
-        self._pending = 0
-
-    def add(self, table: str, osm_type: str, osm_id: int, attrs: Attrs, geom: bytes, bbox: BBox) -> None:
-        self.add_values(table, osm_type, osm_id, attribute_values(table, attrs), geom, bbox)
-
-    def add_values(self, table: str, osm_type: str, osm_id: int, values: tuple[object, ...], geom: bytes,
-                   bbox: BBox) -> None:
-        """``add`` with the attributes already in column order (``attribute_values``), as the import computes
-        them once per distinct tag set."""
-        fid = self._next_fid[table]
-        self._next_fid[table] = fid + 1
-        self._rows[table].append((fid, osm_type, osm_id, *values, geom, *bbox))
-        self.written += 1
-        self._pending += 1
-        if self._pending >= self.flush_rows:
-            self.flush()
-
-    def flush(self) -> None:
-        for table, rows in self._rows.items():
-            if not rows:
-                continue
-            columns = list(zip(*rows, strict=True))
-            names = ", ".join('"' + c + '"' for c in FEATURE_TABLES[table])
-            insert_columns(self.conn, f"INSERT INTO {table} (fid, osm_type, osm_id, {names}, geom)",  # noqa: S608
-                           columns[:-4])
-            minx, miny, maxx, maxy = columns[-4:]
-            insert_columns(self.conn, f"INSERT INTO idx_{table}_geom (pkid, xmin, xmax, ymin, ymax)",  # noqa: S608
-                           [columns[0], minx, maxx, miny, maxy])
-            rows.clear()
-        self._pending = 0
 
 
 def tags_json(tags: Iterable[tuple[str, str]] | Mapping[str, str]) -> str:

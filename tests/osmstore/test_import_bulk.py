@@ -13,6 +13,7 @@ from services.osmstore import render_db
 from services.osmstore.features import FeatureExtractor
 from services.osmstore.import_pass import read_extract
 from services.osmstore.opl_columns import Relations, Ways, read_objects
+from services.osmstore.render_cluster import BulkFeatureWriter
 from services.osmstore.tags import relation_makes_area
 
 
@@ -65,7 +66,7 @@ def test_import_equals_the_per_object_code(imported_store: Path, helsinki: Path,
 def test_node_locations_on_disk_and_objects_read_a_block_at_a_time(helsinki: Path, tmp_path: Path) -> None:
     conn = sqlite3.connect(":memory:")
     render_db.create_schema(conn)
-    scan = read_extract(helsinki, tmp_path / "scratch", render_db.BulkFeatureWriter(conn))
+    scan = read_extract(helsinki, tmp_path / "scratch", BulkFeatureWriter(conn))
     # Node locations live in libosmium's index file, mapped, not in the heap; read back exactly.
     assert isinstance(scan.locations.records, np.memmap)
     assert scan.locations.path.stat().st_size >= 16 * scan.locations.count
