@@ -4,18 +4,21 @@ Layout under ``STORE/geometry/``::
 
     geometry.sqlite   (WAL)
       nodes(id PRIMARY KEY, lon, lat)
-      way_nodes(way_id, seq, node_id)   PRIMARY KEY (way_id, seq); index way_nodes_by_node (node_id, way_id)
-      members(rel_id, seq, member_type, member_id, role)   PRIMARY KEY (rel_id, seq)
+      ways(id PRIMARY KEY, nodes)       nodes: the way's node ids in order, a JSON array
+      relations(id PRIMARY KEY, members)  members: [[type, id, role], ...], a JSON array
+      node_ways(node_id, way_id)        PRIMARY KEY (node_id, way_id): the reverse index, node -> ways
       meta(key PRIMARY KEY, value)      'manifest': sequence, counts, applied diffs, commits (JSON)
     LOCK              flock'ed by whoever applies a diff (one writer per store, across processes)
 
-This is osm2pgsql's "middle" (its slim tables: node locations and way/relation members by id, with the
-reverse index from a node to its ways) on an embedded engine: every lookup a diff needs is a B-tree
-probe by id, and applying a diff writes the diff's rows and the pages holding them, one transaction, so a
-diff costs what the diff weighs, whatever the size of the store (docs/decisions.md, issue 22). The reverse
-index "which ways use this node" (``node_ways`` in the lookups) is the ``way_nodes_by_node`` index, kept by
-SQLite itself. Readers in other processes (Spark executors at scale, ``store_lookup``) open the file
-read-only and see the last committed state; a crash mid-diff leaves the one before (WAL rollback).
+This is osm2pgsql's "middle" (its slim tables: node locations, and each way's node list and each relation's
+members in the object's own row, with the reverse index from a node to its ways) on an embedded engine:
+every lookup a diff needs is a B-tree probe by id, and applying a diff writes the diff's rows and the pages
+holding them, one transaction, so a diff costs what the diff weighs, whatever the size of the store
+(docs/decisions.md, issue 22). One row per way and per relation, not per way node and per member, is what
+lets the import load them at a row per object (a relation lists ~136 members in the scaled extract); SQLite's
+``json_each`` unpacks the few a diff reads, and builds ``node_ways`` from the ways in one statement. Readers
+in other processes (Spark executors at scale, ``store_lookup``) open the file read-only and see the last
+committed state; a crash mid-diff leaves the one before (WAL rollback).
 """
 
 from __future__ import annotations
@@ -36,34 +39,49 @@ from .wal import WAL_SIZE_LIMIT, Checkpointer
 
 GEOMETRY_DIR = "geometry"
 GEOMETRY_DB = "geometry.sqlite"
-FORMAT_VERSION = 2  # 1 was the copy-on-write Parquet snapshots
+FORMAT_VERSION = 3  # 1 was the copy-on-write Parquet snapshots, 2 a row per way node and per member
 APPLIED_KEPT = 100  # digests of the last applied diffs, to recognise a replay of a diff without sequence
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE nodes (id INTEGER PRIMARY KEY, lon REAL NOT NULL, lat REAL NOT NULL);
-CREATE TABLE way_nodes (way_id INTEGER NOT NULL, seq INTEGER NOT NULL, node_id INTEGER NOT NULL,
-                        PRIMARY KEY (way_id, seq)) WITHOUT ROWID;
-CREATE TABLE members (rel_id INTEGER NOT NULL, seq INTEGER NOT NULL, member_type TEXT NOT NULL,
-                      member_id INTEGER NOT NULL, role TEXT NOT NULL, PRIMARY KEY (rel_id, seq)) WITHOUT ROWID;
+CREATE TABLE ways (id INTEGER PRIMARY KEY, nodes TEXT NOT NULL);
+CREATE TABLE relations (id INTEGER PRIMARY KEY, members TEXT NOT NULL);
+CREATE TABLE node_ways (node_id INTEGER NOT NULL, way_id INTEGER NOT NULL, PRIMARY KEY (node_id, way_id)) WITHOUT ROWID;
 """
-# Built after the bulk load (one sort instead of millions of random B-tree inserts), as osm2pgsql does.
-REVERSE_INDEX = "CREATE INDEX way_nodes_by_node ON way_nodes (node_id, way_id)"
+_IDS = "(SELECT value FROM json_each(?))"  # ids bound as one JSON array (id_list): no SQL built from ids
+_WAY_REFS = "SELECT w.id AS way_id, r.key AS seq, r.value AS node_id FROM ways w, json_each(w.nodes) r"
+
+
+def add_node_ways(conn: sqlite3.Connection, way_ids: str | None = None) -> None:
+    """Index the nodes of the ways ``way_ids`` (id_list), or of every way: in (node, way) order, so the
+    import builds the index with one sort after the load, as osm2pgsql builds its indexes."""
+    if way_ids is None:
+        conn.execute(f"INSERT OR IGNORE INTO node_ways (node_id, way_id) SELECT node_id, way_id FROM ({_WAY_REFS}) "  # noqa: S608
+                     "ORDER BY node_id, way_id")
+    else:
+        conn.execute(f"INSERT OR IGNORE INTO node_ways (node_id, way_id) SELECT node_id, way_id FROM ({_WAY_REFS}) "  # noqa: S608
+                     f"WHERE way_id IN {_IDS}", (way_ids,))
+
+
+def drop_node_ways(conn: sqlite3.Connection, way_ids: str) -> None:
+    """Take the nodes of the stored ways ``way_ids`` (id_list) out of the index (before the ways change)."""
+    conn.execute(f"DELETE FROM node_ways WHERE (node_id, way_id) IN (SELECT node_id, way_id FROM ({_WAY_REFS}) "  # noqa: S608
+                 f"WHERE way_id IN {_IDS})", (way_ids,))
 
 
 # What expiry looks up by id (store_lookup): the rows of each lookup, the ids as one JSON array bound to the
-# one parameter (json_each: no SQL built from ids, no limit on host parameters). Each is a primary key or
-# index probe per id. ``node_ways`` is the reverse index (as osm2pgsql keeps one): which ways use a node.
+# one parameter. Each is a primary key probe per id (the way nodes and members then unpacked from the row).
 LOOKUPS: dict[str, tuple[pa.Schema, str]] = {
     "nodes": (pa.schema([("id", pa.int64()), ("lon", pa.float64()), ("lat", pa.float64())]),
-              "SELECT id, lon, lat FROM nodes WHERE id IN (SELECT value FROM json_each(?))"),
+              f"SELECT id, lon, lat FROM nodes WHERE id IN {_IDS}"),  # noqa: S608
     "way_nodes": (pa.schema([("way_id", pa.int64()), ("seq", pa.int64()), ("node_id", pa.int64())]),
-                  "SELECT way_id, seq, node_id FROM way_nodes WHERE way_id IN (SELECT value FROM json_each(?))"),
+                  f"SELECT way_id, seq, node_id FROM ({_WAY_REFS}) WHERE way_id IN {_IDS}"),  # noqa: S608
     "node_ways": (pa.schema([("node_id", pa.int64()), ("way_id", pa.int64())]),
-                  "SELECT DISTINCT node_id, way_id FROM way_nodes INDEXED BY way_nodes_by_node "
-                  "WHERE node_id IN (SELECT value FROM json_each(?))"),
+                  f"SELECT node_id, way_id FROM node_ways WHERE node_id IN {_IDS}"),  # noqa: S608
     "members": (pa.schema([("rel_id", pa.int64()), ("member_type", pa.string()), ("member_id", pa.int64())]),
-                "SELECT rel_id, member_type, member_id FROM members WHERE rel_id IN (SELECT value FROM json_each(?))"),
+                "SELECT r.id, m.value ->> 0, m.value ->> 1 FROM relations r, json_each(r.members) m "  # noqa: S608
+                f"WHERE r.id IN {_IDS}"),
 }
 
 

@@ -15,11 +15,20 @@ when ``first`` is the next one, a replay when ``sequence`` is already applied, r
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .geometry import GeometryStore, GeometryStoreError, Manifest, SequenceGap, id_list, write_manifest
+from .geometry import (
+    GeometryStore,
+    GeometryStoreError,
+    Manifest,
+    SequenceGap,
+    add_node_ways,
+    drop_node_ways,
+    id_list,
+    write_manifest,
+)
 from .osc_diff import OscDiff
 
 
@@ -131,35 +140,34 @@ class PreparedDiff:
             self._end(self._conn, "ROLLBACK")
 
 
-# table -> (delete the rows of some objects by id, insert a row)
-_REPLACE = {
-    "nodes": ("DELETE FROM nodes WHERE id IN (SELECT value FROM json_each(?))",
-              "INSERT INTO nodes (id, lon, lat) VALUES (?, ?, ?)"),
-    "way_nodes": ("DELETE FROM way_nodes WHERE way_id IN (SELECT value FROM json_each(?))",
-                  "INSERT INTO way_nodes (way_id, seq, node_id) VALUES (?, ?, ?)"),
-    "members": ("DELETE FROM members WHERE rel_id IN (SELECT value FROM json_each(?))",
-                "INSERT INTO members (rel_id, seq, member_type, member_id, role) VALUES (?, ?, ?, ?, ?)"),
-}
-
-
-def _replace(conn: sqlite3.Connection, table: str, ids: Iterable[int], rows: list[tuple[object, ...]]) -> int:
-    """The rows of the objects ``ids`` in ``table`` out, ``rows`` in; returns the change in rows."""
-    delete, insert = _REPLACE[table]
-    gone = conn.execute(delete, (id_list(ids),))
-    conn.executemany(insert, rows)
-    return len(rows) - gone.rowcount
-
-
 def _write_changes(conn: sqlite3.Connection, diff: OscDiff) -> dict[str, int]:
     """Old rows of the diff's objects out, their new rows in (each object once: the diff holds its highest
-    version); returns the change in rows per table."""
-    return {
-        "nodes": _replace(conn, "nodes", diff.nodes,
-                          [(i, n.lon, n.lat) for i, n in diff.nodes.items() if not n.deleted]),
-        "way_nodes": _replace(conn, "way_nodes", diff.ways,
-                              [(w, i, ref) for w, way in diff.ways.items() if not way.deleted
-                               for i, ref in enumerate(way.refs)]),
-        "members": _replace(conn, "members", diff.relations,
-                            [(r, i, t, ref, role) for r, rel in diff.relations.items() if not rel.deleted
-                             for i, (t, ref, role) in enumerate(rel.members)]),
-    }
+    version), the reverse index with the ways; returns the change in nodes, ways, way nodes, relations and
+    members."""
+    nodes, ways, relations = id_list(diff.nodes), id_list(diff.ways), id_list(diff.relations)
+    old_refs, old_members = (conn.execute(sql, (ids,)).fetchone()[0] for sql, ids in (
+        ("SELECT coalesce(sum(json_array_length(nodes)), 0) FROM ways WHERE id IN (SELECT value FROM json_each(?))",
+         ways),
+        ("SELECT coalesce(sum(json_array_length(members)), 0) FROM relations "
+         "WHERE id IN (SELECT value FROM json_each(?))", relations)))
+    drop_node_ways(conn, ways)
+    gone = {table: conn.execute(f"DELETE FROM {table} WHERE id IN (SELECT value FROM json_each(?))",  # noqa: S608
+                                (ids,)).rowcount
+            for table, ids in (("nodes", nodes), ("ways", ways), ("relations", relations))}
+    node_rows = [(i, n.lon, n.lat) for i, n in diff.nodes.items() if not n.deleted]
+    way_rows = [(w, way.refs) for w, way in diff.ways.items() if not way.deleted]
+    relation_rows = [(r, [list(m) for m in rel.members]) for r, rel in diff.relations.items() if not rel.deleted]
+    conn.executemany("INSERT INTO nodes (id, lon, lat) VALUES (?, ?, ?)", node_rows)
+    conn.executemany("INSERT INTO ways (id, nodes) VALUES (?, ?)", ((w, _json(refs)) for w, refs in way_rows))
+    conn.executemany("INSERT INTO relations (id, members) VALUES (?, ?)",
+                     ((r, _json(members)) for r, members in relation_rows))
+    add_node_ways(conn, ways)
+    return {"nodes": len(node_rows) - gone["nodes"], "ways": len(way_rows) - gone["ways"],
+            "way_nodes": sum(len(refs) for _, refs in way_rows) - old_refs,
+            "relations": len(relation_rows) - gone["relations"],
+            "members": sum(len(members) for _, members in relation_rows) - old_members}
+
+
+def _json(value: object) -> str:
+    """As the import writes it (``opl_columns``): compact, not ASCII-escaped."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -4,8 +4,10 @@ Runs in a process of its own beside the rendering store's build (``importer``, t
 interpreter running this module, not multiprocessing, which would re-import the caller's main script), from
 the same two files the
 C++ pass left: the node location index and the OPL of the ways and relations. Rows go in in key order, many
-per statement, without journal or syncs (the directory is thrown away on failure); the reverse index
-(node -> ways) is built once they are in, with one sort, as osm2pgsql builds its indexes after the load.
+per statement, without journal or syncs (the directory is thrown away on failure), a way's nodes and a
+relation's members as one JSON text made from the OPL in C (``opl_columns``); the reverse index (node ->
+ways) is built once they are in, by SQLite from the ways, with one sort, as osm2pgsql builds its indexes
+after the load.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 
 from .bulk_sqlite import analyze, bulk_load_settings, insert_columns
-from .geometry import GEOMETRY_DB, REVERSE_INDEX, SCHEMA, Manifest, write_manifest
+from .geometry import GEOMETRY_DB, SCHEMA, Manifest, add_node_ways, write_manifest
 from .node_locations import NodeLocations
 from .opl_columns import Ways, read_objects
 
@@ -38,16 +40,16 @@ def build_geometry_store(root: Path, locations_file: Path, node_count: int, obje
             counts["nodes"] += insert_columns(conn, "INSERT OR REPLACE INTO nodes (id, lon, lat)",
                                               [ids.tolist(), lon.tolist(), lat.tolist()])
         for batch in read_objects(objects):
+            ids = batch.ids.tolist()
             if isinstance(batch, Ways):
-                counts["ways"] += len(batch)
-                counts["way_nodes"] += insert_columns(
-                    conn, "INSERT OR REPLACE INTO way_nodes (way_id, seq, node_id)", batch.ref_rows())
+                counts["ways"] += insert_columns(conn, "INSERT OR REPLACE INTO ways (id, nodes)",
+                                                 [ids, batch.nodes_json().to_pylist()])
+                counts["way_nodes"] += len(batch.refs)
             else:
-                counts["relations"] += len(batch)
-                counts["members"] += insert_columns(
-                    conn, "INSERT OR REPLACE INTO members (rel_id, seq, member_type, member_id, role)",
-                    batch.member_rows())
-        conn.execute(REVERSE_INDEX)
+                counts["relations"] += insert_columns(conn, "INSERT OR REPLACE INTO relations (id, members)",
+                                                      [ids, batch.members_json().to_pylist()])
+                counts["members"] += len(batch.member_ids)
+        add_node_ways(conn)
         write_manifest(conn, Manifest(sequence=sequence, counts=dict(counts)))
         conn.execute("COMMIT")
         analyze(conn)

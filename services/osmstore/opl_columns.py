@@ -13,6 +13,7 @@ non-Latin characters) as ``%<hex code point>%``; ``unescape`` decodes it.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -67,9 +68,15 @@ class Ways:
     tags: pa.Array  # raw OPL tag text per way
     offsets: np.ndarray  # refs of way i are refs[offsets[i]:offsets[i + 1]]
     refs: np.ndarray  # int64 node ids
+    ref_text: pa.Array  # the refs as OPL wrote them ("n1,n2,n3")
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def nodes_json(self) -> pa.Array:
+        """Each way's node ids as a JSON array ("[1,2,3]"): the geometry store's ``ways.nodes``. Made from
+        the OPL text in C (OPL's ``n`` prefixes dropped), not from Python ints."""
+        return pc.binary_join_element_wise("[", pc.replace_substring(self.ref_text, "n", ""), "]", "")
 
     def seq(self) -> np.ndarray:
         """The position of each ref in its way (way_nodes.seq)."""
@@ -96,6 +103,22 @@ class Relations:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def members_json(self) -> pa.Array:
+        """Each relation's members as a JSON array of [type, id, role] ('[["w",12,"outer"],["n",7,""]]'): the
+        geometry store's ``relations.members``, as osm2pgsql's middle keeps them. Joined in C from the
+        columns; a role's quotes and backslashes are escaped for JSON there too, and only the few roles with
+        an OPL escape (``%20%``) are decoded in Python."""
+        roles = pc.replace_substring(pc.replace_substring(self.roles, "\\", "\\\\"), '"', '\\"')
+        escaped = pc.match_substring(self.roles, "%")
+        if pc.any(escaped).as_py():
+            decoded = [json.dumps(unescape(role), ensure_ascii=False)[1:-1]
+                       for role in self.roles.filter(escaped).to_pylist()]
+            roles = pc.replace_with_mask(roles, escaped, pa.array(decoded, pa.string()))
+        ids = pc.cast(pa.array(self.member_ids), pa.string())
+        members = pc.binary_join_element_wise('["', self.member_types, '",', ids, ',"', roles, '"]', "")
+        lists = pa.ListArray.from_arrays(pa.array(self.offsets, pa.int32()), members)
+        return pc.binary_join_element_wise("[", pc.binary_join(lists, ","), "]", "")
+
     def seq(self) -> np.ndarray:
         return np.arange(len(self.member_ids)) - np.repeat(self.offsets[:-1], np.diff(self.offsets))
 
@@ -119,24 +142,23 @@ def _ids(column: pa.Array) -> np.ndarray:
     return pc.cast(pc.utf8_slice_codeunits(column, 1), pa.int64()).to_numpy(zero_copy_only=False)
 
 
-def _lists(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
-    """The comma-separated list after the field's one-letter prefix: offsets and flat items."""
+def _lists(column: pa.Array) -> tuple[pa.Array, np.ndarray, pa.Array]:
+    """The comma-separated list after the field's one-letter prefix: its text, offsets and flat items."""
     text = pc.utf8_slice_codeunits(column, 1)
-    text = pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)  # "N" alone: no refs, not one ""
-    lists = pc.split_pattern(text, ",")
+    lists = pc.split_pattern(pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text), ",")  # "N": none
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)
     np.cumsum(pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False), out=offsets[1:])
-    return offsets, lists.flatten()
+    return text, offsets, lists.flatten()
 
 
 def _ways(batch: pa.RecordBatch) -> Ways:
-    offsets, items = _lists(batch.column(2))
+    text, offsets, items = _lists(batch.column(2))
     refs = pc.cast(pc.utf8_slice_codeunits(items, 1), pa.int64()).to_numpy(zero_copy_only=False)
-    return Ways(_ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1), offsets, refs)
+    return Ways(_ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1), offsets, refs, text)
 
 
 def _relations(batch: pa.RecordBatch) -> Relations:
-    offsets, items = _lists(batch.column(2))
+    _, offsets, items = _lists(batch.column(2))
     at = pc.split_pattern(pc.utf8_slice_codeunits(items, 1), "@", max_splits=1).flatten()
     pairs = np.arange(len(at)) % 2 == 0
     member_ids = pc.cast(at.filter(pa.array(pairs)), pa.int64()).to_numpy(zero_copy_only=False)

@@ -23,9 +23,10 @@ def extract(helsinki: Path) -> Extract:
 
 QUERIES = {
     "nodes": "SELECT id, lon, lat FROM nodes",
-    "way_nodes": "SELECT way_id, seq, node_id FROM way_nodes",
-    "node_ways": "SELECT DISTINCT node_id, way_id FROM way_nodes INDEXED BY way_nodes_by_node",
-    "members": "SELECT rel_id, seq, member_type, member_id, role FROM members",
+    "way_nodes": "SELECT w.id AS way_id, r.key AS seq, r.value AS node_id FROM ways w, json_each(w.nodes) r",
+    "node_ways": "SELECT node_id, way_id FROM node_ways",
+    "members": "SELECT r.id AS rel_id, m.key AS seq, m.value ->> 0 AS member_type, m.value ->> 1 AS member_id, "
+               "m.value ->> 2 AS role FROM relations r, json_each(r.members) m",
     "meta": "SELECT key, value FROM meta",
 }
 

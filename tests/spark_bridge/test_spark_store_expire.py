@@ -125,7 +125,7 @@ def test_way_with_a_moved_node_not_in_the_diff_and_a_deleted_way(spark, store: P
     expected.line(coords(extract, b_refs), MAX_Z)  # its old geometry, from the store
     assert_expires(published, expected)
     with closing(GeometryStore.of_store(store).reader()) as conn:
-        assert conn.execute("SELECT count(*) FROM way_nodes WHERE way_id = ?", (b,)).fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM ways WHERE id = ?", (b,)).fetchone() == (0,)
     assert result["inputs"]["unknown_ways"] == 0
 
 
