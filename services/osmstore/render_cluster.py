@@ -16,12 +16,14 @@ is room; a store re-imported is clustered again.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
 
 from .bulk_sqlite import insert_columns
 from .render_db import FEATURE_TABLES, FeatureWriter, attribute_values
+from .rtree_pack import as_stored, pack_rtree
 from .tags import Attrs
 from .wkb import BBox
 
@@ -43,18 +45,6 @@ def z_order(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> npt.NDArr
     gx = np.clip((x + _HALF_WORLD) / (2 * _HALF_WORLD) * (1 << _GRID_BITS), 0, top).astype(np.uint64)
     gy = np.clip((_HALF_WORLD - y) / (2 * _HALF_WORLD) * (1 << _GRID_BITS), 0, top).astype(np.uint64)
     return _spread(gx) | (_spread(gy) << np.uint64(1))
-
-
-def _as_stored(values: npt.NDArray[np.float64], up: bool) -> npt.NDArray[np.float64]:
-    """Box coordinates as the R*Tree keeps them (32-bit floats, rounded outwards the way SQLite's rtree does:
-    a float on the wrong side is recomputed from the value scaled by 1 -/+ 2**-23), so the order is the one
-    the store's own boxes give."""
-    stored = values.astype(np.float32)
-    off = stored < values if up else stored > values
-    toward_zero = (values[off] < 0) == up  # a minimum above zero and a maximum below it move towards zero
-    scale = np.where(toward_zero, 1.0 - 2.0**-23, 1.0 + 2.0**-23)
-    stored[off] = (values[off] * scale).astype(np.float32)
-    return stored.astype(np.float64)
 
 
 class BulkFeatureWriter(FeatureWriter):
@@ -91,7 +81,8 @@ class BulkFeatureWriter(FeatureWriter):
             if not rows:
                 continue
             columns = list(zip(*rows, strict=True))
-            minx, miny, maxx, maxy = (_as_stored(np.array(c, np.float64), up)
+            # The key of the box as the R*Tree keeps it, so the store's own boxes give the order (tests).
+            minx, miny, maxx, maxy = (as_stored(np.array(c, np.float64), up).astype(np.float64)
                                       for c, up in zip(columns[-4:], (False, False, True, True), strict=True))
             z = z_order((minx + maxx) / 2, (miny + maxy) / 2).astype(np.int64).tolist()
             names = ", ".join(f'"{c}"' for c in FEATURE_TABLES[table])
@@ -102,18 +93,25 @@ class BulkFeatureWriter(FeatureWriter):
 
     def finish(self) -> None:
         """Move every staged feature into its table in Z-order (ties in the order written), fids 1, 2, ...
-        along it, and fill the R*Tree; in the caller's transaction."""
+        along it, and pack the R*Tree in the same order (rtree_pack); in the caller's transaction."""
         self.flush()
         for table, columns in FEATURE_TABLES.items():
-            names = ", ".join(f'"{c}"' for c in columns)
+            names = ", ".join(f's."{c}"' for c in columns)
             self.conn.execute("CREATE TEMP TABLE placed (fid INTEGER PRIMARY KEY, staged INTEGER NOT NULL)")
-            self.conn.execute(f"INSERT INTO placed (fid, staged) SELECT row_number() OVER (ORDER BY z, rowid), "  # noqa: S608
-                              f"rowid FROM stage_{table}")
-            self.conn.execute(f"INSERT INTO main.{table} (fid, osm_type, osm_id, {names}, geom) "  # noqa: S608
-                              f"SELECT p.fid, s.osm_type, s.osm_id, {', '.join(f's.{n}' for n in names.split(', '))}, "
-                              f"s.geom FROM placed p JOIN stage_{table} s ON s.rowid = p.staged ORDER BY p.fid")
-            self.conn.execute(f"INSERT INTO main.idx_{table}_geom (pkid, xmin, xmax, ymin, ymax) "  # noqa: S608
-                              f"SELECT p.fid, s.xmin, s.xmax, s.ymin, s.ymax FROM placed p "
-                              f"JOIN stage_{table} s ON s.rowid = p.staged ORDER BY p.fid")
+            count = self.conn.execute(f"INSERT INTO placed (fid, staged) SELECT row_number() OVER (ORDER BY z, rowid), "  # noqa: S608
+                                      f"rowid FROM stage_{table}").rowcount
+            self.conn.execute(f"INSERT INTO main.{table} (fid, osm_type, osm_id, {names.replace('s.', '')}, geom) "  # noqa: S608
+                              f"SELECT p.fid, s.osm_type, s.osm_id, {names}, s.geom "
+                              f"FROM placed p JOIN stage_{table} s ON s.rowid = p.staged ORDER BY p.fid")
+            boxes = self.conn.execute(f"SELECT p.fid, s.xmin, s.xmax, s.ymin, s.ymax FROM placed p "  # noqa: S608
+                                      f"JOIN stage_{table} s ON s.rowid = p.staged ORDER BY p.fid")
+            pack_rtree(self.conn, f"idx_{table}_geom", count, _box_batches(boxes))
             self.conn.execute("DROP TABLE placed")
             self.conn.execute(f"DROP TABLE stage_{table}")
+
+
+def _box_batches(rows: sqlite3.Cursor, size: int = 50_000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(fid, xmin, xmax, ymin, ymax) rows as (ids, boxes) arrays, ``size`` rows at a time."""
+    while chunk := rows.fetchmany(size):
+        values = np.array(chunk, np.float64)
+        yield values[:, 0].astype(np.int64), values[:, 1:]

@@ -42,3 +42,4 @@ def test_features_are_stored_in_space_order(imported_store: Path) -> None:
                                     "ORDER BY pkid").fetchall(), np.float64).reshape(-1, 5)
         keys = z_order((boxes[:, 1] + boxes[:, 2]) / 2, (boxes[:, 3] + boxes[:, 4]) / 2)
         assert np.all(keys[1:] >= keys[:-1]), table
+        assert db.execute(f"SELECT rtreecheck('idx_{table}_geom')").fetchone() == ("ok",), table  # packed: valid
