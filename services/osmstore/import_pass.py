@@ -16,6 +16,9 @@ What Python does per object here is bounded by the features, not by the extract'
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +36,12 @@ OBJECTS_FILE = "objects.opl"
 AREA_KEYS = sorted({"building"} | {k for k, _ in osm_tags.LANDUSE_KIND} | {k for k, _ in osm_tags.WATER_TAGS})
 NODE_KEYS = ["place"]
 WRITE_QUEUE = 4  # OPL buffers formatted ahead of the disk
+WRITE_BUFFER = 1 << 20  # bytes of objects the OPL writer gathers before handing them to its threads
+# libosmium's queues between its threads (read, decode, hand over; format, write): each holds buffers of
+# objects or text, 20 by default, which is up to a few hundred MB once the consumer falls behind (the OPL
+# output queue with 4 MB buffers reached ~150 MB at K=50). A few suffice to keep the threads busy.
+QUEUES = {"OSMIUM_MAX_INPUT_QUEUE_SIZE": "4", "OSMIUM_MAX_OSMDATA_QUEUE_SIZE": "4",
+          "OSMIUM_MAX_OUTPUT_QUEUE_SIZE": "2"}
 
 
 @dataclass
@@ -56,13 +65,26 @@ class _FeatureHandler(osmium.SimpleHandler):
         self.areas.add(a)
 
 
+@contextmanager
+def _short_queues() -> Iterator[None]:
+    """libosmium reads its queue sizes from the environment when a reader or writer starts; the caller's
+    own settings win."""
+    added = [name for name in QUEUES if name not in os.environ]
+    os.environ.update({name: QUEUES[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
 def read_extract(extract: Path, scratch: Path, writer: FeatureWriter) -> PassResult:
     """Run the two reads; node and area features go to ``writer``. Raises what libosmium raises
     for an unreadable file (RuntimeError, ValueError)."""
     scratch.mkdir(parents=True, exist_ok=True)
     index_path, objects = scratch / LOCATIONS_FILE, scratch / OBJECTS_FILE
     areas = osmium.area.AreaManager()
-    with osmium.io.Reader(str(extract), osmium.osm.RELATION) as reader:
+    with _short_queues(), osmium.io.Reader(str(extract), osmium.osm.RELATION) as reader:
         # Only relations that can make a feature: libosmium keeps the member ways of every relation it
         # collects until the relation is complete, and a boundary cut by the extract's edge never is.
         osmium.apply(reader, osmium.filter.KeyFilter(*AREA_KEYS), areas.first_pass_handler())
@@ -73,15 +95,17 @@ def read_extract(extract: Path, scratch: Path, writer: FeatureWriter) -> PassRes
     area_filter = osmium.filter.KeyFilter(*AREA_KEYS)
     node_filter = osmium.filter.KeyFilter(*NODE_KEYS)
     node_filter.enable_for(osmium.osm.NODE)
-    # A writer pool with a short queue: with the default one, the text waiting to be written grew with the
-    # extract whenever the disk fell behind the reader (432 MB at K=200 against 281 MB; docs/performance.md).
-    opl = osmium.SimpleWriter(osmium.io.File(str(objects), "opl,add_metadata=false"), overwrite=True,
-                              thread_pool=osmium.io.ThreadPool(2, WRITE_QUEUE))
-    try:
-        with osmium.io.Reader(str(extract)) as reader:
-            osmium.apply(reader, locations, areas.second_pass_handler(area_filter, handler), node_filter, handler,
-                         osmium.filter.EntityFilter(osmium.osm.WAY | osmium.osm.RELATION), opl)
-    finally:
-        opl.close()
+    # A writer pool with a short queue, small buffers and short libosmium queues (QUEUES): with the defaults,
+    # the objects and text waiting between the threads grew with the extract up to hundreds of MB whenever
+    # one stage fell behind (docs/performance.md).
+    with _short_queues():
+        opl = osmium.SimpleWriter(osmium.io.File(str(objects), "opl,add_metadata=false"), bufsz=WRITE_BUFFER,
+                                  overwrite=True, thread_pool=osmium.io.ThreadPool(2, WRITE_QUEUE))
+        try:
+            with osmium.io.Reader(str(extract)) as reader:
+                osmium.apply(reader, locations, areas.second_pass_handler(area_filter, handler), node_filter,
+                             handler, osmium.filter.EntityFilter(osmium.osm.WAY | osmium.osm.RELATION), opl)
+        finally:
+            opl.close()
     handler.areas.flush()
     return PassResult(NodeLocations.of_index(index_path, index), objects)

@@ -167,19 +167,35 @@ def _relations(batch: pa.RecordBatch) -> Relations:
                      pc.utf8_slice_codeunits(items, 0, 1), member_ids, roles)
 
 
+def _text_blocks(path: Path, size: int) -> Iterator[bytes]:
+    """The file's text about ``size`` bytes at a time, each block ending at a line's end."""
+    rest = b""
+    with path.open("rb") as fh:
+        while chunk := fh.read(size):
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1
+            rest = data[cut:]
+            if cut:
+                yield data[:cut]
+    if rest:
+        yield rest
+
+
 def read_objects(path: Path, block_size: int = BLOCK) -> Iterator[Ways | Relations]:
     """The ways and relations of an OPL file (as libosmium writes it without metadata), ``block_size`` bytes
-    of text at a time, in file order: what a caller holds at once does not grow with the file."""
-    if path.stat().st_size == 0:
-        return
+    of text at a time, in file order: what a caller holds at once does not grow with the file. Each block is
+    read here and parsed when its turn comes: pyarrow's streaming CSV reader reads up to 32 blocks ahead in
+    the background (128 MB with 4 MB blocks, as much as the whole file at K=50)."""
     names = ["id", "tags", "list"]
-    reader = pcsv.open_csv(
-        path, read_options=pcsv.ReadOptions(column_names=names, block_size=block_size),
-        parse_options=pcsv.ParseOptions(delimiter=" ", quote_char=False, escape_char=False),
-        convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string())))
-    for batch in reader:
-        kind = pc.utf8_slice_codeunits(batch.column(0), 0, 1)
-        for letter, parse in (("w", _ways), ("r", _relations)):
-            part = batch.filter(pc.equal(kind, letter))
-            if part.num_rows:
-                yield parse(part)
+    parse_options = pcsv.ParseOptions(delimiter=" ", quote_char=False, escape_char=False)
+    convert_options = pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()))
+    for block in _text_blocks(path, block_size):
+        read_options = pcsv.ReadOptions(column_names=names, block_size=len(block) + 1, use_threads=False)
+        table = pcsv.read_csv(pa.py_buffer(block), read_options=read_options, parse_options=parse_options,
+                              convert_options=convert_options)
+        for batch in table.to_batches():
+            kind = pc.utf8_slice_codeunits(batch.column(0), 0, 1)
+            for letter, parse in (("w", _ways), ("r", _relations)):
+                part = batch.filter(pc.equal(kind, letter))
+                if part.num_rows:
+                    yield parse(part)
