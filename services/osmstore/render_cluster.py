@@ -97,14 +97,14 @@ class BulkFeatureWriter(FeatureWriter):
         self.flush()
         for table, columns in FEATURE_TABLES.items():
             names = ", ".join(f's."{c}"' for c in columns)
-            self.conn.execute("CREATE TEMP TABLE placed (fid INTEGER PRIMARY KEY, staged INTEGER NOT NULL)")
-            count = self.conn.execute(f"INSERT INTO placed (fid, staged) SELECT row_number() OVER (ORDER BY z, rowid), "  # noqa: S608
-                                      f"rowid FROM stage_{table}").rowcount
+            self.conn.execute("CREATE TEMP TABLE placed (fid INTEGER PRIMARY KEY, staged INTEGER NOT NULL, "
+                              "xmin, xmax, ymin, ymax)")
+            count = self.conn.execute(f"INSERT INTO placed SELECT row_number() OVER (ORDER BY z, rowid), rowid, "  # noqa: S608
+                                      f"xmin, xmax, ymin, ymax FROM stage_{table}").rowcount
             self.conn.execute(f"INSERT INTO main.{table} (fid, osm_type, osm_id, {names.replace('s.', '')}, geom) "  # noqa: S608
                               f"SELECT p.fid, s.osm_type, s.osm_id, {names}, s.geom "
                               f"FROM placed p JOIN stage_{table} s ON s.rowid = p.staged ORDER BY p.fid")
-            boxes = self.conn.execute(f"SELECT p.fid, s.xmin, s.xmax, s.ymin, s.ymax FROM placed p "  # noqa: S608
-                                      f"JOIN stage_{table} s ON s.rowid = p.staged ORDER BY p.fid")
+            boxes = self.conn.execute("SELECT fid, xmin, xmax, ymin, ymax FROM placed ORDER BY fid")
             pack_rtree(self.conn, f"idx_{table}_geom", count, _box_batches(boxes))
             self.conn.execute("DROP TABLE placed")
             self.conn.execute(f"DROP TABLE stage_{table}")
