@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 _CELL = np.dtype([("id", ">i8"), ("box", ">f4", (4,))])  # xmin, xmax, ymin, ymax
 _HEADER = 4
+FILL = 0.7
 
 
 def as_stored(values: npt.NDArray[np.float64], up: bool) -> npt.NDArray[np.float32]:
@@ -61,7 +62,10 @@ class RTreePacker:
         if conn.execute(f'SELECT count(*) FROM "{name}_rowid"').fetchone()[0]:  # noqa: S608
             raise ValueError(f"{name} is not empty")
         self.node_size = int(size)
-        self.per_node = (self.node_size - _HEADER) // _CELL.itemsize
+        # Nodes filled to FILL of what they hold, as index builds leave room (PostGIS's GiST: fillfactor
+        # 90): full nodes split at a diff's first insert into them (a diff on the packed K=200 store took
+        # 10-15% longer than on one built by inserts, whose nodes average about 70%).
+        self.per_node = max(2, int((self.node_size - _HEADER) // _CELL.itemsize * FILL))
         self.next_node = 2  # 1 is the root
         self.leaves = _Level()
         self._ids: list[npt.NDArray[np.int64]] = []
