@@ -6,6 +6,7 @@ import time
 import pytest
 from pydantic import BaseModel
 
+from harness import HANG
 from qbroker import (
     HandlerCrashed,
     InvalidParams,
@@ -17,7 +18,6 @@ from qbroker import (
     UnknownCommand,
     Warn,
 )
-from harness import HANG
 from tests.conftest import MakeUnit
 
 
