@@ -142,7 +142,7 @@ def build_message(
         # Epoch milliseconds as an integer: AMQP tables carry Python floats as 32-bit floats.
         headers["deadline"] = int(deadline * 1000)
     if error is not None:
-        headers["error"] = error.model_dump(exclude_none=True)
+        headers["error"] = error.header()
     if extra_headers:  # a middleware's (e.g. traceparent): never in place of the protocol's own
         for key, value in extra_headers.items():
             headers.setdefault(key, value)

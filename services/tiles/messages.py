@@ -46,6 +46,12 @@ class RegisterRequest(Message):
         return render_thread(self.hostname, self.pid, self.threadid)
 
 
+# A failed render's reason is a renderer's words (Mapnik's error): kept to this many characters, cut rather than
+# refused (a refused report would leave its metatile rendering). It goes into the render log, whose readers take
+# it a line at a time, and into the answer of every request waiting for the metatile.
+MAX_REASON = 2000
+
+
 class RenderedRequest(Message):
     """renderer -> queuemaster: a metatile render finished (ok) or failed (error, with a reason)."""
 
@@ -65,6 +71,11 @@ class RenderedRequest(Message):
     @classmethod
     def _metatile(cls, value: str) -> str:
         return str(parse_metatile(value))
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, value: str | None) -> str | None:
+        return value if value is None or len(value) <= MAX_REASON else value[: MAX_REASON - 1] + "…"
 
 
 class UnregisterRequest(Message):

@@ -197,3 +197,34 @@ async def test_waiting_clients_cannot_shut_render_threads_out_of_the_osm_wire(bu
     finally:
         await raw.close()
         await connection.close()
+
+
+async def test_a_render_thread_cannot_write_megabyte_lines_into_the_render_log(bus):
+    """A render thread reports a failure whose reason is 2 MiB (the body limit is 16): the render log's line
+    (which toposm-web reads a MiB at a time, a line at a time: a longer line stopped its reading for good) and
+    the error the waiting client gets are cut to the reason's bound."""
+    from services.tiles.messages import MAX_REASON
+
+    class Failing(SeedRenderThread):
+        async def send(self, body):
+            if body.get("command") == "rendered":
+                body = {**body, "status": "error", "reason": "x" * (2 << 20)}
+            await super().send(body)
+
+    bus.queuemaster()
+    client = await bus.client()
+    raw = Failing(bus.tile_root)
+    await raw.start(bus.url)
+    try:
+        await wait_renderers(client, 1)
+        try:
+            await client.call("toposm.queuemaster", {"command": "render", "tile": "9/10/20"}, timeout=60)
+        except Exception as exc:  # render_failed, quoting the reason
+            failure = str(exc)
+        else:
+            raise AssertionError("a failed render answered as rendered")
+        assert "render_failed" in failure and len(failure) < MAX_REASON + 1000, len(failure)
+        lines = bus.render_log.read_bytes().splitlines()
+        assert lines and all(len(line) < MAX_REASON + 1000 for line in lines), [len(line) for line in lines]
+    finally:
+        await raw.close()
