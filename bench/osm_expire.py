@@ -25,7 +25,6 @@ import os
 import platform
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
-from harness.osm import Extract, node_xml, osc, read_extract, way_xml  # noqa: E402
+from harness.osm import Extract, helsinki_extract, node_xml, osc, read_extract, way_xml  # noqa: E402
 from qbroker import Config, Unit  # noqa: E402
 from services.osmstore.importer import import_extract  # noqa: E402
 from services.spark_bridge.limits import BridgeLimits  # noqa: E402
@@ -165,9 +164,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--imports", type=int, default=3)
     a = p.parse_args()
-    data = Path(subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, text=True,
-                               check=True).stdout.strip())
-    extract = ROOT / data / "Helsinki.osm.pbf"
+    extract = helsinki_extract()
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                        "platform": platform.platform(), "load_avg": os.getloadavg()}}
     out["import"] = bench_import(extract, a.imports)

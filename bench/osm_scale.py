@@ -46,6 +46,7 @@ import mercantile  # noqa: E402
 from osm_scale_data import Scale, read_source, write_diff  # noqa: E402
 
 from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
+from harness.osm import helsinki_extract  # noqa: E402
 from qbroker import Config, Unit  # noqa: E402
 from services.osmstore.geometry import GeometryStore  # noqa: E402
 from services.tiles.contract import SPARK_BRIDGE  # noqa: E402
@@ -94,8 +95,7 @@ def cached_stores(ks: list[int], cache: Path, rebuild: bool = False
                   ) -> tuple[dict[int, Scale], dict[int, Path], dict[int, dict[str, Any]]]:
     """Each K's scale, imported store and import record: from ``cache`` when there, else generated and
     imported into it (the record says how long that took)."""
-    extract = ROOT / subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True,
-                                    text=True, check=True).stdout.strip() / "Helsinki.osm.pbf"
+    extract = helsinki_extract()
     cache.mkdir(parents=True, exist_ok=True)
     src = read_source(extract)
     scales = {k: Scale(src, k) for k in ks}

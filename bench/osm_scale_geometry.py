@@ -18,7 +18,6 @@ import os
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from osm_scale_data import Scale, read_source, write_diff  # noqa: E402
 
+from harness.osm import helsinki_extract  # noqa: E402
 from services.osmstore import render_db  # noqa: E402
 from services.osmstore.geometry import GEOMETRY_DIR, GeometryStore  # noqa: E402
 from services.osmstore.geometry_apply import apply_locked  # noqa: E402
@@ -75,8 +75,7 @@ def main() -> None:
     p.add_argument("--work", type=Path)
     a = p.parse_args()
     ks = [int(v) for v in a.k.split(",")]
-    extract = ROOT / subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True,
-                                    text=True, check=True).stdout.strip() / "Helsinki.osm.pbf"
+    extract = helsinki_extract()
     work = a.work or Path(tempfile.mkdtemp(prefix="osm-scale-geometry-"))
     work.mkdir(parents=True, exist_ok=True)
     src = read_source(extract)

@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from demo.osm_changes import helsinki_edit, publish  # noqa: E402
 from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
+from harness.osm import helsinki_extract, postgis_database  # noqa: E402
 from qbroker import Config, Unit  # noqa: E402
 from services.osmstore.postgis import ExpireOutput, append_postgis, import_postgis, psql  # noqa: E402
 from services.replicate.batch import build_batch  # noqa: E402
@@ -87,11 +87,9 @@ def main() -> None:
     p.add_argument("--min-zoom", type=int, default=10)
     p.add_argument("--max-zoom", type=int, default=18)
     a = p.parse_args()
-    extract = ROOT / subprocess.run([str(ROOT / "bin/ensure-osm-data")], cwd=ROOT, capture_output=True,
-                                    text=True, check=True).stdout.strip() / "Helsinki.osm.pbf"
+    extract = helsinki_extract()
     db = f"toposm_bench_{os.getpid()}"
-    dsn = subprocess.run([str(ROOT / "bin/ensure-postgis"), db], capture_output=True, text=True,
-                         check=True).stdout.strip().splitlines()[-1]
+    dsn = postgis_database(db)
     vhost = create_vhost("bench-postgis")
     load = [os.getloadavg()[0]]
     runs: list[dict[str, float | int]] = []

@@ -11,7 +11,6 @@ import gzip
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.osm import (  # noqa: E402
+    helsinki_extract,
     node_xml,
     osc,
+    postgis_database,
     publish,  # noqa: E402
     read_extract,
 )
@@ -36,11 +37,9 @@ def main() -> None:
     p.add_argument("--diffs", type=int, default=5)
     p.add_argument("--repeat", type=int, default=3)
     a = p.parse_args()
-    extract_path = ROOT / subprocess.run([str(ROOT / "bin/ensure-osm-data")], cwd=ROOT, capture_output=True,
-                                         text=True, check=True).stdout.strip() / "Helsinki.osm.pbf"
+    extract_path = helsinki_extract()
     db = f"toposm_bench_{os.getpid()}"
-    dsn = subprocess.run([str(ROOT / "bin/ensure-postgis"), db], capture_output=True, text=True,
-                         check=True).stdout.strip().splitlines()[-1]
+    dsn = postgis_database(db)
     extract = read_extract(extract_path)
     nodes = list(extract.nodes.items())
     runs: dict[str, list[float]] = {"one_per_diff": [], "merged": [], "merge_itself": []}

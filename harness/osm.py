@@ -4,6 +4,7 @@ one writer of osmChange files (plain XML, gzipped when the name ends in .gz)."""
 from __future__ import annotations
 
 import gzip
+import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,29 @@ from xml.sax.saxutils import quoteattr
 import osmium
 
 from services.osmstore.replication import publish_diff
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def osm_data_dir() -> Path:
+    """The directory of the real extracts (bin/ensure-osm-data puts them there, from the repository: no download)."""
+    out = subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"bin/ensure-osm-data failed: {out.stderr}")
+    return ROOT / out.stdout.strip()
+
+
+def helsinki_extract() -> Path:
+    return osm_data_dir() / "Helsinki.osm.pbf"
+
+
+def postgis_database(name: str) -> str:
+    """A PostGIS database called ``name`` (bin/ensure-postgis installs and starts what is missing); its DSN."""
+    out = subprocess.run([str(ROOT / "bin" / "ensure-postgis"), name], capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"bin/ensure-postgis (PostgreSQL, PostGIS, osm2pgsql) failed: {out.stderr}")
+    return out.stdout.strip().splitlines()[-1]
 
 
 @dataclass

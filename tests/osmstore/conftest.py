@@ -11,17 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.osm import osm_data_dir, postgis_database
 from services.osmstore.importer import import_extract
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
 def osm_data() -> Path:
-    out = subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stderr
-    return ROOT / out.stdout.strip()
+    return osm_data_dir()
 
 
 @pytest.fixture(scope="session")
@@ -48,10 +44,7 @@ def store(imported_store: Path, tmp_path: Path) -> Path:
 def postgis_dsn() -> Iterator[str]:
     """A database of its own per test module (bin/ensure-postgis installs and starts what is missing)."""
     db = f"toposm_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    out = subprocess.run([str(ROOT / "bin" / "ensure-postgis"), db], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, f"bin/ensure-postgis (PostgreSQL, PostGIS, osm2pgsql) failed: {out.stderr}"
-    dsn = out.stdout.strip().splitlines()[-1]
-    yield dsn
+    yield postgis_database(db)
     # WITH (FORCE): mapnik's postgis plugin keeps its pooled connections open
     subprocess.run(["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-c",
                     f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], capture_output=True, timeout=60)

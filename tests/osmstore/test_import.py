@@ -11,8 +11,8 @@ from pathlib import Path
 import osmium
 import pytest
 
+from harness.osm import ROOT
 from services.osmstore.importer import ImportFailed, import_extract
-from tests.osmstore.conftest import ROOT
 
 
 def _independent_counts(path: Path) -> Counter[str]:
