@@ -12,8 +12,10 @@ in full by osm2pgsql (the planet's ~90 GB; but also ~48 GB for a city extract wi
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +30,42 @@ def import_postgis(extract: Path, dsn: str, *, flat_nodes: Path | None = None, t
     _osm2pgsql(["--create", *_flat(flat_nodes)], extract, dsn, timeout)
 
 
+_RUNNING: set[subprocess.Popen[str]] = set()  # osm2pgsql and psql runs in progress, in any thread
+_RUNNING_LOCK = threading.Lock()
+
+
+def _run(cmd: list[str], timeout: float, script: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(cmd, capture_output=True, text=True)`` that ``stop_running`` can end from another thread.
+    TimeoutExpired (the child killed) past ``timeout``."""
+    with _RUNNING_LOCK:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL if script is None else subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _RUNNING.add(proc)
+    try:
+        with proc:
+            try:
+                out, err = proc.communicate(script, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def stop_running() -> int:
+    """End the osm2pgsql and psql runs in progress (a follower stopping: osm2pgsql may take an hour, a
+    hanging database as long as the timeout); each fails as StoreUnavailable. Returns how many."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        with contextlib.suppress(OSError):
+            proc.terminate()
+    return len(running)
+
+
 def _osm2pgsql(mode: list[str], data: Path, dsn: str, timeout: float) -> None:
     """Run osm2pgsql: ImportFailed when it cannot run, StoreUnavailable when it ran and failed."""
     exe = shutil.which("osm2pgsql")
@@ -36,7 +74,7 @@ def _osm2pgsql(mode: list[str], data: Path, dsn: str, timeout: float) -> None:
     cmd = [exe, *mode, "--slim", "--database", dsn, "--number-processes", "1", "--cache", "256",
            "--log-progress", "false", str(data)]
     try:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        run = _run(cmd, timeout)
     except subprocess.TimeoutExpired:  # not chained: its message quotes the command line, DSN and password
         raise StoreUnavailable(f"{data}: osm2pgsql did not finish within {timeout:.0f}s") from None
     if run.returncode != 0:
@@ -113,7 +151,7 @@ def psql(dsn: str, script: str, *, timeout: float = 300, **variables: str) -> st
     for key, value in variables.items():
         cmd += ["-v", f"{key}={value}"]
     try:
-        run = subprocess.run(cmd, input=script, capture_output=True, text=True, timeout=timeout, check=False)
+        run = _run(cmd, timeout, script)
     except subprocess.TimeoutExpired:  # not chained: its message quotes the command line, DSN and password
         raise StoreUnavailable(f"psql did not finish within {timeout:.0f}s") from None
     if run.returncode != 0:

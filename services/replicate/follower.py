@@ -22,6 +22,7 @@ backs off (``interval`` doubled per failure, at most ``max_backoff``), logs it, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -35,7 +36,7 @@ import structlog
 from qbroker import QBrokerError, Unit
 from services.metrics_port import MetricsServer
 from services.osmstore.errors import StoreUnavailable
-from services.osmstore.postgis import ExpireOutput
+from services.osmstore.postgis import ExpireOutput, stop_running
 from services.osmstore.replication import ReplicationError
 from services.tiles.tilemath import ZoomRange
 
@@ -131,9 +132,23 @@ class Follower:
         self._task = asyncio.create_task(self._run(), name="toposm-replicate")
 
     async def stop(self) -> None:
+        """Within the unit's drain timeout: the round in progress may finish in the first half; then its
+        osm2pgsql or psql is ended (those diffs are applied again at the next start, as after a kill) and
+        what is left (a download, a bridge call) cancelled."""
         self._stopping.set()
-        if self._task is not None:
-            await self._task
+        task = self._task
+        if task is not None:
+            drain = self.unit.config.drain_timeout
+            done, _ = await asyncio.wait({task}, timeout=drain / 2)
+            if not done and stop_running():
+                log.warning("stopping: osm2pgsql or psql ended; those diffs are applied again at the next start")
+                done, _ = await asyncio.wait({task}, timeout=drain / 4)
+            while not done:  # ended again: one may have started between the look and the signal
+                stop_running()
+                task.cancel()
+                done, _ = await asyncio.wait({task}, timeout=0.2)
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await self.metrics_server.stop()
 
     async def _run(self) -> None:

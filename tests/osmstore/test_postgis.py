@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import signal
 import socket
 import subprocess
+import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +19,8 @@ import mercantile
 import pytest
 from PIL import Image
 
-from harness.osm import read_extract
+from harness import HANG
+from harness.osm import osc, publish, read_extract
 from services.osmstore.errors import StoreUnavailable
 from services.osmstore.importer import ImportFailed, main
 from services.osmstore.postgis import import_postgis, psql
@@ -23,6 +28,8 @@ from services.osmstore.style import ROAD_COLOURS
 from services.tiles.renderer.backends.mapnik_backend import MapnikBackend
 from services.tiles.tilemath import Tile
 from tests.osmstore.test_render import _middle_of, _share_near
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_osm2pgsql_import_and_render(postgis_dsn: str, helsinki: Path) -> None:
@@ -88,3 +95,42 @@ def test_a_hanging_database_is_unavailable_and_its_password_stays_out_of_the_err
                 attempt()
             shown = "".join(traceback.format_exception(info.value))
             assert "did not finish" in shown and "S3CRET" not in shown, shown
+
+
+def _children(pid: int) -> list[str]:
+    """The command names of ``pid``'s child processes (from /proc)."""
+    names = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)
+            if int(fields[1].split()[1]) == pid:
+                names.append(fields[0].split("(", 1)[1])
+    return names
+
+
+def test_replicate_stops_on_sigterm_while_the_database_hangs(amqp_url: str, tmp_path: Path) -> None:
+    """toposm-replicate --postgis alone, its database hanging: SIGTERM ends psql (or osm2pgsql, up to an hour)
+    and the process within its drain timeout (the round's diffs are applied again at the next start)."""
+    source, spool = tmp_path / "source", tmp_path / "spool"
+    publish(source, 1, osc())
+    with _silent_server() as port:
+        env = {**os.environ, "QBROKER_URL": amqp_url, "QBROKER_DRAIN_TIMEOUT": "4", "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "toposm-replicate"), "--source", str(source), "--spool", str(spool),
+             "--postgis", f"postgresql://replicator:pw@127.0.0.1:{port}/gis", "--start", "1"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + HANG
+            while "psql" not in _children(proc.pid):  # it asks the database for its sequence first
+                assert proc.poll() is None and time.monotonic() < deadline, "no psql started"
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(HANG)  # a ceiling for a hang: psql alone would take its 300 s
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"still running after SIGTERM; children {_children(proc.pid)}") from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            _, err = proc.communicate()
+        assert code == 0, err.decode()[-2000:]
