@@ -33,6 +33,9 @@ COUNT = METATILE_SIZE * METATILE_SIZE
 HEADER_SIZE = HEADER.size + COUNT * ENTRY.size  # 532 bytes
 MAX_TILE_BYTES = 16 * 1024 * 1024  # a tile claiming more is a damaged file, not a tile
 SUFFIX = ".meta"
+# The path hashes five nibbles of x and y (20 bits): from zoom 21 on, two metatiles would share a file, so
+# mod_tile stops at 20 (MAX_ZOOM) and so does this store.
+MAX_META_ZOOM = 20
 
 
 class MetaFileError(ValueError):

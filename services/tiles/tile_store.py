@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from .metatile_file import MetaFileError, encode, meta_relpath, read_tile
+from .metatile_file import MAX_META_ZOOM, MetaFileError, encode, meta_relpath, read_tile
 from .tilemath import Metatile, Tile
 
 TILE_MODE = 0o644
@@ -96,6 +96,9 @@ class MetaTileStore(TileStore):
     def path(self, tile: Tile) -> Path:
         return self.root / meta_relpath(tile)
 
+    def metatile_exists(self, metatile: Metatile) -> bool:
+        return metatile.z <= MAX_META_ZOOM and super().metatile_exists(metatile)
+
     def read(self, tile: Tile) -> bytes | None:
         """None when the metatile is not stored (or the file is damaged: logged by the caller as missing)."""
         try:
@@ -106,6 +109,8 @@ class MetaTileStore(TileStore):
 
     def write(self, tiles: Mapping[Tile, bytes]) -> None:
         metatiles = {tile.metatile for tile in tiles}
+        if any(m.z > MAX_META_ZOOM for m in metatiles):  # it would overwrite another metatile's file
+            raise ValueError(f"a .meta store holds zooms up to {MAX_META_ZOOM} (mod_tile's paths)")
         for metatile in metatiles:
             mine = {tile: data for tile, data in tiles.items() if tile.metatile == metatile}
             _write_atomically(self.root / meta_relpath(metatile), encode(metatile, mine), ".meta.")
@@ -130,6 +135,12 @@ def open_tile_store(root: str | Path, kind: str = "png") -> TileStore:
     if kind == "png":
         return TileStore(root)
     raise ValueError(f"unknown tile store {kind!r}; expected one of {', '.join(TILE_STORE_KINDS)}")
+
+
+def check_tile_store_zoom(p: argparse.ArgumentParser, kind: str, max_zoom: int) -> None:
+    """Refuse (usage error) a ``.meta`` store past the zoom its paths can tell apart."""
+    if kind == "meta" and max_zoom > MAX_META_ZOOM:
+        p.error(f"--tile-store meta holds zooms up to {MAX_META_ZOOM} (mod_tile's paths); --max-zoom is {max_zoom}")
 
 
 def add_tile_store_option(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from qbroker.runner import serve
-from services.tiles.tile_store import add_tile_store_option
+from services.tiles.tile_store import add_tile_store_option, check_tile_store_zoom
 from services.tiles.tilemath import ZoomRange
 
 from .cache_policy import add_cache_options, cache_policy_from
@@ -41,6 +41,7 @@ def parse_args(argv: list[str] | None = None) -> WebSettings:
     p.add_argument("--drain-timeout", type=float, default=DRAIN_TIMEOUT,
                    help="seconds SIGTERM waits for requests in flight before closing them")
     a = p.parse_args(argv)
+    check_tile_store_zoom(p, a.tile_store, a.max_zoom)
     try:
         zooms = ZoomRange(a.min_zoom, a.max_zoom)
         cache = cache_policy_from(a)

@@ -103,3 +103,29 @@ def test_a_damaged_or_foreign_meta_file_reads_as_missing(tmp_path: Path) -> None
     assert store.read(tile) is None
     path.write_bytes(good[:8] + struct.pack("<i", 8) + good[12:])  # another metatile's header
     assert store.read(tile) is None
+
+
+def test_zooms_past_twenty_are_refused_not_written_over_other_metatiles(tmp_path: Path) -> None:
+    """mod_tile's path hashes five nibbles of x and y: from zoom 21 two metatiles share a file (mod_tile stops
+    at 20). A render there must fail, not overwrite the other metatile (then taken for rendered by the
+    queuemaster, which asks whether the file is there), and a queuemaster or toposm-web set up for it refuses
+    to start."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    from harness import HANG
+
+    store = MetaTileStore(tmp_path)
+    first, second = Metatile(21, 0, 0), Metatile(21, 1 << 17, 0)  # one file: 21/0/0/0/0/0.meta
+    for metatile in (first, second):
+        with pytest.raises(ValueError, match="20"):
+            store.write({metatile.top_left: b"tile"})
+    assert not list(tmp_path.rglob("*.meta"))
+    assert not store.metatile_exists(first) and not store.metatile_exists(second)
+    for script in ("toposm-queuemaster", "toposm-web"):
+        run = subprocess.run([str(Path(sys.executable).parent / script), "--tile-root", str(tmp_path),
+                              "--tile-store", "meta", "--max-zoom", "21"],
+                             capture_output=True, text=True, timeout=HANG)
+        assert run.returncode == 2 and "20" in run.stderr, (script, run.stderr[-1000:])

@@ -10,7 +10,7 @@ from qbroker import Unit
 from qbroker.runner import serve
 from services.metrics_port import add_metrics_options, check_metrics_options
 
-from ..tile_store import add_tile_store_option
+from ..tile_store import add_tile_store_option, check_tile_store_zoom
 from ..tilemath import ZoomRange
 from .access import AccessPolicy
 from .buckets import BucketLimits
@@ -56,6 +56,7 @@ def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
     add_metrics_options(p)
     a = p.parse_args(argv)
     check_metrics_options(p, a)
+    check_tile_store_zoom(p, a.tile_store, a.max_zoom)
     try:
         zooms = ZoomRange(a.min_zoom, a.max_zoom)
         buckets = BucketLimits(background=a.max_background_threads, bulk=a.max_bulk_threads)
