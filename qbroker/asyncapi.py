@@ -65,8 +65,9 @@ def _endpoint_problem(described: Any) -> str | None:
     if not isinstance(commands, dict):
         return "commands is not an object"
     for command, schema in commands.items():
+        required = schema.get("required", []) if isinstance(schema, dict) else None
         if not isinstance(schema, dict) or not isinstance(schema.get("properties", {}), dict) \
-                or not all(isinstance(r, str) for r in schema.get("required", [])):
+                or not isinstance(required, list) or not all(isinstance(r, str) for r in required):
             return f"command {command[:100]!r}: not an object schema"
     for schema in (described.get("schema"), described.get("result"), *commands.values()):
         if schema and (problem := _schema_problem(schema)):
@@ -120,6 +121,18 @@ class _Schemas:
             self.schemas[renamed[name]] = self._rewrite(sub, renamed)
         return self._rewrite(schema, renamed)  # type: ignore[no-any-return]
 
+    @staticmethod
+    def rename_refs(node: Any, renamed: dict[str, str]) -> Any:
+        """``node`` with its ``#/$defs/<name>`` references to the names in ``renamed`` renamed (others kept)."""
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[len("#/$defs/"):] in renamed:
+                return {**node, "$ref": "#/$defs/" + renamed[ref[len("#/$defs/"):]]}
+            return {key: _Schemas.rename_refs(value, renamed) for key, value in node.items()}
+        if isinstance(node, list):
+            return [_Schemas.rename_refs(item, renamed) for item in node]
+        return node
+
     def _rewrite(self, node: Any, renamed: dict[str, str]) -> Any:
         if isinstance(node, dict):
             ref = node.get("$ref")
@@ -168,16 +181,26 @@ def _payload(described: dict[str, Any]) -> dict[str, Any]:
     commands = described.get("commands")
     if not commands:
         return dict(described.get("schema") or {})
-    # A command endpoint: one object per command, told apart by ``command``.
+    # A command endpoint: one object per command, told apart by ``command``. Each command's nested models
+    # (its ``$defs``) go up to the payload's, where ``_Schemas.add`` hoists them; a name two commands give
+    # different models is told apart by the command's.
     variants = []
+    defs: dict[str, Any] = {}
     for command, schema in sorted(commands.items()):
         variant = copy.deepcopy(schema)
+        renamed = {}
+        for name, sub in variant.pop("$defs", {}).items():
+            unique = name if defs.get(name, sub) == sub else f"{name}.{command}"
+            defs[unique] = sub
+            renamed[name] = unique
+        variant = _Schemas.rename_refs(variant, renamed)
+        defs.update({unique: _Schemas.rename_refs(defs[unique], renamed) for unique in renamed.values()})
         variant.setdefault("type", "object")
         variant.setdefault("properties", {})["command"] = {"const": command}
         variant["required"] = sorted({"command", *variant.get("required", [])})
         variant.pop("additionalProperties", None)
         variants.append(variant)
-    return {"oneOf": variants}
+    return {"oneOf": variants, **({"$defs": defs} if defs else {})}
 
 
 def document(units: list[dict[str, Any]], *, config: Config | None = None, title: str = "qbroker bus",

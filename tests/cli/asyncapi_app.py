@@ -32,6 +32,10 @@ def make_service(unit: Unit) -> None:
     async def stats(verbose: bool = False) -> dict[str, int]:
         return {}
 
+    @admin.command("draw")  # a command with a nested model: its $defs go to the components too
+    async def draw(shape: Shape) -> int:
+        return len(shape.points)
+
     @unit.on_alert("apidoc.news.*")
     async def news(headline: str) -> None:
         return None

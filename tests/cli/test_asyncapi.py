@@ -56,8 +56,10 @@ async def test_document_of_an_apps_code_is_valid_asyncapi(amqp_url: str, tmp_pat
     assert shape["required"] == ["name", "points"]  # the pydantic model, its $defs hoisted:
     assert shape["properties"]["points"]["items"]["$ref"] == "#/components/schemas/apidoc.area.request.Point"
     assert messages["apidoc.add.reply"]["payload"] == {"type": "integer"}
-    admin = messages["apidoc.admin.request"]["payload"]["oneOf"][0]
-    assert admin["properties"]["command"] == {"const": "stats"} and "verbose" in admin["properties"]
+    variants = {v["properties"]["command"]["const"]: v for v in messages["apidoc.admin.request"]["payload"]["oneOf"]}
+    assert "verbose" in variants["stats"]["properties"]
+    draw = variants["draw"]
+    assert draw["properties"]["points"]["items"] == {"$ref": "#/components/schemas/apidoc.admin.request.Point"}
     assert doc["channels"]["alert.apidoc.news.star"]["address"] == "apidoc.news.*"
     assert messages["apidoc.news.star.alert"]["payload"]["required"] == ["headline"]
     assert doc["operations"]["serve.apidoc.area"]["reply"]["channel"] == {"$ref": "#/channels/reply"}
@@ -98,6 +100,7 @@ FORGED_DESCRIPTIONS: list[dict[str, Any]] = [
     {"endpoints": {"forged.ref": {"schema": {"$ref": "#/$defs/Missing"}}}},
     {"endpoints": {"forged.commands": {"commands": ["stats"]}}},
     {"endpoints": {"forged.required": {"commands": {"stats": {"required": [{"a": 1}]}}}}},
+    {"endpoints": {"forged.required_number": {"commands": {"stats": {"required": 5}}}}},
     {"endpoints": {"forged.deep": {"schema": functools.reduce(lambda inner, _: {"a": inner}, range(200), {})}}},
     {"listeners": [5]},
     {"listeners": ["forged.alert"], "alerts": ["not", "an", "object"]},
