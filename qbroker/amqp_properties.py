@@ -188,3 +188,39 @@ def republishable(value: Any) -> Any:
     if isinstance(value, list):
         return [republishable(item) for item in value]
     return value
+
+
+# The properties travel in one content header frame, which must fit frame_max (RabbitMQ's default is 128 KiB);
+# the broker closes the connection of a publisher that sends a bigger one. A copy of a received message (a
+# retry, a redelivery count, a kept dead letter) adds headers to ones its sender may have filled to the brim:
+# past this budget the copy leaves the largest of the received ones out (counted in LEFT_OUT_HEADER).
+COPY_HEADERS_BUDGET = 96 * 1024
+LEFT_OUT_HEADER = "x-qbroker-headers-left-out"
+
+
+def _table_size(table: dict[str, Any]) -> int:
+    return len(encode.field_table(table))
+
+
+def copy_headers(received: dict[str, Any], added: dict[str, Any], budget: int = COPY_HEADERS_BUDGET) -> dict[str, Any]:
+    """The headers of a copy of a received message: ``received`` with ``added`` over them, republishable, and
+    within ``budget`` encoded bytes (``added`` always kept; received ones left out largest first)."""
+    table = republishable({**received, **added})
+    try:
+        if _table_size(table) <= budget:
+            return table  # the usual case: one encoding, nothing left out
+        kept = republishable(dict(added))
+        size = _table_size(kept)
+        others = [(key, value) for key, value in table.items() if key not in kept]
+        sized = sorted(((_table_size({key: value}) - 4, key, value) for key, value in others), key=lambda s: s[0])
+    except TypeError:  # a value pamqp cannot encode: the publish says so, as it always did
+        return table
+    left_out = 0
+    for item, key, value in sized:  # smallest first: the protocol's own headers are a few bytes each
+        if size + item <= budget:
+            kept[key] = value
+            size += item
+        else:
+            left_out += 1
+    kept[LEFT_OUT_HEADER] = left_out
+    return kept

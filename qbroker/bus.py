@@ -18,7 +18,7 @@ from aio_pika.exceptions import ChannelNotFoundEntity
 from aiormq.exceptions import ChannelAccessRefused, DeliveryError
 from structlog.typing import FilteringBoundLogger
 
-from qbroker.amqp_properties import republishable
+from qbroker.amqp_properties import copy_headers
 from qbroker.codecs import CodecError
 from qbroker.config import Config
 from qbroker.connection import ConnectionSupervisor
@@ -304,7 +304,7 @@ class Bus:
             extra[SENDER_HEADER] = sender
         elif SENDER_HEADER in (message.headers or {}):
             extra[SENDER_HEADER] = ""  # a forged claim is not passed on as if we had vouched for it
-        table = republishable({**(message.headers or {}), **extra})
+        table = copy_headers(dict(message.headers or {}), extra)  # within a frame whatever the sender sent
         return OutgoingMessage(
             message.body, headers=table, content_type=message.content_type,
             content_encoding=message.content_encoding, app_id=message.app_id, message_id=message.message_id,
