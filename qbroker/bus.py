@@ -119,7 +119,7 @@ class Bus:
         (a message over its max_message_size, a forged user-id): then only these two are reopened, so
         consumers and the calls in flight carry on; only publishes unconfirmed at that moment fail."""
         channel = await connection.channel(publisher_confirms=True)
-        exchanges = await declare_exchanges(channel, self.config)
+        exchanges = await declare_exchanges(connection, channel, self.config)
         replies = await connection.channel(publisher_confirms=False)
         self._unconfirmed_reply = await replies.get_exchange(exchanges.reply.name, ensure=False)
         self._publisher = channel

@@ -110,7 +110,11 @@ class DeadLetterCollector:
         channel = await self.bus.channel(connection, confirms=False)
         await channel.set_qos(prefetch_count=256)
         queue = await declare_dead_queue(channel, self.bus.config)
-        self._kept = await declare_dead_kept(channel, self.bus.config)
+        self._kept, found_otherwise = await declare_dead_kept(connection, channel, self.bus.config)
+        if found_otherwise:
+            self.log.warning("dead.kept exists with other bounds (declared by an older qbroker or another config); "
+                             "used as it is: delete it once or set a policy to apply these",
+                             queue=self.bus.config.dead_kept_queue_name)
         await self.bus.add_consumer(queue, self._on_dead, part=PART)
 
     async def _on_dead(self, message: AbstractIncomingMessage) -> None:

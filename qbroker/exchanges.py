@@ -29,11 +29,12 @@ class Exchanges:
     dead: Exchange
 
 
-async def declare_exchanges(channel: Channel, config: Config) -> Exchanges:
+async def declare_exchanges(connection: Connection, channel: Channel, config: Config) -> Exchanges:
+    """The four exchanges, the ``dead`` queue and ``dead.kept`` (its collectors say when it has other bounds)."""
     dead_name = config.exchange_name("dead")
     dead = await channel.declare_exchange(dead_name, ExchangeType.FANOUT, durable=True)
     await (await declare_dead_queue(channel, config)).bind(dead)
-    await declare_dead_kept(channel, config)
+    await declare_dead_kept(connection, channel, config)
     rpc = await channel.declare_exchange(
         config.exchange_name("rpc"), ExchangeType.TOPIC, durable=True,
         arguments={"alternate-exchange": dead_name},
@@ -54,17 +55,32 @@ async def declare_dead_queue(channel: Channel, config: Config) -> Queue:
     )
 
 
-async def declare_dead_kept(channel: Channel, config: Config) -> Exchange:
+def dead_kept_arguments(config: Config) -> dict[str, Any]:
+    return {"x-max-length": config.dead_kept_max, "x-max-length-bytes": config.dead_kept_max_bytes,
+            "x-message-ttl": config.dead_kept_ttl_ms, "x-overflow": "drop-head", **config.durable_queue_type()}
+
+
+async def declare_dead_kept(connection: Connection, channel: Channel, config: Config) -> tuple[Exchange, bool]:
     """The exchange and queue of the copies kept for operators (``qbroker dead``), bounded by count, bytes and
-    age. Returns the exchange, where collectors publish the copies."""
+    age. Returns the exchange, where collectors publish the copies, and whether the queue was found with
+    other bounds (declared by an older qbroker, or by units configured otherwise): it is then used as it is
+    rather than refusing to start every unit on the bus (deleting it once, or a policy, applies the new
+    bounds). The declare runs on a throwaway channel: the broker refuses a re-declare with other arguments
+    by closing the channel."""
     exchange = await channel.declare_exchange(config.dead_kept_exchange_name, ExchangeType.FANOUT, durable=True)
-    queue = await channel.declare_queue(
-        config.dead_kept_queue_name, durable=True,
-        arguments={"x-max-length": config.dead_kept_max, "x-max-length-bytes": config.dead_kept_max_bytes,
-                   "x-message-ttl": config.dead_kept_ttl_ms, "x-overflow": "drop-head", **config.durable_queue_type()},
-    )
-    await queue.bind(exchange)
-    return exchange
+    for arguments in (dead_kept_arguments(config), None):
+        probe = await connection.channel(publisher_confirms=False)
+        try:
+            queue = await probe.declare_queue(config.dead_kept_queue_name, durable=True,
+                                              passive=arguments is None, arguments=arguments)
+            await queue.bind(exchange.name)
+        except ChannelPreconditionFailed:
+            continue  # the broker closed this channel
+        finally:
+            if not probe.is_closed:
+                await probe.close()
+        return exchange, arguments is None
+    raise AssertionError("unreachable: a passive declare does not compare arguments")  # pragma: no cover
 
 
 def rpc_queue_arguments(config: Config, *, max_priority: int | None, single_active: bool,

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from aio_pika.exceptions import ChannelPreconditionFailed
 
-from harness import eventually
+from harness import HANG, eventually
 from qbroker import NoServer, RequestContext
 from tests.conftest import MakeUnit
 
@@ -86,3 +86,14 @@ async def test_exclusive_endpoint_vanishes_with_its_unit(make_unit: MakeUnit) ->
     # NoServer is the dead-letter path's answer; our own deadline would raise CallTimeout instead.
     with pytest.raises(NoServer):
         await client.call(name, timeout=30)
+
+
+async def test_units_start_beside_a_dead_kept_queue_with_other_bounds(make_unit: MakeUnit) -> None:
+    """``dead.kept`` declared with other bounds (an older qbroker had no byte bound; another unit may be
+    configured otherwise) is used as it is: a re-declare with other arguments would fail every unit's start."""
+    earlier = await make_unit("test.earlier", dead_kept_max_bytes=1000)
+    await earlier.start()
+    later = await make_unit("test.later")
+    await asyncio.wait_for(later.start(), HANG)
+    with pytest.raises(NoServer):  # the bus works: a call to nobody is answered by a collector
+        await later.call("t.nobody", timeout=HANG)
