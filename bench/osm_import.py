@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from osm_scale_data import Scale, read_source  # noqa: E402
 
+from harness.osm import helsinki_extract, postgis_database  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 # The child reports its own peak RSS (VmHWM: ru_maxrss would count what a forked child inherited before its
 # exec) and the geometry worker's (sampled every 50 ms from /proc, the worker being started by Popen), and the
@@ -110,11 +112,6 @@ def import_osm2pgsql(extract: Path, dsn: str, cache_mb: int, processes: int) -> 
             "peak_rss_mb": round(usage.ru_maxrss / 1024), "load_before": before, "load_after": load()}
 
 
-def fresh_database(name: str) -> str:
-    out = subprocess.run([str(ROOT / "bin" / "ensure-postgis"), name], capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
-
-
 def drop_database(name: str) -> None:
     subprocess.run(["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-c",
                     f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"], capture_output=True, check=False)
@@ -141,8 +138,7 @@ def main() -> None:
     p.add_argument("--osm2pgsql-cache", type=int, default=800, help="osm2pgsql --cache MB (its default)")
     a = p.parse_args()
     ks = [int(v) for v in a.k.split(",")]
-    extract = ROOT / subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True,
-                                    text=True, check=True).stdout.strip() / "Helsinki.osm.pbf"
+    extract = helsinki_extract()
     work = a.work or Path(tempfile.mkdtemp(prefix="osm-import-"))
     work.mkdir(parents=True, exist_ok=True)
     peer = not a.no_peer and shutil.which("osm2pgsql") is not None
@@ -173,7 +169,7 @@ def main() -> None:
                     shutil.rmtree(work / f"store-x{k}", ignore_errors=True)
                 else:
                     drop_database(db)
-                    row["osm2pgsql"] = import_osm2pgsql(pbf, fresh_database(db), a.osm2pgsql_cache, cores)
+                    row["osm2pgsql"] = import_osm2pgsql(pbf, postgis_database(db), a.osm2pgsql_cache, cores)
                     drop_database(db)
                 print(json.dumps({"k": k, who: row[who]}), file=sys.stderr, flush=True)
             if old is not None and k <= a.old_max_k:
