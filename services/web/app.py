@@ -23,7 +23,7 @@ from aiohttp import web
 from services.tiles.tilemath import Tile, TileError, ZoomRange, parse_tile
 
 from .cache_policy import NO_STORE, CachePolicy
-from .extent import tile_root_extent
+from .extent import SharedScan, tile_root_extent
 from .status import StatusModel
 from .tiles import TileRefused, TileServer
 from .web_metrics import WebMetrics
@@ -85,6 +85,7 @@ class WebApp:
         self.live_clients = 0
         self.live_by_address: Counter[str] = Counter()
         self.closing = asyncio.Event()
+        self.extent = SharedScan(lambda: tile_root_extent(tiles.store))
         metrics.on_demand.set_function(lambda: tiles.in_flight)
 
     def build(self) -> web.Application:
@@ -164,7 +165,7 @@ class WebApp:
 
     async def api_extent(self, request: web.Request) -> web.Response:
         """Where the tile store's data is: the map opens there unless its URL says otherwise."""
-        return json_response(await asyncio.to_thread(tile_root_extent, self.tiles.store))
+        return json_response(await self.extent.get())
 
     async def api_render(self, request: web.Request) -> web.Response:
         try:

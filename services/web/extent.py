@@ -10,8 +10,10 @@ metatile in mod_tile's hashed directories.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +109,21 @@ def tile_root_extent(store: TileStore) -> dict[str, Any]:
             return {"zoom": zoom, "bounds": [[_latitude(y1 + 1, zoom), _longitude(x0, zoom)],
                                              [_latitude(y0, zoom), _longitude(x1 + 1, zoom)]]}
     return {"zoom": None, "bounds": None}
+
+
+class SharedScan:
+    """One scan of the tile root at a time, whatever the number of requests: the ones that arrive while a scan
+    runs share its answer. Each scan may read ~600,000 directory entries (``MAX_SCANNED`` a zoom), on the
+    thread pool that also reads tiles: a flood of anonymous ``GET /api/extent`` would otherwise take every
+    thread of it. A request after the scan ended scans again, so the answer follows the tiles written."""
+
+    def __init__(self, scan: Callable[[], dict[str, Any]]) -> None:
+        self._scan = scan
+        self._running: asyncio.Future[dict[str, Any]] | None = None
+
+    async def get(self) -> dict[str, Any]:
+        running = self._running
+        if running is None or running.done():
+            running = self._running = asyncio.ensure_future(asyncio.to_thread(self._scan))
+        # shield: a client that goes away does not cancel the scan the others wait for
+        return await asyncio.shield(running)
