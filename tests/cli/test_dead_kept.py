@@ -52,7 +52,7 @@ async def test_dead_requests_are_kept_listed_shown_and_replayed(amqp_url: str, m
     replayed = await run_cli(amqp_url, "dead", "replay", kept[0]["message_id"], "3", **env)
     assert replayed.code == 0, replayed
     assert [r["name"] for r in _lines(replayed.stdout)] == ["clitest.later", "clitest.later"]
-    async with asyncio.timeout(20):
+    async with asyncio.timeout(HANG):
         while sorted(served) != [2, 4]:
             await asyncio.sleep(0.05)
     left = _lines((await run_cli(amqp_url, "dead", "list", **env)).stdout)
@@ -77,7 +77,7 @@ async def test_a_request_out_of_retries_is_kept_as_such(amqp_url: str, make_unit
     async def kept() -> list[dict[str, Any]]:
         return _lines((await run_cli(amqp_url, "dead", "list", QBROKER_EXCHANGE_PREFIX=prefix)).stdout)
 
-    async with asyncio.timeout(30):  # the copy is made as the collector takes it from `dead`
+    async with asyncio.timeout(HANG):  # the copy is made as the collector takes it from `dead`
         while not (found := await kept()):
             await asyncio.sleep(0.1)
     assert [(k["kind"], k["reason"], k["name"]) for k in found] == [("rpc", "retries_exhausted", "clitest.flaky")]
