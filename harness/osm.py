@@ -58,6 +58,15 @@ def read_extract(path: Path) -> Extract:
     return ex
 
 
+
+def street_node(extract: Extract, name: str = "Mannerheimintie") -> tuple[int, float, float]:
+    """The second node of the lowest-id highway called ``name``: (id, lon, lat)."""
+    street = next(w for w, (_refs, tags) in sorted(extract.ways.items())
+                  if tags.get("name") == name and tags.get("highway"))
+    node = extract.ways[street][0][1]
+    lon, lat = extract.nodes[node]
+    return node, lon, lat
+
 def _tags(tags: dict[str, str]) -> str:
     return "".join(f"<tag k={quoteattr(k)} v={quoteattr(v)}/>" for k, v in tags.items())
 

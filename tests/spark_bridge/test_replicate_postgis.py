@@ -8,7 +8,7 @@ import pytest
 
 from demo.osm_changes import NEW_BUILDING_ID, helsinki_edit
 from demo.osm_changes import publish as publish_demo
-from harness.osm import node_xml, osc, publish, read_extract, renumber, way_xml
+from harness.osm import node_xml, osc, publish, read_extract, renumber, street_node, way_xml
 from services.osmstore.importer import main as toposm_import
 from services.osmstore.postgis import import_postgis, postgis_sequence, psql
 from services.osmstore.replication import ReplicationError
@@ -75,11 +75,7 @@ async def test_flat_nodes_import_and_append(postgis_dsn, helsinki, tmp_path) -> 
     flat = tmp_path / "nodes.flat"
     toposm_import([str(compact), "--postgis", postgis_dsn, "--flat-nodes", str(flat)])
     assert flat.is_file() and psql(postgis_dsn, "SELECT to_regclass('planet_osm_nodes') IS NULL") == "t"
-    extract = read_extract(helsinki)
-    street = next(w for w, (_refs, tags) in sorted(extract.ways.items())
-                  if tags.get("name") == "Mannerheimintie" and tags.get("highway"))
-    node = extract.ways[street][0][1]
-    lon, lat = extract.nodes[node]
+    node, lon, lat = street_node(read_extract(helsinki))
     # Only the node moves: osm2pgsql finds the ways using it and their other nodes' locations in the file.
     publish(tmp_path / "replication", 1, osc(modify=[node_xml(node_ids[node], lon + 0.002, lat, version=90)]))
     batch = build_batch(LocalSource(tmp_path / "replication"), 1, 1, tmp_path / "spool", published=1)

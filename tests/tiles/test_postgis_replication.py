@@ -21,7 +21,7 @@ from PIL import Image, ImageChops
 from demo.osm_changes import helsinki_edit
 from demo.osm_changes import publish as publish_demo
 from harness import HANG, eventually
-from harness.osm import node_xml, osc, publish, read_extract, renumber
+from harness.osm import node_xml, osc, publish, read_extract, renumber, street_node
 from services.osmstore.importer import main as toposm_import
 from services.osmstore.postgis import import_postgis, postgis_sequence, psql
 from services.replicate.follower import Follower, FollowSettings
@@ -189,11 +189,7 @@ async def test_postgis_alone_with_flat_nodes(make_unit, postgis_dsn, helsinki, t
     flat = tmp_path / "nodes.flat"
     toposm_import([str(compact), "--postgis", postgis_dsn, "--flat-nodes", str(flat)])
     psql(postgis_dsn, "DROP TABLE IF EXISTS planet_osm_replication_status")
-    extract = read_extract(helsinki)
-    street = next(w for w, (_refs, tags) in sorted(extract.ways.items())
-                  if tags.get("name") == "Mannerheimintie" and tags.get("highway"))
-    node = extract.ways[street][0][1]
-    lon, lat = extract.nodes[node]
+    node, lon, lat = street_node(read_extract(helsinki))
     # Only the node moves: osm2pgsql finds its ways, and their other nodes' locations in the flat file.
     publish(tmp_path / "replication", 1, osc(modify=[node_xml(node_ids[node], lon + 0.002, lat, version=90)]))
     heard: list[str] = []
