@@ -54,4 +54,4 @@ def insert_columns(conn: sqlite3.Connection, sql_head: str, columns: Sequence[Se
 def analyze(conn: sqlite3.Connection) -> None:
     """Planner statistics from a sample (a full ANALYZE reads every index of a country-sized store)."""
     conn.execute("PRAGMA analysis_limit = 1000")
-    conn.execute("ANALYZE")
+    conn.execute("ANALYZE main")  # not an attached database (the rendering store attaches the geometry store)

@@ -21,9 +21,10 @@ import json
 import math
 import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from .render_db import RENDER_DB, FeatureWriter, connect, get_meta
+from .render_db import GEOMETRY, RENDER_DB, FeatureWriter, attach_geometry, connect, get_meta
 from .wkb import BBox, Coord, bbox_of, mercator, multipolygon, polygons_area
 
 SEA_TYPE = "c"  # feature osm_type for computed sea polygons
@@ -108,26 +109,40 @@ def sea_polygons(lines: list[list[Coord]], box: BBox) -> list[list[Coord]]:
 _NODES_PER_QUERY = 500  # ids per IN (...), well under SQLite's variable limit
 
 
-def _sea_rings(conn: sqlite3.Connection) -> list[list[Coord]]:
-    """The sea rings of the stored coastline ways (none without an extent)."""
-    extent = get_meta(conn, "extent")
+Locate = Callable[[list[int]], dict[int, Coord]]  # node ids -> Web Mercator points of those found
+
+
+def sea_rings(extent: str | None, ways: list[list[int]], locate: Locate) -> list[list[Coord]]:
+    """The sea rings of the coastline ways ``ways`` (node lists, in id order) within ``extent`` (the store's
+    meta: [west, south, east, north] as JSON; no sea without one)."""
     if extent is None:
         return []
     west, south, east, north = json.loads(extent)
     box = (*mercator(west, south), *mercator(east, north))
-    ways = [[r[0] for r in conn.execute("SELECT node_id FROM way_nodes WHERE way_id = ? ORDER BY seq", (wid,))]
-            for (wid,) in conn.execute("SELECT id FROM ways WHERE json_extract(tags, '$.natural') = 'coastline'")]
     chains = _chains(ways)
-    wanted = sorted({nid for chain in chains for nid in chain})
-    located: dict[int, Coord] = {}
-    for i in range(0, len(wanted), _NODES_PER_QUERY):
-        chunk = wanted[i:i + _NODES_PER_QUERY]
-        marks = ", ".join("?" for _ in chunk)
-        located.update((nid, mercator(lon, lat)) for nid, lon, lat in conn.execute(
-            f"SELECT id, lon, lat FROM nodes WHERE id IN ({marks})", chunk))  # noqa: S608
+    located = locate(sorted({nid for chain in chains for nid in chain}))
     # A node outside the extract is not stored: the line is cut at the box there.
     lines = [[located[nid] for nid in chain if nid in located] for chain in chains]
     return sea_polygons(lines, box)
+
+
+def _stored_sea_rings(conn: sqlite3.Connection) -> list[list[Coord]]:
+    """``sea_rings`` of the stored coastline: the ways' tags in this store, their nodes in the geometry
+    store (attached: render_db.attach_geometry)."""
+    ways = [json.loads(nodes) for (nodes,) in conn.execute(
+        f"SELECT g.nodes FROM ways w JOIN {GEOMETRY}.ways g ON g.id = w.id "  # noqa: S608
+        "WHERE json_extract(w.tags, '$.natural') = 'coastline' ORDER BY w.id")]
+
+    def locate(wanted: list[int]) -> dict[int, Coord]:
+        located: dict[int, Coord] = {}
+        for i in range(0, len(wanted), _NODES_PER_QUERY):
+            chunk = wanted[i:i + _NODES_PER_QUERY]
+            marks = ", ".join("?" for _ in chunk)
+            located.update((nid, mercator(lon, lat)) for nid, lon, lat in conn.execute(
+                f"SELECT id, lon, lat FROM {GEOMETRY}.nodes WHERE id IN ({marks})", chunk))  # noqa: S608
+        return located
+
+    return sea_rings(get_meta(conn, "extent"), ways, locate)
 
 
 def _clip(ring: list[Coord], axis: int, at: float, below: bool) -> list[Coord]:
@@ -191,10 +206,10 @@ def _write_sea(conn: sqlite3.Connection, writer: FeatureWriter, rings: list[list
     return written
 
 
-def rebuild_sea(conn: sqlite3.Connection, writer: FeatureWriter) -> int:
-    """Replace the sea features from the stored coastline ways, in the caller's transaction (the import);
-    returns how many polygons were written."""
-    return _write_sea(conn, writer, _sea_rings(conn))
+def write_sea(conn: sqlite3.Connection, writer: FeatureWriter, ways: list[list[int]], locate: Locate) -> int:
+    """Replace the sea features by those of the coastline ``ways``, in the caller's transaction (the import,
+    from its own read of the extract); returns how many polygons were written."""
+    return _write_sea(conn, writer, sea_rings(get_meta(conn, "extent"), ways, locate))
 
 
 def refresh_sea(store_dir: Path) -> int | None:
@@ -206,10 +221,12 @@ def refresh_sea(store_dir: Path) -> int | None:
     coastline again meanwhile leaves the mark set (its own refresh follows)."""
     conn = connect(Path(store_dir) / RENDER_DB)
     try:
+        if not attach_geometry(conn, Path(store_dir) / RENDER_DB):
+            raise FileNotFoundError(f"{store_dir}: no geometry store beside the rendering store")
         conn.execute("PRAGMA busy_timeout = 30000")
         conn.execute("BEGIN")
         stale = get_meta(conn, SEA_STALE)
-        rings = _sea_rings(conn) if stale is not None else []
+        rings = _stored_sea_rings(conn) if stale is not None else []
         conn.execute("COMMIT")
         if stale is None:
             return None

@@ -44,11 +44,11 @@ def build_geometry_store(root: Path, locations_file: Path, node_count: int, obje
             if isinstance(batch, Ways):
                 counts["ways"] += insert_columns(conn, "INSERT OR REPLACE INTO ways (id, nodes)",
                                                  [ids, batch.nodes_json().to_pylist()])
-                counts["way_nodes"] += len(batch.refs)
+                counts["way_nodes"] += batch.ref_count()
             else:
                 counts["relations"] += insert_columns(conn, "INSERT OR REPLACE INTO relations (id, members)",
                                                       [ids, batch.members_json().to_pylist()])
-                counts["members"] += len(batch.member_ids)
+                counts["members"] += batch.member_count()
         add_node_ways(conn)
         write_manifest(conn, Manifest(sequence=sequence, counts=dict(counts)))
         conn.execute("COMMIT")

@@ -25,19 +25,22 @@ from typing import Any
 
 import numpy as np
 import osmium
+import pyarrow.compute as pc
 
 from . import render_db
 from .bulk_sqlite import analyze, bulk_load_settings, insert_columns
-from .coastline import rebuild_sea
+from .coastline import write_sea
 from .errors import ImportFailed
 from .geometry import GEOMETRY_DIR
 from .geometry_import import GeometryBuild, build_geometry_store
 from .import_pass import PassResult, read_extract
 from .line_features import write_line_features
+from .node_locations import NodeLocations
 from .opl_columns import Relations, Ways, distinct_tags, opl_tags, read_objects
 from .progress import ImportProgress
 from .render_cluster import BulkFeatureWriter
 from .tags import relation_makes_area
+from .wkb import Coord, mercator
 
 __all__ = ["ImportFailed", "import_extract", "main"]
 
@@ -61,19 +64,32 @@ def _insert_area_members(conn: sqlite3.Connection, relations: Relations) -> None
                    relations.member_rows(areas))
 
 
+def _coastline_refs(ways: Ways) -> list[list[int]]:
+    """The node lists of the ``natural=coastline`` ways among ``ways``: what the sea is made of."""
+    maybe = pc.match_substring(ways.tags, "natural=coastline").to_numpy(zero_copy_only=False)
+    return [ways.refs[ways.offsets[i]:ways.offsets[i + 1]].tolist() for i in np.flatnonzero(maybe).tolist()
+            if opl_tags(ways.tags[i].as_py()).get("natural") == "coastline"]
+
+
+def _mercator_points(locations: NodeLocations, ids: list[int]) -> dict[int, Coord]:
+    located = locations.locate(np.array(ids, dtype=np.int64))
+    return {nid: mercator(lon, lat) for nid, lon, lat, ok in
+            zip(ids, located.lon.tolist(), located.lat.tolist(), located.valid.tolist(), strict=True) if ok}
+
+
 def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: BulkFeatureWriter,
-                        progress: ImportProgress) -> dict[str, int]:
-    """The rendering store's OSM tables and line features, from the pass's files; returns the object counts."""
+                        progress: ImportProgress, coastline: list[list[int]]) -> dict[str, int]:
+    """The rendering store's OSM tables and line features, from the pass's files; returns the object counts
+    and adds the coastline ways' node lists to ``coastline``. Node locations and way node lists go to the
+    geometry store only (the one middle, render_db)."""
     counts = {"nodes": scan.locations.count, "ways": 0, "relations": 0}
-    for ids, lon, lat in scan.locations.batches():
-        insert_columns(conn, "INSERT OR REPLACE INTO nodes (id, lon, lat)", [ids.tolist(), lon.tolist(), lat.tolist()])
     progress.add("nodes", scan.locations.count)
     for batch in read_objects(scan.objects):
         ids = batch.ids.tolist()
         if isinstance(batch, Ways):
             insert_columns(conn, "INSERT OR REPLACE INTO ways (id, tags)", [ids, distinct_tags(batch.tags, _tags_json)])
-            insert_columns(conn, "INSERT OR REPLACE INTO way_nodes (way_id, seq, node_id)", batch.ref_rows())
             write_line_features(batch, scan.locations, writer)
+            coastline += _coastline_refs(batch)
             kind = "ways"
         else:
             insert_columns(conn, "INSERT OR REPLACE INTO relations (id, tags)",
@@ -120,7 +136,8 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
     # after it.
     geometry = GeometryBuild(*geometry_args) if _cores() > 1 else None
     try:
-        counts = _load_render_tables(conn, scan, writer, progress)
+        coastline: list[list[int]] = []
+        counts = _load_render_tables(conn, scan, writer, progress, coastline)
         if sum(counts.values()) == 0:
             raise ImportFailed(f"{extract}: holds no OSM nodes, ways or relations")
         if sequence is not None:
@@ -128,7 +145,7 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
         # The extract's box bounds the sea: coastlines are closed along it (the nodes' box if no header says).
         extent = header_bbox or scan.locations.bounds() or [180.0, 90.0, -180.0, -90.0]
         render_db.set_meta(conn, "extent", json.dumps(extent))
-        rebuild_sea(conn, writer)
+        write_sea(conn, writer, coastline, lambda ids: _mercator_points(scan.locations, ids))
         writer.finish()  # the features in space order: renders read neighbours on disk (render_cluster)
         render_db.create_indexes(conn)
         conn.execute("COMMIT")

@@ -17,6 +17,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TypeVar
 
@@ -62,62 +63,127 @@ def distinct_tags(raw: pa.Array, fn: Callable[[str], T]) -> list[T]:
     return [values[i] for i in encoded.indices.to_numpy(zero_copy_only=False).tolist()]
 
 
+def _lists(text: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """A comma-separated list per row (OPL's refs or members, after the field's letter): offsets and items."""
+    lists = pc.split_pattern(pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text), ",")  # none
+    offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum(pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False), out=offsets[1:])
+    return offsets, lists.flatten()
+
+
+def _count(text: pa.Array, mark: str) -> int:
+    """How many times ``mark`` occurs in the column (OPL escapes it inside names and roles)."""
+    return int(pc.sum(pc.count_substring(text, mark)).as_py() or 0)
+
+
 @dataclass
 class Ways:
+    """A block of ways. The refs are split into numbers only when asked for (``refs``, ``offsets``): the
+    geometry store needs only their text."""
+
     ids: np.ndarray  # int64
     tags: pa.Array  # raw OPL tag text per way
-    offsets: np.ndarray  # refs of way i are refs[offsets[i]:offsets[i + 1]]
-    refs: np.ndarray  # int64 node ids
     ref_text: pa.Array  # the refs as OPL wrote them ("n1,n2,n3")
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @cached_property
+    def _split(self) -> tuple[np.ndarray, np.ndarray]:
+        offsets, items = _lists(self.ref_text)
+        return offsets, pc.cast(pc.utf8_slice_codeunits(items, 1), pa.int64()).to_numpy(zero_copy_only=False)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Refs of way i are ``refs[offsets[i]:offsets[i + 1]]``."""
+        return self._split[0]
+
+    @property
+    def refs(self) -> np.ndarray:
+        """The node ids of all the block's ways, int64."""
+        return self._split[1]
+
+    def ref_count(self) -> int:
+        return _count(self.ref_text, "n")
 
     def nodes_json(self) -> pa.Array:
         """Each way's node ids as a JSON array ("[1,2,3]"): the geometry store's ``ways.nodes``. Made from
         the OPL text in C (OPL's ``n`` prefixes dropped), not from Python ints."""
         return pc.binary_join_element_wise("[", pc.replace_substring(self.ref_text, "n", ""), "]", "")
 
-    def seq(self) -> np.ndarray:
-        """The position of each ref in its way (way_nodes.seq)."""
-        return np.arange(len(self.refs)) - np.repeat(self.offsets[:-1], np.diff(self.offsets))
-
-    def owner(self) -> np.ndarray:
-        """The way id of each ref."""
-        return np.repeat(self.ids, np.diff(self.offsets))
-
-    def ref_rows(self) -> list[list[int]]:
-        """(way id, seq, node id) columns: the stores' ``way_nodes`` rows."""
-        return [self.owner().tolist(), self.seq().tolist(), self.refs.tolist()]
-
 
 @dataclass
 class Relations:
+    """A block of relations. The members are split into columns only when asked for (``member_rows``):
+    the geometry store's JSON is made from their text, and the rendering store keeps the members of only
+    the relations that can make an area."""
+
     ids: np.ndarray
     tags: pa.Array
-    offsets: np.ndarray  # members of relation i are [offsets[i]:offsets[i + 1]]
-    member_types: pa.Array  # "n", "w" or "r"
-    member_ids: np.ndarray
-    roles: pa.Array
+    member_text: pa.Array  # the members as OPL wrote them ("w12@outer,n7@")
 
     def __len__(self) -> int:
         return len(self.ids)
 
+    @cached_property
+    def _split(self) -> tuple[np.ndarray, pa.Array, np.ndarray, pa.Array]:
+        offsets, items = _lists(self.member_text)
+        at = pc.split_pattern(pc.utf8_slice_codeunits(items, 1), "@", max_splits=1).flatten()
+        pairs = np.arange(len(at)) % 2 == 0
+        member_ids = pc.cast(at.filter(pa.array(pairs)), pa.int64()).to_numpy(zero_copy_only=False)
+        return offsets, pc.utf8_slice_codeunits(items, 0, 1), member_ids, at.filter(pa.array(~pairs))
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Members of relation i are ``[offsets[i]:offsets[i + 1]]``."""
+        return self._split[0]
+
+    @property
+    def member_types(self) -> pa.Array:
+        """"n", "w" or "r" per member."""
+        return self._split[1]
+
+    @property
+    def member_ids(self) -> np.ndarray:
+        return self._split[2]
+
+    @property
+    def roles(self) -> pa.Array:
+        """Per member, as OPL wrote it (escaped)."""
+        return self._split[3]
+
+    def member_count(self) -> int:
+        return _count(self.member_text, "@")
+
     def members_json(self) -> pa.Array:
         """Each relation's members as a JSON array of [type, id, role] ('[["w",12,"outer"],["n",7,""]]'): the
-        geometry store's ``relations.members``, as osm2pgsql's middle keeps them. Joined in C from the
-        columns; a role's quotes and backslashes are escaped for JSON there too, and only the few roles with
-        an OPL escape (``%20%``) are decoded in Python."""
-        roles = pc.replace_substring(pc.replace_substring(self.roles, "\\", "\\\\"), '"', '\\"')
-        escaped = pc.match_substring(self.roles, "%")
-        if pc.any(escaped).as_py():
-            decoded = [json.dumps(unescape(role), ensure_ascii=False)[1:-1]
-                       for role in self.roles.filter(escaped).to_pylist()]
-            roles = pc.replace_with_mask(roles, escaped, pa.array(decoded, pa.string()))
-        ids = pc.cast(pa.array(self.member_ids), pa.string())
-        members = pc.binary_join_element_wise('["', self.member_types, '",', ids, ',"', roles, '"]', "")
-        lists = pa.ListArray.from_arrays(pa.array(self.offsets, pa.int32()), members)
-        return pc.binary_join_element_wise("[", pc.binary_join(lists, ","), "]", "")
+        geometry store's ``relations.members``, as osm2pgsql's middle keeps them. Rewritten from the OPL text
+        in C with plain replacements ("w12@outer,n7@": members apart at the commas, role after the at sign,
+        the type quoted), which OPL's escaping makes safe: a role holds no raw comma or at sign. The few
+        relations with a role JSON must escape (a quote, a backslash) or OPL did (``%20%``) are written by
+        ``json`` from their parsed members."""
+        text = pc.replace_substring(pc.replace_substring(self.member_text, ",", '"],["'), "@", ',"')
+        text = pc.binary_join_element_wise('[["', text, '"]]', "")
+        for letter in "nwr":
+            text = pc.replace_substring(text, '["' + letter, '["' + letter + '",')
+        joined = pc.if_else(pc.equal(self.member_text, ""), pa.scalar("[]"), text)
+        special = pc.match_substring_regex(self.member_text, r'["\\%]').to_numpy(zero_copy_only=False)
+        if not special.any():
+            return joined
+        odd = self.select(special)
+        types, ids, roles = odd.member_types.to_pylist(), odd.member_ids.tolist(), odd.roles.to_pylist()
+        decoded = [json.dumps([[types[k], ids[k], unescape(roles[k])] for k in range(start, end)],
+                              ensure_ascii=False, separators=(",", ":"))
+                   for start, end in zip(odd.offsets[:-1].tolist(), odd.offsets[1:].tolist(), strict=True)]
+        values = joined.to_pylist()
+        for i, value in zip(np.flatnonzero(special).tolist(), decoded, strict=True):
+            values[i] = value
+        return pa.array(values, pa.string())
+
+    def select(self, keep: np.ndarray) -> Relations:
+        """The relations where ``keep`` (a bool per relation) is true."""
+        mask = pa.array(keep)
+        return Relations(self.ids[keep], self.tags.filter(mask), self.member_text.filter(mask))
 
     def seq(self) -> np.ndarray:
         return np.arange(len(self.member_ids)) - np.repeat(self.offsets[:-1], np.diff(self.offsets))
@@ -127,44 +193,24 @@ class Relations:
 
     def member_rows(self, relations: np.ndarray | None = None) -> list[list[object]]:
         """(relation id, seq, type, member id, role) columns of the members, of all relations or of those
-        where ``relations`` (a bool per relation) is true."""
-        if relations is None:
-            return [self.owner().tolist(), self.seq().tolist(), self.member_types.to_pylist(),
-                    self.member_ids.tolist(), unescaped(self.roles)]
-        keep = np.repeat(relations, np.diff(self.offsets))
-        where = pa.array(keep)
-        return [self.owner()[keep].tolist(), self.seq()[keep].tolist(),
-                self.member_types.filter(where).to_pylist(), self.member_ids[keep].tolist(),
-                unescaped(self.roles.filter(where))]
+        where ``relations`` (a bool per relation) is true (only theirs are split)."""
+        chosen = self if relations is None else self.select(relations)
+        return [chosen.owner().tolist(), chosen.seq().tolist(), chosen.member_types.to_pylist(),
+                chosen.member_ids.tolist(), unescaped(chosen.roles)]
 
 
 def _ids(column: pa.Array) -> np.ndarray:
     return pc.cast(pc.utf8_slice_codeunits(column, 1), pa.int64()).to_numpy(zero_copy_only=False)
 
 
-def _lists(column: pa.Array) -> tuple[pa.Array, np.ndarray, pa.Array]:
-    """The comma-separated list after the field's one-letter prefix: its text, offsets and flat items."""
-    text = pc.utf8_slice_codeunits(column, 1)
-    lists = pc.split_pattern(pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text), ",")  # "N": none
-    offsets = np.zeros(len(lists) + 1, dtype=np.int64)
-    np.cumsum(pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False), out=offsets[1:])
-    return text, offsets, lists.flatten()
-
-
 def _ways(batch: pa.RecordBatch) -> Ways:
-    text, offsets, items = _lists(batch.column(2))
-    refs = pc.cast(pc.utf8_slice_codeunits(items, 1), pa.int64()).to_numpy(zero_copy_only=False)
-    return Ways(_ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1), offsets, refs, text)
+    return Ways(_ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1),
+                pc.utf8_slice_codeunits(batch.column(2), 1))
 
 
 def _relations(batch: pa.RecordBatch) -> Relations:
-    _, offsets, items = _lists(batch.column(2))
-    at = pc.split_pattern(pc.utf8_slice_codeunits(items, 1), "@", max_splits=1).flatten()
-    pairs = np.arange(len(at)) % 2 == 0
-    member_ids = pc.cast(at.filter(pa.array(pairs)), pa.int64()).to_numpy(zero_copy_only=False)
-    roles = at.filter(pa.array(~pairs))
-    return Relations(_ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1), offsets,
-                     pc.utf8_slice_codeunits(items, 0, 1), member_ids, roles)
+    return Relations(_ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1),
+                     pc.utf8_slice_codeunits(batch.column(2), 1))
 
 
 def _text_blocks(path: Path, size: int) -> Iterator[bytes]:

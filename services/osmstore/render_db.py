@@ -2,9 +2,12 @@
 
 Feature tables hold Web Mercator WKB in ``geom`` and, per table, an R*Tree ``idx_<table>_geom`` whose
 ``pkid`` is the feature's ``fid``: exactly the spatial index Mapnik's ``sqlite`` plugin looks for, so a tile
-query reads only the features in its box. Beside them, ``nodes``, ``ways``, ``way_nodes``, ``relations`` and
-``relation_members`` keep what a diff update needs to rebuild a geometry whose nodes the diff does not carry
-(osm2pgsql's "slim" tables, in one file).
+query reads only the features in its box. Beside them, ``ways`` and ``relations`` keep each object's tags and
+``relation_members`` the members of the relations that can make an area: what a diff update needs beyond
+the middle. The middle itself (node locations, each way's node list, the reverse index from a node to its
+ways) is the geometry store's (``services.osmstore.geometry``), beside this file in the same store, attached
+read-only (``attach_geometry``): osm2pgsql keeps one middle for its outputs, and keeping a second copy here
+was half of the import's rows and of the middle's disk (docs/decisions.md, "One middle").
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from .geometry import GEOMETRY_DB, GEOMETRY_DIR
 from .tags import Attrs
 from .wkb import BBox
 
 RENDER_DB = "render.sqlite"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 1 kept its own nodes and way_nodes: a second copy of the geometry store's middle
+GEOMETRY = "geometry"  # the schema name the geometry store is attached under
 
 # table -> attribute columns (every feature table also has fid, osm_type, osm_id, geom).
 FEATURE_TABLES: dict[str, dict[str, str]] = {
@@ -34,10 +39,7 @@ FEATURE_TABLES: dict[str, dict[str, str]] = {
 }
 
 _OSM_TABLES = """
-CREATE TABLE nodes (id INTEGER PRIMARY KEY, lon REAL NOT NULL, lat REAL NOT NULL);
 CREATE TABLE ways (id INTEGER PRIMARY KEY, tags TEXT NOT NULL);
-CREATE TABLE way_nodes (way_id INTEGER NOT NULL, seq INTEGER NOT NULL, node_id INTEGER NOT NULL,
-                        PRIMARY KEY (way_id, seq)) WITHOUT ROWID;
 CREATE TABLE relations (id INTEGER PRIMARY KEY, tags TEXT NOT NULL);
 CREATE TABLE relation_members (relation_id INTEGER NOT NULL, seq INTEGER NOT NULL, member_type TEXT NOT NULL,
                                member_id INTEGER NOT NULL, role TEXT NOT NULL,
@@ -46,16 +48,30 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 # Built after the bulk load (faster than maintaining them row by row during import).
 _OSM_INDEXES = """
-CREATE INDEX way_nodes_by_node ON way_nodes (node_id);
 CREATE INDEX relation_members_by_member ON relation_members (member_type, member_id);
 """
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    # isolation_level=None: transactions are explicit (BEGIN/COMMIT), so a diff is all-or-nothing.
-    conn = sqlite3.connect(str(path), isolation_level=None)
+    # isolation_level=None: transactions are explicit (BEGIN/COMMIT), so a diff is all-or-nothing. A URI,
+    # so that ATTACH takes one too (attach_geometry: read-only) whatever SQLite was compiled with.
+    conn = sqlite3.connect(Path(path).resolve().as_uri(), uri=True, isolation_level=None)
     conn.execute("PRAGMA foreign_keys = OFF")
     return conn
+
+
+def attach_geometry(conn: sqlite3.Connection, render_db: Path) -> bool:
+    """Attach the store's geometry database (``geometry/geometry.sqlite`` beside ``render_db``) read-only as
+    ``geometry``, unless it is already; False when the store has none. Read-only: a diff's transaction here
+    never locks it (the geometry store's own writer commits it), and reads inside that transaction see one
+    committed state of it."""
+    if any(row[1] == GEOMETRY for row in conn.execute("PRAGMA database_list")):
+        return True
+    path = Path(render_db).resolve().parent / GEOMETRY_DIR / GEOMETRY_DB
+    if not path.is_file():
+        return False
+    conn.execute(f"ATTACH DATABASE ? AS {GEOMETRY}", (f"{path.as_uri()}?mode=ro",))
+    return True
 
 
 def create_schema(conn: sqlite3.Connection) -> None:

@@ -1,8 +1,13 @@
 """Apply an osmChange to the rendering store, all or nothing.
 
-``apply_osc(store_dir, osc_path)`` updates the OSM tables (nodes, ways and their node lists, relations and
-their members) and then rebuilds every rendered feature the change touches: the changed objects themselves,
-every way using a node that moved, and every multipolygon using a changed or rebuilt way. Geometries are
+``apply_osc(store_dir, osc_path)`` updates the OSM tables (the tags of ways and relations, and the members of
+the relations that can make an area) and then rebuilds every rendered feature the change touches: the
+changed objects themselves, every way using a node that moved, and every multipolygon using a changed or
+rebuilt way. Node locations and way node lists are the geometry store's (the middle, attached read-only:
+``render_db.attach_geometry``), which holds the state *before* the diff until the diff is committed there
+too, after this store (``spark_bridge.store_job``; ``store_diff.apply_to_store`` without Spark): the state
+after the diff is that state with the diff's own nodes and ways laid over it, and this store refuses a diff
+when the geometry store is not at its own state (``_check_in_step``). Geometries are
 rebuilt by running the same feature code as the import over a small OSM file holding those ways and
 relations with their nodes' stored locations, so libosmium assembles the multipolygons exactly as it did at
 import; the file leaves out the ways and relations whose tags make no feature (unless a multipolygon in it
@@ -26,10 +31,17 @@ import osmium
 from . import render_db
 from .coastline import SEA_STALE
 from .features import FeatureExtractor
+from .geometry import GEOMETRY_DB, GEOMETRY_DIR, GeometryStoreError, Manifest
 from .osc_input import UnreadableOsc, osm_objects, supersedes
+from .render_db import GEOMETRY
 from .tags import area_features, line_features, relation_makes_area
 
 _CHUNK = 500  # ids per IN (...) query, well under SQLite's variable limit
+# The middle, in the geometry store (attached as GEOMETRY); ``{}`` is the IN list ``_rows`` fills.
+_LOCATIONS = f"SELECT id, lon, lat FROM {GEOMETRY}.nodes WHERE id IN ({{}})"  # noqa: S608
+_NODE_LISTS = f"SELECT id, nodes FROM {GEOMETRY}.ways WHERE id IN ({{}})"  # noqa: S608
+_WAYS_OF_NODES = f"SELECT DISTINCT way_id FROM {GEOMETRY}.node_ways WHERE node_id IN ({{}})"  # noqa: S608
+_MANIFEST = f"SELECT value FROM {GEOMETRY}.meta WHERE key = 'manifest'"  # noqa: S608
 
 
 class RenderStoreError(Exception):
@@ -60,35 +72,31 @@ class _DiffApplier:
         # and kept up to date as the diff is applied: one query per object was most of the statements.
         self.locations: dict[int, tuple[float, float]] = {}
         self.existing: dict[str, set[int]] = {"ways": set(), "relations": set()}
+        # The diff laid over the geometry store's state: its nodes (their location now in ``locations``, or
+        # none if deleted) and the node lists of its ways that remain.
+        self.diff_nodes: set[int] = set()
+        self.way_refs: dict[int, list[int]] = {}
 
     def preload(self, ids: dict[str, set[int]]) -> None:
         """Read the stored state of the diff's objects (``ids``: osm type n/w/r -> ids)."""
-        self.locations.update((i, (lon, lat)) for i, lon, lat in self._rows(
-            "SELECT id, lon, lat FROM nodes WHERE id IN ({})", ids["n"]))
+        self.locations.update((i, (lon, lat)) for i, lon, lat in self._rows(_LOCATIONS, ids["n"]))
         self.existing["ways"] = self._ids("SELECT id FROM ways WHERE id IN ({})", ids["w"])
         self.existing["relations"] = self._ids("SELECT id FROM relations WHERE id IN ({})", ids["r"])
         for osm_type, osm_ids in ids.items():
             for chunk in _chunks(osm_ids):
                 self.writer.preload(osm_type, chunk)
-        # Every way of the diff gets its node list again (or none, deleted): the old lists go here, in a
-        # statement per chunk rather than one per way.
-        for chunk in _chunks(ids["w"]):
-            self.conn.execute(f"DELETE FROM way_nodes WHERE way_id IN ({', '.join('?' for _ in chunk)})",  # noqa: S608
-                              chunk)
 
     def node(self, n: osmium.osm.Node) -> None:
         old = self.locations.get(n.id)
+        self.diff_nodes.add(n.id)
         self.stats["features_removed"] += self.writer.remove("n", n.id)
         if n.deleted or not n.location.valid():
-            self.conn.execute("DELETE FROM nodes WHERE id = ?", (n.id,))
             self.locations.pop(n.id, None)
             self.stats["nodes_deleted"] += 1
             if old is not None:
                 self.moved_nodes.add(n.id)
             return
         lon, lat = n.location.lon, n.location.lat
-        self.conn.execute("INSERT INTO nodes (id, lon, lat) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE "
-                          "SET lon = excluded.lon, lat = excluded.lat", (n.id, lon, lat))
         self.locations[n.id] = (lon, lat)
         self.stats["nodes_created" if old is None else "nodes_modified"] += 1
         if old is not None and (old[0], old[1]) != (lon, lat):
@@ -112,12 +120,12 @@ class _DiffApplier:
             self.stats["ways_deleted"] += 1
             self.deleted_ways.add(w.id)
             self.dirty_ways.discard(w.id)
+            self.way_refs.pop(w.id, None)
             return
         self.conn.execute("INSERT INTO ways (id, tags) VALUES (?, ?) ON CONFLICT (id) DO UPDATE "
                           "SET tags = excluded.tags", (w.id, _tags(w)))
         self.existing["ways"].add(w.id)
-        self.conn.executemany("INSERT INTO way_nodes (way_id, seq, node_id) VALUES (?, ?, ?)",
-                              [(w.id, i, ref.ref) for i, ref in enumerate(w.nodes)])
+        self.way_refs[w.id] = [ref.ref for ref in w.nodes]
         self.stats["ways_modified" if existed else "ways_created"] += 1
         self.dirty_ways.add(w.id)
         self.deleted_ways.discard(w.id)
@@ -152,7 +160,8 @@ class _DiffApplier:
 
     def rebuild(self) -> None:
         """Re-derive the features of every way and relation whose geometry or tags may have changed."""
-        self.dirty_ways |= self._ids("SELECT DISTINCT way_id FROM way_nodes WHERE node_id IN ({})", self.moved_nodes)
+        # The ways that used a moved node before the diff; the diff's own ways are dirty already.
+        self.dirty_ways |= self._ids(_WAYS_OF_NODES, self.moved_nodes)
         self.dirty_ways -= self.deleted_ways
         self.dirty_relations |= self._ids(
             "SELECT DISTINCT relation_id FROM relation_members WHERE member_type = 'w' AND member_id IN ({})",
@@ -185,6 +194,19 @@ class _DiffApplier:
                 found[rel_id] = tags
         return found
 
+    def _way_refs(self, way_ids: set[int]) -> dict[int, list[int]]:
+        """The node lists of ``way_ids`` after the diff: the diff's own, else the geometry store's."""
+        refs = {way_id: self.way_refs[way_id] for way_id in way_ids if way_id in self.way_refs}
+        for way_id, nodes in self._rows(_NODE_LISTS, way_ids - refs.keys()):
+            refs[way_id] = json.loads(nodes)
+        return refs
+
+    def _node_locations(self, node_ids: set[int]) -> dict[int, tuple[float, float]]:
+        """The locations of ``node_ids`` after the diff (those it deleted, or no store holds, left out)."""
+        located = {nid: self.locations[nid] for nid in node_ids & self.diff_nodes if nid in self.locations}
+        located.update((nid, (lon, lat)) for nid, lon, lat in self._rows(_LOCATIONS, node_ids - self.diff_nodes))
+        return located
+
     def _write_rebuild_file(self, path: Path) -> None:
         relations = self._area_relations()
         members: dict[int, list[tuple[str, int, str]]] = {rel_id: [] for rel_id in relations}
@@ -201,22 +223,15 @@ class _DiffApplier:
             if way_id in member_ways or line_features(tags) or area_features(tags):
                 way_tags[way_id] = tags
         way_ids = set(way_tags)
+        refs = self._way_refs(way_ids)
+        located = self._node_locations({nid for way_refs in refs.values() for nid in way_refs})
         writer = osmium.SimpleWriter(str(path))
         try:
-            node_ids = self._ids("SELECT DISTINCT node_id FROM way_nodes WHERE way_id IN ({})", way_ids)
-            for nid, lon, lat in self._rows("SELECT id, lon, lat FROM nodes WHERE id IN ({}) ORDER BY id", node_ids):
-                writer.add_node(osmium.osm.mutable.Node(id=nid, location=(lon, lat), version=1))
-            for chunk in _chunks(way_ids):
-                # One query per chunk, not one per way (thousands of ways per diff).
-                marks = ", ".join("?" for _ in chunk)
-                refs: dict[int, list[int]] = {way_id: [] for way_id in chunk}
-                for way_id, node_id in self.conn.execute(
-                        f"SELECT way_id, node_id FROM way_nodes WHERE way_id IN ({marks}) "  # noqa: S608
-                        "ORDER BY way_id, seq", chunk):
-                    refs[way_id].append(node_id)
-                for way_id in chunk:
-                    writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=refs[way_id],
-                                                          tags=way_tags[way_id], version=1))
+            for nid in sorted(located):
+                writer.add_node(osmium.osm.mutable.Node(id=nid, location=located[nid], version=1))
+            for way_id in sorted(way_ids):
+                writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=refs.get(way_id, []), tags=way_tags[way_id],
+                                                      version=1))
             for rel_id in sorted(relations):
                 writer.add_relation(osmium.osm.mutable.Relation(id=rel_id, members=members[rel_id],
                                                                 tags=relations[rel_id], version=1))
@@ -256,6 +271,21 @@ def _diff_plan(osc_path: Path) -> tuple[dict[str, set[int]], set[int]]:
     return ids, {position for _, position in winners.values()}
 
 
+def _check_in_step(conn: sqlite3.Connection, store_dir: Path) -> None:
+    """Refuse a diff unless the geometry store holds the state this store is at (as many diffs committed):
+    the diff is laid over that state, and over any other the rebuilt features would be wrong."""
+    row = conn.execute(_MANIFEST).fetchone()
+    try:
+        geometry = Manifest.from_json(row[0]).commits if row is not None else None
+    except (GeometryStoreError, ValueError, KeyError, TypeError) as exc:
+        raise RenderStoreError(f"{store_dir}: unreadable geometry store manifest ({exc})") from None
+    rendering = int(render_db.get_meta(conn, "diffs_applied") or 0)
+    if geometry != rendering:
+        raise RenderStoreError(f"{store_dir}: the geometry store has {geometry} diffs applied and the rendering "
+                               f"store {rendering}; apply the missing diffs to the geometry store first (this store "
+                               "reads node locations and way node lists there)")
+
+
 def _already_applied(conn: sqlite3.Connection, sequence: int | None, sha256: str | None) -> bool:
     if sha256 is not None and render_db.get_meta(conn, "last_diff_sha256") == sha256:
         return True
@@ -287,11 +317,15 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
     conn = connection or render_db.connect(db)
     conn.execute("PRAGMA busy_timeout = 30000")  # renderers read while a diff is applied
     try:
+        if not render_db.attach_geometry(conn, db):
+            raise RenderStoreError(f"{store_dir}: no geometry store beside the rendering store "
+                                   f"({GEOMETRY_DIR}/{GEOMETRY_DB}); import the extract with toposm-import")
         conn.execute("BEGIN IMMEDIATE")
         try:
             if _already_applied(conn, sequence, sha256):
                 conn.execute("ROLLBACK")
                 return {"skipped": 1}
+            _check_in_step(conn, store_dir)
             applier = _DiffApplier(conn)
             ids, applied_positions = _diff_plan(osc_path)
             applier.preload(ids)

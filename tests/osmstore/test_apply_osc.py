@@ -12,6 +12,7 @@ import pytest
 from harness.osm import Extract, coastline_node, node_xml, osc, read_extract, way_xml, write_osc
 from services.osmstore.coastline import refresh_sea
 from services.osmstore.render_store import RenderStoreError, apply_osc
+from services.osmstore.store_diff import apply_to_store
 from services.osmstore.wkb import mercator
 
 
@@ -111,7 +112,7 @@ def test_deleted_way(store: Path, extract: Extract, tmp_path: Path) -> None:
     assert stats["ways_deleted"] == 1
     db = _db(store)
     assert db.execute("SELECT count(*) FROM roads WHERE osm_id = ?", (wid,)).fetchone()[0] == 0
-    assert db.execute("SELECT count(*) FROM way_nodes WHERE way_id = ?", (wid,)).fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM ways WHERE id = ?", (wid,)).fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM roads").fetchone()[0] == db.execute(
         "SELECT count(*) FROM idx_roads_geom").fetchone()[0]
 
@@ -119,7 +120,7 @@ def test_deleted_way(store: Path, extract: Extract, tmp_path: Path) -> None:
 def _digest(store: Path) -> str:
     db = _db(store)
     h = hashlib.sha256()
-    for table in ("nodes", "ways", "way_nodes", "roads", "buildings", "idx_buildings_geom", "meta"):
+    for table in ("ways", "relations", "relation_members", "roads", "buildings", "idx_buildings_geom", "meta"):
         for row in db.execute(f"SELECT * FROM {table} ORDER BY 1, 2"):
             h.update(repr(row).encode())
     return h.hexdigest()
@@ -159,10 +160,36 @@ def test_a_coastline_edit_marks_the_sea_which_refresh_rebuilds(store: Path, extr
     db = _db(store)
     sea = "SELECT geom FROM water WHERE osm_type = 'c' ORDER BY osm_id"
     before = db.execute(sea).fetchall()
-    stats = apply_osc(store, write_osc(tmp_path / "coast.osc", osc(modify=[node_xml(nid, lon + 0.001, lat)])))
+    # Both stores: the sea is rebuilt from the geometry store's node locations.
+    stats = apply_to_store(store, write_osc(tmp_path / "coast.osc", osc(modify=[node_xml(nid, lon + 0.001, lat)])))
+    stats = stats["render"]
     assert stats["sea_stale"] == 1 and db.execute(sea).fetchall() == before
     assert refresh_sea(store) >= 1
     after = b"".join(g for (g,) in db.execute(sea))
     assert struct.pack("<dd", *mercator(lon + 0.001, lat)) in after  # the moved vertex
     assert struct.pack("<dd", *mercator(lon, lat)) not in after
     assert refresh_sea(store) is None  # no longer stale
+
+
+def test_the_rendering_store_refuses_a_diff_the_geometry_store_is_not_ready_for(store: Path, extract: Extract,
+                                                                                tmp_path: Path) -> None:
+    """The rendering store lays a diff over the geometry store's state (the one middle): after a diff applied
+    to the rendering store alone, the next is refused, until the geometry store has the first one too."""
+    wid, refs, tags = _street(extract, "Mikonkatu")
+    first = write_osc(tmp_path / "one.osc", osc(modify=[way_xml(wid, refs, {**tags, "name": "Yksi"}, version=5)]))
+    second = write_osc(tmp_path / "two.osc", osc(modify=[way_xml(wid, refs, {**tags, "name": "Kaksi"}, version=6)]))
+    assert apply_osc(store, first, sequence=1)["ways_modified"] == 1
+    with pytest.raises(RenderStoreError, match="geometry store has 0 diffs applied and the rendering store 1"):
+        apply_osc(store, second, sequence=2)
+    done = apply_to_store(store, first, sequence=1)  # the rendering store skips it, the geometry store catches up
+    assert done["render"] == {"skipped": 1} and done["geometry"]["applied"] is True
+    assert apply_to_store(store, second, sequence=2)["render"]["ways_modified"] == 1
+    assert _db(store).execute("SELECT name FROM roads WHERE osm_id = ?", (wid,)).fetchone() == ("Kaksi",)
+
+
+def test_a_store_without_its_geometry_store_is_refused(store: Path, tmp_path: Path) -> None:
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "render.sqlite").write_bytes((store / "render.sqlite").read_bytes())
+    with pytest.raises(RenderStoreError, match="no geometry store beside the rendering store"):
+        apply_osc(lone, write_osc(tmp_path / "empty.osc", osc()))

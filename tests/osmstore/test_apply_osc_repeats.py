@@ -1,7 +1,9 @@
 """A diff that changes the same objects several times: applied at once, it must leave the store as its
 steps applied one diff each. apply_osc reads the stored state of the diff's objects up front (locations,
 which ways and relations exist, which feature tables hold their features) and keeps it in step as it
-goes; a step that saw stale state would leave a feature behind or miss one."""
+goes; a step that saw stale state would leave a feature behind or miss one. Each diff goes to both stores
+(``apply_to_store``): the rendering store reads the middle (locations, way node lists) in the geometry
+store, which must hold the state before each diff."""
 
 from __future__ import annotations
 
@@ -14,13 +16,21 @@ import pytest
 from harness.osm import node_xml, osc_blocks, way_xml
 from services.osmstore.osc_diff import read_diff
 from services.osmstore.render_db import FEATURE_TABLES
-from services.osmstore.render_store import apply_osc
+from services.osmstore.store_diff import apply_to_store
 
 _COUNTERS = ("nodes_created", "nodes_modified", "nodes_deleted", "ways_created", "ways_modified", "ways_deleted")
 
 
 def _db(store: Path) -> sqlite3.Connection:
-    return sqlite3.connect(store / "render.sqlite")
+    """The rendering store, with the geometry store (the middle) attached as ``g``."""
+    db = sqlite3.connect(store / "render.sqlite")
+    db.execute("ATTACH DATABASE ? AS g", (str(store / "geometry" / "geometry.sqlite"),))
+    return db
+
+
+def _refs(db: sqlite3.Connection, way: int) -> list[int]:
+    return [r for (r,) in db.execute("SELECT r.value FROM g.ways w, json_each(w.nodes) r WHERE w.id = ? "
+                                     "ORDER BY r.key", (way,))]
 
 
 def _contents(store: Path) -> dict[str, list[tuple[object, ...]]]:
@@ -28,7 +38,7 @@ def _contents(store: Path) -> dict[str, list[tuple[object, ...]]]:
     inserts were grouped into diffs)."""
     db = _db(store)
     out = {t: db.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()  # noqa: S608
-           for t in ("nodes", "ways", "way_nodes", "relations", "relation_members")}
+           for t in ("g.nodes", "g.ways", "g.relations", "g.node_ways", "ways", "relations", "relation_members")}
     for table, columns in FEATURE_TABLES.items():
         cols = ", ".join(f't."{c}"' for c in columns)
         out[table] = sorted(db.execute(
@@ -45,13 +55,13 @@ def _osc(blocks: list[tuple[str, str]]) -> str:
 
 def test_repeated_objects_in_one_diff_end_as_in_separate_diffs(imported_store: Path, tmp_path: Path) -> None:
     db = _db(imported_store)
-    place, lon, lat = db.execute("SELECT p.osm_id, n.lon, n.lat FROM places p JOIN nodes n ON n.id = p.osm_id "
+    place, lon, lat = db.execute("SELECT p.osm_id, n.lon, n.lat FROM places p JOIN g.nodes n ON n.id = p.osm_id "
                                  "WHERE p.osm_type = 'n' ORDER BY p.osm_id LIMIT 1").fetchone()
     street, tags_text = db.execute("SELECT w.id, w.tags FROM roads r JOIN ways w ON w.id = r.osm_id "
                                    "WHERE r.osm_type = 'w' ORDER BY w.id LIMIT 1").fetchone()
-    refs = [r for (r,) in db.execute("SELECT node_id FROM way_nodes WHERE way_id = ? ORDER BY seq", (street,))]
+    refs = _refs(db, street)
     moved = refs[len(refs) // 2]
-    mlon, mlat = db.execute("SELECT lon, lat FROM nodes WHERE id = ?", (moved,)).fetchone()
+    mlon, mlat = db.execute("SELECT lon, lat FROM g.nodes WHERE id = ?", (moved,)).fetchone()
     db.close()
     tags = {"highway": "residential", "name": "Toistokatu"}
     blocks = [
@@ -70,7 +80,7 @@ def test_repeated_objects_in_one_diff_end_as_in_separate_diffs(imported_store: P
     shutil.copytree(imported_store, at_once)
     path = tmp_path / "all.osc"
     path.write_text(_osc(blocks))
-    stats = apply_osc(at_once, path)
+    stats = apply_to_store(at_once, path)["render"]
 
     stepwise = tmp_path / "stepwise"
     shutil.copytree(imported_store, stepwise)
@@ -78,7 +88,7 @@ def test_repeated_objects_in_one_diff_end_as_in_separate_diffs(imported_store: P
     for i, block in enumerate(blocks):
         step = tmp_path / f"step{i}.osc"
         step.write_text(_osc([block]))
-        for key, value in apply_osc(stepwise, step).items():
+        for key, value in apply_to_store(stepwise, step)["render"].items():
             if key in totals:
                 totals[key] += value
 
@@ -91,7 +101,7 @@ def test_repeated_objects_in_one_diff_end_as_in_separate_diffs(imported_store: P
     for i in (2, 6, 7):  # place v12, moved v11, street v12
         step = tmp_path / f"winner{i}.osc"
         step.write_text(_osc([blocks[i]]))
-        for key, value in apply_osc(winners, step).items():
+        for key, value in apply_to_store(winners, step)["render"].items():
             if key in expected:
                 expected[key] += value
     assert {k: stats.get(k, 0) for k in _COUNTERS} == expected
@@ -107,11 +117,11 @@ def test_highest_version_wins_whatever_the_order_in_the_file(imported_store: Pat
     """A merged diff may list an object's versions out of order: the rendering store keeps the highest, as
     the geometry store does (``read_diff``), not the last one in the file."""
     db = _db(imported_store)
-    place, lon, lat = db.execute("SELECT p.osm_id, n.lon, n.lat FROM places p JOIN nodes n ON n.id = p.osm_id "
+    place, lon, lat = db.execute("SELECT p.osm_id, n.lon, n.lat FROM places p JOIN g.nodes n ON n.id = p.osm_id "
                                  "WHERE p.osm_type = 'n' ORDER BY p.osm_id LIMIT 1").fetchone()
     (street,) = db.execute("SELECT w.id FROM roads r JOIN ways w ON w.id = r.osm_id "
                            "WHERE r.osm_type = 'w' ORDER BY w.id LIMIT 1").fetchone()
-    refs = [r for (r,) in db.execute("SELECT node_id FROM way_nodes WHERE way_id = ? ORDER BY seq", (street,))]
+    refs = _refs(db, street)
     db.close()
     tags = {"highway": "residential"}
     blocks = [
@@ -127,9 +137,9 @@ def test_highest_version_wins_whatever_the_order_in_the_file(imported_store: Pat
 
     at_once = tmp_path / "at-once"
     shutil.copytree(imported_store, at_once)
-    apply_osc(at_once, path)
+    apply_to_store(at_once, path)
     db = _db(at_once)
-    location = db.execute("SELECT lon, lat FROM nodes WHERE id = ?", (place,)).fetchone()
+    location = db.execute("SELECT lon, lat FROM g.nodes WHERE id = ?", (place,)).fetchone()
     assert location == pytest.approx((lon, lat), abs=1e-7)
     assert db.execute("SELECT name FROM places WHERE osm_type = 'n' AND osm_id = ?", (place,)).fetchall() == [
         ("Uusin",)]
@@ -140,5 +150,5 @@ def test_highest_version_wins_whatever_the_order_in_the_file(imported_store: Pat
     highest_only = tmp_path / "highest-only"
     shutil.copytree(imported_store, highest_only)
     path.write_text(_osc([blocks[0], blocks[2]]))
-    apply_osc(highest_only, path)
+    apply_to_store(highest_only, path)
     assert _contents(at_once) == _contents(highest_only)

@@ -27,10 +27,14 @@ def test_counts_match_pyosmium(imported_store: Path, helsinki: Path) -> None:
     info = json.loads((imported_store / "store.json").read_text())
     assert info["counts"] == {"nodes": expected["n"], "ways": expected["w"], "relations": expected["r"]}
     db = sqlite3.connect(imported_store / "render.sqlite")
-    assert db.execute("SELECT count(*) FROM nodes").fetchone()[0] == expected["n"]
     assert db.execute("SELECT count(*) FROM ways").fetchone()[0] == expected["w"]
     assert db.execute("SELECT count(*) FROM relations").fetchone()[0] == expected["r"]
-    assert info["format_version"] == 1 and info["srs"] == "EPSG:3857"
+    # One middle: node locations and way node lists are the geometry store's only.
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "nodes" not in tables and "way_nodes" not in tables
+    geometry = sqlite3.connect(imported_store / "geometry" / "geometry.sqlite")
+    assert geometry.execute("SELECT count(*) FROM nodes").fetchone()[0] == expected["n"]
+    assert info["format_version"] == 2 and info["srs"] == "EPSG:3857"
     assert info["source"] == str(helsinki.resolve())
     west, south, east, north = info["bbox"]
     assert 24.93 < west < east < 24.96 and 60.16 < south < north < 60.18  # central Helsinki

@@ -3,6 +3,7 @@ use, on the real extract; and its memory: node locations in a file, the OPL read
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -56,10 +57,9 @@ def test_import_equals_the_per_object_code(imported_store: Path, helsinki: Path,
         elif relation_makes_area({t.k: t.v for t in obj.tags}):
             area_members += [(obj.id, i, m.type, m.ref, m.role) for i, m in enumerate(obj.members)]
     assert dict(imported.execute("SELECT id, tags FROM ways")) == tags  # OPL escapes decoded (names, spaces)
-    stored: dict[int, list[int]] = {}
-    for way_id, node_id in imported.execute("SELECT way_id, node_id FROM way_nodes ORDER BY way_id, seq"):
-        stored.setdefault(way_id, []).append(node_id)
-    assert stored == {w: r for w, r in refs.items() if r}
+    geometry = sqlite3.connect(imported_store / "geometry" / "geometry.sqlite")
+    stored = {way_id: json.loads(nodes) for way_id, nodes in geometry.execute("SELECT id, nodes FROM ways")}
+    assert stored == refs
     assert imported.execute("SELECT * FROM relation_members ORDER BY 1, 2").fetchall() == area_members
 
 

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from harness.osm import Extract, osc, read_extract, way_xml, write_osc
-from services.osmstore.render_store import apply_osc
+from services.osmstore.store_diff import apply_to_store
 from services.osmstore.style import LAND, ROAD_COLOURS, WATER
 from services.tiles.renderer.backends.mapnik_backend import MapnikBackend
 from services.tiles.renderer.main import parse_args
@@ -76,7 +76,7 @@ def test_renamed_street_renders_its_new_name(store: Path, extract: Extract, tmp_
         if tags.get("name") == "Mikonkatu" and tags.get("highway"):
             write_osc(tmp_path / f"{wid}.osc", osc(modify=[way_xml(wid, refs, {**tags, "name": "Qbrokerinkatu"})]))
     for diff in tmp_path.glob("*.osc"):
-        apply_osc(store, diff)
+        apply_to_store(store, diff)
     after = _render(store, *where, 17)
     changed = sum(1 for a, b in zip(before.get_flattened_data(), after.get_flattened_data(), strict=True) if a != b)
     assert changed > 50  # the label, and only a label: the roads themselves stay
