@@ -193,3 +193,13 @@ def test_a_store_without_its_geometry_store_is_refused(store: Path, tmp_path: Pa
     (lone / "render.sqlite").write_bytes((store / "render.sqlite").read_bytes())
     with pytest.raises(RenderStoreError, match="no geometry store beside the rendering store"):
         apply_osc(lone, write_osc(tmp_path / "empty.osc", osc()))
+
+
+def test_byte_identical_replication_diffs_are_applied_to_both_stores(store: Path, tmp_path: Path) -> None:
+    """Two empty minutes make the same bytes: each is the next sequence, applied to both stores, which stay
+    in step (the rendering store used to skip the second by its digest while the geometry store applied it)."""
+    empty = write_osc(tmp_path / "empty.osc", osc())
+    for sequence in (1, 2):
+        done = apply_to_store(store, empty, sequence=sequence)
+        assert done["render"].get("skipped") is None and done["geometry"]["applied"] is True
+    assert _db(store).execute("SELECT value FROM meta WHERE key = 'diffs_applied'").fetchone() == ("2",)
