@@ -40,6 +40,7 @@ from .wal import WAL_SIZE_LIMIT, Checkpointer
 GEOMETRY_DIR = "geometry"
 GEOMETRY_DB = "geometry.sqlite"
 FORMAT_VERSION = 3  # 1 was the copy-on-write Parquet snapshots, 2 a row per way node and per member
+CACHE_KIB = 64 * 1024  # a connection's page cache: the upper levels of the B-trees stay in memory
 APPLIED_KEPT = 100  # digests of the last applied diffs, to recognise a replay of a diff without sequence
 
 SCHEMA = """
@@ -147,7 +148,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.executescript("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0; "
                            f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};")
-    conn.execute("PRAGMA cache_size = -65536")  # 64 MiB: the upper levels of the B-trees stay in memory
+    conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
     return conn
 
 
