@@ -39,7 +39,7 @@ def build_geometry_store(root: Path, locations_file: Path, node_count: int, obje
         for ids, lon, lat in NodeLocations(locations_file, node_count).batches():
             counts["nodes"] += insert_columns(conn, "INSERT OR REPLACE INTO nodes (id, lon, lat)",
                                               [ids.tolist(), lon.tolist(), lat.tolist()])
-        for batch in read_objects(objects):
+        for batch in read_objects(objects, tags=False):
             ids = batch.ids.tolist()
             if isinstance(batch, Ways):
                 counts["ways"] += insert_columns(conn, "INSERT OR REPLACE INTO ways (id, nodes)",

@@ -72,8 +72,14 @@ def _lists(text: pa.Array) -> tuple[np.ndarray, pa.Array]:
 
 
 def _count(text: pa.Array, mark: str) -> int:
-    """How many times ``mark`` occurs in the column (OPL escapes it inside names and roles)."""
-    return int(pc.sum(pc.count_substring(text, mark)).as_py() or 0)
+    """How many times the character ``mark`` occurs in the column (OPL escapes it inside names and roles):
+    counted over the column's character data at once, not string by string."""
+    if len(text) == 0:
+        return 0
+    offsets = text.buffers()[1]
+    ends = np.frombuffer(offsets, np.int32 if text.type == pa.string() else np.int64)[text.offset:]
+    data = np.frombuffer(text.buffers()[2], np.uint8)[ends[0]:ends[len(text)]]
+    return int(np.count_nonzero(data == ord(mark)))
 
 
 @dataclass
@@ -227,18 +233,22 @@ def _text_blocks(path: Path, size: int) -> Iterator[bytes]:
         yield rest
 
 
-def read_objects(path: Path, block_size: int = BLOCK) -> Iterator[Ways | Relations]:
+def read_objects(path: Path, block_size: int = BLOCK, *, tags: bool = True) -> Iterator[Ways | Relations]:
     """The ways and relations of an OPL file (as libosmium writes it without metadata), ``block_size`` bytes
     of text at a time, in file order: what a caller holds at once does not grow with the file. Each block is
     read here and parsed when its turn comes: pyarrow's streaming CSV reader reads up to 32 blocks ahead in
-    the background (128 MB with 4 MB blocks, as much as the whole file at K=50)."""
+    the background (128 MB with 4 MB blocks, as much as the whole file at K=50). ``tags=False``: the tags
+    are not made into strings (all null; the geometry store has no use for them)."""
     names = ["id", "tags", "list"]
     parse_options = pcsv.ParseOptions(delimiter=" ", quote_char=False, escape_char=False)
-    convert_options = pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()))
+    convert_options = pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()),
+                                          include_columns=names if tags else ["id", "list"])
     for block in _text_blocks(path, block_size):
         read_options = pcsv.ReadOptions(column_names=names, block_size=len(block) + 1, use_threads=False)
         table = pcsv.read_csv(pa.py_buffer(block), read_options=read_options, parse_options=parse_options,
                               convert_options=convert_options)
+        if not tags:
+            table = table.add_column(1, "tags", pa.nulls(table.num_rows, pa.string()))
         for batch in table.to_batches():
             kind = pc.utf8_slice_codeunits(batch.column(0), 0, 1)
             for letter, parse in (("w", _ways), ("r", _relations)):

@@ -84,3 +84,15 @@ def test_node_locations_on_disk_and_objects_read_a_block_at_a_time(helsinki: Pat
     for kind in (Ways, Relations):
         got = [i for b in small if isinstance(b, kind) for i in b.ids.tolist()]
         assert got == [i for b in whole if isinstance(b, kind) for i in b.ids.tolist()]
+    # The geometry store's counts, from the text alone (tags not read) and from split columns, agree; also
+    # for a selection (the counts read the column's character data at once, offsets and all).
+    bare = list(read_objects(scan.objects, block_size=64 * 1024, tags=False))
+    assert sum(b.ref_count() for b in bare if isinstance(b, Ways)) == sum(
+        len(b.refs) for b in whole if isinstance(b, Ways))
+    assert sum(b.member_count() for b in bare if isinstance(b, Relations)) == sum(
+        len(b.member_ids) for b in whole if isinstance(b, Relations))
+    relations = next(b for b in whole if isinstance(b, Relations) and len(b) > 2)
+    odd = relations.select(np.arange(len(relations)) % 2 == 1)
+    assert odd.member_count() == len(odd.member_ids) == sum(
+        np.diff(relations.offsets)[np.arange(len(relations)) % 2 == 1].tolist())
+    assert all(b.tags.null_count == len(b) for b in bare)
