@@ -4,10 +4,10 @@ The import writes ``DIR/render.sqlite`` (the rendering store Mapnik reads) and `
 store for expiry, ``services.osmstore.geometry``), the way osm2pgsql imports: libosmium reads the file in C++
 (``import_pass``: node locations into an on-disk index, ways and relations out as OPL, areas assembled), the
 rows go into SQLite in bulk and the indexes are built after them, and the two stores are built in parallel
-processes where the machine has more than one core. Each step works on a block of objects, not the extract
-(docs/decisions.md; peak memory is not flat yet, docs/performance.md). Everything is built in a temporary
-directory beside DIR and renamed into place at the end, so a corrupt or non-OSM input leaves nothing
-half-built behind.
+processes where the machine has more than one core; the geometry store is the middle of both (render_db).
+Each step works on a block of objects, not the extract (docs/decisions.md; peak memory is flat beyond the
+node index, docs/performance.md). Everything is built in a temporary directory beside DIR and renamed into
+place at the end, so a corrupt or non-OSM input leaves nothing half-built behind.
 """
 
 from __future__ import annotations
@@ -64,11 +64,11 @@ def _insert_area_members(conn: sqlite3.Connection, relations: Relations) -> None
                    relations.member_rows(areas))
 
 
-def _coastline_refs(ways: Ways) -> list[list[int]]:
-    """The node lists of the ``natural=coastline`` ways among ``ways``: what the sea is made of."""
+def _coastline_refs(ways: Ways) -> dict[int, list[int]]:
+    """The node lists of the ``natural=coastline`` ways among ``ways`` by way id: what the sea is made of."""
     maybe = pc.match_substring(ways.tags, "natural=coastline").to_numpy(zero_copy_only=False)
-    return [ways.refs[ways.offsets[i]:ways.offsets[i + 1]].tolist() for i in np.flatnonzero(maybe).tolist()
-            if opl_tags(ways.tags[i].as_py()).get("natural") == "coastline"]
+    return {int(ways.ids[i]): ways.refs[ways.offsets[i]:ways.offsets[i + 1]].tolist()
+            for i in np.flatnonzero(maybe).tolist() if opl_tags(ways.tags[i].as_py()).get("natural") == "coastline"}
 
 
 def _mercator_points(locations: NodeLocations, ids: list[int]) -> dict[int, Coord]:
@@ -78,7 +78,7 @@ def _mercator_points(locations: NodeLocations, ids: list[int]) -> dict[int, Coor
 
 
 def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: BulkFeatureWriter,
-                        progress: ImportProgress, coastline: list[list[int]]) -> dict[str, int]:
+                        progress: ImportProgress, coastline: dict[int, list[int]]) -> dict[str, int]:
     """The rendering store's OSM tables and line features, from the pass's files; returns the object counts
     and adds the coastline ways' node lists to ``coastline``. Node locations and way node lists go to the
     geometry store only (the one middle, render_db)."""
@@ -89,7 +89,7 @@ def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: Bulk
         if isinstance(batch, Ways):
             insert_columns(conn, "INSERT OR REPLACE INTO ways (id, tags)", [ids, distinct_tags(batch.tags, _tags_json)])
             write_line_features(batch, scan.locations, writer)
-            coastline += _coastline_refs(batch)
+            coastline.update(_coastline_refs(batch))
             kind = "ways"
         else:
             insert_columns(conn, "INSERT OR REPLACE INTO relations (id, tags)",
@@ -136,7 +136,7 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
     # after it.
     geometry = GeometryBuild(*geometry_args) if _cores() > 1 else None
     try:
-        coastline: list[list[int]] = []
+        coastline: dict[int, list[int]] = {}
         counts = _load_render_tables(conn, scan, writer, progress, coastline)
         if sum(counts.values()) == 0:
             raise ImportFailed(f"{extract}: holds no OSM nodes, ways or relations")
@@ -145,7 +145,9 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
         # The extract's box bounds the sea: coastlines are closed along it (the nodes' box if no header says).
         extent = header_bbox or scan.locations.bounds() or [180.0, 90.0, -180.0, -90.0]
         render_db.set_meta(conn, "extent", json.dumps(extent))
-        write_sea(conn, writer, coastline, lambda ids: _mercator_points(scan.locations, ids))
+        # In way id order, as refresh_sea reads them from the stores.
+        write_sea(conn, writer, [coastline[i] for i in sorted(coastline)],
+                  lambda ids: _mercator_points(scan.locations, ids))
         writer.finish()  # the features in space order: renders read neighbours on disk (render_cluster)
         render_db.create_indexes(conn)
         conn.execute("COMMIT")
