@@ -10,7 +10,9 @@ node.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import osmium
@@ -34,6 +36,24 @@ class _Ring:
     points: int
 
 
+class _Tags(Protocol):
+    def get(self, key: str, default: None = None) -> str | None: ...
+
+    def __iter__(self) -> Iterator[osmium.osm.Tag]: ...
+
+
+def area_tags(tags: _Tags) -> dict[str, str]:
+    """The tags ``tags.area_features`` reads, looked up by key (a C++ call each) rather than by iterating the
+    whole list (a C++ call and a Python object per tag: 28 against 7 µs an area, measured at K=50). Where
+    two tags could each make the landuse feature, the first in the object's order wins, so then the tags
+    are read in order."""
+    get = tags.get
+    found = {key: value for key in osm_tags.AREA_FEATURE_KEYS if (value := get(key)) is not None}
+    if sum(1 for pair in found.items() if pair in osm_tags.LANDUSE_KIND) > 1:
+        return {t.k: t.v for t in tags}
+    return found
+
+
 @dataclass
 class AreaFeatures:
     """Collects areas (``add``) and writes their features (``flush``, also when ``batch`` areas are in)."""
@@ -45,7 +65,7 @@ class AreaFeatures:
     _pending: list[tuple[str, int, list[Feature], bytes]] = field(default_factory=list)
 
     def add(self, a: osmium.osm.Area) -> None:
-        features = osm_tags.area_features({t.k: t.v for t in a.tags})
+        features = osm_tags.area_features(area_tags(a.tags))
         if not features:
             return
         try:
@@ -81,31 +101,48 @@ class AreaFeatures:
 
     def _write(self, data: bytearray, starts: list[int], rings: list[_Ring], ring_starts: np.ndarray,
                x: np.ndarray, y: np.ndarray, areas: list[float]) -> None:
-        # Bounding box of each ring (rings have at least one point), the area's from its outer rings.
-        first = ring_starts[:-1]
-        minx, miny, maxx, maxy = ([], [], [], []) if not rings else (
-            np.minimum.reduceat(x, first).tolist(), np.minimum.reduceat(y, first).tolist(),
-            np.maximum.reduceat(x, first).tolist(), np.maximum.reduceat(y, first).tolist())
-        by_area: dict[int, list[int]] = {}
-        for k, r in enumerate(rings):
-            by_area.setdefault(r.area, []).append(k)
+        boxes = _outer_boxes(rings, ring_starts, x, y)
+        # The rings come area by area, and a polygon's rings one after the other (its outer ring first).
+        ring_area = np.fromiter((r.area for r in rings), np.int64, len(rings))
+        bounds = np.searchsorted(ring_area, np.arange(len(self._pending) + 1)).tolist()
         for i, (osm_type, osm_id, features, _) in enumerate(self._pending):
-            ring_ids = by_area.get(i, [])
-            outer = [k for k in ring_ids if rings[k].outer]
-            if not outer:
+            box = boxes.get(i)
+            if box is None:  # no outer ring
                 self.invalid_areas += 1
                 continue
-            box = (min(minx[k] for k in outer), min(miny[k] for k in outer),
-                   max(maxx[k] for k in outer), max(maxy[k] for k in outer))
-            polygons: dict[int, list[float]] = {}  # outer ring's area, then its inner rings'
-            for k in ring_ids:
-                polygons.setdefault(rings[k].polygon, []).append(areas[k])
-            total = sum(ring_areas[0] - sum(ring_areas[1:]) for ring_areas in polygons.values())
+            # Each polygon's outer ring's area less its inner rings', summed polygon by polygon in ring order
+            # (the float that wkb.polygons_area gives).
+            total, polygon, outer, inner = 0.0, -1, 0.0, 0.0
+            for k in range(bounds[i], bounds[i + 1]):
+                if rings[k].polygon != polygon:
+                    if polygon != -1:
+                        total += outer - inner
+                    polygon, outer, inner = rings[k].polygon, areas[k], 0.0
+                else:
+                    inner += areas[k]
+            total += outer - inner
             geom = bytes(data[starts[i]:starts[i + 1]])
             for table, attrs in features:
                 if table in _MEASURED:
                     attrs = {**attrs, "area": total}
                 self.writer.add(table, osm_type, osm_id, attrs, geom, box)
+
+
+def _outer_boxes(rings: list[_Ring], ring_starts: np.ndarray, x: np.ndarray,
+                 y: np.ndarray) -> dict[int, tuple[float, float, float, float]]:
+    """The bounding box of each area with an outer ring (area index -> minx, miny, maxx, maxy): the union of
+    its outer rings' boxes (rings have at least one point)."""
+    outer = np.flatnonzero(np.fromiter((r.outer for r in rings), bool, len(rings)))
+    if len(outer) == 0:
+        return {}
+    first = ring_starts[:-1]  # every ring's points, one after the other: a box per ring, then the outer ones
+    ring_boxes = [np.minimum.reduceat(x, first)[outer], np.minimum.reduceat(y, first)[outer],
+                  np.maximum.reduceat(x, first)[outer], np.maximum.reduceat(y, first)[outer]]
+    area_of = np.fromiter((rings[k].area for k in outer.tolist()), np.int64, len(outer))
+    group = np.flatnonzero(np.r_[True, area_of[1:] != area_of[:-1]])
+    merged = [np.minimum.reduceat(ring_boxes[0], group), np.minimum.reduceat(ring_boxes[1], group),
+              np.maximum.reduceat(ring_boxes[2], group), np.maximum.reduceat(ring_boxes[3], group)]
+    return dict(zip(area_of[group].tolist(), zip(*(m.tolist() for m in merged), strict=True), strict=True))
 
 
 def _rings(data: bytearray, start: int, area: int) -> list[_Ring]:

@@ -33,7 +33,7 @@ from .render_db import FeatureWriter
 LOCATIONS_FILE = "locations.idx"
 OBJECTS_FILE = "objects.opl"
 # The keys whose tags can make an area or node feature (tags.area_features, tags.node_features).
-AREA_KEYS = sorted({"building"} | {k for k, _ in osm_tags.LANDUSE_KIND} | {k for k, _ in osm_tags.WATER_TAGS})
+AREA_KEYS = osm_tags.AREA_KEYS
 NODE_KEYS = ["place"]
 WRITE_QUEUE = 4  # OPL buffers formatted ahead of the disk
 WRITE_BUFFER = 1 << 20  # bytes of objects the OPL writer gathers before handing them to its threads

@@ -54,6 +54,10 @@ LANDUSE_KIND = {
 }
 WATER_TAGS = {("natural", "water"), ("waterway", "riverbank"), ("landuse", "reservoir"), ("landuse", "basin"),
               ("landuse", "pond"), ("natural", "bay"), ("leisure", "swimming_pool")}
+# The keys whose tags can make an area feature (what the import's key filter lets through), and every key
+# ``area_features`` reads.
+AREA_KEYS = sorted({"building"} | {k for k, _ in LANDUSE_KIND} | {k for k, _ in WATER_TAGS})
+AREA_FEATURE_KEYS = (*AREA_KEYS, "name", "addr:housenumber", "water")
 PLACE_RANK = {"city": 1, "town": 2, "suburb": 3, "village": 4, "quarter": 5, "neighbourhood": 6,
               "island": 6, "hamlet": 7, "square": 8, "locality": 8, "islet": 8}
 

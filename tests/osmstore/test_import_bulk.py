@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import osmium
 
 from services.osmstore import render_db
+from services.osmstore.area_features import area_tags
 from services.osmstore.features import FeatureExtractor
 from services.osmstore.import_pass import read_extract
 from services.osmstore.opl_columns import Relations, Ways, read_objects
 from services.osmstore.render_cluster import BulkFeatureWriter
-from services.osmstore.tags import relation_makes_area
+from services.osmstore.tags import area_features, relation_makes_area
 
 
 class _PerObject(osmium.SimpleHandler):
@@ -96,3 +98,32 @@ def test_node_locations_on_disk_and_objects_read_a_block_at_a_time(helsinki: Pat
     assert odd.member_count() == len(odd.member_ids) == sum(
         np.diff(relations.offsets)[np.arange(len(relations)) % 2 == 1].tolist())
     assert all(b.tags.null_count == len(b) for b in bare)
+
+
+class _TagList:
+    """What area_tags uses of pyosmium's TagList: lookups by key and the tags in order."""
+
+    def __init__(self, *pairs: tuple[str, str]) -> None:
+        self.pairs = pairs
+
+    def get(self, key: str, default: None = None) -> str | None:
+        return dict(self.pairs).get(key, default)
+
+    def __iter__(self) -> Iterator[osmium.osm.Tag]:
+        return iter(osmium.osm.Tag(k, v) for k, v in self.pairs)
+
+
+def test_area_tags_decide_as_the_whole_tag_list() -> None:
+    """area_tags looks up only the keys area_features reads; the features are those of all the tags, also
+    where two tags could make the landuse feature (the first in the object's order wins)."""
+    cases = [
+        _TagList(("building", "yes"), ("name", "Talo"), ("addr:housenumber", "5"), ("roof:shape", "flat")),
+        _TagList(("leisure", "park"), ("landuse", "grass"), ("name", "Puisto")),
+        _TagList(("landuse", "grass"), ("leisure", "park")),
+        _TagList(("natural", "water"), ("water", "pond"), ("landuse", "grass")),
+        _TagList(("highway", "pedestrian"), ("area", "yes")),
+    ]
+    for tags in cases:
+        assert area_features(area_tags(tags)) == area_features(dict(tags.pairs)), tags.pairs
+    assert area_features(area_tags(cases[1]))[0][1]["kind"] == "park"
+    assert area_features(area_tags(cases[2]))[0][1]["kind"] == "grass"
