@@ -209,14 +209,10 @@ def _ids(column: pa.Array) -> np.ndarray:
     return pc.cast(pc.utf8_slice_codeunits(column, 1), pa.int64()).to_numpy(zero_copy_only=False)
 
 
-def _ways(batch: pa.RecordBatch) -> Ways:
-    return Ways(_ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1),
+def _objects(kind: type[Ways] | type[Relations], batch: pa.RecordBatch) -> Ways | Relations:
+    """The block's ways or relations: ids, and the tag and list text without their field letters."""
+    return kind(_ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1),
                 pc.utf8_slice_codeunits(batch.column(2), 1))
-
-
-def _relations(batch: pa.RecordBatch) -> Relations:
-    return Relations(_ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1),
-                     pc.utf8_slice_codeunits(batch.column(2), 1))
 
 
 def _text_blocks(path: Path, size: int) -> Iterator[bytes]:
@@ -251,7 +247,7 @@ def read_objects(path: Path, block_size: int = BLOCK, *, tags: bool = True) -> I
             table = table.add_column(1, "tags", pa.nulls(table.num_rows, pa.string()))
         for batch in table.to_batches():
             kind = pc.utf8_slice_codeunits(batch.column(0), 0, 1)
-            for letter, parse in (("w", _ways), ("r", _relations)):
+            for letter, objects in (("w", Ways), ("r", Relations)):
                 part = batch.filter(pc.equal(kind, letter))
                 if part.num_rows:
-                    yield parse(part)
+                    yield _objects(objects, part)
