@@ -4,15 +4,19 @@ The same features as ``FeatureExtractor.area`` (which diff updates use): the are
 (``tags.area_features``), the geometry is the multipolygon libosmium assembled, in Web Mercator, with its
 area. libosmium writes each area's WKB (in degrees) in C++, and the coordinates of a whole batch are
 projected as numpy arrays and written back into the WKB, so Python's work is per area and ring, not per
-node.
+node. During the import's C++ pass, which the thread calling the Python handlers paces, the batches are only
+spilled to a scratch file (``spill``) and written after the pass (``write_spilled``), beside the geometry
+store's process that the pass's end starts: 2.6 of the pass's 10.2 s at K=200 (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import BinaryIO, Protocol
 
 import numpy as np
 import osmium
@@ -24,6 +28,7 @@ from .tags import Feature
 
 _HEADER = struct.Struct("<BII")  # byte order, type, count (polygons of a multipolygon, rings of a polygon)
 _COUNT = struct.Struct("<I")
+_SPILLED = struct.Struct("<QQ")  # a spilled batch: the length of its JSON list of areas, of its WKB
 _MEASURED = ("water", "landuse", "buildings")  # the tables with an ``area`` column
 
 
@@ -54,15 +59,20 @@ def area_tags(tags: _Tags) -> dict[str, str]:
     return found
 
 
+_Pending = list[tuple[str, int, list[Feature], bytes]]  # osm type, id, features, WKB in degrees
+
+
 @dataclass
 class AreaFeatures:
-    """Collects areas (``add``) and writes their features (``flush``, also when ``batch`` areas are in)."""
+    """Collects areas (``add``) and writes their features (``flush``, also when ``batch`` areas are in), or
+    with ``spill`` only writes the batches there, for ``write_spilled`` to write their features later."""
 
     writer: FeatureWriter
     batch: int = 5000
+    spill: BinaryIO | None = None
     invalid_areas: int = 0
     _factory: osmium.geom.WKBFactory = field(default_factory=osmium.geom.WKBFactory)
-    _pending: list[tuple[str, int, list[Feature], bytes]] = field(default_factory=list)
+    _pending: _Pending = field(default_factory=list)
 
     def add(self, a: osmium.osm.Area) -> None:
         features = osm_tags.area_features(area_tags(a.tags))
@@ -80,8 +90,30 @@ class AreaFeatures:
     def flush(self) -> None:
         if not self._pending:
             return
-        data = bytearray(b"".join(p[3] for p in self._pending))
-        starts = np.cumsum([0] + [len(p[3]) for p in self._pending]).tolist()
+        if self.spill is not None:
+            # JSON for the areas (floats and text come back as they were), then their WKB as it is.
+            head = json.dumps([[osm_type, osm_id, features, len(wkb)] for osm_type, osm_id, features, wkb
+                               in self._pending]).encode()
+            wkb = b"".join(p[3] for p in self._pending)
+            self.spill.write(_SPILLED.pack(len(head), len(wkb)) + head + wkb)
+        else:
+            self._write_batch(self._pending)
+        self._pending.clear()
+
+    def write_spilled(self, path: Path) -> None:
+        """Write the features of the batches ``spill`` wrote to ``path``, in their order."""
+        with path.open("rb") as spilled:
+            while sizes := spilled.read(_SPILLED.size):
+                head_size, wkb_size = _SPILLED.unpack(sizes)
+                areas, wkb = json.loads(spilled.read(head_size)), spilled.read(wkb_size)
+                ends = np.cumsum([area[3] for area in areas]).tolist()
+                self._write_batch([(osm_type, osm_id, [(table, attrs) for table, attrs in features],
+                                    wkb[end - size:end])
+                                   for (osm_type, osm_id, features, size), end in zip(areas, ends, strict=True)])
+
+    def _write_batch(self, pending: _Pending) -> None:
+        data = bytearray(b"".join(p[3] for p in pending))
+        starts = np.cumsum([0] + [len(p[3]) for p in pending]).tolist()
         rings = [ring for i, start in enumerate(starts[:-1]) for ring in _rings(data, start, i)]
         lonlat = np.concatenate([np.frombuffer(data, "<f8", 2 * r.points, r.offset) for r in rings]) \
             if rings else np.zeros(0)
@@ -96,16 +128,15 @@ class AreaFeatures:
         terms = (x[:-1] * y[1:] - x[1:] * y[:-1]).tolist()
         areas = [abs(sum(terms[at:at + r.points - 1])) / 2 if r.points > 1 else 0.0
                  for r, at in zip(rings, ring_starts[:-1].tolist(), strict=True)]
-        self._write(data, starts, rings, ring_starts, x, y, areas)
-        self._pending.clear()
+        self._write(pending, data, starts, rings, ring_starts, x, y, areas)
 
-    def _write(self, data: bytearray, starts: list[int], rings: list[_Ring], ring_starts: np.ndarray,
-               x: np.ndarray, y: np.ndarray, areas: list[float]) -> None:
+    def _write(self, pending: _Pending, data: bytearray, starts: list[int], rings: list[_Ring],
+               ring_starts: np.ndarray, x: np.ndarray, y: np.ndarray, areas: list[float]) -> None:
         boxes = _outer_boxes(rings, ring_starts, x, y)
         # The rings come area by area, and a polygon's rings one after the other (its outer ring first).
         ring_area = np.fromiter((r.area for r in rings), np.int64, len(rings))
-        bounds = np.searchsorted(ring_area, np.arange(len(self._pending) + 1)).tolist()
-        for i, (osm_type, osm_id, features, _) in enumerate(self._pending):
+        bounds = np.searchsorted(ring_area, np.arange(len(pending) + 1)).tolist()
+        for i, (osm_type, osm_id, features, _) in enumerate(pending):
             box = boxes.get(i)
             if box is None:  # no outer ring
                 self.invalid_areas += 1

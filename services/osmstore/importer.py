@@ -136,6 +136,7 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
     # after it.
     geometry = GeometryBuild(*geometry_args) if _cores() > 1 else None
     try:
+        scan.areas.write_spilled(scan.spilled_areas)  # before the ways' features, in the order of the pass
         coastline: dict[int, list[int]] = {}
         counts = _load_render_tables(conn, scan, writer, progress, coastline)
         if sum(counts.values()) == 0:

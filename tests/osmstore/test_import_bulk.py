@@ -12,7 +12,7 @@ import numpy as np
 import osmium
 
 from services.osmstore import render_db
-from services.osmstore.area_features import area_tags
+from services.osmstore.area_features import AreaFeatures, area_tags
 from services.osmstore.features import FeatureExtractor
 from services.osmstore.import_pass import read_extract
 from services.osmstore.opl_columns import Relations, Ways, read_objects
@@ -127,3 +127,32 @@ def test_area_tags_decide_as_the_whole_tag_list() -> None:
         assert area_features(area_tags(tags)) == area_features(dict(tags.pairs)), tags.pairs
     assert area_features(area_tags(cases[1]))[0][1]["kind"] == "park"
     assert area_features(area_tags(cases[2]))[0][1]["kind"] == "grass"
+
+
+class _Recorder(render_db.FeatureWriter):
+    def __init__(self) -> None:
+        super().__init__(sqlite3.connect(":memory:"))
+        self.rows: list[tuple[object, ...]] = []
+
+    def add(self, table: str, osm_type: str, osm_id: int, attrs: dict[str, object], geom: bytes,
+            bbox: tuple[float, float, float, float]) -> None:
+        self.rows.append((table, osm_type, osm_id, attrs, geom, bbox))
+
+
+def test_areas_spilled_during_the_pass_are_written_as_without(helsinki: Path, tmp_path: Path) -> None:
+    """The pass spills the areas' batches to a file and writes their features after it: the same rows, in
+    the same order, as writing each batch at once (several batches, names with any character included)."""
+    direct, later = _Recorder(), _Recorder()
+    spilled = tmp_path / "areas.spill"
+    with spilled.open("wb") as spill:
+        at_once, deferred = AreaFeatures(direct, batch=100), AreaFeatures(later, batch=100, spill=spill)
+        for area in osmium.FileProcessor(str(helsinki)).with_areas().with_filter(osmium.filter.EntityFilter(
+                osmium.osm.AREA)):
+            at_once.add(area)
+            deferred.add(area)
+        at_once.flush()
+        deferred.flush()
+    assert later.rows == []
+    AreaFeatures(later).write_spilled(spilled)
+    assert len(direct.rows) > 500 and any(isinstance(r[3].get("name"), str) for r in direct.rows)
+    assert later.rows == direct.rows
