@@ -4,8 +4,8 @@ For each K (``--k 1,10,50,200``): the real Helsinki extract scaled K times (benc
 copies on a grid, ids spread over the real OSM id ranges), imported by ``toposm-import``'s code in a child
 process (wall seconds, CPU seconds of the process and its worker, peak RSS of each, store size) and, when
 osm2pgsql is installed (bin/ensure-postgis), by ``osm2pgsql --create --slim`` into a fresh PostGIS database
-(wall seconds and osm2pgsql's own peak RSS; the PostgreSQL server's memory is not counted). The two take
-turns per K, who goes first alternating, so the machine's load falls on both alike. ``--old REV`` also
+(wall seconds and osm2pgsql's own peak RSS; the PostgreSQL server's memory is not counted). They take
+turns per K, the order reversed every other K, so the machine's load falls on all alike. ``--old REV`` also
 imports with the importer of git revision REV (exported with ``git archive``), for a before/after ratio.
 
     .venv/bin/python bench/osm_import.py --k 1,10,50,200 [--work DIR] [--keep] [--old REV] [--no-peer]
@@ -78,6 +78,7 @@ def load() -> float:
 
 def import_ours(extract: Path, store: Path, code: Path) -> dict[str, Any]:
     shutil.rmtree(store, ignore_errors=True)
+    os.sync()  # the last run's ~2 GB of writes go to disk now, not during this run
     before = load()
     started = time.perf_counter()
     # cwd too: `python -c` puts the working directory first on sys.path, before PYTHONPATH
@@ -161,22 +162,25 @@ def main() -> None:
                 Scale(src, k).write_pbf(pbf)
             row: dict[str, Any] = {"k": k, "pbf_mb": round(pbf.stat().st_size / 1e6, 1)}
             contenders = ["ours", "osm2pgsql"] if peer else ["ours"]
+            if old is not None and k <= a.old_max_k:
+                contenders.append("old")
             if turn % 2:
                 contenders.reverse()
             for who in contenders:
                 if who == "ours":
                     row["ours"] = import_ours(pbf, work / f"store-x{k}", ROOT)
                     shutil.rmtree(work / f"store-x{k}", ignore_errors=True)
+                elif who == "old":
+                    assert old is not None
+                    row["old"] = import_ours(pbf, work / f"store-old-x{k}", old)
+                    shutil.rmtree(work / f"store-old-x{k}", ignore_errors=True)
                 else:
                     drop_database(db)
                     row["osm2pgsql"] = import_osm2pgsql(pbf, postgis_database(db), a.osm2pgsql_cache, cores)
                     drop_database(db)
                 print(json.dumps({"k": k, who: row[who]}), file=sys.stderr, flush=True)
-            if old is not None and k <= a.old_max_k:
-                row["old"] = import_ours(pbf, work / f"store-old-x{k}", old)
-                shutil.rmtree(work / f"store-old-x{k}", ignore_errors=True)
+            if "old" in row:
                 row["old_over_ours_seconds"] = round(row["old"]["seconds"] / row["ours"]["seconds"], 2)
-                print(json.dumps({"k": k, "old": row["old"]}), file=sys.stderr, flush=True)
             row["objects"] = row["ours"]["objects"]
             if peer:
                 row["osm2pgsql_over_ours_seconds"] = round(row["osm2pgsql"]["seconds"] / row["ours"]["seconds"], 2)
