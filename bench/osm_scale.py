@@ -13,11 +13,14 @@ another in its copy; a new seed and the next sequence each run) from the ``spark
 sequence, wait) to its reply, the K's taking turns so that the machine's load falls on all of them alike,
 with the job's seconds per phase. Between two diffs the bench lets the bridge's background work finish
 (the sea refresh after a coastline edit) and then waits ``--gap`` seconds, as a minutely replication
-leaves a minute between them. Then it renders a fixed set of metatiles (z15-z17 over copy 0, which every
-K has, alone in view) from every K's store with the Mapnik backend the renderers use. Ratios are to the
-first K of the same run.
+leaves a minute between them. With ``--confined`` each K also takes, in the same turn, the K=1 diff's
+changes confined to copy 0: the same ways, nodes and metatiles at every K, so its ratio is the store's size
+alone (the spread diff expires ~2,200 metatiles at K=200 against K=1's 21). Then it renders a fixed set of
+metatiles (z15-z17 over copy 0, which every K has, alone in view) from every K's store with the Mapnik
+backend the renderers use. Ratios are to the first K of the same run.
 
-    .venv/bin/python bench/osm_scale.py --k 1,10,50,200 [--runs 5] [--cache DIR] [--rebuild] [--import-only]
+    .venv/bin/python bench/osm_scale.py --k 1,10,50,200 [--runs 5] [--confined] [--cache DIR] [--rebuild]
+                                        [--import-only]
 
 Prints one JSON document.
 """
@@ -54,6 +57,9 @@ from services.tiles.tilemath import Metatile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RENDER_ZOOMS = (15, 16, 17)
+# The diff over all copies (the issue's), and the same changes as K=1's confined to copy 0: at every K the same
+# ways and metatiles, so what differs is the store's size alone.
+DIFF_COPIES: dict[str, int | None] = {"spread": None, "confined": 1}
 _IMPORT = ("import json, sys; from pathlib import Path; from services.osmstore.importer import import_extract; "
            "print(json.dumps(import_extract(Path(sys.argv[1]), Path(sys.argv[2]))))")
 
@@ -152,11 +158,11 @@ async def running_bridge(stores: list[Path], work: Path, url: str,
 
 
 async def timed_diff(bridge: Any, client: Any, store: Path, scale: Scale, work: Path,
-                     weight: int = 1) -> dict[str, Any]:
-    """The store's next diff (``weight`` x ~1,000 objects) from the call to its reply, then the bridge's
-    background work after it (the sea refresh) waited for."""
+                     weight: int = 1, copies: int | None = None) -> dict[str, Any]:
+    """The store's next diff (``weight`` x ~1,000 objects, over the first ``copies`` copies, default all) from
+    the call to its reply, then the bridge's background work after it (the sea refresh) waited for."""
     sequence = (GeometryStore.of_store(store).sequence or 0) + 1
-    diff = write_diff(scale, sequence, work / f"diff-{store.name}-{sequence}.osc.gz", weight)
+    diff = write_diff(scale, sequence, work / f"diff-{store.name}-{sequence}.osc.gz", weight, copies)
     load = os.getloadavg()[0]
     reply, last, to_reply = await client.call(
         {"paths": [str(diff)], "store": store.name, "sequence": sequence, "min_zoom": 10, "max_zoom": 18},
@@ -181,15 +187,19 @@ async def timed_diff(bridge: Any, client: Any, store: Path, scale: Scale, work: 
 
 
 async def time_diffs(stores: dict[int, Path], scales: dict[int, Scale], work: Path, runs: int, gap: float,
-                     url: str) -> dict[int, list[dict[str, Any]]]:
-    out: dict[int, list[dict[str, Any]]] = {k: [] for k in stores}
+                     url: str, confined: bool = False) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    """Per (K, "spread" or "confined"), the timed diffs: with ``confined``, each K also takes the K=1 diff's
+    changes in copy 0 (DIFF_COPIES), after its spread diff in the same turn."""
+    variants = DIFF_COPIES if confined else {"spread": None}
+    out: dict[tuple[int, str], list[dict[str, Any]]] = {(k, v): [] for k in stores for v in variants}
     async with running_bridge(list(stores.values()), work, url) as (bridge, client):
         for run in range(runs + 1):  # run 0 warms the session and each store's files; not reported
             for k, store in stores.items():
-                row = await timed_diff(bridge, client, store, scales[k], work)
-                if run:
-                    out[k].append(row)
-                await asyncio.sleep(gap)
+                for variant, copies in variants.items():
+                    row = await timed_diff(bridge, client, store, scales[k], work, copies=copies)
+                    if run:
+                        out[(k, variant)].append(row)
+                    await asyncio.sleep(gap)
     return out
 
 
@@ -234,6 +244,8 @@ def main() -> None:
                    help="where the extracts and stores are kept between runs")
     p.add_argument("--rebuild", action="store_true", help="import the stores again even if cached")
     p.add_argument("--import-only", action="store_true", help="generate and import what is not cached, then stop")
+    p.add_argument("--confined", action="store_true",
+                   help="also time, at every K, the K=1 diff's changes confined to copy 0 (the store's size alone)")
     a = p.parse_args()
     ks = [int(v) for v in a.k.split(",")]
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -253,14 +265,18 @@ def main() -> None:
         for k in ks:
             shutil.copytree(stores[k], live[k])
             warm_files(live[k])  # warm: in the page cache, as on a server that has been serving the store
-        diffs = asyncio.run(time_diffs(live, scales, work, a.runs, a.gap, url_for_vhost(vhost)))
+        diffs = asyncio.run(time_diffs(live, scales, work, a.runs, a.gap, url_for_vhost(vhost), a.confined))
         out["machine"]["load_avg_after_diffs"] = os.getloadavg()
-        base = statistics.median(r["seconds_to_reply"] for r in diffs[ks[0]])
-        for k in ks:
-            median = statistics.median(r["seconds_to_reply"] for r in diffs[k])
-            rows[k].update(diff_seconds_median=round(median, 3), diff_seconds=[r["seconds_to_reply"] for r in diffs[k]],
-                           diff_ratio_to_first=round(median / base, 2), diff_phase_medians=_phase_medians(diffs[k]),
-                           diff_runs=diffs[k])
+        for variant in sorted({v for _, v in diffs}):
+            prefix = "" if variant == "spread" else f"{variant}_"
+            base = statistics.median(r["seconds_to_reply"] for r in diffs[(ks[0], variant)])
+            for k in ks:
+                runs = diffs[(k, variant)]
+                median = statistics.median(r["seconds_to_reply"] for r in runs)
+                rows[k].update({f"{prefix}diff_seconds_median": round(median, 3),
+                                f"{prefix}diff_seconds": [r["seconds_to_reply"] for r in runs],
+                                f"{prefix}diff_ratio_to_first": round(median / base, 2),
+                                f"{prefix}diff_phase_medians": _phase_medians(runs), f"{prefix}diff_runs": runs})
         renders = render_metatiles(stores, scales[ks[0]])
         out["render"] = {str(k): r for k, r in renders.items()}
         for k in ks:

@@ -146,13 +146,14 @@ class Scale:
         return {"nodes": len(self.src.nodes) * self.k, "ways": len(self.src.ways) * self.k,
                 "relations": len(self.src.relations) * self.k}
 
-    def diff(self, seed: int, weight: int = 1) -> str:
-        """The benchmark's osmChange (XML text): the same mix of changes at every K, over all copies, ``weight``
-        times the counts."""
+    def diff(self, seed: int, weight: int = 1, copies: int | None = None) -> str:
+        """The benchmark's osmChange (XML text): the same mix of changes at every K, over all copies (or the
+        first ``copies``: with 1, the same changes as K=1's in copy 0 at any K), ``weight`` times the counts."""
         rng = random.Random(seed)
         src = self.src
+        spread = self.k if copies is None else min(copies, self.k)
         modify: list[str] = []
-        ways, moves = self._independent(rng, weight)
+        ways, moves = self._independent(rng, weight, spread)
         for (rank, lon, lat, version, tags), c in moves:
             dx, dy = self.offset(c)
             modify.append(node_xml(self.oid("n", rank, c), lon + dx + rng.uniform(-2e-4, 2e-4),
@@ -164,14 +165,15 @@ class Scale:
         top = self.oid("n", len(src.universe["n"]), 0)  # above every id of the scaled extract
         w, s, e, n = src.box
         for i in range(DIFF_NEW_NODES * weight):
-            dx, dy = self.offset(rng.randrange(self.k))
+            dx, dy = self.offset(rng.randrange(spread))
             create.append(node_xml(top + seed * NEW_IDS_PER_DIFF + i, rng.uniform(w, e) + dx,
                                    rng.uniform(s, n) + dy, {"amenity": "bench"}, 1))
         return osc(create=create, modify=modify)
 
-    def _independent(self, rng: random.Random, weight: int) -> tuple[list[Any], list[Any]]:
-        """``weight`` x DIFF_WAY_EDITS ways and x DIFF_NODE_MOVES nodes, each with the copy it is edited in,
-        drawn at random; no two in one copy share a way or a relation (nor is one object drawn twice)."""
+    def _independent(self, rng: random.Random, weight: int, spread: int) -> tuple[list[Any], list[Any]]:
+        """``weight`` x DIFF_WAY_EDITS ways and x DIFF_NODE_MOVES nodes, each with the copy it is edited in
+        (one of the first ``spread``), drawn at random; no two in one copy share a way or a relation (nor is
+        one object drawn twice)."""
         src = self.src
         taken: set[tuple[int, str, int]] = set()  # (copy, kind, rank)
 
@@ -183,7 +185,7 @@ class Scale:
             for _ in range(50 * wanted):  # draws; past that the diff comes out lighter (too dense for K)
                 if len(picked) == wanted:
                     break
-                item, copy = rng.choice(candidates), rng.randrange(self.k)
+                item, copy = rng.choice(candidates), rng.randrange(spread)
                 keys = {(copy, kind, rank) for kind, rank in footprint(item)}
                 if taken.isdisjoint(keys):
                     taken.update(keys)
@@ -195,6 +197,6 @@ class Scale:
                           lambda n: way_keys(src.node_ways.get(n[0], [])) | {("n", n[0])})
 
 
-def write_diff(scale: Scale, seed: int, out: Path, weight: int = 1) -> Path:
-    out.write_bytes(gzip.compress(scale.diff(seed, weight).encode()))
+def write_diff(scale: Scale, seed: int, out: Path, weight: int = 1, copies: int | None = None) -> Path:
+    out.write_bytes(gzip.compress(scale.diff(seed, weight, copies).encode()))
     return out
