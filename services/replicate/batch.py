@@ -8,19 +8,22 @@ merged diff leaves them in the state the single diffs would. The output is sorte
 osm2pgsql requires of its input. This is what ``osm2pgsql-replication update`` does too.
 
 A diff that cannot be had ends the batch before it: the diffs before it are applied, and the next batch
-starts with it, so its error (gap, unreadable file, server down) is reported with its own sequence.
+starts with it, so its error (gap, unreadable file, server down) is reported with its own sequence. The
+merge holds every object of the batch in memory, so a batch is bounded twice: by the bytes fetched and by
+the bytes they inflate to, counted before libosmium sees them (a few KB of gzip can inflate to gigabytes).
 """
 
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import osmium
 import structlog
 
-from services.osmstore.osc_input import osc_format
+from services.osmstore.osc_input import InputLimits, osc_format
 from services.osmstore.replication import ReplicationError
 
 from .source import DiffMissing, ReplicationSource, SourceUnavailable
@@ -28,6 +31,8 @@ from .source import DiffMissing, ReplicationSource, SourceUnavailable
 log = structlog.get_logger("toposm.replicate")
 
 MAX_BATCH_BYTES = 64 * 1024 * 1024  # compressed bytes merged in memory per job (pyosmium holds them all)
+MAX_BATCH_INFLATED = InputLimits().max_bytes  # the same bytes uncompressed: what the bridge reads of one job
+_INFLATE_STEP = 1 << 20  # bytes inflated at a time while counting
 _SPOOLED = re.compile(r"^\.?\d{9}-\d{9}(\.tmp)?\.osc\.gz$")
 
 
@@ -54,14 +59,36 @@ def clear_spool(spool: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
-def build_batch(source: ReplicationSource, first: int, last: int, spool: Path, *, published: int,
-                max_bytes: int = MAX_BATCH_BYTES) -> Batch:
-    """Fetch diffs ``first..last`` (fewer if one is missing or ``max_bytes`` is reached) and merge them.
+def inflated_size(data: bytes, limit: int) -> int:
+    """How many bytes the osmChange ``data`` (gzip, any number of members, or plain XML) holds uncompressed,
+    counted without keeping them and only up to just past ``limit``. Raises zlib.error on a corrupt stream."""
+    if osc_format(data) != "osc.gz":
+        return len(data)
+    size, rest = 0, data
+    while rest and size <= limit:
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # one gzip member
+        chunk = rest
+        while chunk and size <= limit:
+            size += len(inflate.decompress(chunk, _INFLATE_STEP))
+            chunk = inflate.unconsumed_tail
+        if not inflate.eof:
+            if size <= limit:
+                raise zlib.error("truncated gzip stream")
+            break
+        rest = inflate.unused_data
+    return size
 
-    Raises ReplicationError (a gap, a state file that disagrees, an unreadable diff) or SourceUnavailable
-    only for ``first``; for a later diff the batch just ends before it."""
+
+def build_batch(source: ReplicationSource, first: int, last: int, spool: Path, *, published: int,
+                max_bytes: int = MAX_BATCH_BYTES, max_inflated: int = MAX_BATCH_INFLATED) -> Batch:
+    """Fetch diffs ``first..last`` (fewer if one is missing, or ``max_bytes`` fetched or ``max_inflated``
+    uncompressed would be passed) and merge them.
+
+    Raises ReplicationError (a gap, a state file that disagrees, an unreadable diff, one diff over
+    ``max_inflated`` alone) or SourceUnavailable only for ``first``; for a later diff the batch just ends
+    before it."""
     reader = osmium.MergeInputReader()
-    total, end, timestamp = 0, first - 1, None
+    total, inflated, end, timestamp = 0, 0, first - 1, None
     for sequence in range(first, last + 1):
         try:
             data = source.diff(sequence)
@@ -71,8 +98,14 @@ def build_batch(source: ReplicationSource, first: int, last: int, spool: Path, *
             if total and total + len(data) > max_bytes:
                 break
             try:
+                size = inflated_size(data, max_inflated)
+                if size > max_inflated:
+                    raise ReplicationError(f"diff {sequence} ({source.where(sequence)}): over {max_inflated} bytes "
+                                           "uncompressed, more than a job reads; not applied")
+                if inflated + size > max_inflated:
+                    break
                 reader.add_buffer(data, osc_format(data))
-            except RuntimeError as exc:  # libosmium's gzip and XML errors
+            except (RuntimeError, zlib.error) as exc:  # libosmium's gzip and XML errors, a corrupt gzip stream
                 raise ReplicationError(f"diff {sequence} ({source.where(sequence)}): unreadable osmChange "
                                        f"({str(exc)[:200]})") from None
         except DiffMissing as exc:
@@ -85,7 +118,7 @@ def build_batch(source: ReplicationSource, first: int, last: int, spool: Path, *
                 raise
             log.warning("batch ends before a diff that cannot be had", sequence=sequence, error=str(exc)[:300])
             break
-        total, end, timestamp = total + len(data), sequence, state.timestamp
+        total, inflated, end, timestamp = total + len(data), inflated + size, sequence, state.timestamp
     spool.mkdir(parents=True, exist_ok=True)
     name = f"{first:09d}-{end:09d}"
     tmp, path = spool / f".{name}.tmp.osc.gz", spool / f"{name}.osc.gz"

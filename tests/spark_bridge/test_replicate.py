@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ import pytest
 from harness.osm import Extract, node_xml, osc, publish, read_extract
 from services.osmstore.geometry import GeometryStore
 from services.osmstore.replication import ReplicationError, ReplicationState, write_state
+from services.replicate.batch import build_batch, inflated_size
 from services.replicate.follower import Follower
+from services.replicate.source import LocalSource
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
 from tests.spark_bridge.replicate_helpers import (  # noqa: F401 - store_bridge is a fixture
     edits,
@@ -115,3 +118,24 @@ async def test_store_requests_are_confined(store_bridge, make_unit, store, tmp_p
         assert err.value.id == "input_not_allowed"
     finally:
         outside.unlink()
+
+
+def test_a_diff_inflating_past_the_cap_is_refused_before_it_is_merged(tmp_path: Path) -> None:
+    """A replication server may send a gzip bomb: a batch counts what its diffs inflate to before libosmium
+    holds them, ends before a diff that would pass the cap, and refuses one that passes it alone."""
+    source = tmp_path / "replication"
+    publish(source, 1, osc(modify=[node_xml(1, 24.94, 60.17, {}, 2)]))
+    bomb = gzip.compress(b"<osmChange>" + b" " * (8 << 20))  # 8 MiB of XML in ~8 KB
+    assert len(bomb) < 64 * 1024
+    publish(source, 2, bomb)
+    cap = 1 << 20
+    batch = build_batch(LocalSource(source), 1, 2, tmp_path / "spool", published=2, max_inflated=cap)
+    assert (batch.first, batch.last) == (1, 1)
+    with pytest.raises(ReplicationError, match=rf"diff 2 \(.*002\.osc\.gz\): over {cap} bytes uncompressed"):
+        build_batch(LocalSource(source), 2, 2, tmp_path / "spool", published=2, max_inflated=cap)
+    # Counted over every gzip member, plain XML as it is, and only just past the cap.
+    assert inflated_size(gzip.compress(b"a" * 10) + gzip.compress(b"b" * 20), 100) == 30
+    assert inflated_size(b"<osmChange/>", 5) == 12
+    assert cap < inflated_size(bomb, cap) <= cap + (1 << 20)
+    with pytest.raises(zlib.error):
+        inflated_size(gzip.compress(os.urandom(4096))[:-100], 1 << 20)
