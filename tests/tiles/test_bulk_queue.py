@@ -15,10 +15,10 @@ from services.tiles.tilemath import Metatile
 from .test_queuemaster_core import make_qm, register, requested
 
 
-async def bulk_requested(qm, metatile, **kw):
-    """Start a ``bulk`` request; return its task once its waiter is in place."""
+async def bulk_requested(qm, metatile, user=None, **kw):
+    """Start a ``bulk`` request (from ``user``'s account); return its task once its waiter is in place."""
     qm.work_available.clear()
-    task = asyncio.create_task(bulk_render(qm, BulkRenderRequest(metatile=metatile, **kw)))
+    task = asyncio.create_task(bulk_render(qm, BulkRenderRequest(metatile=metatile, **kw), user))
     await asyncio.wait_for(qm.work_available.wait(), 10)
     return task
 
@@ -119,6 +119,27 @@ async def test_requests_and_expiries_raise_bulk_metatiles_and_cancel_leaves_them
         finish(qm, m)
     assert (await request)["metatile"] == "12/1/1" and (await tasks["12/1/1"])["metatile"] == "12/1/1"
     assert (await tasks["12/2/2"])["metatile"] == "12/2/2"
+
+
+async def test_cancel_withdraws_only_what_the_callers_own_bulk_requests_wait_for(tmp_path):
+    """Whoever may send ``cancel``, one account's render-list cannot stop another's: a metatile is withdrawn
+    only when every bulk request waiting for it is the caller's."""
+    qm = make_qm(tmp_path)
+    alices = await bulk_requested(qm, "12/4/4", user="alice")
+    shared = [await bulk_requested(qm, "12/5/5", user=user) for user in ("alice", "bob")]
+    assert cancel_bulk(qm, CancelBulkRequest(metatiles=["12/4/4", "12/5/5"]), "bob")["withdrawn"] == 0
+    assert qm.queue.bulk == 2 and not alices.done()
+    assert cancel_bulk(qm, CancelBulkRequest(metatiles=["12/4/4", "12/5/5"]), "alice")["withdrawn"] == 1
+    with pytest.raises(RequestError) as info:
+        await alices
+    assert info.value.id == "bulk_cancelled" and qm.queue.state_of(Metatile(12, 4, 4)) is None
+    assert qm.queue.state_of(Metatile(12, 5, 5)) == "bulk"  # bob still waits for it
+    shared[1].cancel()  # bob's render-list stopped without a cancel: alice alone waits now
+    await asyncio.gather(shared[1], return_exceptions=True)
+    assert cancel_bulk(qm, CancelBulkRequest(metatiles=["12/5/5"]), "alice")["withdrawn"] == 1
+    with pytest.raises(RequestError):
+        await shared[0]
+    assert qm.bulk_waiting == {}
 
 
 async def test_missing_only_skips_what_was_rendered_and_failures_answer_the_bulk_request(tmp_path):

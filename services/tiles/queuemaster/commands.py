@@ -83,8 +83,9 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
     Command("render", RenderTileRequest, _render, long_running=True),
     Command("expire", ExpireRequest, _expire),
     Command("stats", StatsRequest, lambda qm, req, reply_to, user: qm.describe()),
-    Command("bulk", BulkRenderRequest, lambda qm, req, reply_to, user: bulk_render(qm, req), long_running=True),
-    Command("cancel", CancelBulkRequest, lambda qm, req, reply_to, user: cancel_bulk(qm, req)),
+    Command("bulk", BulkRenderRequest, lambda qm, req, reply_to, user: bulk_render(qm, req, user),
+            long_running=True),
+    Command("cancel", CancelBulkRequest, lambda qm, req, reply_to, user: cancel_bulk(qm, req, user)),
 )}
 
 

@@ -15,6 +15,7 @@ import asyncio
 import contextvars
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,7 @@ class Queuemaster:
         self.stats = QueuemasterStats()
         self.rng = random.Random(settings.seed)
         self.render_waiters = RenderWaiters()
+        self.bulk_waiting: dict[Metatile, Counter[str | None]] = {}  # accounts' bulk requests waiting (bulk.py)
         self.work_available = asyncio.Event()  # set whenever a dispatch might now succeed
         self.work_available.set()
         # The bus adapter starts grouping (``commits.start()``) and awaits ``commits.durable()`` before it
