@@ -69,8 +69,10 @@ async def serve_alert(bus: Bus, listeners: list[Listener], message: AbstractInco
         alert_error = read_error(message)
     except QBrokerError as exc:
         bus.log.warning("malformed alert", name=name, correlation_id=message.message_id, error=str(exc))
+        refusal = exc.to_info(part=name)
+        bus.middleware.tell_refused(name, "alert", refusal, bus.log)
         if message.reply_to:
-            await bus.send_reply(message.reply_to, message.message_id, None, exc.to_info(part=name))
+            await bus.send_reply(message.reply_to, message.message_id, None, refusal)
         await message.ack()
         return
     for listener in listeners:

@@ -182,6 +182,15 @@ class UnitMetrics(Collector):
             self.errors.inc(("handler", self.error_label(error_id)))
         self.duration.observe((name, kind), seconds)
 
+    def observe_refused(self, endpoint: str, kind: str, error: ErrorInfo) -> None:
+        """A request or alert refused before any handler chain (unreadable, too large): counted as handled
+        with its status (``fail``) and error id, with no duration (no link ran)."""
+        key = (self._handled_names(endpoint), kind, error.status)
+        self.handled.inc(key)
+        if error.status in ("error", "fail"):
+            self.handler_errors.inc(key)
+        self.errors.inc(("handler", self.error_label(error.id)))
+
     def observe_sent(self, sending: Sending, exc: BaseException | None, seconds: float) -> None:
         """One call, cast, alert or gather done with: answered, sent, ended, or failed with ``exc``."""
         error_id: str | None = None
@@ -218,8 +227,9 @@ class UnitMetrics(Collector):
 
 class MetricsMiddleware(Middleware):
     """``UnitMetrics`` as a middleware: outermost but for those added before it, so a request the built-ins
-    refuse (``deadline_passed``, ``poison_request``) counts too. A request handed on (re-published for a
-    retry or with its redelivery count) counts as ``handed_on``; its copy counts when handled."""
+    refuse (``deadline_passed``, ``poison_request``) counts too, and through ``refused`` one refused before
+    any chain (unreadable, too large). A request handed on (re-published for a retry or with its redelivery
+    count) counts as ``handed_on``; its copy counts when handled."""
 
     def __init__(self, metrics: UnitMetrics) -> None:
         self.metrics = metrics
@@ -250,6 +260,9 @@ class MetricsMiddleware(Middleware):
             failed = error.id if status in ("error", "fail") else None
         self.metrics.observe(ctx.part or ctx.header.name or "", ctx.kind, "handed_on" if ctx.handed_on else status,
                              seconds, failed)
+
+    def refused(self, name: str, kind: str, error: ErrorInfo) -> None:
+        self.metrics.observe_refused(name, kind, error)
 
     def send(self, sending: Sending) -> contextlib.AbstractContextManager[None]:
         return _Sent(self.metrics, sending)

@@ -15,7 +15,8 @@ Order for a request from ``rpc_<name>``, outermost first (a link sees the outcom
     8. the handler: ``run_handler`` (validation, timeout, exception -> error element)
 
 An alert (and a broadcast) runs 1, 6, 7, 8 per matching listener. The header and body are read before
-the chain (a message that cannot be read never reaches it). ``call_next`` returns ``(result, error)``
+the chain (a message that cannot be read never reaches it: it is answered ``fail`` and each middleware's
+``refused`` is told, so metrics and audit logs see it too). ``call_next`` returns ``(result, error)``
 and does not raise; a middleware refuses a request by returning ``refuse(exc)`` (or raising a
 ``QBrokerError``, which the links outside it then see as an exception). A link that answers in the
 request's place (a re-published copy will be answered) sets ``ctx.handed_on``: no reply is sent then.
@@ -60,10 +61,16 @@ class Sending:
 
 
 class Middleware:
-    """Override ``handle`` (around handled requests and alerts) and/or ``send`` (around sent messages)."""
+    """Override ``handle`` (around handled requests and alerts), ``send`` (around sent messages) and/or
+    ``refused`` (told of messages refused before any chain)."""
 
     async def handle(self, call_next: Next, ctx: RequestContext, body: Any) -> Outcome:
         return await call_next(ctx, body)
+
+    def refused(self, name: str, kind: str, error: ErrorInfo) -> None:
+        """A request (``kind`` "rpc", ``name`` its endpoint) or alert ("alert", its name as sent) was refused
+        before any chain ran: its header or body unreadable, too large, or in a codec not accepted. It is
+        answered (or dropped, if nobody asked) with ``error``, status ``fail``."""
 
     def send(self, sending: Sending) -> contextlib.AbstractContextManager[None] | None:
         """A context entered before the message is built and left when it is done with (a call answered,
@@ -130,6 +137,7 @@ class MiddlewareStack:
         self.outer: list[Middleware] = []
         self.inner: list[Middleware] = []
         self.senders: list[Middleware] = []
+        self.refusal_hooks: list[Middleware] = []
         self.version = 0
         self.observers = ObserverList(self._changed)
 
@@ -140,7 +148,18 @@ class MiddlewareStack:
         (self.inner if inner else self.outer).append(middleware)
         if _overrides(middleware, "send"):
             self.senders.append(middleware)
+        if _overrides(middleware, "refused"):
+            self.refusal_hooks.append(middleware)
         self._changed()
+
+    def tell_refused(self, name: str, kind: str, error: ErrorInfo, log: Any) -> None:
+        """Tell every middleware's ``refused`` of a message refused before the chain; a hook that fails is
+        logged, never lets the message go unanswered."""
+        for middleware in self.refusal_hooks:
+            try:
+                middleware.refused(name, kind, error)
+            except Exception:
+                log.exception("middleware failed on a refused message", name=name, kind=kind)
 
     def build(self, builtins: list[Middleware], terminal: Next) -> Next:
         """``terminal`` wrapped in: outer, ``builtins``, inner, observers (see the module's order)."""

@@ -56,6 +56,8 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         bus.log.warning("request refused", name=endpoint.name, correlation_id=message.message_id,
                          error=str(exc))
         result, error = None, exc.to_info(part=endpoint.name)
+        if ctx is None:  # never reached the chain: the middlewares have not seen it
+            bus.middleware.tell_refused(endpoint.name, "rpc", error, bus.log)
     debug = ctx.debug if ctx is not None else False
     guaranteed = message.delivery_mode == 2
     sent = True

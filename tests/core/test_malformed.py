@@ -11,6 +11,9 @@ import aio_pika
 import orjson
 import pytest
 
+from qbroker.errors import ErrorInfo
+from qbroker.metrics import instrument
+from qbroker.middleware import Middleware
 from tests.conftest import MakeUnit
 
 # A raw aio-pika client speaks to the broker directly: RabbitMQ only.
@@ -67,6 +70,17 @@ def _error(headers: dict[str, Any]) -> dict[str, Any]:
     return {k: v.decode() if isinstance(v, bytes) else v for k, v in error.items()}
 
 
+class _BrokenAudit(Middleware):
+    """A refusal hook whose sink is down: logged, and the message is answered all the same."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, str, str]] = []
+
+    def refused(self, name: str, kind: str, error: ErrorInfo) -> None:
+        self.told.append((name, kind, error.id))
+        raise RuntimeError("audit sink down")
+
+
 @pytest.mark.parametrize(
     ("case", "expected_id", "expected_text"),
     [
@@ -81,6 +95,9 @@ def _error(headers: dict[str, Any]) -> dict[str, Any]:
 async def test_malformed_request_answered_fail(make_unit: MakeUnit, raw_client: RawClient, case: str,
                                                expected_id: str, expected_text: str) -> None:
     server = await make_unit("test.server", max_body_bytes=64 * 1024)
+    audit = _BrokenAudit()
+    server.use(audit)
+    metrics = instrument(server)
 
     @server.rpc("t.strict")
     async def strict(n: int) -> int:
@@ -109,10 +126,16 @@ async def test_malformed_request_answered_fail(make_unit: MakeUnit, raw_client: 
     # The seed: one message per (status, id, part); what was wrong with this message is in `detail`.
     assert error["message"] == f"the message is malformed ({expected_id})"
     assert expected_text in error.get("detail", "")
+    # Never handled, but counted and told to the middlewares (a broken hook does not cost the reply).
+    assert audit.told == [("t.strict", "rpc", expected_id)]
+    assert metrics.handled.values == {("t.strict", "rpc", "fail"): 1}
+    assert metrics.handler_errors.values == {("t.strict", "rpc", "fail"): 1}
+    assert metrics.errors.values == {("handler", expected_id): 1}
     # ... and the unit still serves well-formed requests.
     client = await make_unit("test.client")
     await client.start()
     assert await client.call("t.strict", {"n": 41}) == 42
+    assert metrics.handled.values[("t.strict", "rpc", "ok")] == 1
 
 
 async def test_request_without_reply_to_is_dropped_quietly(make_unit: MakeUnit, raw_client: RawClient) -> None:
@@ -130,3 +153,28 @@ async def test_request_without_reply_to_is_dropped_quietly(make_unit: MakeUnit, 
     await client.start()
     assert await client.call("t.noreply", {"n": 8}) == 8
     assert calls == [7, 8]
+
+
+async def test_a_malformed_alert_is_counted_and_told_to_the_middlewares(make_unit: MakeUnit,
+                                                                        raw_client: RawClient) -> None:
+    server = await make_unit("test.server")
+    audit = _BrokenAudit()
+    server.use(audit)
+    metrics = instrument(server)
+    heard: list[Any] = []
+
+    @server.on_alert("t.event")
+    async def event(n: int) -> None:
+        heard.append(n)
+
+    await server.start()
+    alert = await raw_client.channel.get_exchange("alert")
+    message_id = uuid.uuid4().hex
+    await alert.publish(aio_pika.Message(b'{"n": 1', headers={"version": 1, "name": "t.event"},
+                                         content_type="application/json", message_id=message_id,
+                                         reply_to=raw_client.uuid, type="alert"), routing_key="t.event")
+    headers, _ = await raw_client.reply(message_id)
+    assert _error(headers)["id"] == "bad_body"
+    assert audit.told == [("t.event", "alert", "bad_body")] and heard == []
+    assert metrics.handled.values == {("t.event", "alert", "fail"): 1}
+    assert metrics.errors.values == {("handler", "bad_body"): 1}
