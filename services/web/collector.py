@@ -43,6 +43,7 @@ class Collector:
         self.render_log = render_log
         self._log_offset = 0
         self._log_inode: int | None = None
+        self._in_long_line = False  # reading past a line longer than MAX_LOG_READ (no record: skipped)
         self._tasks: list[asyncio.Task[None]] = []
         self.wake = asyncio.Event()  # set to poll at once (after a render request)
         # told of every expiry list seen on the bus (the tile server keeps it on disk, see freshness.py)
@@ -141,14 +142,24 @@ class Collector:
         except OSError:
             return 0
         if info.st_ino != self._log_inode or info.st_size < self._log_offset:
-            self._log_inode, self._log_offset = info.st_ino, 0
+            self._log_inode, self._log_offset, self._in_long_line = info.st_ino, 0, False
         if info.st_size == self._log_offset:
             return 0
         with open(self.render_log, "rb") as f:
             f.seek(self._log_offset)
             chunk = f.read(MAX_LOG_READ)
-        complete = chunk[: chunk.rfind(b"\n") + 1]
+        cut = chunk.rfind(b"\n") + 1
+        if cut == 0 and len(chunk) == MAX_LOG_READ:
+            # A whole read without a line end: no render record is that long (the queuemaster writes none).
+            # Skipped to its end, or the reader would stop here for good.
+            self._log_offset += len(chunk)
+            self._in_long_line = True
+            return 0
+        complete = chunk[:cut]
         self._log_offset += len(complete)
+        if self._in_long_line and cut:  # the long line's last part
+            complete = complete[complete.find(b"\n") + 1:]
+            self._in_long_line = False
         count = 0
         for line in complete.splitlines():
             try:
