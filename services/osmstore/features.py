@@ -6,7 +6,7 @@ rebuild), so a feature looks the same whichever way it got into the store.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import osmium
 
@@ -19,15 +19,22 @@ def _tags(tags: osmium.osm.TagList) -> dict[str, str]:
     return {t.k: t.v for t in tags}
 
 
-def _line_coords(way: osmium.osm.Way) -> list[Coord]:
+def line_coords(locations: Iterable[tuple[float, float] | None]) -> list[Coord]:
+    """A way's line in Web Mercator from its nodes' locations (lon, lat) in order: a node without one (outside
+    a clipped extract) left out, a node repeating the previous one dropped."""
     coords: list[Coord] = []
-    for ref in way.nodes:
-        loc = ref.location
-        if loc.valid():  # a node outside a clipped extract: draw what is there
-            c = mercator(loc.lon, loc.lat)
+    for loc in locations:
+        if loc is not None:
+            c = mercator(*loc)
             if not coords or coords[-1] != c:
                 coords.append(c)
     return coords
+
+
+def _locations(way: osmium.osm.Way) -> Iterator[tuple[float, float] | None]:
+    for ref in way.nodes:
+        loc = ref.location
+        yield (loc.lon, loc.lat) if loc.valid() else None
 
 
 def _ring_coords(ring: osmium.osm.OuterRing | osmium.osm.InnerRing) -> list[Coord]:
@@ -55,14 +62,16 @@ class FeatureExtractor:
         if not w.tags or (self.wanted and not self.wanted("w", w.id)):
             return
         features = osm_tags.line_features(_tags(w.tags))
-        if not features:
-            return
-        coords = _line_coords(w)
+        if features:
+            self.line(w.id, features, line_coords(_locations(w)))
+
+    def line(self, way_id: int, features: list[osm_tags.Feature], coords: list[Coord]) -> None:
+        """Write a way's line ``features`` (``tags.line_features``) along ``coords`` (``line_coords``)."""
         if len(coords) < 2:
             return
         geom, bbox = linestring(coords), bbox_of(coords)
         for table, attrs in features:
-            self.writer.add(table, "w", w.id, attrs, geom, bbox)
+            self.writer.add(table, "w", way_id, attrs, geom, bbox)
 
     def area(self, a: osmium.osm.Area) -> None:
         osm_type = "w" if a.from_way() else "r"

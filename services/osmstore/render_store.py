@@ -30,7 +30,7 @@ import osmium
 
 from . import render_db
 from .coastline import SEA_STALE
-from .features import FeatureExtractor
+from .features import FeatureExtractor, line_coords
 from .geometry import GEOMETRY_DB, GEOMETRY_DIR, GeometryStoreError, Manifest
 from .osc_input import UnreadableOsc, osm_objects, supersedes
 from .render_db import GEOMETRY
@@ -177,9 +177,9 @@ class _DiffApplier:
         if self.dirty_ways or self.dirty_relations:
             with tempfile.TemporaryDirectory(prefix="toposm-rebuild-") as tmp:
                 path = Path(tmp) / "rebuild.osm.pbf"  # PBF: written and read in half the time of XML
-                self._write_rebuild_file(path)
-                _RebuildHandler(self.writer, self.dirty_ways, self.dirty_relations).apply_file(
-                    str(path), locations=True)
+                if self._write_rebuild_file(path):
+                    _RebuildHandler(self.writer, self.dirty_ways, self.dirty_relations).apply_file(
+                        str(path), locations=True)
         if self.coastline_changed:  # rebuilt beside the diffs (coastline.refresh_sea), not in them
             self.stats["sea_stale"] = 1
 
@@ -207,7 +207,13 @@ class _DiffApplier:
         located.update((nid, (lon, lat)) for nid, lon, lat in self._rows(_LOCATIONS, node_ids - self.diff_nodes))
         return located
 
-    def _write_rebuild_file(self, path: Path) -> None:
+    def _lines_only(self, way_ids: set[int], way_tags: dict[int, dict[str, str]], member_ways: set[int]) -> set[int]:
+        """The rebuilt ways that can make lines only: no area tags, in no multipolygon being rebuilt."""
+        return {w for w in way_ids & self.dirty_ways if w not in member_ways and not area_features(way_tags[w])}
+
+    def _write_rebuild_file(self, path: Path) -> bool:
+        """Write the features of the rebuilt ways that can only make lines, and ``path`` with what libosmium
+        must assemble (areas and multipolygons, their ways and nodes); False when that is nothing."""
         relations = self._area_relations()
         members: dict[int, list[tuple[str, int, str]]] = {rel_id: [] for rel_id in relations}
         for rel_id, member_type, member_id, role in self._rows(
@@ -225,9 +231,21 @@ class _DiffApplier:
         way_ids = set(way_tags)
         refs = self._way_refs(way_ids)
         located = self._node_locations({nid for way_refs in refs.values() for nid in way_refs})
+        # A way with no area tags and in no multipolygon rebuilt makes lines only: made here from its nodes'
+        # locations as FeatureExtractor.way makes them from the file (the same coordinates: the file holds
+        # them at OSM's 1e-7 degree, as the stores do), so most ways and their nodes stay out of the file.
+        lines = self._lines_only(way_ids, way_tags, member_ways)
+        extractor = FeatureExtractor(self.writer)
+        for way_id in sorted(lines):
+            extractor.line(way_id, line_features(way_tags[way_id]),
+                           line_coords(located.get(nid) for nid in refs.get(way_id, [])))
+        way_ids -= lines
+        if not way_ids and not relations:
+            return False
+        nodes = {nid for way_id in way_ids for nid in refs.get(way_id, []) if nid in located}
         writer = osmium.SimpleWriter(str(path))
         try:
-            for nid in sorted(located):
+            for nid in sorted(nodes):
                 writer.add_node(osmium.osm.mutable.Node(id=nid, location=located[nid], version=1))
             for way_id in sorted(way_ids):
                 writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=refs.get(way_id, []), tags=way_tags[way_id],
@@ -237,6 +255,7 @@ class _DiffApplier:
                                                                 tags=relations[rel_id], version=1))
         finally:
             writer.close()
+        return True
 
 
 class _RebuildHandler(osmium.SimpleHandler):

@@ -7,6 +7,8 @@ store, which must hold the state before each diff."""
 
 from __future__ import annotations
 
+import json
+import random
 import shutil
 import sqlite3
 from pathlib import Path
@@ -14,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from harness.osm import node_xml, osc_blocks, way_xml
+from services.osmstore.features import FeatureExtractor
 from services.osmstore.osc_diff import read_diff
 from services.osmstore.render_db import FEATURE_TABLES
+from services.osmstore.render_store import _DiffApplier
 from services.osmstore.store_diff import apply_to_store
 
 _COUNTERS = ("nodes_created", "nodes_modified", "nodes_deleted", "ways_created", "ways_modified", "ways_deleted")
@@ -152,3 +156,45 @@ def test_highest_version_wins_whatever_the_order_in_the_file(imported_store: Pat
     path.write_text(_osc([blocks[0], blocks[2]]))
     apply_to_store(highest_only, path)
     assert _contents(at_once) == _contents(highest_only)
+
+
+def test_lines_made_without_the_rebuild_file_equal_those_made_through_it(imported_store: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rebuilt ways that can make lines only are drawn from their nodes' locations in Python, the others
+    through the small file libosmium assembles areas from: every feature as the file alone made them. A
+    diff moving nodes of roads, buildings, landuse and multipolygon members and retagging ways of each kind."""
+    db = _db(imported_store)
+    rng = random.Random(22)
+    nodes = db.execute("SELECT id, lon, lat FROM g.nodes ORDER BY id").fetchall()
+    ways = db.execute("SELECT w.id, w.tags, g.nodes FROM ways w JOIN g.ways g ON g.id = w.id ORDER BY w.id").fetchall()
+    db.close()
+    moves = [node_xml(nid, lon + rng.uniform(-3e-4, 3e-4), lat + rng.uniform(-3e-4, 3e-4), version=50)
+             for nid, lon, lat in rng.sample(nodes, 400)]
+    edits = [way_xml(wid, json.loads(refs), {**json.loads(tags), "note": "retagged"}, version=50)
+             for wid, tags, refs in rng.sample(ways, 150)]
+    path = tmp_path / "diff.osc"
+    path.write_text(osc_blocks([("modify", moves + edits)]))
+
+    made_here: list[int] = []
+    line = FeatureExtractor.line
+
+    def counted(self: FeatureExtractor, way_id: int, *args: object) -> None:
+        made_here.append(way_id)
+        line(self, way_id, *args)  # type: ignore[arg-type]
+
+    direct = tmp_path / "direct"
+    shutil.copytree(imported_store, direct)
+    with monkeypatch.context() as patched:
+        patched.setattr(FeatureExtractor, "line", counted)
+        apply_to_store(direct, path)
+    through_file = tmp_path / "through-file"
+    shutil.copytree(imported_store, through_file)
+    with monkeypatch.context() as patched:
+        patched.setattr(_DiffApplier, "_lines_only", lambda self, *args: set())
+        apply_to_store(through_file, path)
+
+    assert _contents(direct) == _contents(through_file)
+    assert len(set(made_here)) > 200  # many rebuilt ways went without the file
+    rebuilt_areas = _db(direct).execute("SELECT count(*) FROM buildings b JOIN ways w ON w.id = b.osm_id "
+                                        "WHERE b.osm_type = 'w' AND w.tags LIKE '%retagged%'").fetchone()[0]
+    assert rebuilt_areas > 0  # and areas still came through it
