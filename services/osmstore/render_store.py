@@ -13,7 +13,7 @@ those ways and relations with their nodes' stored locations, so libosmium assemb
 at import; the file leaves out the ways and relations whose tags make no feature (unless a multipolygon in
 it needs the way): their features are removed and none would come back. Ways that can make lines only
 (most of a diff's) stay out of the file too: their lines are drawn from the same locations in Python
-(``FeatureExtractor.line``, the same features; 8-16% of the update). The whole diff runs in one SQLite
+(``FeatureExtractor.line``, the same features; the update 8-16% faster). The whole diff runs in one SQLite
 transaction: any error (a corrupt or truncated file included) rolls it back and the store is as before.
 """
 
