@@ -107,8 +107,7 @@ class AreaFeatures:
                 head_size, wkb_size = _SPILLED.unpack(sizes)
                 areas, wkb = json.loads(spilled.read(head_size)), spilled.read(wkb_size)
                 ends = np.cumsum([area[3] for area in areas]).tolist()
-                self._write_batch([(osm_type, osm_id, [(table, attrs) for table, attrs in features],
-                                    wkb[end - size:end])
+                self._write_batch([(osm_type, osm_id, features, wkb[end - size:end])  # features: [table, attrs]
                                    for (osm_type, osm_id, features, size), end in zip(areas, ends, strict=True)])
 
     def _write_batch(self, pending: _Pending) -> None:
