@@ -22,9 +22,9 @@ import numpy as np
 import osmium
 
 from . import tags as osm_tags
-from .line_features import mercator_arrays
 from .render_db import FeatureWriter
 from .tags import Feature
+from .wkb import mercator_arrays
 
 _HEADER = struct.Struct("<BII")  # byte order, type, count (polygons of a multipolygon, rings of a polygon)
 _COUNT = struct.Struct("<I")

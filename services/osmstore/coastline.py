@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .render_db import GEOMETRY, RENDER_DB, FeatureWriter, attach_geometry, connect, get_meta
-from .wkb import BBox, Coord, bbox_of, mercator, multipolygon, polygons_area
+from .wkb import BBox, Coord, bbox_of, mercator, mercator_points, multipolygon, polygons_area
 
 SEA_TYPE = "c"  # feature osm_type for computed sea polygons
 SEA_STALE = "sea_stale"  # meta key a diff that changed the coastline sets (to its diffs_applied count)
@@ -138,8 +138,10 @@ def _stored_sea_rings(conn: sqlite3.Connection) -> list[list[Coord]]:
         for i in range(0, len(wanted), _NODES_PER_QUERY):
             chunk = wanted[i:i + _NODES_PER_QUERY]
             marks = ", ".join("?" for _ in chunk)
-            located.update((nid, mercator(lon, lat)) for nid, lon, lat in conn.execute(
-                f"SELECT id, lon, lat FROM {GEOMETRY}.nodes WHERE id IN ({marks})", chunk))  # noqa: S608
+            rows = conn.execute(f"SELECT id, lon, lat FROM {GEOMETRY}.nodes WHERE id IN ({marks})",  # noqa: S608
+                                chunk).fetchall()
+            located.update(zip((nid for nid, _, _ in rows), mercator_points([(lon, lat) for _, lon, lat in rows]),
+                               strict=True))
         return located
 
     return sea_rings(get_meta(conn, "extent"), ways, locate)

@@ -12,7 +12,7 @@ import osmium
 
 from . import tags as osm_tags
 from .render_db import FeatureWriter
-from .wkb import Coord, bbox_of, linestring, mercator, multipolygon, point, polygons_area
+from .wkb import Coord, bbox_of, linestring, mercator, mercator_points, multipolygon, point, polygons_area
 
 
 def _tags(tags: osmium.osm.TagList) -> dict[str, str]:
@@ -23,11 +23,9 @@ def line_coords(locations: Iterable[tuple[float, float] | None]) -> list[Coord]:
     """A way's line in Web Mercator from its nodes' locations (lon, lat) in order: a node without one (outside
     a clipped extract) left out, a node repeating the previous one dropped."""
     coords: list[Coord] = []
-    for loc in locations:
-        if loc is not None:
-            c = mercator(*loc)
-            if not coords or coords[-1] != c:
-                coords.append(c)
+    for c in mercator_points([loc for loc in locations if loc is not None]):
+        if not coords or coords[-1] != c:
+            coords.append(c)
     return coords
 
 
@@ -38,7 +36,7 @@ def _locations(way: osmium.osm.Way) -> Iterator[tuple[float, float] | None]:
 
 
 def _ring_coords(ring: osmium.osm.OuterRing | osmium.osm.InnerRing) -> list[Coord]:
-    return [mercator(n.lon, n.lat) for n in ring]
+    return mercator_points([(n.lon, n.lat) for n in ring])
 
 
 class FeatureExtractor:

@@ -40,7 +40,7 @@ from .opl_columns import Relations, Ways, distinct_tags, opl_tags, read_objects
 from .progress import ImportProgress
 from .render_cluster import BulkFeatureWriter
 from .tags import relation_makes_area
-from .wkb import Coord, mercator
+from .wkb import Coord, mercator_arrays
 
 __all__ = ["ImportFailed", "import_extract", "main"]
 
@@ -72,9 +72,11 @@ def _coastline_refs(ways: Ways) -> dict[int, list[int]]:
 
 
 def _mercator_points(locations: NodeLocations, ids: list[int]) -> dict[int, Coord]:
-    located = locations.locate(np.array(ids, dtype=np.int64))
-    return {nid: mercator(lon, lat) for nid, lon, lat, ok in
-            zip(ids, located.lon.tolist(), located.lat.tolist(), located.valid.tolist(), strict=True) if ok}
+    wanted = np.array(ids, dtype=np.int64)
+    located = locations.locate(wanted)
+    ok = located.valid
+    x, y = mercator_arrays(located.lon[ok], located.lat[ok])
+    return dict(zip(wanted[ok].tolist(), zip(x.tolist(), y.tolist(), strict=True), strict=True))
 
 
 def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: BulkFeatureWriter,

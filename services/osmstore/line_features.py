@@ -9,7 +9,6 @@ numpy arrays, so Python's work is per feature, not per node.
 
 from __future__ import annotations
 
-import math
 import struct
 
 import numpy as np
@@ -19,15 +18,9 @@ from .node_locations import NodeLocations
 from .opl_columns import Ways, distinct_tags, opl_tags
 from .render_cluster import BulkFeatureWriter
 from .render_db import attribute_values
-from .wkb import EARTH_RADIUS, MAX_LAT
+from .wkb import mercator_arrays
 
 _LINESTRING = 2
-
-
-def mercator_arrays(lon: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``wkb.mercator`` for whole arrays; NaN stays NaN."""
-    lat = np.clip(lat, -MAX_LAT, MAX_LAT)
-    return np.radians(lon) * EARTH_RADIUS, np.log(np.tan(math.pi / 4 + np.radians(lat) / 2)) * EARTH_RADIUS
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

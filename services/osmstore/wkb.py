@@ -10,6 +10,9 @@ import math
 import struct
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 EARTH_RADIUS = 6378137.0
 MAX_LAT = 85.0511287798066  # Web Mercator's square world
 
@@ -20,12 +23,32 @@ BBox = tuple[float, float, float, float]  # minx, miny, maxx, maxy
 _WKB_POINT, _WKB_LINESTRING, _WKB_POLYGON, _WKB_MULTIPOLYGON = 1, 2, 3, 6
 
 
+Floats = npt.NDArray[np.float64]
+
+
+def mercator_arrays(lon: Floats, lat: Floats) -> tuple[Floats, Floats]:
+    """EPSG:4326 degrees to EPSG:3857 metres, for whole arrays; NaN stays NaN.
+
+    The stores' one projection: the import projects arrays, a diff's rebuild a way or a ring at a time, and
+    both come here, so a feature comes out byte for byte the same either way. (numpy's log and tan differ
+    from the math module's in the last bit for ~0.5% of values where numpy runs its AVX-512 code; its
+    results do not depend on the length of the array.)"""
+    lat = np.clip(lat, -MAX_LAT, MAX_LAT)
+    return np.radians(lon) * EARTH_RADIUS, np.log(np.tan(math.pi / 4 + np.radians(lat) / 2)) * EARTH_RADIUS
+
+
+def mercator_points(locations: Sequence[tuple[float, float]]) -> list[Coord]:
+    """``mercator_arrays`` for a list of (lon, lat): one call per way or ring, not per node."""
+    if not locations:
+        return []
+    lonlat = np.array(locations, dtype=np.float64)
+    x, y = mercator_arrays(lonlat[:, 0], lonlat[:, 1])
+    return list(zip(x.tolist(), y.tolist(), strict=True))
+
+
 def mercator(lon: float, lat: float) -> Coord:
-    """EPSG:4326 degrees to EPSG:3857 metres."""
-    lat = max(-MAX_LAT, min(MAX_LAT, lat))
-    x = math.radians(lon) * EARTH_RADIUS
-    y = math.log(math.tan(math.pi / 4 + math.radians(lat) / 2)) * EARTH_RADIUS
-    return x, y
+    """One point (``mercator_points``)."""
+    return mercator_points([(lon, lat)])[0]
 
 
 def bbox_of(coords: Sequence[Coord]) -> BBox:
