@@ -9,6 +9,7 @@ handlers are abandoned and their requests redelivered to another server.
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
@@ -39,16 +40,31 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(main)
 
 
+def freeze_startup_heap() -> None:
+    """Move every object alive now out of the garbage collector's scans (``gc.freeze``).
+
+    A service holds what it loaded at start-up (modules, a Spark session's py4j objects, the Arrow and
+    numpy libraries) for its whole life. Left in the collector's oldest generation, each full collection
+    walked all of it: 85-110 ms at a time in the Spark bridge (~230,000 objects), landing on one diff in
+    six. Frozen, a full collection walks only what the work since created (~3 ms). Garbage among the frozen
+    objects is never reclaimed: acceptable for what start-up made once."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run_service(unit: Unit, service: Service, *, stop: asyncio.Event | None = None,
-                      drain_timeout: float | None = None) -> None:
+                      drain_timeout: float | None = None, freeze_heap: bool = False) -> None:
     """Start ``unit`` and ``service``, wait for ``stop``, stop the service, then the unit (draining).
 
+    ``freeze_heap``: once started, ``freeze_startup_heap()`` (a process of its own: ``serve`` sets it).
     The unit is always closed, also when starting fails or the task is cancelled (a second signal).
     """
     stop = stop if stop is not None else asyncio.Event()
     try:
         await unit.start()
         await service.start()
+        if freeze_heap:
+            freeze_startup_heap()
         await stop.wait()
         try:
             await service.stop()
@@ -59,7 +75,7 @@ async def run_service(unit: Unit, service: Service, *, stop: asyncio.Event | Non
 
 
 async def serve_async(unit: Unit, service: Service, *, stop: asyncio.Event | None = None,
-                      drain_timeout: float | None = None) -> bool:
+                      drain_timeout: float | None = None, freeze_heap: bool = False) -> bool:
     """``run_service`` with SIGTERM/SIGINT handlers: the first sets ``stop``, the second kills.
 
     ``stop`` may also be set by the service itself (e.g. a tool that ends after N messages).
@@ -84,7 +100,7 @@ async def serve_async(unit: Unit, service: Service, *, stop: asyncio.Event | Non
     for sig in SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        await run_service(unit, service, stop=stop, drain_timeout=drain_timeout)
+        await run_service(unit, service, stop=stop, drain_timeout=drain_timeout, freeze_heap=freeze_heap)
     except asyncio.CancelledError:
         if not killed:
             raise
@@ -102,7 +118,7 @@ def serve(app: str, make_service: Callable[[Unit], Service], *, config: Config |
     async def main() -> bool:
         unit = Unit(app, config=config)
         service = make_service(unit)  # registers endpoints: before start
-        return await serve_async(unit, service, drain_timeout=drain_timeout)
+        return await serve_async(unit, service, drain_timeout=drain_timeout, freeze_heap=True)
 
     try:
         graceful = run(main())

@@ -7,6 +7,7 @@ its ``stop()`` never returns, so only a second signal ends the process.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 
 from qbroker import Unit, serve
@@ -19,6 +20,10 @@ class Example:
         @unit.rpc("t.serve.where")
         async def where() -> str:
             return unit.state
+
+        @unit.rpc("t.serve.frozen")
+        async def frozen() -> int:
+            return gc.get_freeze_count()
 
     async def start(self) -> None:
         print(f"start unit={self.unit.state}", flush=True)

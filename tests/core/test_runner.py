@@ -87,6 +87,8 @@ async def test_serve_stops_gracefully_on_sigterm(make_unit: MakeUnit, amqp_url: 
         client = await make_unit("test.client")
         await client.start()
         assert await client.call("t.serve.where", timeout=HANG) == "started"
+        # What start-up made is out of the collector's scans (freeze_startup_heap).
+        assert await client.call("t.serve.frozen", timeout=HANG) > 10_000
         proc.send_signal(signal.SIGTERM)
         assert await _line(proc) == "stop unit=started"
         assert await _line(proc) == "exited gracefully"
