@@ -54,21 +54,12 @@ _IDS = "(SELECT value FROM json_each(?))"  # ids bound as one JSON array (id_lis
 _WAY_REFS = "SELECT w.id AS way_id, r.key AS seq, r.value AS node_id FROM ways w, json_each(w.nodes) r"
 
 
-def add_node_ways(conn: sqlite3.Connection, way_ids: str | None = None) -> None:
-    """Index the nodes of the ways ``way_ids`` (id_list), or of every way: in (node, way) order, so the
-    import builds the index with one sort after the load, as osm2pgsql builds its indexes."""
-    if way_ids is None:
-        conn.execute(f"INSERT OR IGNORE INTO node_ways (node_id, way_id) SELECT node_id, way_id FROM ({_WAY_REFS}) "  # noqa: S608
-                     "ORDER BY node_id, way_id")
-    else:
-        conn.execute(f"INSERT OR IGNORE INTO node_ways (node_id, way_id) SELECT node_id, way_id FROM ({_WAY_REFS}) "  # noqa: S608
-                     f"WHERE way_id IN {_IDS}", (way_ids,))
-
-
-def drop_node_ways(conn: sqlite3.Connection, way_ids: str) -> None:
-    """Take the nodes of the stored ways ``way_ids`` (id_list) out of the index (before the ways change)."""
-    conn.execute(f"DELETE FROM node_ways WHERE (node_id, way_id) IN (SELECT node_id, way_id FROM ({_WAY_REFS}) "  # noqa: S608
-                 f"WHERE way_id IN {_IDS})", (way_ids,))
+def add_node_ways(conn: sqlite3.Connection) -> None:
+    """Index the nodes of every way: in (node, way) order, so the import builds the index with one sort after
+    the load, as osm2pgsql builds its indexes. (A diff moves only the pairs its ways gained or lost:
+    geometry_apply.)"""
+    conn.execute(f"INSERT OR IGNORE INTO node_ways (node_id, way_id) SELECT node_id, way_id FROM ({_WAY_REFS}) "  # noqa: S608
+                 "ORDER BY node_id, way_id")
 
 
 # What expiry looks up by id (store_lookup): the rows of each lookup, the ids as one JSON array bound to the

@@ -154,3 +154,86 @@ def test_failure_before_the_commit_leaves_the_store(store: Path, extract: Extrac
         apply_diff(GeometryStore.of_store(store), diff)
     assert _digest(store) == before
     assert GeometryStore.of_store(store).manifest().commits == 0
+
+
+def _relation_xml(rid: int, members: list[tuple[str, int, str]], tags: dict[str, str], version: int = 9) -> str:
+    mxml = "".join(f'<member type="{t}" ref="{ref}" role="{role}"/>' for t, ref, role in members)
+    txml = "".join(f'<tag k="{k}" v="{v}"/>' for k, v in tags.items())
+    return f'<relation id="{rid}" version="{version}">{mxml}{txml}</relation>'
+
+
+def test_a_diff_leaves_the_rows_the_extract_with_it_would_have(store: Path, extract: Extract,
+                                                                 tmp_path: Path) -> None:
+    """Tag edits (node, way, relation), node moves, new and deleted nodes, ways whose node list grew, shrank
+    or was replaced, new and deleted ways, relations with new members and deleted ones: every table, the
+    reverse index and the manifest's counts are what the extract with the diff applied holds."""
+    nodes, ways, rels = dict(extract.nodes), {w: list(r) for w, (r, _) in extract.ways.items()}, {
+        r: list(m) for r, (m, _) in extract.relations.items()}
+    way_ids, node_ids = list(ways)[:60], list(nodes)[5000:5010]
+    rel_ids = [r for r, m in rels.items() if m][:3]
+    create, modify, delete = [], [], []
+    create.append(node_xml(9_000_000_001, 24.95, 60.17, version=1))
+    nodes[9_000_000_001] = (24.95, 60.17)
+    for n in node_ids[:4]:  # moved
+        nodes[n] = (nodes[n][0] + 1e-4, nodes[n][1])
+        modify.append(node_xml(n, *nodes[n], version=3))
+    for n in node_ids[4:8]:  # tags only
+        modify.append(node_xml(n, *nodes[n], {"amenity": "bench"}, version=3))
+    for w in way_ids[:20]:  # tags only
+        modify.append(way_xml(w, ways[w], {"note": "x"}, version=7))
+    for w in way_ids[20:25]:  # a node more
+        ways[w] = [*ways[w], 9_000_000_001]
+    for w in way_ids[25:30]:  # a node less (a way of two or more keeps one)
+        ways[w] = ways[w][1:] or ways[w]
+    for w in way_ids[30:35]:  # other nodes altogether
+        ways[w] = [node_ids[0], node_ids[1]]
+    modify += [way_xml(w, ways[w], {"highway": "path"}, version=7) for w in way_ids[20:35]]
+    for w in way_ids[35:40]:
+        delete.append(way_xml(w, ways.pop(w), {}, version=7))
+    ways[9_000_000_002] = [node_ids[2], node_ids[3], 9_000_000_001]
+    create.append(way_xml(9_000_000_002, ways[9_000_000_002], {"highway": "path"}, version=1))
+    modify.append(_relation_xml(rel_ids[0], rels[rel_ids[0]], {"type": "multipolygon", "note": "x"}))
+    rels[rel_ids[1]] = [*rels[rel_ids[1]], ("w", 9_000_000_002, "outer")]
+    modify.append(_relation_xml(rel_ids[1], rels[rel_ids[1]], {"type": "multipolygon"}))
+    delete.append(_relation_xml(rel_ids[2], rels.pop(rel_ids[2]), {}))
+    delete.append(node_xml(node_ids[9], None, None, version=3))
+    del nodes[node_ids[9]]
+    diff = read_diff(write_osc(tmp_path / "d.osc", osc(create=create, modify=modify, delete=delete)))
+    assert apply_diff(GeometryStore.of_store(store), diff)["applied"] is True
+
+    located = {r["id"]: (r["lon"], r["lat"]) for r in _table(store, "nodes")}
+    assert located.keys() == nodes.keys()
+    assert max(abs(a - b) for n, at in located.items() for a, b in zip(at, nodes[n], strict=True)) < 1e-7
+    stored: dict[int, list[tuple[int, int]]] = {}
+    for r in _table(store, "way_nodes"):
+        stored.setdefault(r["way_id"], []).append((r["seq"], r["node_id"]))
+    assert {w: [n for _, n in sorted(v)] for w, v in stored.items()} == ways
+    assert {(r["node_id"], r["way_id"]) for r in _table(store, "node_ways")} == {
+        (n, w) for w, refs in ways.items() for n in refs}
+    members: dict[int, list[tuple[int, str, int, str]]] = {}
+    for r in _table(store, "members"):
+        members.setdefault(r["rel_id"], []).append((r["seq"], r["member_type"], r["member_id"], r["role"]))
+    assert {r: [m[1:] for m in sorted(v)] for r, v in members.items()} == {r: m for r, m in rels.items() if m}
+    counts = GeometryStore.of_store(store).manifest().counts
+    assert (counts["nodes"], counts["ways"], counts["way_nodes"]) == (
+        len(nodes), len(ways), sum(map(len, ways.values())))
+    assert counts["members"] == sum(map(len, rels.values()))
+
+
+def test_tag_edits_leave_the_geometry_rows_alone(store: Path, extract: Extract, tmp_path: Path) -> None:
+    """A diff of tag edits only (the way's node list and the node's location as stored) rewrites no row:
+    the database file's pages, once checkpointed, are those of before but for the manifest's. (Each way
+    edit used to take its nodes' rows out of the reverse index and put them back: in a big store, a page
+    each.)"""
+    db = store / "geometry" / "geometry.sqlite"
+    before = _pages(db)
+    modify = [way_xml(w, refs, {**tags, "note": "x"}, version=7)
+              for w, (refs, tags) in list(extract.ways.items())[:200]]
+    modify += [node_xml(n, lon, lat, {"amenity": "bench"}, version=3)
+               for n, (lon, lat) in list(extract.nodes.items())[:200]]
+    diff = read_diff(write_osc(tmp_path / "d.osc", osc(modify=modify)))
+    with GeometryStore(store / "geometry", keep_writer=True) as geo:
+        assert apply_diff(geo, diff, sequence=None)["applied"] is True
+    after = _pages(db)
+    changed = sum(1 for old, new in zip(before, after, strict=False) if old != new) + abs(len(after) - len(before))
+    assert changed <= 2, f"{changed} of {len(before)} pages changed"
