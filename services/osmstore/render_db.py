@@ -119,6 +119,9 @@ class FeatureWriter:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.written = 0
+        self.kept = 0  # features ``add`` found staged as they are (``stage_many``)
+        # (table, osm_type, osm_id) -> (attribute values..., geom) -> fids: the staged features
+        self._staged: dict[tuple[str, str, int], dict[tuple[object, ...], list[int]]] = {}
         self._insert_sql = {table: _insert_sql(table, tuple(columns)) for table, columns in FEATURE_TABLES.items()}
         # (osm_type, osm_id) -> the tables holding its features, for the objects ``preload`` looked up:
         # ``remove`` then deletes from those tables only (most changed nodes have no feature at all, and
@@ -144,14 +147,55 @@ class FeatureWriter:
 
     def add(self, table: str, osm_type: str, osm_id: int, attrs: Attrs, geom: bytes, bbox: BBox) -> None:
         sql, columns = self._insert_sql[table]
-        cur = self.conn.execute(sql, (osm_type, osm_id, *(attrs.get(c) for c in columns), geom))
+        values = (*(attrs.get(c) for c in columns), geom)
+        tables = self._tables.get((osm_type, osm_id))
+        if tables is not None:
+            tables.add(table)
+        staged = self._staged.get((table, osm_type, osm_id))
+        if staged and staged.get(values):  # the same feature as stored: left as it is (its box is the same)
+            staged[values].pop()
+            self.kept += 1
+            return
+        cur = self.conn.execute(sql, (osm_type, osm_id, *values))
         minx, miny, maxx, maxy = bbox
         self.conn.execute(f"INSERT INTO idx_{table}_geom VALUES (?, ?, ?, ?, ?)",  # noqa: S608
                           (cur.lastrowid, minx, maxx, miny, maxy))
         self.written += 1
-        tables = self._tables.get((osm_type, osm_id))
-        if tables is not None:
-            tables.add(table)
+
+    def stage_many(self, osm_type: str, osm_ids: list[int]) -> None:
+        """Stage the features of objects (of one type, at most SQLite's variable limit less one) whose
+        features are made again: until ``drop_staged`` they stay, and one that ``add`` makes again exactly
+        (attributes and geometry) is kept with its row and index entry. A tag edit that changes nothing
+        drawn then writes nothing; in a big store, each feature deleted and inserted again was a few pages
+        of its own (its row, its index entry, R*Tree nodes)."""
+        if not osm_ids:
+            return
+        for osm_id in osm_ids:
+            known = self._tables.get((osm_type, osm_id))
+            if known is not None:
+                known.clear()
+        marks = ", ".join("?" for _ in osm_ids)
+        for table, columns in FEATURE_TABLES.items():
+            names = ", ".join('"' + c + '"' for c in columns)
+            for fid, osm_id, *values in self.conn.execute(
+                    f"SELECT fid, osm_id, {names}, geom FROM {table} "  # noqa: S608
+                    f"WHERE osm_type = ? AND osm_id IN ({marks})", (osm_type, *osm_ids)):
+                self._staged.setdefault((table, osm_type, osm_id), {}).setdefault(tuple(values), []).append(fid)
+
+    def drop_staged(self) -> int:
+        """Remove the staged features ``add`` did not make again; returns how many went."""
+        stale: dict[str, list[int]] = {}
+        for (table, _, _), rows in self._staged.items():
+            stale.setdefault(table, []).extend(fid for fids in rows.values() for fid in fids)
+        self._staged.clear()
+        for table, fids in stale.items():
+            fids.sort()
+            for i in range(0, len(fids), 500):
+                chunk = fids[i:i + 500]
+                marks = ", ".join("?" for _ in chunk)
+                self.conn.execute(f"DELETE FROM idx_{table}_geom WHERE pkid IN ({marks})", chunk)  # noqa: S608
+                self.conn.execute(f"DELETE FROM {table} WHERE fid IN ({marks})", chunk)  # noqa: S608
+        return sum(map(len, stale.values()))
 
     def remove(self, osm_type: str, osm_id: int) -> int:
         """Drop every feature made from one OSM object; returns how many went."""
@@ -164,26 +208,6 @@ class FeatureWriter:
                                          (osm_type, osm_id)).rowcount
         if known is not None:
             known.clear()
-        return removed
-
-    def remove_many(self, osm_type: str, osm_ids: list[int]) -> int:
-        """``remove`` for a batch of objects of one type (at most SQLite's variable limit less one): the
-        same rows go, in two statements per table instead of two per table and object (a diff rebuilds
-        thousands of ways, and the per-object statements were a third of applying it)."""
-        if not osm_ids:
-            return 0
-        marks = ", ".join("?" for _ in osm_ids)
-        args = (osm_type, *osm_ids)
-        removed = 0
-        for osm_id in osm_ids:
-            known = self._tables.get((osm_type, osm_id))
-            if known is not None:
-                known.clear()
-        for table in FEATURE_TABLES:
-            self.conn.execute(f"DELETE FROM idx_{table}_geom WHERE pkid IN "  # noqa: S608
-                              f"(SELECT fid FROM {table} WHERE osm_type = ? AND osm_id IN ({marks}))", args)
-            removed += self.conn.execute(f"DELETE FROM {table} WHERE osm_type = ? AND osm_id IN ({marks})",  # noqa: S608
-                                         args).rowcount
         return removed
 
 

@@ -173,7 +173,7 @@ class _DiffApplier:
             self.coastline_changed = True
         for osm_type, ids in (("w", self.dirty_ways), ("r", self.dirty_relations)):
             for chunk in _chunks(ids):
-                self.stats["features_removed"] += self.writer.remove_many(osm_type, chunk)
+                self.writer.stage_many(osm_type, chunk)
         self.stats["ways_rebuilt"] = len(self.dirty_ways)
         self.stats["relations_rebuilt"] = len(self.dirty_relations)
         if self.dirty_ways or self.dirty_relations:
@@ -182,6 +182,8 @@ class _DiffApplier:
                 if self._write_rebuild_file(path):
                     _RebuildHandler(self.writer, self.dirty_ways, self.dirty_relations).apply_file(
                         str(path), locations=True)
+        self.stats["features_removed"] += self.writer.drop_staged()
+        self.stats["features_kept"] = self.writer.kept
         if self.coastline_changed:  # rebuilt beside the diffs (coastline.refresh_sea), not in them
             self.stats["sea_stale"] = 1
 

@@ -18,7 +18,7 @@ import pytest
 from harness.osm import node_xml, osc_blocks, way_xml
 from services.osmstore.features import FeatureExtractor
 from services.osmstore.osc_diff import read_diff
-from services.osmstore.render_db import FEATURE_TABLES
+from services.osmstore.render_db import FEATURE_TABLES, FeatureWriter
 from services.osmstore.render_store import _DiffApplier
 from services.osmstore.store_diff import apply_to_store
 
@@ -198,3 +198,38 @@ def test_lines_made_without_the_rebuild_file_equal_those_made_through_it(importe
     rebuilt_areas = _db(direct).execute("SELECT count(*) FROM buildings b JOIN ways w ON w.id = b.osm_id "
                                         "WHERE b.osm_type = 'w' AND w.tags LIKE '%retagged%'").fetchone()[0]
     assert rebuilt_areas > 0  # and areas still came through it
+
+
+def test_features_made_again_as_they_were_are_kept(imported_store: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rebuilt features that come out as stored (a way retagged with a tag nothing draws) keep their rows;
+    the others are replaced: the store ends as when every rebuilt feature was deleted and inserted again.
+    A diff of node moves, retags that change nothing drawn and renames."""
+    db = _db(imported_store)
+    rng = random.Random(7)
+    nodes = db.execute("SELECT id, lon, lat FROM g.nodes ORDER BY id").fetchall()
+    ways = db.execute("SELECT w.id, w.tags, g.nodes FROM ways w JOIN g.ways g ON g.id = w.id ORDER BY w.id").fetchall()
+    db.close()
+    moves = [node_xml(nid, lon + rng.uniform(-3e-4, 3e-4), lat + rng.uniform(-3e-4, 3e-4), version=50)
+             for nid, lon, lat in rng.sample(nodes, 200)]
+    picked = rng.sample(ways, 300)
+    edits = [way_xml(wid, json.loads(refs), {**json.loads(tags), "note": "retagged"}, version=50)
+             for wid, tags, refs in picked[:200]]
+    edits += [way_xml(wid, json.loads(refs), {**json.loads(tags), "name": f"Renamed {wid}"}, version=50)
+              for wid, tags, refs in picked[200:]]
+    path = tmp_path / "diff.osc"
+    path.write_text(osc_blocks([("modify", moves + edits)]))
+
+    kept = tmp_path / "kept"
+    shutil.copytree(imported_store, kept)
+    stats = apply_to_store(kept, path)["render"]
+    replaced = tmp_path / "replaced"
+    shutil.copytree(imported_store, replaced)
+    with monkeypatch.context() as patched:  # every staged feature deleted at once, as before
+        patched.setattr(FeatureWriter, "stage_many",
+                        lambda self, osm_type, ids: [self.remove(osm_type, i) for i in ids] and None)
+        replaced_stats = apply_to_store(replaced, path)["render"]
+
+    assert _contents(kept) == _contents(replaced)
+    assert stats["features_kept"] > 100 and replaced_stats["features_kept"] == 0
+    assert stats["features_written"] + stats["features_kept"] == replaced_stats["features_written"]
