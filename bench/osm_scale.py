@@ -51,6 +51,7 @@ from osm_scale_data import Scale, read_source, write_diff  # noqa: E402
 from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 from harness.osm import helsinki_extract  # noqa: E402
 from qbroker import Config, Unit  # noqa: E402
+from qbroker.runner import freeze_startup_heap  # noqa: E402
 from services.osmstore.geometry import GeometryStore  # noqa: E402
 from services.tiles.contract import SPARK_BRIDGE  # noqa: E402
 from services.tiles.tilemath import Metatile  # noqa: E402
@@ -148,6 +149,7 @@ async def running_bridge(stores: list[Path], work: Path, url: str,
                          else driver_lookup_bytes)
     await bridge_unit.start()
     await client.unit.start()
+    freeze_startup_heap()  # as qbroker.serve does once a service has started
     try:
         yield bridge, client
     finally:

@@ -9,16 +9,20 @@
   ``i`` gets global rank ``i * K + c`` and id ``1 + rank * (ID_RANGE[kind] // (n * K))``. The copies are
   interleaved over the whole range, as in a real country extract, and the file stays sorted by id.
 - **The same diff each time**: ``DIFF_NODE_MOVES`` node moves, ``DIFF_WAY_EDITS`` tag-only way edits (the
-  way with its refs and a new tag) and ``DIFF_NEW_NODES`` new nodes, each in a copy picked at random
-  (seeded), with versions one above the stored ones. The moved nodes and edited ways are picked so that
-  no two of them in one copy share a way or a relation: the diff then changes as many ways and relations,
-  of the same shapes, at every K. (Picked independently, 600 moves in one city share ways and relations,
-  and K=1's diff rebuilt a third of the ways K=50's did: the store's size was measured together with a
-  lighter diff.)
-- **Heavier diffs** (``weight`` W, bench/osm_diff_weight.py): W times each count, drawn the same way over
-  all copies, so a diff of W x 1,000 objects against K copies is as spread as W diffs of 1,000 merged
-  (what ``toposm-replicate`` sends when catching up W minutes). Up to about one diff's worth per copy
-  (W <= K) the picks stay independent; a denser diff comes out lighter (the bench reports what it sent).
+  way with its refs and a new tag) and ``DIFF_NEW_NODES`` new nodes, with versions one above the stored ones.
+  Which of the extract's objects change is drawn as for one city (seeded), so that no two of them share a
+  way or a relation; each is then edited in a copy drawn at random (seeded apart). The diff of one seed thus
+  changes the same objects, with the same ways and nodes around them, at every K, in one city at K=1 and
+  over up to 200 cities at K=200. (Picked independently, 600 moves in one city share ways and relations,
+  and K=1's diff rebuilt a third of the ways K=50's did. Drawn with the rule kept per copy, K=1's draws
+  were rejected where K=200's were not, which favoured short ways and objects outside relations: the K=200
+  diff looked up twice the nodes, 17,700 against 9,200, and rebuilt 1,100 ways against 900.)
+- **Heavier diffs** (``weight`` W, bench/osm_diff_weight.py): W times each count, in W groups each drawn as
+  one diff is, the objects of group ``g`` edited in copies ``c`` with ``c % W == g``: a diff of W x 1,000
+  objects against K copies is as spread as W diffs of 1,000 merged (what ``toposm-replicate`` sends when
+  catching up W minutes). With more groups than copies (W > K) a group shares its copy with others, and
+  objects drawn in one group that another already changed there are drawn again (a denser diff may come out
+  lighter: the bench reports what it sent).
 """
 
 from __future__ import annotations
@@ -147,13 +151,14 @@ class Scale:
                 "relations": len(self.src.relations) * self.k}
 
     def diff(self, seed: int, weight: int = 1, copies: int | None = None) -> str:
-        """The benchmark's osmChange (XML text): the same mix of changes at every K, over all copies (or the
-        first ``copies``: with 1, the same changes as K=1's in copy 0 at any K), ``weight`` times the counts."""
-        rng = random.Random(seed)
+        """The benchmark's osmChange (XML text): the same changes at every K (the objects drawn by ``seed``),
+        over all copies (or the first ``copies``: with 1, K=1's diff in copy 0 at any K), ``weight`` times
+        the counts."""
+        rng = random.Random(seed)  # the copies and the new positions; the objects have an rng of their own
         src = self.src
         spread = self.k if copies is None else min(copies, self.k)
         modify: list[str] = []
-        ways, moves = self._independent(rng, weight, spread)
+        ways, moves = self._independent(random.Random(f"objects {seed}"), rng, weight, spread)
         for (rank, lon, lat, version, tags), c in moves:
             dx, dy = self.offset(c)
             modify.append(node_xml(self.oid("n", rank, c), lon + dx + rng.uniform(-2e-4, 2e-4),
@@ -170,31 +175,42 @@ class Scale:
                                    rng.uniform(s, n) + dy, {"amenity": "bench"}, 1))
         return osc(create=create, modify=modify)
 
-    def _independent(self, rng: random.Random, weight: int, spread: int) -> tuple[list[Any], list[Any]]:
-        """``weight`` x DIFF_WAY_EDITS ways and x DIFF_NODE_MOVES nodes, each with the copy it is edited in
-        (one of the first ``spread``), drawn at random; no two in one copy share a way or a relation (nor is
-        one object drawn twice)."""
+    def _independent(self, objects: random.Random, copies: random.Random, weight: int, spread: int
+                     ) -> tuple[list[Any], list[Any]]:
+        """``weight`` x DIFF_WAY_EDITS ways and x DIFF_NODE_MOVES nodes, each with the copy it is edited in:
+        in ``weight`` groups, no two objects of a group sharing a way or a relation (nor one drawn twice),
+        drawn by ``objects``; group ``g``'s in the copies ``c % weight == g`` of the first ``spread``, drawn
+        by ``copies``. Where groups share a copy (``weight > spread``), a draw that overlaps what another
+        group changed in that copy is drawn again."""
         src = self.src
-        taken: set[tuple[int, str, int]] = set()  # (copy, kind, rank)
+        taken: set[tuple[int, str, int]] = set()  # (copy, kind, rank) changed so far
+        in_group: set[tuple[int, str, int]] = set()  # (group, kind, rank) drawn so far
+        slots = [[c for c in range(spread) if c % weight == g] or [g % spread] for g in range(weight)]
 
         def way_keys(ways: list[int]) -> set[tuple[str, int]]:
             return {("w", w) for w in ways} | {("r", r) for w in ways for r in src.way_relations.get(w, ())}
 
-        def pick(candidates: list[Any], wanted: int, footprint: Any) -> list[Any]:
+        def pick(candidates: list[Any], per_group: int, footprint: Any) -> list[Any]:
             picked: list[Any] = []
-            for _ in range(50 * wanted):  # draws; past that the diff comes out lighter (too dense for K)
-                if len(picked) == wanted:
-                    break
-                item, copy = rng.choice(candidates), rng.randrange(spread)
-                keys = {(copy, kind, rank) for kind, rank in footprint(item)}
-                if taken.isdisjoint(keys):
-                    taken.update(keys)
+            for group in range(weight):
+                wanted = len(picked) + per_group
+                for _ in range(50 * per_group):  # draws; past that the diff comes out lighter (too dense for K)
+                    if len(picked) == wanted:
+                        break
+                    item = objects.choice(candidates)
+                    keys = footprint(item)
+                    if not in_group.isdisjoint((group, kind, rank) for kind, rank in keys):
+                        continue
+                    copy = copies.choice(slots[group])
+                    if not taken.isdisjoint((copy, kind, rank) for kind, rank in keys):
+                        continue
+                    in_group.update((group, kind, rank) for kind, rank in keys)
+                    taken.update((copy, kind, rank) for kind, rank in keys)
                     picked.append((item, copy))
             return picked
 
-        ways = pick(src.ways, DIFF_WAY_EDITS * weight, lambda w: way_keys([w[0]]))
-        return ways, pick(src.nodes, DIFF_NODE_MOVES * weight,
-                          lambda n: way_keys(src.node_ways.get(n[0], [])) | {("n", n[0])})
+        ways = pick(src.ways, DIFF_WAY_EDITS, lambda w: way_keys([w[0]]))
+        return ways, pick(src.nodes, DIFF_NODE_MOVES, lambda n: way_keys(src.node_ways.get(n[0], [])) | {("n", n[0])})
 
 
 def write_diff(scale: Scale, seed: int, out: Path, weight: int = 1, copies: int | None = None) -> Path:
