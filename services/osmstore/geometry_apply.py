@@ -143,7 +143,7 @@ def _write_changes(conn: sqlite3.Connection, diff: OscDiff) -> dict[str, int]:
     index with the ways; returns the change in nodes, ways, way nodes, relations and members.
 
     Only what differs is written: a node whose location is unchanged (a tag edit), a way whose node list is
-    unchanged (most of a minutely diff's way edits) and a relation whose members are unchanged keep their
+    unchanged (a tag edit) and a relation whose members are unchanged keep their
     rows, and a way whose list changed moves only the (node, way) pairs it gained or lost in ``node_ways``.
     In a big store each written row is a page of its own: a tag edit of a 15-node way rewrote 30 index rows.
     """
@@ -166,15 +166,16 @@ def _write_changes(conn: sqlite3.Connection, diff: OscDiff) -> dict[str, int]:
     way_rows: list[tuple[int, str]] = []
     for w, way in diff.ways.items():
         old = old_ways.get(w)
-        new = () if way.deleted else way.refs
-        if old == new or (old is None and way.deleted):
-            continue
-        lost |= {(n, w) for n in old or ()} - {(n, w) for n in new}
-        gained |= {(n, w) for n in new} - {(n, w) for n in old or ()}
         if way.deleted:
-            gone_ways.append((w,))
-        else:
-            way_rows.append((w, _json(list(new))))
+            if old is not None:
+                lost |= {(n, w) for n in old}
+                gone_ways.append((w,))
+            continue
+        if old == way.refs:
+            continue
+        lost |= {(n, w) for n in old or ()} - {(n, w) for n in way.refs}
+        gained |= {(n, w) for n in way.refs} - {(n, w) for n in old or ()}
+        way_rows.append((w, _json(list(way.refs))))
     conn.executemany("DELETE FROM node_ways WHERE node_id = ? AND way_id = ?", sorted(lost))
     conn.executemany("DELETE FROM ways WHERE id = ?", gone_ways)
     conn.executemany("INSERT OR REPLACE INTO ways (id, nodes) VALUES (?, ?)", way_rows)

@@ -237,3 +237,19 @@ def test_tag_edits_leave_the_geometry_rows_alone(store: Path, extract: Extract, 
     after = _pages(db)
     changed = sum(1 for old, new in zip(before, after, strict=False) if old != new) + abs(len(after) - len(before))
     assert changed <= 2, f"{changed} of {len(before)} pages changed"
+
+
+def test_a_way_without_nodes_is_deleted_too(store: Path, tmp_path: Path) -> None:
+    """A way the store holds with no nodes (an extract may have one) goes when the diff deletes it."""
+    geo = GeometryStore.of_store(store)
+    ways_before = geo.manifest().counts["ways"]
+    empty = read_diff(write_osc(tmp_path / "1.osc", osc(create=[way_xml(9_000_000_003, [], {}, version=1)])))
+    assert apply_diff(geo, empty)["applied"] is True
+    with closing(geo.reader()) as conn:
+        assert conn.execute("SELECT nodes FROM ways WHERE id = 9000000003").fetchone() == ("[]",)
+    assert geo.manifest().counts["ways"] == ways_before + 1
+    gone = read_diff(write_osc(tmp_path / "2.osc", osc(delete=[way_xml(9_000_000_003, [], {}, version=2)])))
+    assert apply_diff(geo, gone)["applied"] is True
+    with closing(geo.reader()) as conn:
+        assert conn.execute("SELECT count(*) FROM ways WHERE id = 9000000003").fetchone() == (0,)
+    assert geo.manifest().counts["ways"] == ways_before
