@@ -158,18 +158,23 @@ def test_highest_version_wins_whatever_the_order_in_the_file(imported_store: Pat
     assert _contents(at_once) == _contents(highest_only)
 
 
+def _moves_and_ways(store: Path, rng: random.Random, moved: int) -> tuple[list[str], list[tuple[int, str, str]]]:
+    """``moved`` of the store's nodes moved by up to ~30 m (as XML), and every way as (id, tags, node list)."""
+    db = _db(store)
+    nodes = db.execute("SELECT id, lon, lat FROM g.nodes ORDER BY id").fetchall()
+    ways = db.execute("SELECT w.id, w.tags, g.nodes FROM ways w JOIN g.ways g ON g.id = w.id ORDER BY w.id").fetchall()
+    db.close()
+    return [node_xml(nid, lon + rng.uniform(-3e-4, 3e-4), lat + rng.uniform(-3e-4, 3e-4), version=50)
+            for nid, lon, lat in rng.sample(nodes, moved)], ways
+
+
 def test_lines_made_without_the_rebuild_file_equal_those_made_through_it(imported_store: Path, tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The rebuilt ways that can make lines only are drawn from their nodes' locations in Python, the others
     through the small file libosmium assembles areas from: every feature as the file alone made them. A
     diff moving nodes of roads, buildings, landuse and multipolygon members and retagging ways of each kind."""
-    db = _db(imported_store)
     rng = random.Random(22)
-    nodes = db.execute("SELECT id, lon, lat FROM g.nodes ORDER BY id").fetchall()
-    ways = db.execute("SELECT w.id, w.tags, g.nodes FROM ways w JOIN g.ways g ON g.id = w.id ORDER BY w.id").fetchall()
-    db.close()
-    moves = [node_xml(nid, lon + rng.uniform(-3e-4, 3e-4), lat + rng.uniform(-3e-4, 3e-4), version=50)
-             for nid, lon, lat in rng.sample(nodes, 400)]
+    moves, ways = _moves_and_ways(imported_store, rng, 400)
     edits = [way_xml(wid, json.loads(refs), {**json.loads(tags), "note": "retagged"}, version=50)
              for wid, tags, refs in rng.sample(ways, 150)]
     path = tmp_path / "diff.osc"
@@ -205,13 +210,8 @@ def test_features_made_again_as_they_were_are_kept(imported_store: Path, tmp_pat
     """Rebuilt features that come out as stored (a way retagged with a tag nothing draws) keep their rows;
     the others are replaced: the store ends as when every rebuilt feature was deleted and inserted again.
     A diff of node moves, retags that change nothing drawn and renames."""
-    db = _db(imported_store)
     rng = random.Random(7)
-    nodes = db.execute("SELECT id, lon, lat FROM g.nodes ORDER BY id").fetchall()
-    ways = db.execute("SELECT w.id, w.tags, g.nodes FROM ways w JOIN g.ways g ON g.id = w.id ORDER BY w.id").fetchall()
-    db.close()
-    moves = [node_xml(nid, lon + rng.uniform(-3e-4, 3e-4), lat + rng.uniform(-3e-4, 3e-4), version=50)
-             for nid, lon, lat in rng.sample(nodes, 200)]
+    moves, ways = _moves_and_ways(imported_store, rng, 200)
     picked = rng.sample(ways, 300)
     edits = [way_xml(wid, json.loads(refs), {**json.loads(tags), "note": "retagged"}, version=50)
              for wid, tags, refs in picked[:200]]
