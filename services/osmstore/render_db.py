@@ -146,8 +146,8 @@ class FeatureWriter:
         return None if tables is None else table in tables
 
     def add(self, table: str, osm_type: str, osm_id: int, attrs: Attrs, geom: bytes, bbox: BBox) -> None:
-        sql, columns = self._insert_sql[table]
-        values = (*(attrs.get(c) for c in columns), geom)
+        sql, _ = self._insert_sql[table]
+        values = (*attribute_values(table, attrs), geom)
         tables = self._tables.get((osm_type, osm_id))
         if tables is not None:
             tables.add(table)
