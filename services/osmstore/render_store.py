@@ -184,6 +184,7 @@ class _DiffApplier:
                         str(path), locations=True)
         self.stats["features_removed"] += self.writer.drop_staged()
         self.stats["features_kept"] = self.writer.kept
+        self.stats["features_rewritten"] = self.writer.rewritten
         if self.coastline_changed:  # rebuilt beside the diffs (coastline.refresh_sea), not in them
             self.stats["sea_stale"] = 1
 

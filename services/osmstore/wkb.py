@@ -57,6 +57,39 @@ def bbox_of(coords: Sequence[Coord]) -> BBox:
     return min(xs), min(ys), max(xs), max(ys)
 
 
+def wkb_bbox(geom: bytes) -> BBox:
+    """The box of a geometry written here, as its writer gave it with the geometry (``bbox_of``): a point's,
+    a line's points', a multipolygon's outer rings' (inner rings lie inside them). ValueError for anything
+    else, a truncated blob included."""
+    try:
+        kind = struct.unpack_from("<I", geom, 1)[0]
+        if kind == _WKB_POINT:
+            x, y = struct.unpack_from("<dd", geom, 5)
+            return x, y, x, y
+        if kind == _WKB_LINESTRING:
+            return _box(np.frombuffer(geom, "<f8", 2 * struct.unpack_from("<I", geom, 5)[0], 9))
+        if kind != _WKB_MULTIPOLYGON:
+            raise ValueError(f"not a geometry this store writes (WKB type {kind})")
+        outers: list[npt.NDArray[np.float64]] = []
+        offset = 9
+        for _ in range(struct.unpack_from("<I", geom, 5)[0]):
+            rings = struct.unpack_from("<I", geom, offset + 5)[0]
+            offset += 9
+            for ring in range(rings):
+                points = struct.unpack_from("<I", geom, offset)[0]
+                if ring == 0:
+                    outers.append(np.frombuffer(geom, "<f8", 2 * points, offset + 4))
+                offset += 4 + 16 * points
+        return _box(np.concatenate(outers))
+    except struct.error as exc:
+        raise ValueError(f"truncated WKB ({exc})") from None
+
+
+def _box(flat: npt.NDArray[np.float64]) -> BBox:
+    xs, ys = flat[0::2], flat[1::2]
+    return float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max())
+
+
 def point(c: Coord) -> bytes:
     return struct.pack("<BIdd", 1, _WKB_POINT, c[0], c[1])
 

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from services.osmstore.geometry import MMAP_BYTES
 from services.osmstore.render_db import RENDER_DB, connect
 from services.osmstore.render_store import RenderStoreError, apply_osc
 from services.osmstore.wal import WAL_SIZE_LIMIT, Checkpointer
@@ -159,6 +160,7 @@ class _Connections:
         self.drop(store_dir)
         conn = connect(db)
         conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
         conn.execute("PRAGMA busy_timeout = 30000")
         checkpointer = None
         # Not while a renderer has the file open in the rollback journal (busy): then next time.

@@ -11,6 +11,7 @@ import pytest
 
 from harness.osm import Extract, coastline_node, node_xml, osc, read_extract, way_xml, write_osc
 from services.osmstore.coastline import refresh_sea
+from services.osmstore.render_db import FEATURE_TABLES
 from services.osmstore.render_store import RenderStoreError, apply_osc
 from services.osmstore.store_diff import apply_to_store
 from services.osmstore.wkb import mercator
@@ -203,3 +204,50 @@ def test_byte_identical_replication_diffs_are_applied_to_both_stores(store: Path
         done = apply_to_store(store, empty, sequence=sequence)
         assert done["render"].get("skipped") is None and done["geometry"]["applied"] is True
     assert _db(store).execute("SELECT value FROM meta WHERE key = 'diffs_applied'").fetchone() == ("2",)
+
+
+def _index_pages(db: sqlite3.Connection) -> dict[str, list[tuple[int, bytes]]]:
+    """Every R*Tree node of every feature table, as stored."""
+    return {table: db.execute(f"SELECT nodeno, data FROM idx_{table}_geom_node ORDER BY nodeno").fetchall()
+            for table in FEATURE_TABLES}
+
+
+def test_a_node_moved_inside_its_ways_box_rewrites_the_row_and_leaves_the_index(store: Path, extract: Extract,
+                                                                               tmp_path: Path) -> None:
+    """A rebuilt feature made differently keeps its row (new values in place) and, when its box is the same,
+    its R*Tree entry: the index is byte for byte as it was, and a tile query still finds the road."""
+    ways_of: dict[int, int] = {}
+    for refs, _tags in extract.ways.values():
+        for ref in set(refs):
+            ways_of[ref] = ways_of.get(ref, 0) + 1
+    db = _db(store)
+    for wid, (refs, tags) in sorted(extract.ways.items()):
+        if not tags.get("highway") or len(refs) < 4 or not all(r in extract.nodes for r in refs):
+            continue
+        for nid in refs[1:-1]:
+            others = [extract.nodes[r] for r in refs if r != nid]
+            lon, lat = extract.nodes[nid]
+            inside = (min(o[0] for o in others) < lon < max(o[0] for o in others)
+                      and min(o[1] for o in others) < lat < max(o[1] for o in others))
+            drawn = any(db.execute(f"SELECT 1 FROM {t} WHERE osm_type = 'n' AND osm_id = ?", (nid,)).fetchone()
+                        for t in FEATURE_TABLES)
+            if inside and ways_of[nid] == 1 and refs.count(nid) == 1 and not drawn:
+                break
+        else:
+            continue
+        break
+    else:
+        raise AssertionError("no road with a node inside its box in the extract")
+    fid, geom = db.execute("SELECT fid, geom FROM roads WHERE osm_type = 'w' AND osm_id = ?", (wid,)).fetchone()
+    box, index = _bbox(db, "roads", "w", wid), _index_pages(db)
+    db.close()
+
+    stats = apply_osc(store, write_osc(tmp_path / "nudge.osc", osc(modify=[node_xml(nid, lon + 1e-7, lat - 1e-7)])))
+    assert stats["ways_rebuilt"] == 1 and stats["features_rewritten"] == 1 and stats["features_removed"] == 0
+    db = _db(store)
+    assert db.execute("SELECT fid FROM roads WHERE osm_type = 'w' AND osm_id = ?", (wid,)).fetchall() == [(fid,)]
+    assert db.execute("SELECT geom FROM roads WHERE fid = ?", (fid,)).fetchone()[0] != geom
+    assert _bbox(db, "roads", "w", wid) == box and _index_pages(db) == index
+    x, y = mercator(lon, lat)
+    assert db.execute("SELECT pkid FROM idx_roads_geom WHERE xmin <= ? AND xmax >= ? AND ymin <= ? AND ymax >= ?",
+                      (x, x, y, y)).fetchall().count((fid,)) == 1
