@@ -152,13 +152,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     setattr(item, "rep_" + rep.when, rep)
 
 
-async def alert_listener(tb: TileBus, name: str) -> list[str]:
+async def alert_listener(tb: TileBus, name: str) -> list[Any]:
     """Bodies heard on qbroker's ``alert`` exchange under ``name`` (a unit stopped with the bus)."""
-    heard: list[str] = []
+    heard: list[Any] = []
     listener = Unit(f"test.listener.{name}", config=Config(url=tb.url))
 
     @listener.on_alert(name)
-    async def on_alert(body: str) -> None:
+    async def on_alert(body: Any) -> None:
         heard.append(body)
 
     await listener.start()

@@ -90,15 +90,20 @@ async def test_a_renderer_a_queuemaster_took_on_osm_stays_on_osm(bus: TileBus) -
     """A seed queuemaster's `queuemaster online` registers the threads on `osm`; nobody pings them there, and
     the renderer's watchdog (register again when not pinged) must not move them back to qbroker. Stopping, it
     unregisters on `osm` too."""
+    # The queuemaster's own start-up `queuemaster online` (qbroker, then osm) must be out before the renderer
+    # listens: heard later, the qbroker one would take the renderer back from the seed's queuemaster below.
+    announced_on_alert = await alert_listener(bus, "toposm")
+    connection, exchange, _ = await osm_client(bus.url)
+    announced_on_osm = await osm_listener(exchange, "toposm")
     bus.queuemaster("--ping-interval", "0.1")
     client = await bus.client()
     unit = Unit("toposm.renderer", config=Config(url=bus.url))
     renderer = RendererProcess(unit, RendererSettings(tile_root=bus.tile_root, hostname="osmhost",
                                                       reregister_after=0.2))
-    await unit.start()
-    bus.units.append(unit)
-    connection, exchange, _ = await osm_client(bus.url)
     try:
+        await eventually(lambda: announced_on_alert and announced_on_osm, timeout=60)
+        await unit.start()
+        bus.units.append(unit)
         await renderer.start()
         s = await wait_renderers(client, 1)
         assert s["renderers"][0]["wire"] == "qbroker"
