@@ -183,7 +183,7 @@ async def timed_diff(bridge: Any, client: Any, store: Path, scale: Scale, work: 
             "metatiles_per_zoom": result["metatiles_per_zoom"],
             "phase_seconds": result.get("phase_seconds"),
             "render_store": {name: v for name, v in result["store"].get("render", {}).items()
-                             if name.startswith("prepare") or name == "ways_rebuilt"},
+                             if name.startswith(("prepare", "features_")) or name == "ways_rebuilt"},
             "sea_stale": bool(result["store"].get("render", {}).get("sea_stale")),
             "sea_refresh_seconds_after_reply": round(background, 3)}
 
