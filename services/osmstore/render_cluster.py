@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .bulk_sqlite import insert_columns
-from .render_db import FEATURE_TABLES, FeatureWriter, attribute_values
+from .render_db import FEATURE_TABLES, FeatureWriter, attribute_values, index_box
 from .rtree_pack import as_stored, pack_rtree
 from .tags import Attrs
 from .wkb import BBox
@@ -83,12 +83,14 @@ class BulkFeatureWriter(FeatureWriter):
                 continue
             columns = list(zip(*rows, strict=True))
             # The key of the box as the R*Tree keeps it, so the store's own boxes give the order (tests).
-            minx, miny, maxx, maxy = (as_stored(np.array(c, np.float64), up).astype(np.float64)
-                                      for c, up in zip(columns[-4:], (False, False, True, True), strict=True))
+            x0, y0, x1, y1 = (np.array(c, np.float64) for c in columns[-4:])
+            boxes = index_box(x0, y0, x1, y1, self.grid)
+            minx, miny, maxx, maxy = (as_stored(c, up).astype(np.float64)
+                                      for c, up in zip(boxes, (False, False, True, True), strict=True))
             z = z_order((minx + maxx) / 2, (miny + maxy) / 2).astype(np.int64).tolist()
             names = ", ".join(f'"{c}"' for c in FEATURE_TABLES[table])
             insert_columns(self.conn, f"INSERT INTO stage_{table} (z, osm_type, osm_id, {names}, geom, "  # noqa: S608
-                           "xmin, ymin, xmax, ymax)", [z, *columns])
+                           "xmin, ymin, xmax, ymax)", [z, *columns[:-4], *(c.tolist() for c in boxes)])
             rows.clear()
         self._pending = 0
 

@@ -8,6 +8,11 @@ the middle. The middle itself (node locations, each way's node list, the reverse
 ways) is the geometry store's (``services.osmstore.geometry``), beside this file in the same store, attached
 read-only (``attach_geometry``): osm2pgsql keeps one middle for its outputs, and keeping a second copy here
 was half of the import's rows and of the middle's disk (docs/decisions.md, "One middle").
+
+An index box is the feature's box rounded out to a grid (``index_box``), a loose box as physics engines keep
+in their dynamic trees (Box2D's "fat" AABBs): a node moved a few metres leaves it as it is, so a diff's
+moves rewrite feature rows but seldom the R*Tree, whose every changed entry rewrote a leaf and each node
+above it (issue 22: most of a big store's index pages in a diff's commit).
 """
 
 from __future__ import annotations
@@ -16,6 +21,10 @@ import json
 import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from .geometry import CACHE_KIB as GEOMETRY_CACHE_KIB
 from .geometry import GEOMETRY_DB, GEOMETRY_DIR, MMAP_BYTES
@@ -25,6 +34,12 @@ from .wkb import BBox, wkb_bbox
 RENDER_DB = "render.sqlite"
 FORMAT_VERSION = 2  # 1 kept its own nodes and way_nodes: a second copy of the geometry store's middle
 GEOMETRY = "geometry"  # the schema name the geometry store is attached under
+# Web Mercator metres the index boxes are rounded out to (``index_box``); recorded in each store's meta as
+# ``index_grid`` (a store imported before has none: exact boxes, kept so). 64 m: of the benchmark's 600 node
+# moves of up to ~20 m (issue 22), 47 changed an index box against 241 with exact boxes; a tile query reads
+# features whose box is up to 64 m off its edges (a z17 tile is 306 m across, a z17 metatile 2,446 m).
+INDEX_GRID = 64.0
+_INDEX_GRID_KEY = "index_grid"
 
 # table -> attribute columns (every feature table also has fid, osm_type, osm_id, geom).
 FEATURE_TABLES: dict[str, dict[str, str]] = {
@@ -87,6 +102,25 @@ def create_schema(conn: sqlite3.Connection) -> None:
                      f"osm_id INTEGER NOT NULL, {cols}, geom BLOB NOT NULL)")
         conn.execute(f"CREATE VIRTUAL TABLE idx_{table}_geom USING rtree(pkid, xmin, xmax, ymin, ymax)")
     set_meta(conn, "format_version", str(FORMAT_VERSION))
+    set_meta(conn, _INDEX_GRID_KEY, repr(INDEX_GRID))
+
+
+Coordinate = TypeVar("Coordinate", float, npt.NDArray[np.float64])
+
+
+def index_box(minx: Coordinate, miny: Coordinate, maxx: Coordinate, maxy: Coordinate,
+              grid: float) -> tuple[Coordinate, Coordinate, Coordinate, Coordinate]:
+    """A box (numbers, or arrays of boxes) as the R*Tree keeps it: rounded out to multiples of ``grid``
+    (none when 0). Multiples of a power of two are exact in the R*Tree's 32-bit floats."""
+    if not grid:
+        return minx, miny, maxx, maxy
+    return (minx // grid * grid, miny // grid * grid, -(-maxx // grid) * grid, -(-maxy // grid) * grid)
+
+
+def index_grid(conn: sqlite3.Connection) -> float:
+    """The grid the store's index boxes are rounded to (``index_box``): 0 for a store imported before."""
+    value = get_meta(conn, _INDEX_GRID_KEY)
+    return float(value) if value else 0.0
 
 
 def create_indexes(conn: sqlite3.Connection) -> None:
@@ -124,6 +158,7 @@ class FeatureWriter:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        self.grid = index_grid(conn)
         self.written = 0
         self.kept = 0  # features ``add`` found staged as they are (``stage_many``)
         self.rewritten = 0  # staged features ``add`` gave other values in place (counted in ``written`` too)
@@ -170,23 +205,24 @@ class FeatureWriter:
                 self._rewrite(table, replaced[1].pop(), replaced[0], values, bbox)
                 return
         cur = self.conn.execute(self._insert_sql[table][0], (osm_type, osm_id, *values))
-        minx, miny, maxx, maxy = bbox
+        minx, miny, maxx, maxy = index_box(*bbox, self.grid)
         self.conn.execute(f"INSERT INTO idx_{table}_geom VALUES (?, ?, ?, ?, ?)",  # noqa: S608
                           (cur.lastrowid, minx, maxx, miny, maxy))
         self.written += 1
 
     def _rewrite(self, table: str, fid: int, old: tuple[object, ...], values: tuple[object, ...], bbox: BBox) -> None:
         """A staged feature of the same object made differently: its row takes the new values in place, and
-        its index entry changes only when the box does. A node moved inside a way's box (most moves on a
-        long way) then leaves the R*Tree alone: in a big store each R*Tree delete and insert rewrote the
-        leaf and every node above it (issue 22: 9 of a diff's 90 ms of SQL at K=200)."""
+        its index entry changes only when its index box does. A node moved inside a way's box, or by less
+        than the grid (``index_box``), then leaves the R*Tree alone: in a big store each R*Tree delete and
+        insert rewrote the leaf and every node above it (issue 22: 9 of a diff's 90 ms of SQL at K=200)."""
         self.conn.execute(self._update_sql[table], (*values, fid))
+        box = index_box(*bbox, self.grid)
         try:
-            same_box = isinstance(old[-1], bytes) and wkb_bbox(old[-1]) == tuple(bbox)
+            same_box = isinstance(old[-1], bytes) and index_box(*wkb_bbox(old[-1]), self.grid) == box
         except ValueError:  # not a geometry this code wrote: its entry is written anew
             same_box = False
         if not same_box:
-            minx, miny, maxx, maxy = bbox
+            minx, miny, maxx, maxy = box
             self.conn.execute(f"UPDATE idx_{table}_geom SET xmin = ?, xmax = ?, ymin = ?, ymax = ? "  # noqa: S608
                               "WHERE pkid = ?", (minx, maxx, miny, maxy, fid))
         self.written += 1

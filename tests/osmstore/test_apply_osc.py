@@ -7,14 +7,16 @@ import sqlite3
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.osm import Extract, coastline_node, node_xml, osc, read_extract, way_xml, write_osc
 from services.osmstore.coastline import refresh_sea
-from services.osmstore.render_db import FEATURE_TABLES
+from services.osmstore.render_db import FEATURE_TABLES, INDEX_GRID, index_box
 from services.osmstore.render_store import RenderStoreError, apply_osc
+from services.osmstore.rtree_pack import as_stored
 from services.osmstore.store_diff import apply_to_store
-from services.osmstore.wkb import mercator
+from services.osmstore.wkb import mercator, wkb_bbox
 
 
 @pytest.fixture(scope="module")
@@ -26,11 +28,17 @@ def _db(store: Path) -> sqlite3.Connection:
     return sqlite3.connect(store / "render.sqlite")
 
 
-def _bbox(db: sqlite3.Connection, table: str, osm_type: str, osm_id: int) -> tuple[float, float, float, float]:
-    row = db.execute(f"SELECT i.xmin, i.ymin, i.xmax, i.ymax FROM {table} t JOIN idx_{table}_geom i "
+def _bbox(db: sqlite3.Connection, table: str, osm_type: str, osm_id: int,
+          grid: float = INDEX_GRID) -> tuple[float, float, float, float]:
+    """The feature's geometry box, once its index entry is checked to be that box rounded out to ``grid``."""
+    row = db.execute(f"SELECT t.geom, i.xmin, i.ymin, i.xmax, i.ymax FROM {table} t JOIN idx_{table}_geom i "
                      f"ON i.pkid = t.fid WHERE t.osm_type = ? AND t.osm_id = ?", (osm_type, osm_id)).fetchone()
     assert row is not None, f"{table} has no feature for {osm_type}{osm_id}"
-    return row
+    box = wkb_bbox(row[0])
+    minx, miny, maxx, maxy = index_box(*box, grid)
+    low, high = as_stored(np.array([minx, miny]), up=False), as_stored(np.array([maxx, maxy]), up=True)
+    assert list(row[1:]) == [*low.tolist(), *high.tolist()], (table, osm_id)
+    return box
 
 
 def _street(extract: Extract, name: str) -> tuple[int, list[int], dict[str, str]]:
@@ -251,3 +259,48 @@ def test_a_node_moved_inside_its_ways_box_rewrites_the_row_and_leaves_the_index(
     x, y = mercator(lon, lat)
     assert db.execute("SELECT pkid FROM idx_roads_geom WHERE xmin <= ? AND xmax >= ? AND ymin <= ? AND ymax >= ?",
                       (x, x, y, y)).fetchall().count((fid,)) == 1
+
+
+def _new_building(store: Path, tmp_path: Path) -> tuple[float, float]:
+    """A new building whose east side lies mid-cell of the index grid; returns its north-east corner."""
+    lon = 24.9444
+    while not 0.3 < mercator(lon, 60.17)[0] / INDEX_GRID % 1 < 0.7:
+        lon += 1e-4
+    corners = [(24.9440, 60.1700), (lon, 60.1700), (lon, 60.1702), (24.9440, 60.1702)]
+    nodes = [node_xml(9_000_000_001 + i, x, y, version=1) for i, (x, y) in enumerate(corners)]
+    way = way_xml(9_000_000_100, [*range(9_000_000_001, 9_000_000_005), 9_000_000_001], {"building": "yes"}, version=1)
+    apply_to_store(store, write_osc(tmp_path / "new.osc", osc(create=[*nodes, way])))
+    return lon, 60.1702
+
+
+def test_a_move_within_the_index_grid_leaves_the_index(store: Path, tmp_path: Path) -> None:
+    """A corner moved ~1 m east changes the building's box but not its index box (rounded out to the grid):
+    the R*Tree is byte for byte as it was. Moved 100 m, the index box follows it."""
+    lon, lat = _new_building(store, tmp_path)
+    db = _db(store)
+    box, index = _bbox(db, "buildings", "w", 9_000_000_100), _index_pages(db)
+    db.close()
+    nudge = write_osc(tmp_path / "nudge.osc", osc(modify=[node_xml(9_000_000_003, lon + 1e-5, lat)]))
+    stats = apply_to_store(store, nudge)["render"]
+    assert stats["features_rewritten"] == 1
+    db = _db(store)
+    moved = _bbox(db, "buildings", "w", 9_000_000_100)
+    assert moved[2] == pytest.approx(box[2] + 1.11, abs=0.01) and _index_pages(db) == index
+    db.close()
+    apply_to_store(store, write_osc(tmp_path / "far.osc", osc(modify=[node_xml(9_000_000_003, lon + 1e-3, lat)])))
+    db = _db(store)
+    assert _bbox(db, "buildings", "w", 9_000_000_100)[2] == pytest.approx(box[2] + 111.3, abs=0.1)
+    assert _index_pages(db) != index and db.execute("SELECT rtreecheck('idx_buildings_geom')").fetchone() == ("ok",)
+
+
+def test_a_store_imported_before_the_index_grid_keeps_exact_boxes(store: Path, tmp_path: Path) -> None:
+    """A store without ``index_grid`` in its meta was indexed with exact boxes: a diff keeps to them (a box
+    rounded out there would be compared with an exact one and left wrong)."""
+    db = _db(store)
+    db.execute("DELETE FROM meta WHERE key = 'index_grid'")
+    db.commit()
+    db.close()
+    lon, lat = _new_building(store, tmp_path)
+    _bbox(_db(store), "buildings", "w", 9_000_000_100, grid=0)
+    apply_to_store(store, write_osc(tmp_path / "nudge.osc", osc(modify=[node_xml(9_000_000_003, lon + 1e-5, lat)])))
+    _bbox(_db(store), "buildings", "w", 9_000_000_100, grid=0)

@@ -131,7 +131,9 @@ def test_area_tags_decide_as_the_whole_tag_list() -> None:
 
 class _Recorder(render_db.FeatureWriter):
     def __init__(self) -> None:
-        super().__init__(sqlite3.connect(":memory:"))
+        conn = sqlite3.connect(":memory:")
+        render_db.create_schema(conn)
+        super().__init__(conn)
         self.rows: list[tuple[object, ...]] = []
 
     def add(self, table: str, osm_type: str, osm_id: int, attrs: dict[str, object], geom: bytes,
