@@ -83,6 +83,13 @@ def way_xml(wid: int, refs: list[int], tags: dict[str, str] | None = None, versi
     return f'<way id="{wid}" version="{version}">{nds}{_tags(tags or {})}</way>'
 
 
+def relation_xml(rid: int, members: list[tuple[str, int, str]], tags: dict[str, str] | None = None,
+                 version: int = 2) -> str:
+    """A relation; ``members`` as (type, ref, role)."""
+    mxml = "".join(f'<member type="{t}" ref="{ref}" role={quoteattr(role)}/>' for t, ref, role in members)
+    return f'<relation id="{rid}" version="{version}">{mxml}{_tags(tags or {})}</relation>'
+
+
 @dataclass
 class OscNode:
     """A node as an object (``str()`` is its XML), for tests that build diffs from data."""

@@ -124,8 +124,10 @@ class _DiffApplier:
             self.dirty_ways.discard(w.id)
             self.way_refs.pop(w.id, None)
             return
+        # Tags as stored are left alone (most modified ways gained or lost a node): rewritten, even
+        # unchanged, the row's page went into the diff's commit.
         self.conn.execute("INSERT INTO ways (id, tags) VALUES (?, ?) ON CONFLICT (id) DO UPDATE "
-                          "SET tags = excluded.tags", (w.id, _tags(w)))
+                          "SET tags = excluded.tags WHERE tags IS NOT excluded.tags", (w.id, _tags(w)))
         self.existing["ways"].add(w.id)
         self.way_refs[w.id] = [ref.ref for ref in w.nodes]
         self.stats["ways_modified" if existed else "ways_created"] += 1
@@ -134,7 +136,12 @@ class _DiffApplier:
 
     def relation(self, r: osmium.osm.Relation) -> None:
         existed = r.id in self.existing["relations"]
-        self.conn.execute("DELETE FROM relation_members WHERE relation_id = ?", (r.id,))
+        members = [(m.type, m.ref, m.role) for m in r.members]
+        stored = self.conn.execute("SELECT member_type, member_id, role FROM relation_members WHERE relation_id = ? "
+                                   "ORDER BY seq", (r.id,)).fetchall()
+        same_members = not r.deleted and stored == members  # as for a way's tags: nothing written then
+        if not same_members:
+            self.conn.execute("DELETE FROM relation_members WHERE relation_id = ?", (r.id,))
         if r.deleted:
             self.conn.execute("DELETE FROM relations WHERE id = ?", (r.id,))
             self.existing["relations"].discard(r.id)
@@ -143,11 +150,11 @@ class _DiffApplier:
             self.dirty_relations.discard(r.id)
             return
         self.conn.execute("INSERT INTO relations (id, tags) VALUES (?, ?) ON CONFLICT (id) DO UPDATE "
-                          "SET tags = excluded.tags", (r.id, _tags(r)))
+                          "SET tags = excluded.tags WHERE tags IS NOT excluded.tags", (r.id, _tags(r)))
         self.existing["relations"].add(r.id)
-        self.conn.executemany(
-            "INSERT INTO relation_members (relation_id, seq, member_type, member_id, role) VALUES (?, ?, ?, ?, ?)",
-            [(r.id, i, m.type, m.ref, m.role) for i, m in enumerate(r.members)])
+        if not same_members:
+            self.conn.executemany("INSERT INTO relation_members (relation_id, seq, member_type, member_id, role) "
+                                  "VALUES (?, ?, ?, ?, ?)", [(r.id, i, *m) for i, m in enumerate(members)])
         self.stats["relations_modified" if existed else "relations_created"] += 1
         self.dirty_relations.add(r.id)
 

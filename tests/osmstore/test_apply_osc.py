@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.osm import Extract, coastline_node, node_xml, osc, read_extract, way_xml, write_osc
+from harness.osm import Extract, coastline_node, node_xml, osc, read_extract, relation_xml, way_xml, write_osc
+from services.osmstore import render_db
 from services.osmstore.coastline import refresh_sea
 from services.osmstore.render_db import FEATURE_TABLES, INDEX_GRID, index_box
 from services.osmstore.render_store import RenderStoreError, apply_osc
@@ -304,3 +305,25 @@ def test_a_store_imported_before_the_index_grid_keeps_exact_boxes(store: Path, t
     _bbox(_db(store), "buildings", "w", 9_000_000_100, grid=0)
     apply_to_store(store, write_osc(tmp_path / "nudge.osc", osc(modify=[node_xml(9_000_000_003, lon + 1e-5, lat)])))
     _bbox(_db(store), "buildings", "w", 9_000_000_100, grid=0)
+
+
+def test_ways_and_relations_modified_as_stored_write_no_row(store: Path, extract: Extract, tmp_path: Path) -> None:
+    """A way and a multipolygon modified with the tags, nodes and members they have (a new version that
+    changed nothing drawn) change no row: the same row changes as an empty diff's (its meta). Retagged,
+    they do."""
+    wid, refs, tags = _street(extract, "Aleksanterinkatu")
+    rel_id = _db(store).execute("SELECT osm_id FROM buildings WHERE osm_type = 'r' ORDER BY osm_id").fetchone()[0]
+    members, rel_tags = extract.relations[rel_id]
+
+    def changes(name: str, modify: list[str]) -> int:  # rows the diff changes, rolled back
+        conn = render_db.connect(store / render_db.RENDER_DB)
+        apply_osc(store, write_osc(tmp_path / name, osc(modify=modify)), connection=conn, commit_if=lambda: False)
+        changed = conn.total_changes
+        conn.close()
+        return changed
+
+    empty = changes("empty.osc", [])
+    same = [way_xml(wid, refs, tags, version=99), relation_xml(rel_id, members, rel_tags, 99)]
+    assert changes("same.osc", same) == empty
+    assert changes("way.osc", [way_xml(wid, refs, {**tags, "note": "x"}, version=99)]) > empty
+    assert changes("relation.osc", [relation_xml(rel_id, members[:-1], rel_tags, 99)]) > empty

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.osm import Extract, node_xml, osc, read_extract, way_xml, write_osc
+from harness.osm import Extract, node_xml, osc, read_extract, relation_xml, way_xml, write_osc
 from services.osmstore.geometry import GeometryStore, SequenceGap
 from services.osmstore.geometry_apply import apply_diff
 from services.osmstore.osc_diff import read_diff
@@ -156,12 +156,6 @@ def test_failure_before_the_commit_leaves_the_store(store: Path, extract: Extrac
     assert GeometryStore.of_store(store).manifest().commits == 0
 
 
-def _relation_xml(rid: int, members: list[tuple[str, int, str]], tags: dict[str, str], version: int = 9) -> str:
-    mxml = "".join(f'<member type="{t}" ref="{ref}" role="{role}"/>' for t, ref, role in members)
-    txml = "".join(f'<tag k="{k}" v="{v}"/>' for k, v in tags.items())
-    return f'<relation id="{rid}" version="{version}">{mxml}{txml}</relation>'
-
-
 def test_a_diff_leaves_the_rows_the_extract_with_it_would_have(store: Path, extract: Extract,
                                                                  tmp_path: Path) -> None:
     """Tag edits (node, way, relation), node moves, new and deleted nodes, ways whose node list grew, shrank
@@ -192,10 +186,10 @@ def test_a_diff_leaves_the_rows_the_extract_with_it_would_have(store: Path, extr
         delete.append(way_xml(w, ways.pop(w), {}, version=7))
     ways[9_000_000_002] = [node_ids[2], node_ids[3], 9_000_000_001]
     create.append(way_xml(9_000_000_002, ways[9_000_000_002], {"highway": "path"}, version=1))
-    modify.append(_relation_xml(rel_ids[0], rels[rel_ids[0]], {"type": "multipolygon", "note": "x"}))
+    modify.append(relation_xml(rel_ids[0], rels[rel_ids[0]], {"type": "multipolygon", "note": "x"}, version=9))
     rels[rel_ids[1]] = [*rels[rel_ids[1]], ("w", 9_000_000_002, "outer")]
-    modify.append(_relation_xml(rel_ids[1], rels[rel_ids[1]], {"type": "multipolygon"}))
-    delete.append(_relation_xml(rel_ids[2], rels.pop(rel_ids[2]), {}))
+    modify.append(relation_xml(rel_ids[1], rels[rel_ids[1]], {"type": "multipolygon"}, version=9))
+    delete.append(relation_xml(rel_ids[2], rels.pop(rel_ids[2]), {}, version=9))
     delete.append(node_xml(node_ids[9], None, None, version=3))
     del nodes[node_ids[9]]
     diff = read_diff(write_osc(tmp_path / "d.osc", osc(create=create, modify=modify, delete=delete)))
