@@ -12,7 +12,7 @@ was half of the import's rows and of the middle's disk (docs/decisions.md, "One 
 An index box is the feature's box rounded out to a grid (``index_box``), a loose box as physics engines keep
 in their dynamic trees (Box2D's "fat" AABBs): a node moved a few metres leaves it as it is, so a diff's
 moves rewrite feature rows but seldom the R*Tree, whose every changed entry rewrote a leaf and each node
-above it (issue 22: most of a big store's index pages in a diff's commit).
+above it (issue 22: ~40% of the pages a diff's commit wrote at K=200 went to the R*Trees).
 """
 
 from __future__ import annotations
