@@ -137,9 +137,9 @@ class _DiffApplier:
     def relation(self, r: osmium.osm.Relation) -> None:
         existed = r.id in self.existing["relations"]
         members = [(m.type, m.ref, m.role) for m in r.members]
-        stored = self.conn.execute("SELECT member_type, member_id, role FROM relation_members WHERE relation_id = ? "
-                                   "ORDER BY seq", (r.id,)).fetchall()
-        same_members = not r.deleted and stored == members  # as for a way's tags: nothing written then
+        same_members = not r.deleted and self.conn.execute(  # as for a way's tags: nothing written then
+            "SELECT member_type, member_id, role FROM relation_members WHERE relation_id = ? ORDER BY seq",
+            (r.id,)).fetchall() == members
         if not same_members:
             self.conn.execute("DELETE FROM relation_members WHERE relation_id = ?", (r.id,))
         if r.deleted:
