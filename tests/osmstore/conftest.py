@@ -9,10 +9,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.osm import osm_data_dir, postgis_database
 from services.osmstore.importer import import_extract
+from services.osmstore.render_db import INDEX_GRID, index_box
+from services.osmstore.rtree_pack import as_stored
+from services.osmstore.wkb import wkb_bbox
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +52,10 @@ def postgis_dsn() -> Iterator[str]:
     # WITH (FORCE): mapnik's postgis plugin keeps its pooled connections open
     subprocess.run(["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-c",
                     f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], capture_output=True, timeout=60)
+
+
+def index_entry(geom: bytes, grid: float = INDEX_GRID) -> list[float]:
+    """The R*Tree entry (xmin, ymin, xmax, ymax, as stored) a feature of geometry ``geom`` should have."""
+    minx, miny, maxx, maxy = index_box(*wkb_bbox(geom), grid)
+    low, high = as_stored(np.array([minx, miny]), up=False), as_stored(np.array([maxx, maxy]), up=True)
+    return [*low.tolist(), *high.tolist()]

@@ -7,17 +7,16 @@ import sqlite3
 import struct
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from harness.osm import Extract, coastline_node, node_xml, osc, read_extract, relation_xml, way_xml, write_osc
 from services.osmstore import render_db
 from services.osmstore.coastline import refresh_sea
-from services.osmstore.render_db import FEATURE_TABLES, INDEX_GRID, index_box
+from services.osmstore.render_db import FEATURE_TABLES, INDEX_GRID
 from services.osmstore.render_store import RenderStoreError, apply_osc
-from services.osmstore.rtree_pack import as_stored
 from services.osmstore.store_diff import apply_to_store
 from services.osmstore.wkb import mercator, wkb_bbox
+from tests.osmstore.conftest import index_entry
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +34,8 @@ def _bbox(db: sqlite3.Connection, table: str, osm_type: str, osm_id: int,
     row = db.execute(f"SELECT t.geom, i.xmin, i.ymin, i.xmax, i.ymax FROM {table} t JOIN idx_{table}_geom i "
                      f"ON i.pkid = t.fid WHERE t.osm_type = ? AND t.osm_id = ?", (osm_type, osm_id)).fetchone()
     assert row is not None, f"{table} has no feature for {osm_type}{osm_id}"
-    box = wkb_bbox(row[0])
-    minx, miny, maxx, maxy = index_box(*box, grid)
-    low, high = as_stored(np.array([minx, miny]), up=False), as_stored(np.array([maxx, maxy]), up=True)
-    assert list(row[1:]) == [*low.tolist(), *high.tolist()], (table, osm_id)
-    return box
+    assert list(row[1:]) == index_entry(row[0], grid), (table, osm_id)
+    return wkb_bbox(row[0])
 
 
 def _street(extract: Extract, name: str) -> tuple[int, list[int], dict[str, str]]:

@@ -12,9 +12,9 @@ import pytest
 
 from services.osmstore.coastline import SEA_CELL, SEA_PIECE_VERTICES, split_ring
 from services.osmstore.render_cluster import z_order
-from services.osmstore.render_db import FEATURE_TABLES, INDEX_GRID, index_box
-from services.osmstore.rtree_pack import as_stored
-from services.osmstore.wkb import bbox_of, ring_area, wkb_bbox
+from services.osmstore.render_db import FEATURE_TABLES
+from services.osmstore.wkb import bbox_of, ring_area
+from tests.osmstore.conftest import index_entry
 
 
 def _cells(low: float, high: float) -> int:
@@ -56,9 +56,7 @@ def test_every_index_box_is_its_geometrys_box_on_the_grid(imported_store: Path) 
     for table in FEATURE_TABLES:
         for geom, *stored in db.execute(f"SELECT t.geom, i.xmin, i.ymin, i.xmax, i.ymax FROM {table} t "  # noqa: S608
                                         f"JOIN idx_{table}_geom i ON i.pkid = t.fid"):
-            minx, miny, maxx, maxy = index_box(*wkb_bbox(geom), INDEX_GRID)
-            low, high = as_stored(np.array([minx, miny]), up=False), as_stored(np.array([maxx, maxy]), up=True)
-            assert stored == [*low.tolist(), *high.tolist()], table
+            assert stored == index_entry(geom), table
             shapes.add(int.from_bytes(geom[1:5], "little"))
             holes += geom[1] == 6 and int.from_bytes(geom[14:18], "little") > 1  # the first polygon's rings
     assert shapes == {1, 2, 6} and holes > 0
