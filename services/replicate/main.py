@@ -20,6 +20,7 @@ from qbroker.runner import serve
 from services.metrics_port import MetricsServer, add_metrics_options, check_metrics_options
 from services.replicate.follower import Follower, FollowSettings
 from services.replicate.source import is_url
+from services.tiles.seed_wire import AllProgramsTopic
 
 APP = "toposm.replicate"
 
@@ -92,7 +93,12 @@ def parse_command(argv: list[str] | None = None) -> tuple[FollowSettings, Metric
 
 
 class _Process(Follower):
-    """Ends the process when the follower ends (``--once``, or an error): the runner's own graceful stop."""
+    """Ends the process when the follower ends (``--once``, or an error): the runner's own graceful stop.
+    Listens on ``toposm`` as every running program does (the seed); nothing said there concerns it."""
+
+    def __init__(self, unit: Unit, settings: FollowSettings, metrics: MetricsServer) -> None:
+        super().__init__(unit, settings, metrics)
+        self.all_programs = AllProgramsTopic(unit, registry=self.metrics_server.registry)
 
     async def start(self) -> None:
         await super().start()

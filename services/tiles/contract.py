@@ -30,8 +30,11 @@ QUEUEMASTER = "toposm.queuemaster"
 RENDER_ROOT = "toposm.render"
 # The queuemaster's durable queue on ``osm`` (bound to its name, expirations and ``toposm``).
 QUEUEMASTER_OSM_QUEUE = QUEUEMASTER + ".osm"
-# A seed client's own reply queue name, if it wants one rather than a broker-named ``amq.gen-...`` queue.
+# A seed client's own reply queue name, if it wants one rather than a broker-named ``amq.gen-...`` queue
+# (any other name it declared is answered too, but this one is in the TopOSM namespace and the roles allow it).
 CLIENT_REPLY_PREFIX = "toposm.reply."
+# The one command the seed defines on ``toposm`` (every program listens there): the queuemaster (back) online.
+QUEUEMASTER_ONLINE = "queuemaster online"
 
 SPARK_BRIDGE = "spark.bridge"  # the bridge's app name
 SPARK_EXPIRE = "spark.expire"

@@ -58,11 +58,12 @@ ROLES: dict[str, dict[str, Any]] = {
         "listed_in": ["TOPOSM_RENDERER_USERS"],
     },
     # A person or program asking for tiles; on the seed's wire with a server-named reply queue of its own or
-    # one of the documented client prefix (services/tiles/seed_wire.py), hearing expirations there.
+    # one of the documented client prefix (services/tiles/seed_wire.py), hearing expirations there, and
+    # `toposm` on both wires, where every running program listens (toposm-render-list, toposm-replicate).
     "client": {
-        "call": [QM],
+        "call": [QM], "hear": [ALL],
         "resources": [OSM_EXCHANGE, SERVER_NAMED, re.escape(CLIENT_REPLY_PREFIX) + "[A-Za-z0-9_-]+"],
-        "topics": {OSM_EXCHANGE: {"write": [QM], "read": [EXPIRE]}},
+        "topics": {OSM_EXCHANGE: {"write": [QM], "read": [EXPIRE, ALL]}},
     },
     # Renderers take control alerts (shutdown) from operators only; operators may expire.
     "operator": {"listed_in": ["TOPOSM_OPERATOR_USERS", "TOPOSM_EXPIRE_USERS"]},

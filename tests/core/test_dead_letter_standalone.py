@@ -41,3 +41,31 @@ async def test_standalone_collector_answers_for_units_that_do_not_collect(amqp_u
         await client.stop()
         collector.send_signal(signal.SIGTERM)
         assert collector.wait(20) == 0
+
+
+async def test_standalone_collector_listens_where_it_is_told(amqp_url: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`--hear NAME`: the library's own program listens where a deployment's running programs all listen
+    (TopOSM's `toposm`), knowing nothing of the application: heard, logged and counted, never answered."""
+    env = dict(os.environ, QBROKER_URL=amqp_url, QBROKER_EXCHANGE_PREFIX="hears.")
+    log = tmp_path / "collector.log"
+    with open(log, "wb") as out:
+        collector = subprocess.Popen([sys.executable, "-m", "qbroker.cli.dead_letter", "--hear", "toposm"],
+                                     env=env, stdout=out, stderr=subprocess.STDOUT)
+    client = Unit("test.client", config=Config(url=amqp_url, exchange_prefix="hears.", dead_letters=False))
+    await client.start()
+    try:
+        async def listening() -> bool:
+            async for reply in client.gather("qbroker.ping", {}, timeout=1):
+                if reply.body["app"] == "qbroker.dead_letter":
+                    return "toposm" in reply.body["listeners"]
+            return False
+
+        await eventually(listening, interval=0.2)
+        replies = [r async for r in client.gather("toposm", {"command": "queuemaster online"}, timeout=1)]
+        assert replies == []  # nothing answered
+        await eventually(lambda: "alert heard" in log.read_text())
+    finally:
+        await client.stop()
+        collector.send_signal(signal.SIGTERM)
+        assert collector.wait(20) == 0
+    assert "'toposm': 1" in log.read_text()  # the count, logged at stop

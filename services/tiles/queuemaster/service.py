@@ -48,6 +48,7 @@ from ..expiry_wires import (
     relay_expiry,
 )
 from ..messages import Message
+from ..seed_wire import ReplyQueues
 from ..tilemath import Metatile
 from .commands import COMMANDS, Command, expire_broadcast
 from .metrics import QueuemasterMetrics
@@ -76,7 +77,8 @@ class QueuemasterService:
         # ours would otherwise be taken for a previous run's and answered twice.
         self._restored = self.waiter_store.take_live()
         self.osm = OsmWire(qm, self._on_osm_expiry, max_body_bytes=unit.config.max_body_bytes,
-                           waiters=self.waiter_store, queue_arguments=unit.config.durable_queue_type())
+                           waiters=self.waiter_store, queue_arguments=unit.config.durable_queue_type(),
+                           reply_queues=ReplyQueues(unit.config))
         self.osm_publisher = OsmPublisher()  # relays expiries heard on alert only
         self.expiry_twins = TwinFilter()
         qm.announce_expiry = self._announce_expiry
