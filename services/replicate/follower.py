@@ -100,8 +100,9 @@ class FollowSettings:
         return self.store if self.store is not None else self.spool_dir
 
 
-class BadAnswer(Exception):
-    """A replication server answered something that cannot be followed: backed off, not fatal."""
+class BadAnswer(ReplicationError):
+    """A replication server answered something that cannot be followed (the message says what): the follower
+    backs off, as from a server that does not answer; from a directory the same error stops it."""
 
 
 def backoff(failures: int, interval: float, ceiling: float) -> float:
