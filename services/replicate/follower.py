@@ -53,13 +53,13 @@ log = structlog.get_logger("toposm.replicate")
 T = TypeVar("T")
 
 STATUS_FILE = "replication.json"
+SPOOL_DIR = "replication-spool"  # under the store unless --spool says otherwise
 # What --once's error and the log say of a round that failed, by its metrics.FAILURES label.
 _FAILED = {"source": ("the source did not answer", "source unavailable"),
            "answer": ("the source answered badly", "source answered badly"),
            "bridge": ("the bridge did not answer", "bridge unavailable"),
            "bus": ("the bus did not answer", "bus unavailable"),
            "postgis": ("the postgis failed", "postgis unavailable")}
-SPOOL_DIR = "replication-spool"  # under the store unless --spool says otherwise
 
 
 @dataclass(frozen=True)

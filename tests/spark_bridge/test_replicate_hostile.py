@@ -21,7 +21,8 @@ from harness import HANG, eventually
 from harness.osm import Extract, osc, publish, read_extract
 from harness.private_node import free_port
 from services.osmstore.geometry import GeometryStore
-from services.osmstore.replication import ReplicationError, parse_state
+from services.osmstore.replication import STATE_BYTES, ReplicationError, parse_state
+from services.replicate.source import HttpSource, SourceUnavailable
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
 from tests.prometheus_text import scrape, value
 from tests.spark_bridge.replicate_helpers import renamed, store_bridge  # noqa: F401 - store_bridge is a fixture
@@ -82,6 +83,22 @@ def test_what_is_not_a_state_file_is_refused_as_one(answer: bytes) -> None:
         parse_state(answer, "http://mirror/state.txt")
     assert parse_state(b"sequenceNumber=0000042\n", "x").sequence == 42
     assert parse_state(b"sequenceNumber=999999999\n", "x").sequence == 999_999_999
+
+
+async def test_a_download_is_bounded_in_size_and_in_total_time(tmp_path) -> None:
+    publish(tmp_path / "replication" / "minute", 1, osc())
+    with serving(tmp_path) as server:
+        source = HttpSource(server.url + "replication/minute/", timeout=30, deadline=0.5, retries=0)
+        try:
+            server.answers[STATE] = [Answer(b"#" * (STATE_BYTES + 1)), Answer(b"#" * 1000, drip=0.05)]
+            with pytest.raises(ReplicationError, match=rf"state\.txt: over {STATE_BYTES} bytes"):
+                await source.latest()
+            with pytest.raises(SourceUnavailable, match=r"state\.txt: not read within 0\.5 s \(--http-deadline\)"):
+                await source.latest()  # each read well within the 30 s timeout
+            assert (await source.latest()).sequence == 1  # as published, on the same session
+        finally:
+            await source.close()
+        await eventually(lambda: (STATE, "drip abandoned by the client") in server.log)
 
 
 async def test_bad_answers_are_counted_and_backed_off_until_the_server_answers_well(
