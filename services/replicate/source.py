@@ -38,7 +38,6 @@ DOWNLOAD_DEADLINE = 600.0  # seconds for one download in all: 256 MB at ~0.5 MB/
 _GONE = (404, 410)
 _RETRY_STATUS = (408, 429, 500, 502, 503, 504)
 _RETRY_BACKOFF = 0.5  # seconds before the first retry of a request, doubled per retry
-_CHUNK = 1 << 16
 USER_AGENT = "toposm-replicate (qbroker)"
 
 
@@ -196,12 +195,14 @@ class HttpSource:
                     raise SourceUnavailable(f"{url}: HTTP {resp.status}")
                 if resp.content_length is not None and resp.content_length > limit:
                     raise ReplicationError(f"{url}: over {limit} bytes, not a replication file")
-                body = bytearray()
-                async for chunk in resp.content.iter_chunked(_CHUNK):
-                    body += chunk
-                    if len(body) > limit:
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.content.iter_any():  # what has arrived, however little or much
+                    size += len(chunk)
+                    if size > limit:
                         raise ReplicationError(f"{url}: over {limit} bytes, not a replication file")
-                return bytes(body)
+                    chunks.append(chunk)
+                return b"".join(chunks)
         except TimeoutError as exc:
             if deadline.expired():
                 raise SourceUnavailable(f"{url}: not read within {self.deadline:g} s (--http-deadline)") from None
