@@ -24,6 +24,7 @@ from services.tiles.tilemath import Tile, TileError, ZoomRange, parse_tile
 
 from .cache_policy import NO_STORE, CachePolicy
 from .extent import SharedScan, tile_root_extent
+from .same_origin import add_security_headers, same_origin_middleware
 from .status import StatusModel
 from .tiles import TileRefused, TileServer
 from .web_metrics import WebMetrics
@@ -89,7 +90,8 @@ class WebApp:
         metrics.on_demand.set_function(lambda: tiles.in_flight)
 
     def build(self) -> web.Application:
-        app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024)
+        app = web.Application(middlewares=[errors_middleware, same_origin_middleware], client_max_size=64 * 1024)
+        app.on_response_prepare.append(add_security_headers)
         app.router.add_get("/", self.page("status.html"))
         app.router.add_get("/map", self.page("map.html"))
         app.router.add_get("/events", self.events)

@@ -36,6 +36,7 @@ from services.tiles.freshness import MARKER_DIR, nginx_lookup_map
 from services.tiles.tilemath import MAX_SUPPORTED_ZOOM
 
 from .cache_policy import CachePolicy
+from .same_origin import NOSNIFF
 
 log = structlog.get_logger("toposm.web")
 FRONTS = ("nginx",)
@@ -155,6 +156,7 @@ def nginx_config(s: FrontSettings, run: Path, backend: Path, user: str | None) -
             alias "{_quote(str(root))[1:-1]}/$tile_z/$tile_xh$tile_xl$tile_xs/$tile_yh$tile_yl$tile_ys.png";
             expires $tile_max_age;
             add_header X-Tile-State fresh;
+            add_header X-Content-Type-Options {NOSNIFF};
         }}
         location @toposm_web {{
             {proxy}

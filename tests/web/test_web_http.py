@@ -84,7 +84,8 @@ async def test_unknown_paths_are_404(web: Web, path: str) -> None:
 
 @pytest.mark.parametrize("body", [b"not json", b'{"tile": 3}', b'["1/0/0"]', b'{"tile": "1/5/0"}'])
 async def test_bad_render_requests_are_400(web: Web, body: bytes) -> None:
-    async with aiohttp.ClientSession() as session, session.post(web.url + "/api/render", data=body) as response:
+    async with aiohttp.ClientSession() as session, \
+            session.post(web.url + "/api/render", data=body, headers={"Content-Type": "application/json"}) as response:
         assert response.status == 400
         assert b"Traceback" not in await response.read()
 
