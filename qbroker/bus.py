@@ -32,7 +32,7 @@ from qbroker.errors import (
     RequestError,
     RequestFailed,
 )
-from qbroker.exchanges import Exchanges, declare_exchanges, declare_unit_queue
+from qbroker.exchanges import Exchanges, declare_unit_queue, ensure_topology, open_exchanges
 from qbroker.middleware import MiddlewareStack
 from qbroker.replies import PendingReplies, Reply, failed_reply, parse_reply
 from qbroker.transport import Channel, Connection, Consumer, Exchange, Queue
@@ -50,7 +50,7 @@ class Bus:
         self.app = app
         self.uuid = uuid
         self.log = log
-        self.pending = PendingReplies()
+        self.pending = PendingReplies(config.unreadable_reply_grace)
         # The middleware chains of this unit's endpoints and listeners, and its send hooks.
         self.middleware = MiddlewareStack()
         self.supervisor = ConnectionSupervisor(config, self._connected, self._lost, app=app, uuid=uuid)
@@ -106,6 +106,7 @@ class Bus:
 
     async def _connected(self, connection: Connection) -> None:
         self._consumers = []
+        await ensure_topology(connection, self.config, self.log)
         self._exchanges = await self._open_publisher(connection)
         own = await self.channel(connection, confirms=False)
         reply_queue = await declare_unit_queue(own, self.config, "reply", self.uuid)
@@ -119,7 +120,7 @@ class Bus:
         (a message over its max_message_size, a forged user-id): then only these two are reopened, so
         consumers and the calls in flight carry on; only publishes unconfirmed at that moment fail."""
         channel = await connection.channel(publisher_confirms=True)
-        exchanges = await declare_exchanges(connection, channel, self.config)
+        exchanges = await open_exchanges(channel, self.config)
         replies = await connection.channel(publisher_confirms=False)
         self._unconfirmed_reply = await replies.get_exchange(exchanges.reply.name, ensure=False)
         self._publisher = channel
