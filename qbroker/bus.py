@@ -106,20 +106,22 @@ class Bus:
 
     async def _connected(self, connection: Connection) -> None:
         self._consumers = []
-        await ensure_topology(connection, self.config, self.log)
-        self._exchanges = await self._open_publisher(connection)
+        channel = await connection.channel(publisher_confirms=True)
+        await ensure_topology(connection, self.config, self.log, channel)
+        self._exchanges = await self._open_publisher(connection, None if channel.is_closed else channel)
         own = await self.channel(connection, confirms=False)
         reply_queue = await declare_unit_queue(own, self.config, "reply", self.uuid)
         await reply_queue.bind(self._exchanges.reply, routing_key=self.uuid)
         await reply_queue.consume(self._on_reply, no_ack=True)
         await self._on_connected(connection)
 
-    async def _open_publisher(self, connection: Connection) -> Exchanges:
+    async def _open_publisher(self, connection: Connection, channel: Channel | None = None) -> Exchanges:
         """The publishing channels: one with publisher confirms for requests, alerts and copies, and one
         without for replies (see ``send_reply``). The broker closes a channel when it refuses one publish
         (a message over its max_message_size, a forged user-id): then only these two are reopened, so
         consumers and the calls in flight carry on; only publishes unconfirmed at that moment fail."""
-        channel = await connection.channel(publisher_confirms=True)
+        if channel is None:
+            channel = await connection.channel(publisher_confirms=True)
         exchanges = await open_exchanges(channel, self.config)
         replies = await connection.channel(publisher_confirms=False)
         self._unconfirmed_reply = await replies.get_exchange(exchanges.reply.name, ensure=False)

@@ -29,9 +29,11 @@ class Exchanges:
     dead: Exchange
 
 
-async def ensure_topology(connection: Connection, config: Config, log: FilteringBoundLogger) -> None:
-    """The shared exchanges and queues are there (TopologyMissing names what is not; see topology_check)."""
-    await ensure_shared(connection, shared_topology(config), log)
+async def ensure_topology(connection: Connection, config: Config, log: FilteringBoundLogger,
+                          channel: Channel | None = None) -> None:
+    """The shared exchanges and queues are there (TopologyMissing names what is not; see topology_check),
+    found on ``channel`` unless the broker refuses something there (it is closed then)."""
+    await ensure_shared(connection, shared_topology(config), log, channel)
 
 
 async def open_exchanges(channel: Channel, config: Config) -> Exchanges:
