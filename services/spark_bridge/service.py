@@ -2,7 +2,7 @@
 
 Submitting answers ``{"job_id", "kind", "state"}`` at once; with ``wait=true`` the handler detaches
 (acks the request so a long job does not hold a prefetch slot) and answers the finished job record.
-Progress goes out as ``spark.progress.<job_id>`` alerts; expirations as text on ``expire_toposm``, once
+Progress goes out as ``spark.progress.<owner>.<job_id>`` alerts; expirations as text on ``expire_toposm``, once
 on qbroker's ``alert`` exchange and once on the seed's ``osm`` (``services.tiles.expiry_wires``). Every
 invalid request is answered ``fail`` naming the problem.
 """
@@ -18,6 +18,7 @@ import structlog
 from pyspark.sql import SparkSession
 
 from qbroker import RequestContext, Unit
+from qbroker.progress import progress_key
 from services.error_messages import errored, failed
 from services.metrics_port import MetricsServer
 from services.spark_bridge.confine import InputRefused, InputRoots, output_dir
@@ -143,7 +144,9 @@ class SparkBridge:
         log.info("heard on toposm", command=str(body["command"])[:64])
 
     async def _publish_progress(self, snapshot: dict[str, Any]) -> None:
-        await self.unit.alert(SPARK_PROGRESS + snapshot["job_id"], snapshot)
+        # Named after the job's owner: the broker lets each account hear its own jobs only (qbroker.progress).
+        owner = self.manager.get(snapshot["job_id"]).owner
+        await self.unit.alert(progress_key(SPARK_PROGRESS, owner, snapshot["job_id"]), snapshot)
 
     def _expiration_sender(self) -> Any:
         loop = asyncio.get_running_loop()

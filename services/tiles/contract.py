@@ -8,8 +8,8 @@ so any of them can use it without pulling in another's code.
   on ``toposm`` and expirations go to ``expire_toposm``; the queuemaster, ``toposm.queuemaster`` (its qbroker
   endpoint, its routing key on ``osm`` and its app id there are the same name); render threads below
   ``toposm.render.<host>.<pid>.<thread>``. qbroker's ``alert`` exchange carries ``expire_toposm`` too. The
-  Spark bridge's endpoints ``spark.expire``, ``spark.stats``, ``spark.job`` and its ``spark.progress.<job>``
-  alerts (called by toposm-web, toposm-replicate and people).
+  Spark bridge's endpoints ``spark.expire``, ``spark.stats``, ``spark.job`` and its
+  ``spark.progress.<owner>.<job>`` alerts (called by toposm-web, toposm-replicate and people).
 - **The expiry list**: tiles ``z/x/y`` separated by ``;`` (a newline is tolerated as a separator, blanks and
   empty items are ignored), as text. Its parsers with range checks are ``tilemath.parse_tile_list`` and the
   queuemaster's ``expiry_keys``; both split as ``split_expiry_list`` does.
@@ -40,7 +40,8 @@ SPARK_BRIDGE = "spark.bridge"  # the bridge's app name
 SPARK_EXPIRE = "spark.expire"
 SPARK_STATS = "spark.stats"
 SPARK_JOB = "spark.job"
-SPARK_PROGRESS = "spark.progress."  # + the job id
+# + the owner's account as one word (qbroker.progress.owner_word) + "." + the job id
+SPARK_PROGRESS = "spark.progress."
 
 EXPIRY_SEPARATOR = ";"
 METATILE_SHIFT = 3

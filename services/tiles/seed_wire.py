@@ -16,16 +16,16 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
-import aio_pika
 import orjson
 import structlog
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, AbstractIncomingMessage
-from aiormq.exceptions import ChannelPreconditionFailed
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 from pydantic import BaseModel
 
 from qbroker import Config, Unit
+from qbroker.topology import topic_exchange
+from qbroker.topology_check import ensure_shared
 from qbroker.transport import Connection
 
 from .contract import ALL_PROGRAMS, CLIENT_REPLY_PREFIX, OSM_EXCHANGE, QUEUEMASTER_ONLINE
@@ -72,18 +72,21 @@ def known_params(model: type[BaseModel], params: dict[str, Any]) -> tuple[dict[s
     return {k: v for k, v in params.items() if k in known}, [k for k in params if k not in known]
 
 
+# The one declaration of `osm` (docs/tiles.md): `qbroker provision` declares it so, a unit finds it
+# (declaring it only where its account may, on a bus without accounts), and what differs is named with its cost.
+OSM = topic_exchange(OSM_EXCHANGE, costs={
+    "durable": "it is gone after a broker restart with its bindings (the queuemaster's durable queue then misses "
+               "what is published on osm) until a program declares it again; a seed program declares it durable "
+               "or passively (docs/tiles.md)"})
+
+
 async def declare_osm_exchange(connection: AbstractConnection) -> tuple[AbstractChannel, AbstractExchange]:
-    """A channel and the ``osm`` topic exchange (durable, as we declare it; as it is, if a seed program
-    declared it first with other flags)."""
+    """A channel and the ``osm`` topic exchange: found (or declared where the account may) as ``OSM`` says,
+    or used as it is when a seed program declared it otherwise (each difference logged with its cost).
+    Missing on a bus whose accounts may not declare it: TopologyMissing, naming it and ``qbroker provision``."""
+    await ensure_shared(cast(Connection, connection), [OSM], log)
     channel = await connection.channel()
-    try:
-        exchange = await channel.declare_exchange(OSM_EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True)
-    except ChannelPreconditionFailed:
-        # The failed declare closed the channel, so open another and only check the exchange exists.
-        log.warning("osm exchange exists with other flags; using it as declared")
-        channel = await connection.channel()
-        exchange = await channel.get_exchange(OSM_EXCHANGE, ensure=True)
-    return channel, exchange
+    return channel, await channel.get_exchange(OSM_EXCHANGE, ensure=False)
 
 
 def seed_command(body: bytes) -> dict[str, Any] | None:
