@@ -142,6 +142,7 @@ class UnitMetrics(Collector):
         self.max_names = max_names
         self._handled_names = _Names(max_names, endpoint_label)
         self._sent_names = _Names(max_names, endpoint_label)
+        self._handled_labels, self._sent_labels = self._handled_names.known, self._sent_names.known
         self._dead_letter_collectors: list[DeadLetterCollector] = []
         self._error_ids = set(error_ids)
         self.handled = _Counts("qbroker_handled", "Requests and alerts handled, by endpoint (or alert name), kind "
@@ -213,7 +214,10 @@ class UnitMetrics(Collector):
     def observe(self, endpoint: str, kind: str, status: str, seconds: float, error_id: str | None = None) -> None:
         """One request or alert handled (also a ``HandlerObserver``: ``unit.handler_observers.append``).
         Once per request: the updates are written out, not calls of ``_Counts.inc``."""
-        name = self._handled_names.known.get(endpoint) or self._handled_names(endpoint)
+        try:
+            name = self._handled_labels[endpoint]  # the usual case: a dict subscript, cheaper than .get
+        except KeyError:
+            name = self._handled_names(endpoint)
         key = (name, kind, status)
         handled = self.handled.values
         handled[key] = handled.get(key, 0.0) + 1
@@ -244,7 +248,10 @@ class UnitMetrics(Collector):
         else:
             status, error_id = "error", OTHER
         kind = sending.kind
-        name = self._sent_names.known.get(sending.name) or self._sent_names(sending.name)
+        try:
+            name = self._sent_labels[sending.name]
+        except KeyError:
+            name = self._sent_names(sending.name)
         key = (name, kind, status)
         sent = self.sent.values
         sent[key] = sent.get(key, 0.0) + 1
