@@ -37,14 +37,15 @@ from typing import Any, TypeVar
 import structlog
 
 from qbroker import QBrokerError, Unit
-from services.metrics_port import MetricsServer
+from qbroker.metrics_port import MetricsServer
 from services.osmstore.errors import StoreUnavailable
 from services.osmstore.postgis import ExpireOutput, stop_running
 from services.osmstore.replication import ReplicationError
+from services.tiles.metrics_port import service_metrics
 from services.tiles.tilemath import ZoomRange
 
 from .batch import Batch, build_batch, clear_spool
-from .metrics import ReplicateMetrics
+from .metrics import NAMESPACE, ReplicateMetrics
 from .postgis_expiry import PostgisExpiry
 from .sinks import BridgeCall, EmbeddedStore, PostgisStore, Sink
 from .source import DOWNLOAD_DEADLINE, SourceUnavailable, is_url, open_source
@@ -116,7 +117,8 @@ class Follower:
     def __init__(self, unit: Unit, settings: FollowSettings, metrics: MetricsServer | None = None) -> None:
         self.unit = unit
         self.settings = settings
-        self.metrics_server = metrics or MetricsServer(None)  # the counters are kept either way (tests read them)
+        # Not served without --metrics-port; the counters are kept either way (tests read them).
+        self.metrics_server = metrics or service_metrics(NAMESPACE, None)
         self.metrics_server.instrument(unit)
         self.metrics = ReplicateMetrics(self.metrics_server.registry)
         self.source = open_source(settings.source, timeout=settings.http_timeout, deadline=settings.http_deadline,

@@ -16,10 +16,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from qbroker import Unit
+from qbroker.metrics_port import MetricsServer, add_metrics_options, check_metrics_options
 from qbroker.runner import serve
-from services.metrics_port import MetricsServer, add_metrics_options, check_metrics_options
 from services.replicate.follower import Follower, FollowSettings
+from services.replicate.metrics import NAMESPACE
 from services.replicate.source import DOWNLOAD_DEADLINE, is_url
+from services.tiles.metrics_port import service_metrics
 from services.tiles.seed_wire import AllProgramsTopic
 
 APP = "toposm.replicate"
@@ -96,7 +98,7 @@ def parse_command(argv: list[str] | None = None) -> tuple[FollowSettings, Metric
                           http_deadline=a.http_deadline,
                           postgis=a.postgis, flat_nodes=a.flat_nodes.resolve() if a.flat_nodes else None,
                           expire_output=a.expire_output.resolve() if a.expire_output else None)
-    return settings, MetricsServer(a.metrics_port, a.metrics_host)
+    return settings, service_metrics(NAMESPACE, a.metrics_port, a.metrics_host)
 
 
 class _Process(Follower):

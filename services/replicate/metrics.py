@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+NAMESPACE = "toposm_replicate"  # its metrics' prefix (toposm_replicate_build_info)
 FAILURES = ("source", "answer", "bridge", "bus", "postgis")
 BATCH_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 

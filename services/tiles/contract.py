@@ -74,6 +74,24 @@ def render_levels(hostname: str, pid: int) -> tuple[str, ...]:
     return (RENDER_ROOT, f"{RENDER_ROOT}.{hostname}", f"{RENDER_ROOT}.{hostname}.{pid}")
 
 
+def metric_label(name: str) -> str:
+    """A name as a metric label (docs/metrics.md), without what changes with every process or job, so a
+    restarted renderer continues its series: a render thread ``toposm.render.<host>.<pid>.<thread>`` as
+    ``toposm.render.<host>.*.<thread>``, a renderer's own level ``toposm.render.<host>.<pid>`` as
+    ``toposm.render.<host>.*``, a job's progress ``spark.progress.<owner>.<job>`` as
+    ``spark.progress.<owner>.*``; any other name as itself."""
+    if name.startswith(RENDER_ROOT + "."):
+        words = name.split(".")
+        if len(words) in (4, 5):  # the root's two words, the host, the process id, the thread
+            words[3] = "*"
+            return ".".join(words)
+    elif name.startswith(SPARK_PROGRESS):
+        owner, dot, _ = name[len(SPARK_PROGRESS):].partition(".")
+        if dot:
+            return f"{SPARK_PROGRESS}{owner}.*"
+    return name
+
+
 def split_expiry_list(text: str) -> list[str]:
     """The items of an expiry list, stripped, empty ones left out (not checked: the parsers do that)."""
     return [part.strip() for part in text.replace("\n", EXPIRY_SEPARATOR).split(EXPIRY_SEPARATOR) if part.strip()]

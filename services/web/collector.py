@@ -168,7 +168,6 @@ class Collector:
                 continue
             if isinstance(record, dict):
                 self.status.add_render(record)
-                self.metrics.observe_render(record)
                 count += 1
         return count
 

@@ -10,7 +10,9 @@ import sys
 import pytest
 
 from harness import eventually
+from harness.private_node import free_port
 from qbroker import Config, NoServer, Unit
+from tests.prometheus_text import created_series, says_its_version, scrape, value
 
 pytestmark = pytest.mark.rabbitmq_only
 
@@ -69,3 +71,39 @@ async def test_standalone_collector_listens_where_it_is_told(amqp_url: str, tmp_
         collector.send_signal(signal.SIGTERM)
         assert collector.wait(20) == 0
     assert "'toposm': 1" in log.read_text()  # the count, logged at stop
+
+
+async def test_standalone_collector_serves_its_metrics(amqp_url: str) -> None:
+    """`--metrics-port`: the library's figures of the collector's unit (dead letters answered and taken,
+    its connection), its build info with the installed version, and no `_created` series."""
+    env = dict(os.environ, QBROKER_URL=amqp_url, QBROKER_EXCHANGE_PREFIX="measured.")
+    port = free_port()
+    collector = subprocess.Popen([sys.executable, "-m", "qbroker.cli.dead_letter", "--metrics-port", str(port)],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    client = Unit("test.client", config=Config(url=amqp_url, exchange_prefix="measured.", dead_letters=False))
+    await client.start()
+    try:
+        def serving() -> str | None:
+            assert collector.poll() is None, collector.communicate()[0].decode()
+            try:
+                text = scrape(port)
+            except OSError:
+                return None
+            return text if value(text, "qbroker_connections") == 1 else None
+
+        await eventually(serving, interval=0.2)
+        with pytest.raises(NoServer):
+            await client.call("t.absent", {}, timeout=30)
+
+        def counted() -> str | None:
+            text = scrape(port)
+            return text if value(text, 'qbroker_dead_letters_answered_total{reason="unroutable"}') == 1 else None
+
+        text = await eventually(counted)
+        assert value(text, 'qbroker_dead_letters_total{kind="rpc",reason="unroutable"}') == 1
+        assert says_its_version(text, "qbroker_dead_letter"), text
+        assert not created_series(text)
+    finally:
+        await client.stop()
+        collector.send_signal(signal.SIGTERM)
+        assert collector.wait(20) == 0

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .state_machine import Queuemaster
 
+NAMESPACE = "toposm_queuemaster"  # its metrics' prefix (toposm_queuemaster_build_info)
 DISPATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 THREAD_STATES = ("idle", "rendering", "dispatching")
 # The queue classes as the metrics name them: a background metatile is an expired one.

@@ -34,7 +34,7 @@ from qbroker import (
     Unit,
     UnknownCommand,
 )
-from services.metrics_port import MetricsServer
+from services.tiles.metrics_port import service_metrics
 
 from ..contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER
 from ..expiry_wires import (
@@ -51,7 +51,7 @@ from ..messages import Message
 from ..seed_wire import ReplyQueues
 from ..tilemath import Metatile
 from .commands import COMMANDS, Command, expire_broadcast
-from .metrics import QueuemasterMetrics
+from .metrics import NAMESPACE, QueuemasterMetrics
 from .osm_liveness import QueueLiveness
 from .osm_wire import OsmWire, error_result
 from .render_threads import RenderThread
@@ -87,7 +87,7 @@ class QueuemasterService:
         self._publishing = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
-        self.metrics_server = MetricsServer(qm.settings.metrics_port, qm.settings.metrics_host)
+        self.metrics_server = service_metrics(NAMESPACE, qm.settings.metrics_port, qm.settings.metrics_host)
         self.metrics = QueuemasterMetrics(qm, self.metrics_server.registry)
         self.metrics_server.refreshers.append(self.metrics.refresh)
         self.metrics_server.instrument(unit)
