@@ -63,7 +63,10 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
             result, error = await chain(ctx, body)
         if ctx.handed_on:  # a re-published copy (a retry, a redelivery count) gets the one reply
             if not ctx.detached:
-                await _settle(bus, message)
+                try:
+                    await message.ack()
+                except ChannelInvalidStateError:
+                    _settled_by_redelivery(bus, message)
             return
     except QBrokerError as exc:
         bus.log.warning("request refused", name=endpoint.name, correlation_id=message.message_id,
@@ -80,22 +83,22 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         bus.log.warning("one-way request failed", name=endpoint.name, correlation_id=message.message_id,
                          error=error.message)
     if ctx is None or not ctx.detached:
-        # A guaranteed request whose answer is lost goes back to the queue, to be served (and answered) again.
-        await _settle(bus, message, requeue=guaranteed and not sent)
+        try:
+            if guaranteed and not sent:
+                # Its answer is lost: back to the queue, to be served (and answered) again: at least once.
+                await message.nack(requeue=True)
+            else:
+                await message.ack()
+        except ChannelInvalidStateError:
+            _settled_by_redelivery(bus, message)
 
 
-async def _settle(bus: Bus, message: AbstractIncomingMessage, *, requeue: bool = False) -> None:
-    """Ack a served request, or hand it back to its queue. If its channel closed meanwhile (the connection was
-    lost), the broker delivers it again and that delivery is answered: settling it is moot, and the error must
-    not reach the consumer's guard (``Bus.settle_failed``), whose ``internal_error`` would be a second reply."""
-    try:
-        if requeue:
-            await message.nack(requeue=True)
-        else:
-            await message.ack()
-    except ChannelInvalidStateError:
-        bus.log.info("request's channel closed before it was settled; the broker delivers it again",
-                     correlation_id=message.message_id)
+def _settled_by_redelivery(bus: Bus, message: AbstractIncomingMessage) -> None:
+    """The served request's channel closed before it could be acked (the connection was lost): the broker
+    delivers it again and that delivery is answered. The error must not reach the consumer's guard
+    (``Bus.settle_failed``), whose ``internal_error`` would be a second reply."""
+    bus.log.info("request's channel closed before it was settled; the broker delivers it again",
+                 correlation_id=message.message_id)
 
 
 async def _serve_once(bus: Bus, name: str, message: AbstractIncomingMessage, ctx: RequestContext, body: Any,
