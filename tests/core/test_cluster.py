@@ -38,6 +38,23 @@ def _config(cluster: Cluster, first: int = 0, **extra: Any) -> Config:
                   connect_timeout=2, **extra)
 
 
+def _first_run_dies(server: Unit) -> tuple[list[str | None], asyncio.Event]:
+    """``server`` serves NAME: its first run never answers (its node dies under it), the others answer their
+    ``n`` and how many runs there were. Returns the message ids run, and the event set as the first starts."""
+    runs: list[str | None] = []
+    holding = asyncio.Event()
+
+    @server.rpc(NAME)
+    async def work(n: int, ctx: RequestContext) -> dict[str, int]:
+        runs.append(ctx.message_id)
+        if len(runs) == 1:
+            holding.set()
+            await asyncio.Event().wait()
+        return {"n": n, "runs": len(runs)}
+
+    return runs, holding
+
+
 async def test_a_call_survives_the_loss_of_the_node_that_holds_its_request(cluster: Cluster) -> None:
     """The request sits in a quorum queue whose leader is on node 1, delivered to a server connected to node 1,
     the caller connected there too, when node 1 dies. The survivors elect a new leader; both units fail over
@@ -48,16 +65,7 @@ async def test_a_call_survives_the_loss_of_the_node_that_holds_its_request(clust
     refuses (nacks) those publishes, and RabbitMQ 3.10 would go on refusing them on that channel for good;
     qbroker publishes on fresh channels from the first refusal on, so its calls are answered again."""
     server = Unit("test.cluster.server", config=_config(cluster))
-    runs: list[str | None] = []
-    holding = asyncio.Event()
-
-    @server.rpc(NAME)
-    async def work(n: int, ctx: RequestContext) -> dict[str, int]:
-        runs.append(ctx.message_id)
-        if len(runs) == 1:
-            holding.set()
-            await asyncio.Event().wait()  # the first delivery never answers: its node dies under it
-        return {"n": n, "runs": len(runs)}
+    runs, holding = _first_run_dies(server)
 
     @server.rpc(ECHO)
     async def echo(n: int) -> int:
@@ -104,16 +112,7 @@ async def test_a_call_whose_confirm_died_with_its_node_is_published_again_and_an
     node 1, not twice; the caller gets one answer."""
     relay = await TcpRelay(cluster.nodes[0].url).start()
     server = Unit("test.cluster.server", config=_config(cluster))
-    runs: list[str | None] = []
-    holding = asyncio.Event()
-
-    @server.rpc(NAME)
-    async def work(n: int, ctx: RequestContext) -> dict[str, int]:
-        runs.append(ctx.message_id)
-        if len(runs) == 1:
-            holding.set()
-            await asyncio.Event().wait()  # the first delivery never answers: its node dies under it
-        return {"n": n, "runs": len(runs)}
+    runs, holding = _first_run_dies(server)
 
     client = Unit("test.cluster.client", config=Config(
         url=",".join([relay.url, *cluster.urls(1)]), queue_type="quorum", heartbeat=5, reconnect_backoff_max=0.5,

@@ -91,18 +91,27 @@ async def units(lost: LostConfirm) -> AsyncIterator[tuple[Unit, Unit]]:
         await unit.stop(drain_timeout=1)
 
 
-async def test_a_call_whose_confirm_was_lost_is_published_again_and_answered_from_the_first_run(
-        lost: LostConfirm, units: tuple[Unit, Unit]) -> None:
-    server, client = units
+def _doubling(server: Unit, release: asyncio.Event | None = None) -> tuple[list[str | None], asyncio.Event]:
+    """``server`` serves NAME: twice its ``n``, once ``release`` is set if given. Returns the message ids run,
+    and the event set as a run starts."""
     runs: list[str | None] = []
-    got = asyncio.Event()
+    started = asyncio.Event()
 
     @server.rpc(NAME)
     async def work(n: int, ctx: RequestContext) -> int:
         runs.append(ctx.message_id)
-        got.set()
+        started.set()
+        if release is not None:
+            await release.wait()
         return n * 2
 
+    return runs, started
+
+
+async def test_a_call_whose_confirm_was_lost_is_published_again_and_answered_from_the_first_run(
+        lost: LostConfirm, units: tuple[Unit, Unit]) -> None:
+    server, client = units
+    runs, got = _doubling(server)
     await server.start()
     await client.start()
     lost.arm()
@@ -119,16 +128,8 @@ async def test_a_call_whose_confirm_was_lost_is_published_again_and_answered_fro
 async def test_a_copy_that_arrives_while_the_first_runs_waits_for_its_outcome(
         lost: LostConfirm, units: tuple[Unit, Unit]) -> None:
     server, client = units
-    runs: list[str | None] = []
-    started, release = asyncio.Event(), asyncio.Event()
-
-    @server.rpc(NAME)
-    async def work(n: int, ctx: RequestContext) -> int:
-        runs.append(ctx.message_id)
-        started.set()
-        await release.wait()
-        return n * 2
-
+    release = asyncio.Event()
+    runs, started = _doubling(server, release)
     await server.start()
     await client.start()
     lost.arm()
