@@ -24,8 +24,9 @@ from qbroker.middleware import Next, Outcome
 from qbroker.replies import Reply
 from qbroker.request_middleware import request_builtins
 
-# A guaranteed request the broker refuses (nacks) is published again after 0.4, 0.8, 1.6, then every 2 s.
-PUBLISH_REFUSED_WAIT_MAX = 2.0
+# A guaranteed request the broker refuses (nacks) is published again after 0.4, 0.8, 1.6, then every 2 s; one
+# lost before its confirm, after 0.1, 0.2, ... up to 2 s and once connected again.
+PUBLISH_AGAIN_WAIT_MAX = 2.0
 
 
 def _expiration(timeout: float) -> float:
@@ -163,14 +164,14 @@ async def publish_until_confirmed(bus: Bus, name: str, message: OutgoingMessage,
             return
         except DeliveryError:
             refusals += 1
-            delay = min(0.2 * 2**refusals, PUBLISH_REFUSED_WAIT_MAX)
+            delay = min(0.2 * 2**refusals, PUBLISH_AGAIN_WAIT_MAX)
             if loop.time() + delay >= until:
                 raise
         except Exception as exc:
             if not _lost_before_confirm(exc):
                 raise
             losses += 1
-            delay = min(0.05 * 2**losses, bus.config.reconnect_backoff_max)
+            delay = min(0.05 * 2**losses, PUBLISH_AGAIN_WAIT_MAX)
             bus.log.warning("guaranteed request not confirmed; publishing it again once connected", name=name,
                             correlation_id=message.message_id, error=str(exc) or type(exc).__name__)
         await asyncio.sleep(max(0.0, min(delay, until - loop.time())))
