@@ -81,7 +81,8 @@ class MemoryBroker:
         self.connections: list[MemoryConnection] = []
         # False: new connections are refused (a broker that is down); existing ones are unaffected.
         self.available = True
-        self._lost_after_routing: set[str] = set()
+        # Routing keys whose next publish loses its connection once routed (``lose_connection_after_routing``).
+        self.lost_after_routing: set[str] = set()
 
     @classmethod
     def named(cls, name: str) -> MemoryBroker:
@@ -117,13 +118,13 @@ class MemoryBroker:
         """The next message published with ``routing_key`` is routed, then its publisher's connection is dropped
         before the publish returns: the publisher never hears that the broker has it (a RabbitMQ node that died
         between taking a message and confirming it)."""
-        self._lost_after_routing.add(routing_key)
+        self.lost_after_routing.add(routing_key)
 
     def loses_connection_after(self, routing_key: str) -> bool:
         """Whether the publish just routed with ``routing_key`` loses its connection now (asked once)."""
-        if routing_key not in self._lost_after_routing:
+        if routing_key not in self.lost_after_routing:
             return False
-        self._lost_after_routing.discard(routing_key)
+        self.lost_after_routing.discard(routing_key)
         return True
 
     def restart(self) -> None:

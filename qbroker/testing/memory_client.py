@@ -247,8 +247,9 @@ class MemoryChannel:
     # -- publishing ----------------------------------------------------------------------------------
 
     def publish(self, exchange: str, message: AbstractMessage, routing_key: str, *, mandatory: bool) -> None:
-        routed = self._broker_call(lambda: self.broker.publish(exchange, routing_key, message))
-        if self.broker.loses_connection_after(routing_key):
+        broker = self.broker
+        routed = self._broker_call(lambda: broker.publish(exchange, routing_key, message))
+        if broker.lost_after_routing and broker.loses_connection_after(routing_key):
             lost = ConnectionClosed(320, "CONNECTION_FORCED - lost before the confirm (lose_connection_after_routing)")
             self.connection.close_now(lost)
             raise lost
