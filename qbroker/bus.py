@@ -33,6 +33,7 @@ from qbroker.errors import (
     RequestFailed,
 )
 from qbroker.exchanges import Exchanges, declare_unit_queue, ensure_topology, open_exchanges
+from qbroker.guaranteed import GuaranteedRequests
 from qbroker.middleware import MiddlewareStack
 from qbroker.replies import PendingReplies, Reply, failed_reply, parse_reply
 from qbroker.transport import Channel, Connection, Consumer, Exchange, Queue
@@ -51,6 +52,8 @@ class Bus:
         self.uuid = uuid
         self.log = log
         self.pending = PendingReplies(config.unreadable_reply_grace)
+        # The guaranteed requests this unit serves, so a second copy of one is not run twice.
+        self.guaranteed = GuaranteedRequests(config.guaranteed_answers_kept, config.deadline_slack)
         # The middleware chains of this unit's endpoints and listeners, and its send hooks.
         self.middleware = MiddlewareStack()
         self.supervisor = ConnectionSupervisor(config, self._connected, self._lost, app=app, uuid=uuid)
@@ -163,6 +166,7 @@ class Bus:
 
     async def _lost(self, exc: BaseException | None) -> None:
         self._exchanges = self._unconfirmed_reply = self._publisher = None
+        self.guaranteed.connection_lost()
         self.pending.fail_all(ConnectionLost("connection to the broker was lost; the request may be retried"))
 
     async def dead_letter_consumers(self) -> int | None:
