@@ -78,6 +78,7 @@ def browser(tmp_path: Path) -> Iterator[object]:
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for console_errors
     driver = webdriver.Chrome(options=options, service=Service(executable_path=shutil.which("chromedriver")))
     driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORD_CSP_VIOLATIONS})
     try:
@@ -90,6 +91,13 @@ def browser(tmp_path: Path) -> Iterator[object]:
 async def csp_violations(browser: Any) -> list[str]:
     """What the page's Content-Security-Policy blocked since it was opened."""
     return list(await asyncio.to_thread(browser.execute_script, "return window.cspViolations"))
+
+
+async def console_errors(browser: Any) -> list[str]:
+    """What the browser's console logged as errors since the last call (a resource that failed to load, a
+    script error): what a person opening the developer tools would see in red."""
+    entries = await asyncio.to_thread(browser.get_log, "browser")
+    return [entry["message"] for entry in entries if entry["level"] == "SEVERE"]
 
 
 async def wait_for(browser: Any, script: str, timeout: float = 30.0) -> Any:

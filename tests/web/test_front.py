@@ -105,3 +105,30 @@ async def test_nginx_goes_when_toposm_web_is_killed(bus: TileBus) -> None:
         return refused(web.url)
 
     await eventually(port_closed)
+
+
+async def test_front_logs_every_request_in_the_combined_format_and_serves_the_favicon(bus: TileBus,
+                                                                                       tmp_path: Path) -> None:
+    from tests.web.test_web_degraded_http import combined_lines
+
+    log = tmp_path / "access.log"
+    web = start_web(bus, "--front", "nginx", "--access-log", str(log))
+    bus.queuemaster()
+    bus.renderer()
+    await wait_renderers(await bus.client(), 1)
+    tile = "/tiles/9/100/200.png"
+    assert (await fetch(web.url + tile))[2]["X-Tile-State"] == "missing"  # toposm-web renders it
+    status, _, headers = await fetch(web.url + tile)
+    assert status == 200 and headers["X-Tile-State"] == "fresh" and headers["Server"] == "nginx"  # nginx's hit
+    status, body, headers = await fetch(web.url + "/favicon.ico")
+    assert status == 200 and headers["Content-Type"] == "image/x-icon" and body.startswith(b"\x00\x00\x01\x00")
+
+    async def written() -> list[dict[str, str]] | None:
+        lines = combined_lines(log.read_text()) if log.exists() else []
+        return lines if any(line["request"] == "GET /favicon.ico HTTP/1.1" for line in lines) else None
+
+    lines = await eventually(written)
+    assert len(lines) == len(log.read_text().splitlines())  # nginx's combined is the same format
+    # Each request once: the miss toposm-web answered and the hit nginx answered, both by the front alone.
+    assert [line["status"] for line in lines if line["request"] == f"GET {tile} HTTP/1.1"] == ["200", "200"]
+    assert all(line["host"] == "127.0.0.1" for line in lines)
