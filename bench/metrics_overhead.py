@@ -13,9 +13,10 @@ ratio within each pair of batches; on a shared machine these carry its noise.
 Instructions (``--instructions``, needs valgrind): the CPU instructions this process executes per call,
 counted by callgrind, which does not depend on what else the machine runs: each variant runs once with no
 calls and once with ``--calls`` calls (after the same warm-up), and the difference over the calls is per
-call. Variants: ``old`` (the library at ``--old``, from ``git archive``), ``new`` and ``new_metrics``
-(this tree, plain and instrumented). On RabbitMQ a few thousand instructions per call vary with the
-network's timing (how many reads a reply takes): compare figures against that spread (``--rounds``).
+call. Variants: ``old`` and ``old_metrics`` (the library at ``--old``, from ``git archive``, plain and
+instrumented), ``new`` and ``new_metrics`` (this tree, plain and instrumented). On RabbitMQ a few thousand
+instructions per call vary with the network's timing (how many reads a reply takes): compare figures against
+that spread (``--rounds``).
 """
 
 from __future__ import annotations
@@ -115,13 +116,13 @@ def _instructions(tree: str, url: str, metrics: bool, calls: int) -> int:
 
 
 def _instruction_run(args: argparse.Namespace, url: str) -> dict[str, Any]:
-    per_call: dict[str, list[float]] = {"old": [], "new": [], "new_metrics": []}
+    per_call: dict[str, list[float]] = {"old": [], "old_metrics": [], "new": [], "new_metrics": []}
     with tempfile.TemporaryDirectory() as old_tree:
         archive = subprocess.run(["git", "archive", args.old, "qbroker"], cwd=ROOT, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", old_tree], input=archive.stdout, check=True)
         for round_no in range(args.rounds):
-            for variant, tree, metrics in (("old", old_tree, False), ("new", str(ROOT), False),
-                                           ("new_metrics", str(ROOT), True)):
+            for variant, tree, metrics in (("old", old_tree, False), ("old_metrics", old_tree, True),
+                                           ("new", str(ROOT), False), ("new_metrics", str(ROOT), True)):
                 base = _instructions(tree, url, metrics, 0)
                 total = _instructions(tree, url, metrics, args.calls)
                 per_call[variant].append((total - base) / args.calls)
@@ -130,6 +131,7 @@ def _instruction_run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     old, new, metered = per_call["old"], per_call["new"], per_call["new_metrics"]
     return {"instructions_per_call": {v: _spread(c, 0) for v, c in per_call.items()},
             "new/old": _spread([n / o for n, o in zip(new, old, strict=True)]),
+            "new_metrics/old_metrics": _spread([n / o for n, o in zip(metered, per_call["old_metrics"], strict=True)]),
             "new_metrics/new": _spread([m / n for m, n in zip(metered, new, strict=True)]),
             "new_metrics - new": _spread([m - n for m, n in zip(metered, new, strict=True)], 0),
             "samples": per_call}

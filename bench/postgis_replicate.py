@@ -45,7 +45,7 @@ async def one_run(extract: Path, dsn: str, url: str, tmp: Path, zooms: tuple[int
     source = tmp / "replication"
     # osm2pgsql alone, on the diff the follower will merge (a batch of one).
     fresh(extract, dsn)
-    batch = build_batch(LocalSource(source), 1, 1, tmp / "alone", published=1)
+    batch = await build_batch(LocalSource(source), 1, 1, tmp / "alone", published=1)
     started = time.perf_counter()
     append_postgis(batch.path, dsn, expire=ExpireOutput(*zooms, tmp / "alone.tiles"))
     append_s = time.perf_counter() - started

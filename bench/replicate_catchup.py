@@ -7,6 +7,7 @@ toposm-replicate does when behind). Prints JSON; needs bin/ensure-postgis and bi
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gzip
 import json
 import os
@@ -51,7 +52,8 @@ def main() -> None:
                 publish(source, seq, osc(modify=[node_xml(n, x + 0.0001 * seq, y, version=10 + seq)
                                                  for n, (x, y) in chunk]))
             src = LocalSource(source)
-            singles = [build_batch(src, s, s, Path(tmp) / "spool", published=a.diffs) for s in range(1, a.diffs + 1)]
+            singles = [asyncio.run(build_batch(src, s, s, Path(tmp) / "spool", published=a.diffs))
+                       for s in range(1, a.diffs + 1)]
             for _ in range(a.repeat):
                 import_postgis(extract_path, dsn)
                 started = time.perf_counter()
@@ -60,11 +62,11 @@ def main() -> None:
                 runs["one_per_diff"].append(time.perf_counter() - started)
                 import_postgis(extract_path, dsn)
                 started = time.perf_counter()
-                merged = build_batch(src, 1, a.diffs, Path(tmp) / "spool", published=a.diffs)
+                merged = asyncio.run(build_batch(src, 1, a.diffs, Path(tmp) / "spool", published=a.diffs))
                 runs["merge_itself"].append(time.perf_counter() - started)
                 append_postgis(merged.path, dsn)
                 runs["merged"].append(time.perf_counter() - started)
-            size = sum(len(gzip.decompress(src.diff(s))) for s in range(1, a.diffs + 1))
+            size = sum(len(gzip.decompress(asyncio.run(src.diff(s)))) for s in range(1, a.diffs + 1))
     finally:
         psql(dsn.rsplit("/", 1)[0] + "/postgres", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
     med = {k: statistics.median(v) for k, v in runs.items()}

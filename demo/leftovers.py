@@ -2,9 +2,11 @@
 
 Every service the demo starts runs in a session of its own (so a Ctrl-C in the terminal reaches the demo, which
 stops them in order). When the demo itself is killed, nothing stops them: so each one is recorded in
-``WORKDIR/demo.pids`` with its start time (a pid alone may have been reused by an unrelated process since), and
-the broker accounts stay described in ``WORKDIR/deployment.toml`` until they are deleted. A new run in the same
-work dir reads both and clears what is still there before it starts anything.
+``WORKDIR/demo.pids`` with its start time (a pid alone may have been reused by an unrelated process since), the
+broker accounts stay described in ``WORKDIR/deployment.toml`` until they are deleted, and the exchanges and
+queues it declared are known from ``WORKDIR/broker-objects.json`` (demo/broker_objects.py) until they are
+removed. A new run in the same work dir (or ``bin/demo --clean``) reads all three and clears what is still
+there, in that order (a service still running would hold the exchanges), before it starts anything.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ import os
 import signal
 import time
 from pathlib import Path
+
+from demo.broker_objects import Record, owned_after, remove
+from qbroker.config import Config
+from qbroker.runner import run
 
 PIDS_FILE = "demo.pids"
 DEPLOYMENT_FILE = "deployment.toml"
@@ -88,14 +94,21 @@ def remove_leftover_accounts(workdir: Path) -> list[str]:
     return [account.name for account in deployment.account]
 
 
-def clear_leftovers(workdir: Path, accounts: bool) -> str | None:
-    """Clear what an earlier run in ``workdir`` left behind; a line saying what, or None when nothing."""
+def clear_leftovers(workdir: Path, accounts: bool, broker: Config | None) -> list[str]:
+    """Clear what an earlier run in ``workdir`` left behind: its processes, its broker accounts (``accounts``)
+    and its exchanges and queues (removed with ``broker``'s account; None: left to the caller). Lines saying
+    what; none when nothing."""
     stopped = PidFile(workdir).stop_leftovers()
     removed = remove_leftover_accounts(workdir) if accounts else []
-    if not stopped and not removed:
-        return None
-    return (f"an earlier run in this work dir was stopped without cleaning up: stopped {len(stopped)} of its "
-            f"processes, deleted {len(removed)} of its broker accounts")
+    objects = None
+    if broker is not None and Record(workdir).exists():
+        objects = run(remove(broker, owned_after(broker, workdir), workdir))
+    if not stopped and not removed and (objects is None or (objects.complete and not objects.removed)):
+        return []
+    return [f"an earlier run in this work dir was stopped without cleaning up: stopped {len(stopped)} of its "
+            f"processes, deleted {len(removed)} of its broker accounts, removed "
+            f"{len(objects.removed) if objects else 0} of its exchanges and queues",
+            *(objects.lines(workdir) if objects is not None else [])]
 
 
 def stop_on_signals(*signals: signal.Signals) -> None:

@@ -70,10 +70,10 @@ def start_stack(workdir: Path, *, renderers: int = 2, backend: str = "mapnik",
                          "--port", str(web_port)])
     procs = []
     for i, (program, command) in enumerate(zip(programs, commands, strict=True)):
-        log = open(workdir / f"service-{i}.log", "ab")  # noqa: SIM115 - closed with the process
         env = env_for(program) if env_for is not None else None
-        procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                      env=env))
+        with open(service_log(workdir, i), "ab") as log:  # the process has its own copy of the descriptor
+            procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                          env=env))
     try:
         yield procs
     finally:
@@ -85,6 +85,11 @@ def start_stack(workdir: Path, *, renderers: int = 2, backend: str = "mapnik",
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+
+
+def service_log(workdir: Path, index: int) -> Path:
+    """Where the ``index``-th process of ``start_stack`` writes its output (its log lines)."""
+    return workdir / f"service-{index}.log"
 
 
 def free_port(preferred: int = 8080) -> int:

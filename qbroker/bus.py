@@ -32,7 +32,8 @@ from qbroker.errors import (
     RequestError,
     RequestFailed,
 )
-from qbroker.exchanges import Exchanges, declare_exchanges, declare_unit_queue
+from qbroker.exchanges import Exchanges, declare_unit_queue, ensure_topology, open_exchanges
+from qbroker.guaranteed import GuaranteedRequests
 from qbroker.middleware import MiddlewareStack
 from qbroker.replies import PendingReplies, Reply, failed_reply, parse_reply
 from qbroker.transport import Channel, Connection, Consumer, Exchange, Queue
@@ -50,7 +51,9 @@ class Bus:
         self.app = app
         self.uuid = uuid
         self.log = log
-        self.pending = PendingReplies()
+        self.pending = PendingReplies(config.unreadable_reply_grace)
+        # The guaranteed requests this unit serves, so a second copy of one is not run twice.
+        self.guaranteed = GuaranteedRequests(config.guaranteed_answers_kept, config.deadline_slack)
         # The middleware chains of this unit's endpoints and listeners, and its send hooks.
         self.middleware = MiddlewareStack()
         self.supervisor = ConnectionSupervisor(config, self._connected, self._lost, app=app, uuid=uuid)
@@ -106,20 +109,23 @@ class Bus:
 
     async def _connected(self, connection: Connection) -> None:
         self._consumers = []
-        self._exchanges = await self._open_publisher(connection)
+        channel = await connection.channel(publisher_confirms=True)
+        await ensure_topology(connection, self.config, self.log, channel)
+        self._exchanges = await self._open_publisher(connection, None if channel.is_closed else channel)
         own = await self.channel(connection, confirms=False)
         reply_queue = await declare_unit_queue(own, self.config, "reply", self.uuid)
         await reply_queue.bind(self._exchanges.reply, routing_key=self.uuid)
         await reply_queue.consume(self._on_reply, no_ack=True)
         await self._on_connected(connection)
 
-    async def _open_publisher(self, connection: Connection) -> Exchanges:
+    async def _open_publisher(self, connection: Connection, channel: Channel | None = None) -> Exchanges:
         """The publishing channels: one with publisher confirms for requests, alerts and copies, and one
         without for replies (see ``send_reply``). The broker closes a channel when it refuses one publish
         (a message over its max_message_size, a forged user-id): then only these two are reopened, so
         consumers and the calls in flight carry on; only publishes unconfirmed at that moment fail."""
-        channel = await connection.channel(publisher_confirms=True)
-        exchanges = await declare_exchanges(connection, channel, self.config)
+        if channel is None:
+            channel = await connection.channel(publisher_confirms=True)
+        exchanges = await open_exchanges(channel, self.config)
         replies = await connection.channel(publisher_confirms=False)
         self._unconfirmed_reply = await replies.get_exchange(exchanges.reply.name, ensure=False)
         self._publisher = channel
@@ -160,6 +166,7 @@ class Bus:
 
     async def _lost(self, exc: BaseException | None) -> None:
         self._exchanges = self._unconfirmed_reply = self._publisher = None
+        self.guaranteed.connection_lost()
         self.pending.fail_all(ConnectionLost("connection to the broker was lost; the request may be retried"))
 
     async def dead_letter_consumers(self) -> int | None:

@@ -88,6 +88,15 @@ class Config(BaseSettings):
     # set it above the slowest legitimate handler, or give endpoints a ``timeout``).
     stuck_after: float | None = Field(None, gt=0)
     reply_queue_expiry: float = Field(60.0, gt=0)
+    # A call holds a reply it cannot read this long in case a readable one to the same request follows: two
+    # dead-letter collectors answer each dead request where another program's (the original QBroker's) shares
+    # the bus with qbroker's, and the other one's answer may be one qbroker cannot read (qbroker.replies).
+    unreadable_reply_grace: float = Field(0.5, ge=0)
+    # A server remembers the outcomes of this many guaranteed requests it answered (each until its deadline),
+    # so a second copy of one (published again by a caller that lost its connection before the broker's
+    # confirm, or redelivered) gets the same answer without running it again. 0: only copies that arrive
+    # while the first still runs are spared.
+    guaranteed_answers_kept: int = Field(1000, ge=0)
     # QBROKER_QUEUE_TYPE=quorum: the durable queues whose messages must outlive the loss of a node (shared
     # rpc_<name> request queues and their retry queues, dead, dead.kept, the schedules, a durable reply
     # queue) are RabbitMQ quorum queues, replicated over the cluster's nodes (docs/scaling.md). Exclusive

@@ -33,7 +33,6 @@ from qbroker.bus import Bus
 from qbroker.config import Config
 from qbroker.envelope import FAILURES, RETRIES
 from qbroker.errors import NoServer, QBrokerError, RequestError, RequestFailed, TimedOutInQueue
-from qbroker.exchanges import declare_dead_kept, declare_dead_queue
 from qbroker.transport import Connection, Exchange
 
 PART = "qbroker.dead_letter"
@@ -109,12 +108,10 @@ class DeadLetterCollector:
     async def attach(self, connection: Connection) -> None:
         channel = await self.bus.channel(connection, confirms=False)
         await channel.set_qos(prefetch_count=256)
-        queue = await declare_dead_queue(channel, self.bus.config)
-        self._kept, found_otherwise = await declare_dead_kept(connection, channel, self.bus.config)
-        if found_otherwise:
-            self.log.warning("dead.kept exists with other bounds (declared by an older qbroker or another config); "
-                             "used as it is: delete it once or set a policy to apply these",
-                             queue=self.bus.config.dead_kept_queue_name)
+        # The bus found both at connect (qbroker.topology_check); a queue gone since closes this channel,
+        # which reconnects and finds them again.
+        queue = await channel.declare_queue(self.bus.config.dead_queue_name, passive=True)
+        self._kept = await channel.get_exchange(self.bus.config.dead_kept_exchange_name, ensure=False)
         await self.bus.add_consumer(queue, self._on_dead, part=PART)
 
     async def _on_dead(self, message: AbstractIncomingMessage) -> None:

@@ -205,6 +205,23 @@ class BrokerUnavailable(QBrokerError):
     retryable = True
 
 
+class TopologyMissing(QBrokerError):
+    """Shared exchanges or queues of the bus are missing and this account may not declare them (``qbroker
+    provision`` does: docs/security.md). Never sent. Retryable: once they are declared, a reconnect succeeds."""
+
+    status = "error"
+    error_id = "topology_missing"
+    retryable = True
+
+
+class TopologyConflict(QBrokerError):
+    """A shared exchange or queue exists with a setting qbroker cannot work with (an ``rpc`` exchange that is
+    not a topic exchange). Never sent."""
+
+    status = "error"
+    error_id = "topology_conflict"
+
+
 _registry: dict[str, type[QBrokerError]] = {}
 
 
@@ -274,6 +291,7 @@ def native_error(exc: Exception, part: str) -> ErrorInfo | None:
 LIBRARY_ERROR_IDS = frozenset({
     "error", "failed", "bad_header", "bad_version", "bad_body", "too_large", "rejected", "dead_letter", "bad_result",
     "bad_request_body", "forbidden", "not_replayable", "not_started", "broker_unavailable",
+    "topology_missing", "topology_conflict",
 })
 
 

@@ -1,23 +1,23 @@
-"""Declaring the QBroker exchanges and queues (seed: qbroker-amqp-structure.rst).
+"""The unit's side of the exchanges and queues: the shared ones found at connect, its own declared.
 
-- ``rpc``   topic, routing key = request name; alternate exchange ``dead`` catches unroutable requests.
-- ``reply`` direct, routing key = the caller's uuid.
-- ``alert`` topic, routing key = alert name; alternate exchange ``dead`` so unheard alerts are counted.
-- ``dead``  fanout, with the durable ``dead`` queue bound to it.
-- ``dead.kept.in`` fanout, with the durable ``dead.kept`` queue bound to it, which nobody consumes: the
-  collector that takes a dead request copies it there, for operators to list and replay (``dead_kept``).
+The shared exchanges and queues (``rpc``, ``reply``, ``alert``, ``dead``, ``dead.kept``: ``qbroker.topology``)
+are found, or declared where the account may, by ``ensure_topology`` (``qbroker.topology_check``); the
+publishing channel then only names them. A unit's own queues (``reply_<uuid>``, ``alert_<uuid>``) and a
+server's ``rpc_<name>`` are declared here; ``rpc_<name>`` may be shared with servers of another program (the
+original QBroker declares it non-durable, auto-deleted, with a message TTL), so it is used as it exists.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from aio_pika import ExchangeType
-from aio_pika.exceptions import ChannelPreconditionFailed
+from structlog.typing import FilteringBoundLogger
 
 from qbroker.config import Config
+from qbroker.errors import TopologyMissing
+from qbroker.topology import Shared, shared_topology
+from qbroker.topology_check import TopologyProbe, ensure_shared, warn_differences
 from qbroker.transport import Channel, Connection, Exchange, Queue
 
 
@@ -29,58 +29,18 @@ class Exchanges:
     dead: Exchange
 
 
-async def declare_exchanges(connection: Connection, channel: Channel, config: Config) -> Exchanges:
-    """The four exchanges, the ``dead`` queue and ``dead.kept`` (its collectors say when it has other bounds)."""
-    dead_name = config.exchange_name("dead")
-    dead = await channel.declare_exchange(dead_name, ExchangeType.FANOUT, durable=True)
-    await (await declare_dead_queue(channel, config)).bind(dead)
-    await declare_dead_kept(connection, channel, config)
-    rpc = await channel.declare_exchange(
-        config.exchange_name("rpc"), ExchangeType.TOPIC, durable=True,
-        arguments={"alternate-exchange": dead_name},
-    )
-    reply = await channel.declare_exchange(config.exchange_name("reply"), ExchangeType.DIRECT, durable=True)
-    alert = await channel.declare_exchange(
-        config.exchange_name("alert"), ExchangeType.TOPIC, durable=True,
-        arguments={"alternate-exchange": dead_name},
-    )
+async def ensure_topology(connection: Connection, config: Config, log: FilteringBoundLogger,
+                          channel: Channel | None = None) -> None:
+    """The shared exchanges and queues are there (TopologyMissing names what is not; see topology_check),
+    found on ``channel`` unless the broker refuses something there (it is closed then)."""
+    await ensure_shared(connection, shared_topology(config), log, channel)
+
+
+async def open_exchanges(channel: Channel, config: Config) -> Exchanges:
+    """The four exchanges on ``channel``, by name: ``ensure_topology`` found them (no round trip here)."""
+    rpc, reply, alert, dead = [await channel.get_exchange(config.exchange_name(role), ensure=False)
+                               for role in ("rpc", "reply", "alert", "dead")]
     return Exchanges(rpc=rpc, reply=reply, alert=alert, dead=dead)
-
-
-async def declare_dead_queue(channel: Channel, config: Config) -> Queue:
-    """The shared ``dead`` queue; every declaration must carry the same arguments or the broker refuses it."""
-    return await channel.declare_queue(
-        config.dead_queue_name, durable=True,
-        arguments={"x-message-ttl": config.dead_queue_ttl_ms, **config.durable_queue_type()},
-    )
-
-
-def dead_kept_arguments(config: Config) -> dict[str, Any]:
-    return {"x-max-length": config.dead_kept_max, "x-max-length-bytes": config.dead_kept_max_bytes,
-            "x-message-ttl": config.dead_kept_ttl_ms, "x-overflow": "drop-head", **config.durable_queue_type()}
-
-
-async def declare_dead_kept(connection: Connection, channel: Channel, config: Config) -> tuple[Exchange, bool]:
-    """The exchange and queue of the copies kept for operators (``qbroker dead``), bounded by count, bytes and
-    age. Returns the exchange, where collectors publish the copies, and whether the queue was found with
-    other bounds (declared by an older qbroker, or by units configured otherwise): it is then used as it is
-    rather than refusing to start every unit on the bus (deleting it once, or a policy, applies the new
-    bounds). The declare runs on a throwaway channel: the broker refuses a re-declare with other arguments
-    by closing the channel."""
-    exchange = await channel.declare_exchange(config.dead_kept_exchange_name, ExchangeType.FANOUT, durable=True)
-    for arguments in (dead_kept_arguments(config), None):
-        probe = await connection.channel(publisher_confirms=False)
-        try:
-            queue = await probe.declare_queue(config.dead_kept_queue_name, durable=True,
-                                              passive=arguments is None, arguments=arguments)
-            await queue.bind(exchange.name)
-        except ChannelPreconditionFailed:
-            continue  # the broker closed this channel
-        finally:
-            if not probe.is_closed:
-                await probe.close()
-        return exchange, arguments is None
-    raise AssertionError("unreachable: a passive declare does not compare arguments")  # pragma: no cover
 
 
 def rpc_queue_arguments(config: Config, *, max_priority: int | None, single_active: bool,
@@ -100,26 +60,46 @@ def rpc_queue_arguments(config: Config, *, max_priority: int | None, single_acti
     return args
 
 
-async def declare_rpc_queue(
-    channel: Channel,
-    config: Config,
-    name: str,
-    *,
-    exclusive: bool = False,
-    max_priority: int | None = None,
-    single_active: bool = False,
-    expires: bool = True,
-) -> Queue:
-    """``rpc_<name>``, shared by every server of ``name``; per-instance endpoints are exclusive."""
-    queue = await channel.declare_queue(
-        config.queue_name("rpc", name),
-        durable=not exclusive,
-        exclusive=exclusive,
-        auto_delete=exclusive,
-        arguments=rpc_queue_arguments(config, max_priority=max_priority, single_active=single_active,
-                                      expires=expires and not exclusive, exclusive=exclusive),
-    )
-    await queue.bind(config.exchange_name("rpc"), routing_key=name)
+def rpc_queue(config: Config, name: str, *, max_priority: int | None, single_active: bool) -> Shared:
+    """``rpc_<name>`` as a shared queue of every server of ``name``, bound to ``rpc`` by the name. What an
+    endpoint asked for (priorities, one active consumer) it cannot do without; the rest it can."""
+    required: dict[str, tuple[Any, ...]] = {}
+    if max_priority:
+        required["x-max-priority"] = (max_priority,)
+    if single_active:
+        required["x-single-active-consumer"] = (True,)
+    return Shared(config.queue_name("rpc", name),
+                  arguments=rpc_queue_arguments(config, max_priority=max_priority, single_active=single_active),
+                  bindings=((config.exchange_name("rpc"), name),), required=required)
+
+
+async def declare_rpc_queue(connection: Connection, channel: Channel, config: Config, name: str, *,
+                            log: FilteringBoundLogger, exclusive: bool = False, max_priority: int | None = None,
+                            single_active: bool = False) -> Queue:
+    """``rpc_<name>`` on ``channel``, bound. Shared by every server of ``name``: as it exists, if it exists
+    with other settings (found on a throwaway channel, each difference logged with its cost); per-instance
+    endpoints are exclusive."""
+    rpc = config.exchange_name("rpc")
+    if exclusive:
+        queue = await channel.declare_queue(
+            config.queue_name("rpc", name), durable=False, exclusive=True, auto_delete=True,
+            arguments=rpc_queue_arguments(config, max_priority=max_priority, single_active=single_active,
+                                          expires=False, exclusive=True))
+        await queue.bind(rpc, routing_key=name)
+        return queue
+    probe = TopologyProbe(connection, log)
+    try:
+        declared = await probe.declare(rpc_queue(config, name, max_priority=max_priority, single_active=single_active))
+    finally:
+        await probe.close()
+    if declared is None:
+        raise TopologyMissing(f"queue {config.queue_name('rpc', name)!r} is missing and this account may not "
+                              "declare it: its role does not serve the name")
+    warn_differences(log, declared.differences)
+    shared = declared.shared
+    queue = await channel.declare_queue(shared.name, durable=shared.durable, auto_delete=shared.auto_delete,
+                                        passive=not declared.repeatable, arguments=dict(shared.arguments))
+    await queue.bind(rpc, routing_key=name)
     return queue
 
 
@@ -135,27 +115,3 @@ async def declare_unit_queue(channel: Channel, config: Config, kind: Literal["re
     return await channel.declare_queue(
         config.queue_name(kind, uuid), durable=False, exclusive=True, auto_delete=True
     )
-
-
-async def rpc_queue_takes_expiry(connection: Connection, config: Config, name: str, *,
-                                 max_priority: int | None, single_active: bool) -> bool:
-    """Whether ``rpc_<name>`` can be declared with ``x-expires``: False when it exists already without
-    it (declared by an older qbroker). The broker refuses a re-declare with other arguments by closing
-    the channel, so this probes on a throwaway channel rather than the unit's own."""
-    if config.rpc_queue_expiry is None:
-        return False
-    for expires in (True, False):
-        channel = await connection.channel(publisher_confirms=False)
-        try:
-            await channel.declare_queue(
-                config.queue_name("rpc", name), durable=True,
-                arguments=rpc_queue_arguments(config, max_priority=max_priority, single_active=single_active,
-                                              expires=expires),
-            )
-        except ChannelPreconditionFailed:
-            continue  # the broker closed this channel
-        with contextlib.suppress(Exception):
-            await channel.close()
-        return expires
-    # Some other argument conflicts too: the real declaration (with expiry) reports it.
-    return True

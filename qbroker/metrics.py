@@ -6,13 +6,17 @@ call, cast, alert and gather the unit sends (outcome, call latency, error id, wa
 ``unit.on_connected`` (connections up, reconnects) and the observers of the unit's dead-letter collector
 (dead requests answered). A unit that is not instrumented carries none of it: no link in its chains and
 no send hook around its calls. The core does not import prometheus-client (``pip install qbroker[metrics]``).
-A unit with an HTTP server of its own renders ``generate_latest(registry)``; any other can call ``serve``.
+A unit with an HTTP server of its own renders ``generate_latest(registry)``; any other can call ``serve``,
+and a program with a ``--metrics-port`` uses qbroker.metrics_port (``program_registry`` below: its build info,
+no ``_created`` series).
 
 Every label set is bounded. Names come from the wire (a forged alert, a per-job ``spark.progress.<id>``):
 past ``max_names`` distinct names per family (handled, sent), further ones count under ``other``. Error
 ids count as themselves when the program defines them (``qbroker.errors.is_known_error_id``, or given in
 ``error_ids``), anything a peer made up as ``other``; dead-letter reasons likewise (the broker's and
-qbroker's own). The metric names and labels are listed in docs/library.md.
+qbroker's own). A name that carries a process's identity (a per-process endpoint) takes the label
+``endpoint_label`` gives it, so a restarted process continues its series. The metric names and labels are
+listed in docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -22,12 +26,16 @@ import bisect
 import contextlib
 import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+try:
+    from prometheus_client import CollectorRegistry, Gauge, disable_created_metrics, start_http_server
+except ModuleNotFoundError as exc:  # say what to install, not just which module is missing
+    raise ModuleNotFoundError(f"qbroker.metrics needs prometheus-client: pip install 'qbroker[metrics]' ({exc})",
+                              name=exc.name) from exc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -37,6 +45,7 @@ from qbroker.errors import ErrorInfo, QBrokerError, is_known_error_id
 from qbroker.middleware import Middleware, Next, Outcome, Sending
 
 if TYPE_CHECKING:
+    from qbroker.dead_letter import DeadLetterCollector
     from qbroker.transport import Connection
     from qbroker.unit import Unit
 
@@ -45,24 +54,36 @@ DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 # Why the dead-letter collector got a request: the broker's x-death reasons and qbroker's own (dead_letter.classify).
 DEAD_LETTER_REASONS = ("unroutable", "expired", "rejected", "maxlen", "delivery_limit", "poison",
                        "retries_exhausted", "unknown")
+DEAD_LETTER_KINDS = ("rpc", "alert", "reply", "unknown")  # dead_letter.classify's
 HANDLED_KINDS = ("rpc", "alert")
 WAITING_KINDS = ("call", "gather")  # sends that wait for replies
 
 
 class _Names:
-    """The first ``cap`` distinct names as themselves, every later one as ``other``."""
+    """A name's label: ``label(name)`` (the name itself by default); the first ``cap`` distinct labels as
+    themselves, every later one as ``other``. ``known`` remembers the labels of up to ``4 * cap`` names (the
+    hot path reads it); a name past those is labelled afresh each time, so an endless stream of new names
+    (a per-process endpoint of a renderer restarted every day) costs no memory and keeps its label."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, label: Callable[[str], str] | None = None) -> None:
         self.cap = cap
-        self.seen: set[str] = set()
+        self.label = label
+        self.known: dict[str, str] = {}
+        self.labels: set[str] = set()
 
     def __call__(self, name: str) -> str:
-        if name in self.seen:
-            return name
-        if len(self.seen) >= self.cap:
-            return OTHER
-        self.seen.add(name)
-        return name
+        found = self.known.get(name)
+        if found is not None:
+            return found
+        label = name if self.label is None else self.label(name)
+        if label not in self.labels:
+            if len(self.labels) >= self.cap:
+                label = OTHER
+            else:
+                self.labels.add(label)
+        if len(self.known) < 4 * self.cap:
+            self.known[name] = label
+        return label
 
 
 class _Counts:
@@ -116,11 +137,13 @@ class UnitMetrics(Collector):
     """The library's own metrics for one or more units (of one event loop), on one registry."""
 
     def __init__(self, registry: CollectorRegistry | None = None, *, max_names: int = 200,
-                 error_ids: Iterable[str] = ()) -> None:
+                 error_ids: Iterable[str] = (), endpoint_label: Callable[[str], str] | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.max_names = max_names
-        self._handled_names = _Names(max_names)
-        self._sent_names = _Names(max_names)
+        self._handled_names = _Names(max_names, endpoint_label)
+        self._sent_names = _Names(max_names, endpoint_label)
+        self._handled_labels, self._sent_labels = self._handled_names.known, self._sent_names.known
+        self._dead_letter_collectors: list[DeadLetterCollector] = []
         self._error_ids = set(error_ids)
         self.handled = _Counts("qbroker_handled", "Requests and alerts handled, by endpoint (or alert name), kind "
                                "and status", ["endpoint", "kind", "status"])
@@ -156,10 +179,29 @@ class UnitMetrics(Collector):
         self.registry.register(self)
 
     def describe(self) -> Iterable[Metric]:
-        return [family.family(empty=True) for family in self._families]
+        return [*(family.family(empty=True) for family in self._families), self._dead_letters(empty=True)]
 
     def collect(self) -> Iterable[Metric]:
-        return [family.family() for family in self._families]
+        return [*(family.family() for family in self._families), self._dead_letters()]
+
+    def count_dead_letters_of(self, collector: DeadLetterCollector) -> None:
+        self._dead_letter_collectors.append(collector)
+
+    def _dead_letters(self, empty: bool = False) -> Metric:
+        """Every dead message the instrumented units' collectors took, read from their own counts (a copy
+        each, taken at once); kinds and reasons they do not define (a forged ``x-death``) as ``other``."""
+        family = CounterMetricFamily("qbroker_dead_letters", "Dead messages this unit's dead-letter collector "
+                                     "took, by kind and reason", labels=["kind", "reason"])
+        totals: dict[tuple[str, str], float] = {}
+        for collector in ([] if empty else self._dead_letter_collectors):
+            for key, count in list(collector.counts.items()):
+                kind, _, reason = key.partition(".")
+                labels = (kind if kind in DEAD_LETTER_KINDS else OTHER,
+                          reason if reason in DEAD_LETTER_REASONS else OTHER)
+                totals[labels] = totals.get(labels, 0.0) + count
+        for labels, total in totals.items():
+            family.add_metric(labels, total)
+        return family
 
     def error_label(self, error_id: str) -> str:
         if error_id in self._error_ids:
@@ -172,7 +214,10 @@ class UnitMetrics(Collector):
     def observe(self, endpoint: str, kind: str, status: str, seconds: float, error_id: str | None = None) -> None:
         """One request or alert handled (also a ``HandlerObserver``: ``unit.handler_observers.append``).
         Once per request: the updates are written out, not calls of ``_Counts.inc``."""
-        name = endpoint if endpoint in self._handled_names.seen else self._handled_names(endpoint)
+        try:
+            name = self._handled_labels[endpoint]  # the usual case: a dict subscript, cheaper than .get
+        except KeyError:
+            name = self._handled_names(endpoint)
         key = (name, kind, status)
         handled = self.handled.values
         handled[key] = handled.get(key, 0.0) + 1
@@ -202,9 +247,11 @@ class UnitMetrics(Collector):
             status = "cancelled"
         else:
             status, error_id = "error", OTHER
-        name, kind = sending.name, sending.kind
-        if name not in self._sent_names.seen:
-            name = self._sent_names(name)
+        kind = sending.kind
+        try:
+            name = self._sent_labels[sending.name]
+        except KeyError:
+            name = self._sent_names(sending.name)
         key = (name, kind, status)
         sent = self.sent.values
         sent[key] = sent.get(key, 0.0) + 1
@@ -312,7 +359,19 @@ def instrument(unit: Unit, metrics: UnitMetrics | None = None) -> UnitMetrics:
     unit.on_connected(connected)
     if unit.dead_letters is not None:
         unit.dead_letters.observers.append(metrics.observe_dead_letter)
+        metrics.count_dead_letters_of(unit.dead_letters)
     return metrics
+
+
+def program_registry(namespace: str, version: str) -> CollectorRegistry:
+    """A program's registry (docs/metrics.md): ``<namespace>_build_info{version="..."} 1`` in it, and no
+    ``_created`` series in the process: prometheus-client would add one per counter and histogram, a second
+    series apiece that holds only the process's start time."""
+    disable_created_metrics()
+    registry = CollectorRegistry()
+    Gauge(f"{namespace}_build_info", "The version this program runs (always 1)", ["version"],
+          registry=registry).labels(version).set(1)
+    return registry
 
 
 def serve(metrics: UnitMetrics, port: int, addr: str = "127.0.0.1") -> WSGIServer:

@@ -20,6 +20,9 @@ class Reply:
     body: Any
     error: ErrorInfo | None
     header: Header
+    # False: the message could not be read (its error element says why). A call holds such a reply for a
+    # while in case a readable one to the same request follows (``PendingReplies``).
+    readable: bool = True
 
     @property
     def status(self) -> str:
@@ -60,13 +63,21 @@ def failed_reply(message: AbstractIncomingMessage, exc: QBrokerError) -> Reply:
         version=0, message_id=text(message.message_id), correlation_id=text(message.correlation_id),
         app_id=text(message.app_id), content_type=text(message.content_type) or "application/json",
     )
-    return Reply(body=None, error=exc.to_info(part="qbroker.reply"), header=header)
+    return Reply(body=None, error=exc.to_info(part="qbroker.reply"), header=header, readable=False)
 
 
 class PendingReplies:
-    """Futures of calls in flight and queues of gathers, keyed by the request's message id."""
+    """Futures of calls in flight and queues of gathers, keyed by the request's message id.
 
-    def __init__(self) -> None:
+    A call takes the first readable reply to its request and ignores any later one. Two answers to one
+    request are normal where two dead-letter collectors share the bus (qbroker's and another program's, e.g.
+    the original QBroker's: both answer a dead request), and the other program's may be one qbroker cannot
+    read: so an unreadable reply is held ``unreadable_grace`` seconds, and answers the call only if no
+    readable one came meanwhile."""
+
+    def __init__(self, unreadable_grace: float = 0.0) -> None:
+        self.unreadable_grace = unreadable_grace
+        self._held: dict[str, asyncio.TimerHandle] = {}
         self._calls: dict[str, asyncio.Future[Reply]] = {}
         # A gather's queue gets its replies, then the QBrokerError that ended it early (connection lost).
         self._gathers: dict[str, asyncio.Queue[Reply | QBrokerError]] = {}
@@ -89,6 +100,7 @@ class PendingReplies:
         return future
 
     def forget(self, message_id: str) -> None:
+        self._release_held(message_id)
         self._calls.pop(message_id, None)
         self._durable.discard(message_id)
         self._on_delivered.pop(message_id, None)
@@ -114,6 +126,12 @@ class PendingReplies:
         key = reply.header.correlation_id
         if key is None:
             return False
+        if not reply.readable and key in self._calls and self.unreadable_grace > 0:
+            if key not in self._held:  # the first unreadable one is the one shown, if no readable one comes
+                self._held[key] = asyncio.get_running_loop().call_later(self.unreadable_grace, self._answer,
+                                                                        key, reply)
+            return True
+        self._release_held(key)
         future = self._calls.pop(key, None)
         if future is not None:
             if not future.done():
@@ -125,6 +143,17 @@ class PendingReplies:
             return True
         return False
 
+    def _answer(self, key: str, reply: Reply) -> None:
+        self._held.pop(key, None)
+        future = self._calls.pop(key, None)
+        if future is not None and not future.done():
+            future.set_result(reply)
+
+    def _release_held(self, key: str) -> None:
+        held = self._held.pop(key, None)
+        if held is not None:
+            held.cancel()
+
     def fail_all(self, exc: QBrokerError, *, keep_durable: bool = True) -> None:
         """Connection lost: calls in flight fail fast instead of waiting for a reply that can't come;
         guaranteed ones keep waiting (``keep_durable``) unless the unit itself is closing."""
@@ -132,8 +161,10 @@ class PendingReplies:
         calls = self._calls
         self._calls = {key: future for key, future in calls.items() if key in keep}
         for key, future in calls.items():
-            if key not in keep and not future.done():
-                future.set_exception(exc)
+            if key not in keep:
+                self._release_held(key)
+                if not future.done():
+                    future.set_exception(exc)
         # Gathers end now with what they have: no further reply can reach a closed reply queue.
         for queue in self._gathers.values():
             queue.put_nowait(exc)

@@ -9,17 +9,24 @@ from collections.abc import Callable
 from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
+from aio_pika.exceptions import AMQPError, ChannelInvalidStateError
+from aiormq.exceptions import DeliveryError
 
 from qbroker.bus import Bus, trusted_sender
 from qbroker.codecs import CodecError
 from qbroker.context import RequestContext
 from qbroker.endpoints import Endpoint
-from qbroker.envelope import JSON, new_message_id, read_body, read_header
+from qbroker.envelope import JSON, OutgoingMessage, new_message_id, read_body, read_header
 from qbroker.errors import CallTimeout, ConnectionLost, QBrokerError, RequestError
+from qbroker.guaranteed import request_key
 from qbroker.handlers import run_handler
-from qbroker.middleware import Next
+from qbroker.middleware import Next, Outcome
 from qbroker.replies import Reply
 from qbroker.request_middleware import request_builtins
+
+# A guaranteed request the broker refuses (nacks) is published again after 0.4, 0.8, 1.6, then every 2 s; one
+# lost before its confirm, after 0.1, 0.2, ... up to 2 s and once connected again.
+PUBLISH_AGAIN_WAIT_MAX = 2.0
 
 
 def _expiration(timeout: float) -> float:
@@ -32,6 +39,7 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
     """Handle one request from ``rpc_<endpoint>`` through the endpoint's middleware chain (built-ins and
     the unit's, see ``qbroker.middleware``) and send exactly one reply."""
     reply_to = message.reply_to
+    guaranteed = message.delivery_mode == 2
     ctx: RequestContext | None = None
     try:
         # No reply-to is a one-way request (RQ NOREPLY, EventMQ reply-requested=false): run it anyway.
@@ -47,10 +55,19 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         cache = endpoint.chain
         chain = cache.chain if cache.version == bus.middleware.version else cache.set(bus.middleware, _build_chain(
             bus, endpoint))
-        result, error = await chain(ctx, body)
+        if guaranteed:
+            outcome = await _serve_once(bus, endpoint.name, message, ctx, body, chain)
+            if outcome is None:
+                return
+            result, error = outcome
+        else:
+            result, error = await chain(ctx, body)
         if ctx.handed_on:  # a re-published copy (a retry, a redelivery count) gets the one reply
             if not ctx.detached:
-                await message.ack()
+                try:
+                    await message.ack()
+                except ChannelInvalidStateError:
+                    _settled_by_redelivery(bus, message)
             return
     except QBrokerError as exc:
         bus.log.warning("request refused", name=endpoint.name, correlation_id=message.message_id,
@@ -59,7 +76,6 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         if ctx is None:  # never reached the chain: the middlewares have not seen it
             bus.middleware.tell_refused(endpoint.name, "rpc", error, bus.log)
     debug = ctx.debug if ctx is not None else False
-    guaranteed = message.delivery_mode == 2
     sent = True
     if reply_to:
         # A guaranteed (persistent) request's reply is confirmed before the request is acked.
@@ -68,11 +84,50 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         bus.log.warning("one-way request failed", name=endpoint.name, correlation_id=message.message_id,
                          error=error.message)
     if ctx is None or not ctx.detached:
-        if guaranteed and not sent:
-            # Its answer is lost: back to the queue, to be served (and answered) again: at least once.
-            await message.nack(requeue=True)
-        else:
-            await message.ack()
+        try:
+            if guaranteed and not sent:
+                # Its answer is lost: back to the queue, to be served (and answered) again: at least once.
+                await message.nack(requeue=True)
+            else:
+                await message.ack()
+        except ChannelInvalidStateError:
+            _settled_by_redelivery(bus, message)
+
+
+def _settled_by_redelivery(bus: Bus, message: AbstractIncomingMessage) -> None:
+    """The served request's channel closed before it could be acked (the connection was lost): the broker
+    delivers it again and that delivery is answered. The error must not reach the consumer's guard
+    (``Bus.settle_failed``), whose ``internal_error`` would be a second reply."""
+    bus.log.info("request's channel closed before it was settled; the broker delivers it again",
+                 correlation_id=message.message_id)
+
+
+async def _serve_once(bus: Bus, name: str, message: AbstractIncomingMessage, ctx: RequestContext, body: Any,
+                      chain: Next) -> Outcome | None:
+    """Run a guaranteed request's chain once in this unit however many copies of it arrive (``qbroker.guaranteed``):
+    a copy waits for the run in progress, then takes its outcome. The outcome to answer with, or None when this
+    delivery went with its connection (the broker delivers it again)."""
+    header = ctx.header
+    key = request_key(name, header.message_id or "", header.user_id, message.reply_to, message.content_type,
+                      message.body)
+    ledger = bus.guaranteed
+    while (kept := ledger.kept(key)) is None and (running := ledger.running(key)) is not None:
+        connection = bus.connection
+        await running
+        if bus.connection is not connection:
+            return None
+    if kept is not None:
+        ctx.log.info("copy of a guaranteed request answered again, without running it again")
+        return kept
+    token = ledger.start(key)
+    outcome: Outcome | None = None
+    try:
+        result, error = await chain(ctx, body)
+        if not ctx.handed_on:
+            outcome = result, error
+        return result, error
+    finally:
+        ledger.finish(key, token, outcome, header.deadline)
 
 
 def _build_chain(bus: Bus, endpoint: Endpoint) -> Next:
@@ -88,6 +143,50 @@ def _publish_failed(publish: asyncio.Future[None], future: asyncio.Future[Reply]
         future.set_exception(exc)
     elif exc is not None:
         future.set_exception(ConnectionLost(f"request to {name} was not accepted by the broker: {exc}"))
+
+
+async def publish_until_confirmed(bus: Bus, name: str, message: OutgoingMessage, *, until: float,
+                                  expires_at: float) -> None:
+    """Publish a guaranteed request to ``rpc_<name>`` and return once the broker confirmed it.
+
+    Lost before its confirm (the connection or the publishing channel closed: the broker may or may not have
+    it), the same message, message id and all, is published again once connected, until ``until`` (loop
+    time); its servers answer a second copy without running it twice (``qbroker.guaranteed``). Refused by the
+    broker (a nack: a quorum queue electing its leader after a node died; the broker does not have it), it is
+    published again with growing waits while the next try comes before ``until``, then the refusal is raised.
+    What no retry changes (too large, forbidden) is raised at once. A copy queued expires at ``expires_at``
+    (loop time), as the first would have."""
+    loop = asyncio.get_running_loop()
+    refusals = losses = 0
+    while True:
+        try:
+            await bus.publish("rpc", name, message)
+            return
+        except DeliveryError:
+            refusals += 1
+            delay = min(0.2 * 2**refusals, PUBLISH_AGAIN_WAIT_MAX)
+            if loop.time() + delay >= until:
+                raise
+        except Exception as exc:
+            if not _lost_before_confirm(exc):
+                raise
+            losses += 1
+            delay = min(0.05 * 2**losses, PUBLISH_AGAIN_WAIT_MAX)
+            bus.log.warning("guaranteed request not confirmed; publishing it again once connected", name=name,
+                            correlation_id=message.message_id, error=str(exc) or type(exc).__name__)
+        await asyncio.sleep(max(0.0, min(delay, until - loop.time())))
+        if not await bus.wait_connected(until - loop.time()):
+            raise ConnectionLost(f"not connected to a broker again before the deadline (calling {name})")
+        message.user_id = bus.supervisor.user  # a failover URL may log in as another account
+        message.expiration = max(0.05, expires_at - loop.time())
+
+
+def _lost_before_confirm(exc: Exception) -> bool:
+    """A publish that ended with its channel or connection (the broker may or may not have the message), not
+    one refused for good. aiormq fails the confirms of a channel closed without an error with a bare Exception."""
+    if isinstance(exc, QBrokerError):
+        return isinstance(exc, ConnectionLost)
+    return isinstance(exc, (AMQPError, ChannelInvalidStateError, OSError)) or type(exc) is Exception
 
 
 def _expire(future: asyncio.Future[Reply], name: str, timeout: float) -> None:
@@ -123,13 +222,19 @@ async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = 
         bus.check_size(message)  # what the broker would refuse fails this call only, here
         # Pipelined confirm: the reply normally arrives before the broker's ack; a refused or failed
         # publish resolves the call instead. One timer handle, no extra tasks: this is the hot path.
-        publish = asyncio.ensure_future(bus.publish("rpc", name, message))
+        if guarantee:
+            publish = asyncio.ensure_future(publish_until_confirmed(
+                bus, name, message, until=deadline, expires_at=loop.time() + _expiration(timeout)))
+        else:
+            publish = asyncio.ensure_future(bus.publish("rpc", name, message))
         publish.add_done_callback(lambda done: _publish_failed(done, future, name))
         timer = loop.call_at(deadline, _expire, future, name, timeout)
         try:
             reply = await future
         finally:
             timer.cancel()
+            if guarantee:
+                publish.cancel()  # answered or given up: never published again
     finally:
         bus.pending.forget(message_id)
     return reply

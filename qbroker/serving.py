@@ -35,7 +35,7 @@ from qbroker.alerts import Listener
 from qbroker.bus import Bus
 from qbroker.context import RequestContext
 from qbroker.endpoints import Endpoint
-from qbroker.exchanges import declare_rpc_queue, rpc_queue_takes_expiry
+from qbroker.exchanges import declare_rpc_queue
 from qbroker.transport import Channel, Connection, Queue
 
 Track = Callable[[Awaitable[None]], Awaitable[None]]
@@ -91,21 +91,14 @@ class EndpointServing:
     async def add(self, connection: Connection, endpoint: Endpoint) -> None:
         served = self._served[endpoint.name] = _Served(endpoint)
         config, options = self.bus.config, endpoint.options
-        expires = not options.exclusive and await rpc_queue_takes_expiry(
-            connection, config, endpoint.name, max_priority=options.max_priority,
-            single_active=options.single_active)
-        if not expires and not options.exclusive and config.rpc_queue_expiry is not None:
-            self.bus.log.warning("rpc queue exists without x-expires (declared by an older qbroker): a stopped "
-                                 "service will time out instead of answering no_server until it is deleted",
-                                 queue=config.queue_name("rpc", endpoint.name))
         if options.max_priority and not options.exclusive and config.queue_type == "quorum":
             self.bus.log.warning("a priority endpoint's queue stays classic (quorum queues have no priorities): "
                                  "it is not replicated", queue=config.queue_name("rpc", endpoint.name))
         served.channel = await self.bus.channel(connection, confirms=False)
         await served.channel.set_qos(prefetch_count=options.prefetch)
         served.queue = await declare_rpc_queue(
-            served.channel, config, endpoint.name, exclusive=options.exclusive,
-            max_priority=options.max_priority, single_active=options.single_active, expires=expires,
+            connection, served.channel, config, endpoint.name, log=self.bus.log, exclusive=options.exclusive,
+            max_priority=options.max_priority, single_active=options.single_active,
         )
         if not self.paused:
             await self._consume(served)

@@ -321,7 +321,12 @@ class Unit:
                                             extra_headers=sending.headers)
             if not await self.bus.wait_connected(self.config.call_timeout):
                 raise ConnectionLost(f"not connected to a broker (cast {name})")
-            await self.bus.publish("rpc", name, message)
+            if guarantee:  # confirmed, published again across a lost connection for up to call_timeout
+                loop = asyncio.get_running_loop()
+                await rpc.publish_until_confirmed(self.bus, name, message, until=loop.time() + self.config.call_timeout,
+                                                  expires_at=loop.time() + ttl)
+            else:
+                await self.bus.publish("rpc", name, message)
 
     def schedule(self, name: str, body: Any = None, *, every: float | None = None, cron: str | None = None,
                  kind: Literal["cast", "alert"] = "cast", nohaste: bool = False) -> Schedule:

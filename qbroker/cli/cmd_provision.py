@@ -1,9 +1,10 @@
 """``qbroker provision FILE`` / ``qbroker provision FILE --remove``: broker accounts for a deployment.
 
 Applies the description (see ``qbroker.cli.deployment``; the roles: ``qbroker.cli.roles``) with
-``rabbitmqctl`` on the broker host (why not the management HTTP API: docs/decisions.md). Idempotent: run it
+``rabbitmqctl`` on the broker host (why not the management HTTP API: docs/decisions.md), and declares the
+bus's shared exchanges and queues, which no role may (``qbroker.cli.provision_topology``). Idempotent: run it
 again after editing the file and every account's permissions are set anew; passwords already in the secrets
-dir are kept.
+dir are kept; shared objects that exist are kept as they are (what differs is named).
 
 Passwords are generated here, written to ``<secrets_dir>/<account>.password`` (mode 0600) and handed to
 rabbitmqctl on its standard input, so they never appear on a command line (``ps``), in a log or in an
@@ -22,13 +23,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from qbroker.cli.deployment import Deployment, DescriptionError, load_deployment, permissions_for, service_env
 from qbroker.cli.exit_codes import ExitCode
+from qbroker.cli.provision_topology import compare, topology_for
+from qbroker.cli.provision_topology import definitions as topology_definitions
 from qbroker.cli.roles import RoleBook, RoleError, load_roles
 
 EXAMPLES = """
@@ -44,11 +48,20 @@ EXAMPLES = """
 """
 
 
+EXCHANGE_COLUMNS = ("name", "type", "durable", "auto_delete", "arguments")
+QUEUE_COLUMNS = ("name", "durable", "auto_delete", "arguments")
+
+
 class ProvisionError(RuntimeError):
     """rabbitmqctl refused a step (the message never holds a password)."""
 
 
 def _ctl(*args: str, stdin: str | None = None, ok_codes: tuple[int, ...] = (0,)) -> int:
+    return _ctl_run(*args, stdin=stdin, ok_codes=ok_codes).returncode
+
+
+def _ctl_run(*args: str, stdin: str | None = None,
+             ok_codes: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("rabbitmqctl") or ("/usr/sbin/rabbitmqctl" if os.path.exists("/usr/sbin/rabbitmqctl") else None)
     if exe is None:
         raise ProvisionError("rabbitmqctl not found: run qbroker provision on the broker host (as root)")
@@ -57,7 +70,17 @@ def _ctl(*args: str, stdin: str | None = None, ok_codes: tuple[int, ...] = (0,))
         # Only the command word and user name: arguments are patterns, never secrets, but stay short.
         detail = (done.stderr or done.stdout).strip().splitlines()
         raise ProvisionError(f"rabbitmqctl {args[0]} failed: {detail[-1] if detail else done.returncode}")
-    return done.returncode
+    return done
+
+
+def _listed(what: str, vhost: str, *columns: str) -> list[dict[str, Any]]:
+    """``rabbitmqctl list_<what> -p vhost columns`` as JSON rows."""
+    out = _ctl_run(f"list_{what}", "-p", vhost, *columns, "--formatter", "json", "-q").stdout
+    try:
+        rows = json.loads(out or "[]")
+    except json.JSONDecodeError:
+        return []  # the vhost is still being set up: asked again
+    return rows if isinstance(rows, list) else []
 
 
 def password_for(deployment: Deployment, account: str) -> tuple[Path, str]:
@@ -105,17 +128,22 @@ def _existing_users() -> set[str]:
     return {line.split("\t")[0].strip() for line in out.splitlines() if line.strip()}
 
 
-def apply(deployment: Deployment, roles: RoleBook) -> dict[str, Path]:
-    """Create or update every account; returns each account's password file.
+def apply(deployment: Deployment, roles: RoleBook,
+          warn: Callable[[str], object] = lambda text: sys.stderr.write(f"qbroker provision: {text}\n")
+          ) -> dict[str, Path]:
+    """Create or update every account and declare the bus's shared exchanges and queues; returns each
+    account's password file. ``warn`` is told each way an existing shared object differs (it is kept).
 
     One ``rabbitmqctl import_definitions`` (definitions on standard input) sets every user, password hash,
-    permission and topic permission at once: each rabbitmqctl call starts an Erlang VM, so a step per
-    setting took a minute for a small deployment; this takes a few seconds."""
+    permission, topic permission, shared exchange, queue and binding at once: each rabbitmqctl call starts an
+    Erlang VM, so a step per setting took a minute for a small deployment; this takes a few seconds."""
     if not _vhost_exists(deployment.vhost):
         _ctl("add_vhost", deployment.vhost)
     existing = _existing_users()
     files: dict[str, Path] = {}
-    definitions: dict[str, list[dict[str, str]]] = {"users": [], "permissions": [], "topic_permissions": []}
+    topology = topology_for(deployment, roles)
+    definitions: dict[str, list[dict[str, Any]]] = {"users": [], "permissions": [], "topic_permissions": [],
+                                                    **topology_definitions(topology, deployment.vhost)}
     for account in deployment.account:
         path, password = password_for(deployment, account.name)
         files[account.name] = path
@@ -124,7 +152,7 @@ def apply(deployment: Deployment, roles: RoleBook) -> dict[str, Path]:
         definitions["users"].append({"name": account.name, "password_hash": password_hash(password),
                                      "hashing_algorithm": "rabbit_password_hashing_sha256",
                                      "tags": ""})  # no management/administrator tags
-        perms = permissions_for(roles[account.role], roles, deployment.exchange_prefix)
+        perms = permissions_for(roles[account.role], roles, deployment.exchange_prefix, account.name)
         definitions["permissions"].append({"user": account.name, "vhost": deployment.vhost,
                                            "configure": perms.configure, "write": perms.write, "read": perms.read})
         for exchange, (write, read) in perms.topics.items():
@@ -142,13 +170,21 @@ def apply(deployment: Deployment, roles: RoleBook) -> dict[str, Path]:
             json.dump(definitions, handle)
         _give_to_broker_user(path)
         _ctl("import_definitions", str(path))
-    # The broker applies an import asynchronously: wait until every account exists before anyone logs in.
+    # The broker applies an import asynchronously: wait until every account and shared object exists before
+    # anyone logs in (a unit would find the topology missing).
     wanted = {account.name for account in deployment.account}
     deadline = time.monotonic() + 60
     while not wanted <= _existing_users():
         if time.monotonic() > deadline:
             raise ProvisionError("the broker did not apply the accounts' definitions within 60 s")
         time.sleep(0.2)
+    while (found := compare(topology, _listed("exchanges", deployment.vhost, *EXCHANGE_COLUMNS),
+                            _listed("queues", deployment.vhost, *QUEUE_COLUMNS))) is None:
+        if time.monotonic() > deadline:
+            raise ProvisionError("the broker did not declare the shared exchanges and queues within 60 s")
+        time.sleep(0.2)
+    for difference in found:
+        warn(f"{difference}: kept as it is (an import changes no existing object); cost: {difference.cost()}")
     return files
 
 
@@ -178,7 +214,8 @@ def provision(
     list_roles: Annotated[bool, typer.Option("--list-roles", help="Print the roles known and where each comes "
                                                                   "from, and do nothing else.")] = False,
 ) -> None:
-    """Create the broker accounts of a deployment: users, passwords, permissions and topic permissions."""
+    """Create the broker accounts of a deployment (users, passwords, permissions and topic permissions) and
+    declare the bus's shared exchanges and queues."""
     try:
         if remove_accounts and description is not None:  # needs no roles: a role's package may be gone
             deployment = load_deployment(description)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from qbroker.cli.roles import ROLE_NAME, Grants, RoleBook
+from qbroker.cli.roles import ACCOUNT, ROLE_NAME, Grants, RoleBook
+from qbroker.progress import owner_word
 
 NOTHING = "^$"  # RabbitMQ has no "deny" pattern: a regex only the empty name matches grants nothing
 UUID = "[0-9a-f]{32}"
@@ -102,31 +103,41 @@ def _any(*alternatives: str) -> str:
     return "^(" + "|".join(alternatives) + ")$"
 
 
-def permissions_for(grants: Grants, roles: RoleBook, prefix: str) -> Permissions:
-    """The broker permissions of a role's ``grants`` (``prefix`` is the deployment's exchange prefix)."""
+def permissions_for(grants: Grants, roles: RoleBook, prefix: str, account: str = "") -> Permissions:
+    """The broker permissions of a role's ``grants`` for ``account`` (``prefix``: the deployment's exchange
+    prefix; ``{account}`` in a role's pattern stands for the account's progress word, ``qbroker.progress``)."""
     p = re.escape(prefix)
     exchanges = f"{p}(rpc|reply|alert|dead)"
-    # Every unit declares the four exchanges (with ``dead`` as alternate exchange: write on it, read on
-    # the declared one), the shared ``dead`` queue (name = the dead exchange's), and its own exclusive
-    # reply_/alert_ queues. Exclusive queues cannot be consumed by another connection, so a pattern over
-    # every uuid does not let one unit read another's replies.
-    base = [exchanges, f"{p}(reply|alert)_{UUID}"]
-    # The kept copies of dead messages: every unit declares the `dead.kept.in` exchange and the `dead.kept`
-    # queue and binds them; only operators read the queue (the copies hold other accounts' requests).
     kept_in, kept = rf"{p}dead\.kept\.in", rf"{p}dead\.kept"
+    # The shared exchanges and queues (qbroker.topology; `dead` names the exchange and its queue) and the
+    # service-owned topic exchanges roles name (`osm`): `qbroker provision` declares them, every unit finds
+    # them with a passive declare, which the broker checks no permission for. Configure on one would let an
+    # account delete it (exchange.delete and queue.delete need nothing else), or re-declare it otherwise:
+    # no role gets it, whatever its resources say.
+    shared = "|".join([exchanges, kept_in, kept, *(re.escape(name) for name in roles.exchanges())])
+    not_shared = f"(?!({shared})$)"
     if grants.everything:
-        # A person with the CLI (call, alert, list, debug snooping): any resource, limited by topic rules.
-        return Permissions(".*", ".*", ".*", _everything_topics(roles))
-    # The queues of the names it serves, and their retries: qbroker.retry.<name>.<ms> queues (declared and
-    # bound by the server itself).
+        # A person with the CLI (call, alert, list, debug snooping): any resource but the shared ones' configure,
+        # limited by topic rules.
+        return Permissions(f"^{not_shared}.*$", ".*", ".*", _everything_topics(roles))
+    # Its own exclusive reply_/alert_ queues (exclusive: no other connection can consume them, so a pattern
+    # over every uuid does not let one unit read another's replies), the queues of the names it serves and
+    # their retries (qbroker.retry.<name>.<ms>, declared and bound by the server itself), its resources.
     served = [rf"{p}rpc_({name})" for name in grants.serve]
     retries = [rf"{p}qbroker\.retry\.({name})\.[0-9]+" for name in grants.serve]
-    own = [*base, *served, *grants.resources, *retries]
-    resources = _any(*own, kept_in, kept)
+    own = [f"{p}(reply|alert)_{UUID}", *served, *grants.resources, *retries]
+    # Publishing on the four exchanges needs write; binding the shared queues write on the queue and read on
+    # the exchange (`dead` to `dead`, `dead.kept` to `dead.kept.in`); collecting dead letters read on `dead`.
+    # Only operators read `dead.kept`: the copies hold other accounts' requests. A topic exchange a role has
+    # grants on: write to publish there, read to bind to it.
+    topic_write = [re.escape(name) for name, grant in grants.topics.items() if grant.write]
+    topic_read = [re.escape(name) for name, grant in grants.topics.items() if grant.read]
+    uses = [*own, exchanges, kept_in]
     # Publishing on the default exchange reaches any queue by name, past every topic permission: only a role
     # that must (the TopOSM seed wire answers on it) gets it.
-    write = _any(*own, kept_in, kept, "amq\\.default") if grants.default_exchange else resources
-    return Permissions(resources, write, _any(*own, kept_in), _topics(grants))
+    default = ["amq\\.default"] if grants.default_exchange else []
+    return Permissions(f"^{not_shared}({'|'.join(own)})$", _any(*uses, kept, *topic_write, *default),
+                       _any(*uses, *topic_read), _topics(grants, account))
 
 
 def _broadcast(names: list[str]) -> list[str]:
@@ -149,8 +160,9 @@ def _everything_topics(roles: RoleBook) -> dict[str, tuple[str, str]]:
             **{exchange: (".*", ".*") for exchange in roles.exchanges()}}
 
 
-def _topics(grants: Grants) -> dict[str, tuple[str, str]]:
-    """(write, read) routing-key patterns on each topic exchange (the prefix does not change names)."""
+def _topics(grants: Grants, account: str) -> dict[str, tuple[str, str]]:
+    """(write, read) routing-key patterns on each topic exchange (the prefix does not change names), with
+    ``{account}`` filled in (as it is when ``account`` is empty: ``--list-roles``)."""
     lifecycle = r"qbroker\.(start|stop|ping)"  # every unit announces itself and answers qbroker.ping
     # A server re-publishes a redelivered request to its own name (with its failure count, qbroker.rpc),
     # so it may publish to the names it serves on shared queues; a refused re-publish would close its
@@ -160,12 +172,17 @@ def _topics(grants: Grants) -> dict[str, tuple[str, str]]:
     # A failed request parked for a retry goes out on `rpc` as qbroker.retry.<ms>.<name> (qbroker.rpc): the
     # server may publish (and bind its delay queue) with the names it serves, nothing else.
     retry = [r"qbroker\.retry\.[0-9]+\.(" + name + ")" for name in grants.serve]
-    return {
+    topics = {
         "rpc": (_rule([*grants.call, *republish, *retry]), _rule([*grants.serve, *retry])),
         "alert": (_rule([lifecycle, *grants.alert, *_broadcast(grants.call)]),
                   _rule([r"qbroker\.ping", *grants.hear, *_broadcast(grants.serve)])),
         **{exchange: (_rule(grant.write), _rule(grant.read)) for exchange, grant in grants.topics.items()},
     }
+    if not account:
+        return topics
+    word = re.escape(owner_word(account))
+    return {exchange: (write.replace(ACCOUNT, word), read.replace(ACCOUNT, word))
+            for exchange, (write, read) in topics.items()}
 
 
 def service_env(deployment: Deployment, roles: RoleBook) -> dict[str, str]:

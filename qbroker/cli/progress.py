@@ -1,9 +1,10 @@
 """Showing the progress alerts of long requests: a rich progress bar on a terminal, plain lines otherwise.
 
-A service that publishes progress does so as alerts named ``<service>.progress.<job id>`` (the Spark
-bridge: ``spark.progress.<job_id>`` with ``phase``, ``counters`` and ``spark`` stage/task totals). The CLI
-listens to ``<first word of the endpoint>.progress.#`` while its call runs, and shows one line per job
-that reports during the call. Everything goes to stderr: stdout keeps the reply for pipes.
+A service that publishes progress does so as alerts named ``<service>.progress.<owner>.<job id>``
+(``qbroker.progress``; the Spark bridge: ``spark.progress.<owner>.<job_id>`` with ``phase``, ``counters`` and
+``spark`` stage/task totals). The CLI listens to ``<first word of the endpoint>.progress.<its account>.#``
+while its call runs (the broker lets a client hear its own jobs only), and shows one line per job that
+reports during the call. Everything goes to stderr: stdout keeps the reply for pipes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from qbroker.cli.output import printable
+from qbroker.progress import own_progress, progress_prefix
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -21,8 +23,9 @@ if TYPE_CHECKING:
 MAX_JOBS_SHOWN = 20  # a flood of forged progress alerts must not flood the terminal
 
 
-def progress_pattern(endpoint: str) -> str:
-    return endpoint.split(".", 1)[0] + ".progress.#"
+def progress_pattern(endpoint: str, account: str) -> str:
+    """The progress of ``account``'s own jobs at the service ``endpoint`` belongs to."""
+    return own_progress(progress_prefix(endpoint.split(".", 1)[0]), account)
 
 
 def describe(snapshot: dict[str, Any]) -> tuple[str, int | None, int]:
@@ -54,7 +57,7 @@ class ProgressView:
         self._last: dict[str, str] = {}
 
     def attach(self, unit: Unit, endpoint: str) -> None:
-        unit.on_alert(progress_pattern(endpoint))(self.update)
+        unit.on_alert(progress_pattern(endpoint, unit.bus.supervisor.user))(self.update)
 
     async def update(self, body: Any) -> None:
         if not isinstance(body, dict) or not isinstance(body.get("job_id"), str):

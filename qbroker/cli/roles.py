@@ -1,7 +1,8 @@
 """Roles as data: what an account of each role may call, serve, publish and hear, from the services that own them.
 
 The library knows two roles of its own: ``operator`` (a person with the CLI: everything but the names some role
-reserves for itself) and ``client`` (hears job progress and presence; the services add what it may call). Every
+reserves for itself) and ``client`` (hears presence and its own jobs' progress; the services add what it may
+call). Every
 other role, and every grant a service adds to these two, comes from
 
 - the ``qbroker.roles`` entry points of the installed packages: each names a mapping ``{role: grants}`` (or a
@@ -14,8 +15,10 @@ other role, and every grant a service adds to these two, comes from
 
 A role named by several sources gets the union of their grants, so a service adds to a role another one
 defines (the Spark bridge lets ``client`` call its endpoints). Names are regexes over routing keys and
-resource names, matched whole. ``qbroker provision --roles-only`` prints the merged table and where each
-role came from.
+resource names, matched whole; ``{account}`` in a routing-key name is the account's own word (``ACCOUNT``).
+No role may configure the bus's shared exchanges and queues, whatever its ``resources`` say
+(``qbroker.cli.deployment``); ``topics`` on an exchange let the role publish (write) and bind (read) there.
+``qbroker provision --roles-only`` prints the merged table and where each role came from.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 ENTRY_POINT_GROUP = "qbroker.roles"
 ROLE_NAME = r"^[a-z][a-z0-9_]{0,31}$"
 WORD = r"[^.*#]+"  # one routing-key word, no wildcard: what a host or job id may be in a pattern
+# In a role's routing-key pattern: the account's own word (qbroker.progress.owner_word, regex-escaped), filled
+# in per account by `qbroker provision`. Not RabbitMQ's own `{username}`, which it puts into the regex as
+# the name is, unescaped, where a dot matches any character, and which is not the word a routing key carries.
+ACCOUNT = "{account}"
 
 
 class RoleError(ValueError):
@@ -100,9 +107,10 @@ class Grants(BaseModel):
 # The library's own roles (docs/security.md). Services add to them; nothing here names a service.
 BUILT_IN: dict[str, dict[str, Any]] = {
     "operator": {"everything": True},
-    # discovery and job progress; not qbroker.broadcast.*, which are requests to servers.
-    # `qbroker call` follows `<first word of the name>.progress.#` while its call runs.
-    "client": {"hear": [WORD + r"\.progress\..+", r"qbroker\.(start|stop)"]},
+    # discovery and the progress of its own jobs (qbroker.progress), not another account's; not
+    # qbroker.broadcast.*, which are requests to servers. `qbroker call` follows
+    # `<first word of the name>.progress.<its account>.#` while its call runs.
+    "client": {"hear": [WORD + r"\.progress\." + ACCOUNT + r"\..+", r"qbroker\.(start|stop)"]},
 }
 
 

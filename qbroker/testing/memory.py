@@ -81,6 +81,8 @@ class MemoryBroker:
         self.connections: list[MemoryConnection] = []
         # False: new connections are refused (a broker that is down); existing ones are unaffected.
         self.available = True
+        # Routing keys whose next publish loses its connection once routed (``lose_connection_after_routing``).
+        self.lost_after_routing: set[str] = set()
 
     @classmethod
     def named(cls, name: str) -> MemoryBroker:
@@ -111,6 +113,19 @@ class MemoryBroker:
         for connection in connections:
             connection.close_now(ConnectionClosed(320, f"CONNECTION_FORCED - {reason}"))
         return len(connections)
+
+    def lose_connection_after_routing(self, routing_key: str) -> None:
+        """The next message published with ``routing_key`` is routed, then its publisher's connection is dropped
+        before the publish returns: the publisher never hears that the broker has it (a RabbitMQ node that died
+        between taking a message and confirming it)."""
+        self.lost_after_routing.add(routing_key)
+
+    def loses_connection_after(self, routing_key: str) -> bool:
+        """Whether the publish just routed with ``routing_key`` loses its connection now (asked once)."""
+        if routing_key not in self.lost_after_routing:
+            return False
+        self.lost_after_routing.discard(routing_key)
+        return True
 
     def restart(self) -> None:
         """What a RabbitMQ restart does: connections dropped, transient queues, exchanges and messages lost."""

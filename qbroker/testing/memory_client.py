@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from aio_pika import ExchangeType
 from aio_pika.abc import AbstractMessage
-from aio_pika.exceptions import ChannelClosed, ChannelInvalidStateError, DuplicateConsumerTag
+from aio_pika.exceptions import ChannelClosed, ChannelInvalidStateError, ConnectionClosed, DuplicateConsumerTag
 
 from qbroker.testing.memory_exchanges import UnsupportedFeature
 from qbroker.testing.memory_messages import DeliveredMessage
@@ -247,7 +247,12 @@ class MemoryChannel:
     # -- publishing ----------------------------------------------------------------------------------
 
     def publish(self, exchange: str, message: AbstractMessage, routing_key: str, *, mandatory: bool) -> None:
-        routed = self._broker_call(lambda: self.broker.publish(exchange, routing_key, message))
+        broker = self.broker
+        routed = self._broker_call(lambda: broker.publish(exchange, routing_key, message))
+        if broker.lost_after_routing and broker.loses_connection_after(routing_key):
+            lost = ConnectionClosed(320, "CONNECTION_FORCED - lost before the confirm (lose_connection_after_routing)")
+            self.connection.close_now(lost)
+            raise lost
         if not routed and mandatory:
             # RabbitMQ returns the message (basic.return); without return callbacks aio-pika drops it.
             log.warning("message to %r with routing key %r returned: no route", exchange, routing_key)

@@ -54,11 +54,27 @@ def _close_hashes(states: set[int], pattern: list[str]) -> set[int]:
 
 
 def inequivalent(kind: str, name: str, what: str, received: Any, current: Any) -> ChannelPreconditionFailed:
-    """RabbitMQ's wording for a re-declare whose settings differ from the existing entity."""
-    return ChannelPreconditionFailed(
-        f"PRECONDITION_FAILED - inequivalent arg '{what}' for {kind} '{name}' in vhost '/': "
-        f"received {received!r} but current is {current!r}"
-    )
+    """RabbitMQ's wording for a re-declare whose settings differ from the existing entity (an argument that
+    is None on one side is one that side does not have), which qbroker.topology reads back."""
+    if what in ("type", "durable", "auto_delete", "name"):
+        difference = f"received {_flag(received)} but current is {_flag(current)}"
+    elif received is None or current is None:
+        difference = f"received {_typed(received)} but current is {_typed(current)}"
+    else:
+        difference = f"received {_flag(received)} but current is {_flag(current)}"
+    return ChannelPreconditionFailed(f"PRECONDITION_FAILED - inequivalent arg '{what}' for {kind} '{name}' in "
+                                     f"vhost '/': {difference}")
+
+
+def _flag(value: Any) -> str:
+    return f"'{str(value).lower() if isinstance(value, bool) else value}'"
+
+
+def _typed(value: Any) -> str:
+    if value is None:
+        return "none"
+    kind = "bool" if isinstance(value, bool) else "long" if isinstance(value, int) else "longstr"
+    return f"the value {_flag(value)} of type '{kind}'"
 
 
 @dataclass

@@ -10,11 +10,15 @@ comments, ``\\:`` escapes in the timestamp.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 MAX_SEQUENCE = 999_999_999
 STATE_BYTES = 64 * 1024  # a state file is a few lines; anything bigger is not one
+# ASCII digits only, at most MAX_SEQUENCE's nine after any leading zeros: str.isdigit() takes "²" and
+# int() refuses it, and int() refuses 5,000 digits too (a ValueError, not a malformed state file).
+_SEQUENCE = re.compile(r"0*[0-9]{1,9}")
 
 
 class ReplicationError(Exception):
@@ -66,7 +70,7 @@ def parse_state(raw: bytes, where: str) -> ReplicationState:
         key, value = line.split("=", 1)
         values[key.strip()] = value.strip().replace("\\:", ":")
     number = values.get("sequenceNumber", "")
-    if not number.isdigit() or int(number) > MAX_SEQUENCE:
+    if not _SEQUENCE.fullmatch(number):
         raise ReplicationError(f"{where}: no valid sequenceNumber")
     return ReplicationState(int(number), values.get("timestamp"))
 

@@ -15,6 +15,7 @@ the bytes they inflate to, counted before libosmium sees them (a few KB of gzip 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import zlib
 from dataclasses import dataclass
@@ -79,10 +80,11 @@ def inflated_size(data: bytes, limit: int) -> int:
     return size
 
 
-def build_batch(source: ReplicationSource, first: int, last: int, spool: Path, *, published: int,
-                max_bytes: int = MAX_BATCH_BYTES, max_inflated: int = MAX_BATCH_INFLATED) -> Batch:
+async def build_batch(source: ReplicationSource, first: int, last: int, spool: Path, *, published: int,
+                      max_bytes: int = MAX_BATCH_BYTES, max_inflated: int = MAX_BATCH_INFLATED) -> Batch:
     """Fetch diffs ``first..last`` (fewer if one is missing, or ``max_bytes`` fetched or ``max_inflated``
-    uncompressed would be passed) and merge them.
+    uncompressed would be passed) and merge them. Downloads run on the loop (cancelled at once); counting,
+    parsing and writing, bounded by the caps, in a thread.
 
     Raises ReplicationError (a gap, a state file that disagrees, an unreadable diff, one diff over
     ``max_inflated`` alone) or SourceUnavailable only for ``first``; for a later diff the batch just ends
@@ -91,23 +93,16 @@ def build_batch(source: ReplicationSource, first: int, last: int, spool: Path, *
     total, inflated, end, timestamp = 0, 0, first - 1, None
     for sequence in range(first, last + 1):
         try:
-            data = source.diff(sequence)
-            state = source.state(sequence)
+            data = await source.diff(sequence)
+            state = await source.state(sequence)
             if state.sequence != sequence:
                 raise ReplicationError(f"the state file of diff {sequence} says sequence {state.sequence}")
             if total and total + len(data) > max_bytes:
                 break
-            try:
-                size = inflated_size(data, max_inflated)
-                if size > max_inflated:
-                    raise ReplicationError(f"diff {sequence} ({source.where(sequence)}): over {max_inflated} bytes "
-                                           "uncompressed, more than a job reads; not applied")
-                if inflated + size > max_inflated:
-                    break
-                reader.add_buffer(data, osc_format(data))
-            except (RuntimeError, zlib.error) as exc:  # libosmium's gzip and XML errors, a corrupt gzip stream
-                raise ReplicationError(f"diff {sequence} ({source.where(sequence)}): unreadable osmChange "
-                                       f"({str(exc)[:200]})") from None
+            size = await asyncio.to_thread(_add_diff, reader, data, source.where(sequence), sequence,
+                                           max_inflated - inflated, max_inflated)
+            if size is None:
+                break
         except DiffMissing as exc:
             if sequence == first:
                 raise ReplicationError(f"gap: {exc.where} is missing (state.txt is at {published}, the store "
@@ -119,8 +114,28 @@ def build_batch(source: ReplicationSource, first: int, last: int, spool: Path, *
             log.warning("batch ends before a diff that cannot be had", sequence=sequence, error=str(exc)[:300])
             break
         total, inflated, end, timestamp = total + len(data), inflated + size, sequence, state.timestamp
+    path = await asyncio.to_thread(_write_merged, reader, spool, f"{first:09d}-{end:09d}")
+    return Batch(first, end, path, timestamp)
+
+
+def _add_diff(reader: osmium.MergeInputReader, data: bytes, where: str, sequence: int, room: int,
+              max_inflated: int) -> int | None:
+    """Add one diff to the merge; its inflated size, or None when it would take the batch past ``room``."""
+    try:
+        size = inflated_size(data, max_inflated)
+        if size > max_inflated:
+            raise ReplicationError(f"diff {sequence} ({where}): over {max_inflated} bytes "
+                                   "uncompressed, more than a job reads; not applied")
+        if size > room:
+            return None
+        reader.add_buffer(data, osc_format(data))
+    except (RuntimeError, zlib.error) as exc:  # libosmium's gzip and XML errors, a corrupt gzip stream
+        raise ReplicationError(f"diff {sequence} ({where}): unreadable osmChange ({str(exc)[:200]})") from None
+    return size
+
+
+def _write_merged(reader: osmium.MergeInputReader, spool: Path, name: str) -> Path:
     spool.mkdir(parents=True, exist_ok=True)
-    name = f"{first:09d}-{end:09d}"
     tmp, path = spool / f".{name}.tmp.osc.gz", spool / f"{name}.osc.gz"
     writer = osmium.SimpleWriter(str(tmp), overwrite=True)
     try:
@@ -128,4 +143,4 @@ def build_batch(source: ReplicationSource, first: int, last: int, spool: Path, *
     finally:
         writer.close()
     tmp.replace(path)
-    return Batch(first, end, path, timestamp)
+    return path

@@ -12,11 +12,13 @@ one record of its progress: after a restart the follower continues from whatever
 diff is skipped or applied twice (and the bridge refuses a diff that does not follow the store's
 sequence). A batch never spans a store's sequence, so a store behind the others catches up first.
 
-A missing diff (a gap) or one that cannot be read stops the follower with a clear error, before any store
-saw any of it. A source, bridge or bus that does not answer, or an osm2pgsql run that fails
-(``StoreUnavailable``), is not an error: the stores' sequences stay where they were, and the follower
-backs off (``interval`` doubled per failure, at most ``max_backoff``), logs it, counts it
-(``metrics.py``), and tries again.
+In a local directory, a missing diff (a gap) or one that cannot be read stops the follower with a clear
+error, before any store saw any of it. A source, bridge or bus that does not answer, an osm2pgsql run that
+fails (``StoreUnavailable``), or a server's answer that cannot be followed (``BadAnswer``: a malformed
+state file, an unreadable diff, a gap; one bad answer must not end a daemon that the server's next answer
+may set right) is not an error: the stores' sequences stay where they were, and the follower backs off
+(``interval`` doubled per failure, at most ``max_backoff``), logs it, counts it (``metrics.py``), and tries
+again.
 """
 
 from __future__ import annotations
@@ -27,29 +29,38 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from qbroker import QBrokerError, Unit
-from services.metrics_port import MetricsServer
+from qbroker.metrics_port import MetricsServer
 from services.osmstore.errors import StoreUnavailable
 from services.osmstore.postgis import ExpireOutput, stop_running
 from services.osmstore.replication import ReplicationError
+from services.tiles.metrics_port import service_metrics
 from services.tiles.tilemath import ZoomRange
 
 from .batch import Batch, build_batch, clear_spool
-from .metrics import ReplicateMetrics
+from .metrics import NAMESPACE, ReplicateMetrics
 from .postgis_expiry import PostgisExpiry
 from .sinks import BridgeCall, EmbeddedStore, PostgisStore, Sink
-from .source import SourceUnavailable, is_url, open_source
+from .source import DOWNLOAD_DEADLINE, SourceUnavailable, is_url, open_source
 
 log = structlog.get_logger("toposm.replicate")
+T = TypeVar("T")
 
 STATUS_FILE = "replication.json"
 SPOOL_DIR = "replication-spool"  # under the store unless --spool says otherwise
+# What --once's error and the log say of a round that failed, by its metrics.FAILURES label.
+_FAILED = {"source": ("the source did not answer", "source unavailable"),
+           "answer": ("the source answered badly", "source answered badly"),
+           "bridge": ("the bridge did not answer", "bridge unavailable"),
+           "bus": ("the bus did not answer", "bus unavailable"),
+           "postgis": ("the postgis failed", "postgis unavailable")}
 
 
 @dataclass(frozen=True)
@@ -66,8 +77,9 @@ class FollowSettings:
     batch: int = 10  # diffs merged into one job at most when behind
     max_backoff: float = 900.0  # the longest wait after repeated failures
     spool: Path | None = None  # merged diffs for the bridge (under its --input-root); default STORE/replication-spool
-    http_timeout: float = 60.0
-    http_retries: int = 3  # per request, pyosmium's policy (5xx, 429), before the follower backs off
+    http_timeout: float = 60.0  # seconds to connect and for each read
+    http_deadline: float = DOWNLOAD_DEADLINE  # seconds for one download in all
+    http_retries: int = 3  # per request (5xx, 429, refused, cut short), before the follower backs off
     postgis: str | None = None  # a PostGIS DSN kept current too (osm2pgsql --append)
     flat_nodes: Path | None = None  # the flat-nodes file the PostGIS import used
     expire_output: Path | None = None  # osm2pgsql's expired tiles (min_zoom..max_zoom) appended here
@@ -89,6 +101,11 @@ class FollowSettings:
         return self.store if self.store is not None else self.spool_dir
 
 
+class BadAnswer(ReplicationError):
+    """A replication server answered something that cannot be followed (the message says what): the follower
+    backs off, as from a server that does not answer; from a directory the same error stops it."""
+
+
 def backoff(failures: int, interval: float, ceiling: float) -> float:
     """Seconds to wait after ``failures`` failures in a row: interval, 2x, 4x ... at most ``ceiling``."""
     return float(min(ceiling, interval * 2 ** min(max(failures - 1, 0), 32)))
@@ -100,10 +117,12 @@ class Follower:
     def __init__(self, unit: Unit, settings: FollowSettings, metrics: MetricsServer | None = None) -> None:
         self.unit = unit
         self.settings = settings
-        self.metrics_server = metrics or MetricsServer(None)  # the counters are kept either way (tests read them)
+        # Not served without --metrics-port; the counters are kept either way (tests read them).
+        self.metrics_server = metrics or service_metrics(NAMESPACE, None)
         self.metrics_server.instrument(unit)
         self.metrics = ReplicateMetrics(self.metrics_server.registry)
-        self.source = open_source(settings.source, timeout=settings.http_timeout, retries=settings.http_retries)
+        self.source = open_source(settings.source, timeout=settings.http_timeout, deadline=settings.http_deadline,
+                                  retries=settings.http_retries)
         self.embedded: EmbeddedStore | None = None
         self.sinks: list[Sink] = []
         if settings.store is not None:
@@ -160,16 +179,16 @@ class Follower:
                 try:
                     await self.catch_up()
                     self.failures = 0
-                except (QBrokerError, TimeoutError, SourceUnavailable, StoreUnavailable) as exc:
+                except (QBrokerError, TimeoutError, SourceUnavailable, StoreUnavailable, BadAnswer) as exc:
                     what = self._what_failed(exc)
+                    error, event = _FAILED[what]
                     if s.once:
-                        verb = "failed" if what == "postgis" else "did not answer"
-                        raise ReplicationError(f"the {what} {verb}: {exc}") from None
+                        raise ReplicationError(f"{error}: {exc}") from None
                     self.failures += 1
                     self.retries += 1
                     self.metrics.failures.labels(what).inc()
                     delay = backoff(self.failures, s.interval, s.max_backoff)
-                    log.warning(f"{what} unavailable; backing off", error=str(exc)[:300], failures=self.failures,
+                    log.warning(f"{event}; backing off", error=str(exc)[:300], failures=self.failures,
                                 retry_in=round(delay, 2))
                 self.metrics.failing.set(self.failures)
                 if s.once:
@@ -182,13 +201,15 @@ class Follower:
             self.error = str(exc)
             log.error("replication stopped", error=self.error)
         finally:
-            self.source.close()
+            await self.source.close()
             self.finished.set()
 
     def _what_failed(self, exc: BaseException) -> str:
         """The ``failures`` label (metrics.FAILURES) and the log's word for a round that failed."""
         if isinstance(exc, SourceUnavailable):
             return "source"
+        if isinstance(exc, BadAnswer):
+            return "answer"
         if isinstance(exc, StoreUnavailable):
             return "postgis"
         return "bridge" if self.embedded is not None else "bus"
@@ -206,7 +227,7 @@ class Follower:
     async def catch_up(self) -> list[int]:
         """Apply every published diff after the stores' sequences, in order; returns the sequences applied."""
         s = self.settings
-        published = (await asyncio.to_thread(self.source.latest)).sequence
+        published = (await self._from_source(self.source.latest())).sequence
         done: list[int] = []
         while not self._stopping.is_set():
             positions = [await asyncio.to_thread(self._position, sink) for sink in self.sinks]
@@ -220,13 +241,22 @@ class Follower:
             for bound in [*positions, rendering]:
                 if bound is not None and low < bound < last:
                     last = bound
-            batch = await asyncio.to_thread(build_batch, self.source, low + 1, last, s.spool_dir, published=published)
+            batch = await self._from_source(build_batch(self.source, low + 1, last, s.spool_dir, published=published))
             try:
                 await self._apply(batch, [sink for sink, at in zip(self.sinks, positions, strict=True) if at == low])
             finally:
                 batch.discard()
             done.extend(batch.sequences)
         return done
+
+    async def _from_source(self, reading: Awaitable[T]) -> T:
+        """What the source gave; from a server, an answer that cannot be followed is a ``BadAnswer``."""
+        try:
+            return await reading
+        except ReplicationError as exc:
+            if self.source.remote:
+                raise BadAnswer(str(exc)) from None
+            raise
 
     async def _apply(self, batch: Batch, sinks: list[Sink]) -> None:
         bound = log.bind(correlation_id=uuid.uuid4().hex[:12], first=batch.first, last=batch.last)

@@ -16,10 +16,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from qbroker import Unit
+from qbroker.metrics_port import MetricsServer, add_metrics_options, check_metrics_options
 from qbroker.runner import serve
-from services.metrics_port import MetricsServer, add_metrics_options, check_metrics_options
 from services.replicate.follower import Follower, FollowSettings
-from services.replicate.source import is_url
+from services.replicate.metrics import NAMESPACE
+from services.replicate.source import DOWNLOAD_DEADLINE, is_url
+from services.tiles.metrics_port import service_metrics
+from services.tiles.seed_wire import AllProgramsTopic
 
 APP = "toposm.replicate"
 
@@ -48,7 +51,11 @@ def parse_command(argv: list[str] | None = None) -> tuple[FollowSettings, Metric
     p.add_argument("--spool", type=Path, help="where merged diffs are written for the bridge (under one of its "
                                               "--input-root; default STORE/replication-spool); without --store, "
                                               "also osm2pgsql's pending expiry and replication.json")
-    p.add_argument("--http-timeout", type=float, default=60.0, help="seconds per HTTP request")
+    p.add_argument("--http-timeout", type=float, default=60.0,
+                   help="seconds to connect to the replication server and for each read from it")
+    p.add_argument("--http-deadline", type=float, default=DOWNLOAD_DEADLINE,
+                   help="seconds for one download in all (a state file or a diff); a server that takes longer "
+                        "is backed off like one that does not answer")
     p.add_argument("--postgis", metavar="DSN", help="keep this PostGIS store current (osm2pgsql --append); "
                                                     "alone (no --store), publish osm2pgsql's expiry too")
     p.add_argument("--flat-nodes", type=Path, metavar="FILE", help="with --postgis: the import's flat-nodes file")
@@ -72,8 +79,10 @@ def parse_command(argv: list[str] | None = None) -> tuple[FollowSettings, Metric
         p.error("--store, or --postgis with --spool (a PostGIS store followed alone) is needed")
     if a.store is not None and not (a.store / "geometry").is_dir():
         p.error(f"--store {a.store}: no geometry store (import the extract with toposm-import)")
-    if min(a.interval, a.call_timeout, a.max_backoff, a.http_timeout) <= 0 or (a.start is not None and a.start < 0):
-        p.error("--interval, --call-timeout, --max-backoff and --http-timeout must be positive, --start not negative")
+    if min(a.interval, a.call_timeout, a.max_backoff, a.http_timeout, a.http_deadline) <= 0 or \
+            (a.start is not None and a.start < 0):
+        p.error("--interval, --call-timeout, --max-backoff, --http-timeout and --http-deadline must be positive, "
+                "--start not negative")
     if a.batch < 1:
         p.error("--batch must be at least 1")
     if not 0 <= a.min_zoom <= a.max_zoom <= 22:
@@ -86,13 +95,19 @@ def parse_command(argv: list[str] | None = None) -> tuple[FollowSettings, Metric
                           start=a.start, interval=a.interval, once=a.once, min_zoom=a.min_zoom, max_zoom=a.max_zoom,
                           call_timeout=a.call_timeout, batch=a.batch, max_backoff=a.max_backoff,
                           spool=a.spool.resolve() if a.spool else None, http_timeout=a.http_timeout,
+                          http_deadline=a.http_deadline,
                           postgis=a.postgis, flat_nodes=a.flat_nodes.resolve() if a.flat_nodes else None,
                           expire_output=a.expire_output.resolve() if a.expire_output else None)
-    return settings, MetricsServer(a.metrics_port, a.metrics_host)
+    return settings, service_metrics(NAMESPACE, a.metrics_port, a.metrics_host)
 
 
 class _Process(Follower):
-    """Ends the process when the follower ends (``--once``, or an error): the runner's own graceful stop."""
+    """Ends the process when the follower ends (``--once``, or an error): the runner's own graceful stop.
+    Listens on ``toposm`` as every running program does (the seed); nothing said there concerns it."""
+
+    def __init__(self, unit: Unit, settings: FollowSettings, metrics: MetricsServer) -> None:
+        super().__init__(unit, settings, metrics)
+        self.all_programs = AllProgramsTopic(unit, registry=self.metrics_server.registry)
 
     async def start(self) -> None:
         await super().start()

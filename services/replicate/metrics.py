@@ -1,17 +1,18 @@
 """``toposm-replicate --metrics-port``: what an operator of a replication follower watches.
 
 The sequence each store is at, batches and diffs applied, seconds per batch, the rounds that failed and
-were retried after a back-off (by what failed: the source, the bridge or the bus, osm2pgsql/PostgreSQL),
-the failures in a row now, and the metatiles published from osm2pgsql's own expiry. Updated where they
-change, on the follower's loop. Labels are bounded: stores are ``store`` and ``postgis``, failures the
-four words of ``FAILURES``.
+were retried after a back-off (by what failed: the source did not answer, or it answered what cannot be
+followed; the bridge or the bus; osm2pgsql/PostgreSQL), the failures in a row now, and the metatiles
+published from osm2pgsql's own expiry. Updated where they change, on the follower's loop. Labels are
+bounded: stores are ``store`` and ``postgis``, failures the five words of ``FAILURES``.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-FAILURES = ("source", "bridge", "bus", "postgis")
+NAMESPACE = "toposm_replicate"  # its metrics' prefix (toposm_replicate_build_info)
+FAILURES = ("source", "answer", "bridge", "bus", "postgis")
 BATCH_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
 

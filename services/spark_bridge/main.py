@@ -10,13 +10,15 @@ import structlog
 from pyspark.sql import SparkSession
 
 from qbroker import Unit, serve
-from services.metrics_port import MetricsServer, add_metrics_options, check_metrics_options
+from qbroker.metrics_port import add_metrics_options, check_metrics_options
 from services.spark_bridge.limits import BridgeLimits
+from services.spark_bridge.metrics import NAMESPACE
 from services.spark_bridge.service import SparkBridge
 from services.spark_bridge.spark_session import DEFAULT_MASTER, build_session
 from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores
 from services.tiles.contract import SPARK_BRIDGE
+from services.tiles.metrics_port import service_metrics
 
 log = structlog.get_logger("spark_bridge")
 
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
                            progress_interval=args.progress_interval, input_roots=args.input_root,
                            limits=args.limits, stores=args.store, driver_lookup_bytes=args.driver_lookup_bytes,
                            operator_users=args.operator_users,
-                           metrics=MetricsServer(args.metrics_port, args.metrics_host))
+                           metrics=service_metrics(NAMESPACE, args.metrics_port, args.metrics_host))
 
     serve(args.app, make_service)
 

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from .job_state import JobState
 from .jobs import JobManager
 
+NAMESPACE = "spark_bridge"  # its metrics' prefix (spark_bridge_build_info)
 JOB_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 JOB_KINDS = ("expire", "stats")
 MAX_RECORDS = 100_000  # more than keep_jobs ever holds

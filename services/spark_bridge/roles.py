@@ -22,11 +22,12 @@ EXPIRE = re.escape(EXPIRE_TOPIC)
 ROLES: dict[str, dict[str, Any]] = {
     "spark_bridge": {
         "serve": [ENDPOINTS],
-        # expirations on both wires (qbroker's alert and the seed's osm), progress of its jobs
-        "alert": [EXPIRE, re.escape(SPARK_PROGRESS) + "[0-9a-f]+"],
+        # expirations on both wires (qbroker's alert and the seed's osm), progress of its jobs (named after
+        # their owners' accounts, qbroker.progress)
+        "alert": [EXPIRE, re.escape(SPARK_PROGRESS) + r"[A-Za-z0-9_@%-]+\.[0-9a-f]+"],
         # every program hears `toposm` (the seed), on both wires: on `osm` in a server-named queue of its own
         "hear": [re.escape(ALL_PROGRAMS)],
-        "resources": [OSM_EXCHANGE, r"amq\.gen-[A-Za-z0-9_-]+"],
+        "resources": [r"amq\.gen-[A-Za-z0-9_-]+"],
         "topics": {OSM_EXCHANGE: {"write": [EXPIRE], "read": [re.escape(ALL_PROGRAMS)]}},
         # the queuemaster takes `expire` commands from the accounts listed there
         "listed_in": ["TOPOSM_EXPIRE_USERS"],

@@ -2,7 +2,7 @@
 
 Submitting answers ``{"job_id", "kind", "state"}`` at once; with ``wait=true`` the handler detaches
 (acks the request so a long job does not hold a prefetch slot) and answers the finished job record.
-Progress goes out as ``spark.progress.<job_id>`` alerts; expirations as text on ``expire_toposm``, once
+Progress goes out as ``spark.progress.<owner>.<job_id>`` alerts; expirations as text on ``expire_toposm``, once
 on qbroker's ``alert`` exchange and once on the seed's ``osm`` (``services.tiles.expiry_wires``). Every
 invalid request is answered ``fail`` naming the problem.
 """
@@ -18,8 +18,9 @@ import structlog
 from pyspark.sql import SparkSession
 
 from qbroker import RequestContext, Unit
+from qbroker.metrics_port import MetricsServer
+from qbroker.progress import progress_key
 from services.error_messages import errored, failed
-from services.metrics_port import MetricsServer
 from services.spark_bridge.confine import InputRefused, InputRoots, output_dir
 from services.spark_bridge.expire_inputs import InputError, validate_inputs
 from services.spark_bridge.expire_job import ExpireParams, run_expire
@@ -27,7 +28,7 @@ from services.spark_bridge.job_context import JobContext
 from services.spark_bridge.job_state import JobRecord, JobState
 from services.spark_bridge.jobs import JobManager, JobsBusy, UnknownJob
 from services.spark_bridge.limits import BridgeLimits
-from services.spark_bridge.metrics import BridgeMetrics
+from services.spark_bridge.metrics import NAMESPACE, BridgeMetrics
 from services.spark_bridge.models import ExpireRequest, StatsRequest
 from services.spark_bridge.render_apply import end_workers
 from services.spark_bridge.stats_job import StatsParams, run_stats
@@ -36,6 +37,7 @@ from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores, store_job_for
 from services.tiles.contract import SPARK_EXPIRE, SPARK_JOB, SPARK_PROGRESS, SPARK_STATS
 from services.tiles.expiry_wires import OsmPublisher, publish_expiry
+from services.tiles.metrics_port import service_metrics
 from services.tiles.seed_wire import hear_all_programs
 
 log = structlog.get_logger("spark_bridge")
@@ -77,7 +79,7 @@ class SparkBridge:
         self.unit = unit
         # Accounts that see and cancel every job (TOPOSM_OPERATOR_USERS); everyone else only their own.
         self.operator_users = operator_users
-        self.metrics_server = metrics or MetricsServer(None)
+        self.metrics_server = metrics or service_metrics(NAMESPACE, None)
         self.metrics = BridgeMetrics(self.metrics_server.registry, lambda: self._manager)
         self.metrics_server.refreshers.append(self.metrics.refresh)
         self.metrics_server.instrument(unit)
@@ -143,7 +145,9 @@ class SparkBridge:
         log.info("heard on toposm", command=str(body["command"])[:64])
 
     async def _publish_progress(self, snapshot: dict[str, Any]) -> None:
-        await self.unit.alert(SPARK_PROGRESS + snapshot["job_id"], snapshot)
+        # Named after the job's owner: the broker lets each account hear its own jobs only (qbroker.progress).
+        owner = self.manager.get(snapshot["job_id"]).owner
+        await self.unit.alert(progress_key(SPARK_PROGRESS, owner, snapshot["job_id"]), snapshot)
 
     def _expiration_sender(self) -> Any:
         loop = asyncio.get_running_loop()

@@ -8,8 +8,8 @@ so any of them can use it without pulling in another's code.
   on ``toposm`` and expirations go to ``expire_toposm``; the queuemaster, ``toposm.queuemaster`` (its qbroker
   endpoint, its routing key on ``osm`` and its app id there are the same name); render threads below
   ``toposm.render.<host>.<pid>.<thread>``. qbroker's ``alert`` exchange carries ``expire_toposm`` too. The
-  Spark bridge's endpoints ``spark.expire``, ``spark.stats``, ``spark.job`` and its ``spark.progress.<job>``
-  alerts (called by toposm-web, toposm-replicate and people).
+  Spark bridge's endpoints ``spark.expire``, ``spark.stats``, ``spark.job`` and its
+  ``spark.progress.<owner>.<job>`` alerts (called by toposm-web, toposm-replicate and people).
 - **The expiry list**: tiles ``z/x/y`` separated by ``;`` (a newline is tolerated as a separator, blanks and
   empty items are ignored), as text. Its parsers with range checks are ``tilemath.parse_tile_list`` and the
   queuemaster's ``expiry_keys``; both split as ``split_expiry_list`` does.
@@ -30,14 +30,18 @@ QUEUEMASTER = "toposm.queuemaster"
 RENDER_ROOT = "toposm.render"
 # The queuemaster's durable queue on ``osm`` (bound to its name, expirations and ``toposm``).
 QUEUEMASTER_OSM_QUEUE = QUEUEMASTER + ".osm"
-# A seed client's own reply queue name, if it wants one rather than a broker-named ``amq.gen-...`` queue.
+# A seed client's own reply queue name, if it wants one rather than a broker-named ``amq.gen-...`` queue
+# (any other name it declared is answered too, but this one is in the TopOSM namespace and the roles allow it).
 CLIENT_REPLY_PREFIX = "toposm.reply."
+# The one command the seed defines on ``toposm`` (every program listens there): the queuemaster (back) online.
+QUEUEMASTER_ONLINE = "queuemaster online"
 
 SPARK_BRIDGE = "spark.bridge"  # the bridge's app name
 SPARK_EXPIRE = "spark.expire"
 SPARK_STATS = "spark.stats"
 SPARK_JOB = "spark.job"
-SPARK_PROGRESS = "spark.progress."  # + the job id
+# + the owner's account as one word (qbroker.progress.owner_word) + "." + the job id
+SPARK_PROGRESS = "spark.progress."
 
 EXPIRY_SEPARATOR = ";"
 METATILE_SHIFT = 3
@@ -68,6 +72,24 @@ def render_levels(hostname: str, pid: int) -> tuple[str, ...]:
     """The levels above a process's threads: ``toposm.render``, ``.<host>``, ``.<host>.<pid>`` (a request to
     one reaches one idle thread below it)."""
     return (RENDER_ROOT, f"{RENDER_ROOT}.{hostname}", f"{RENDER_ROOT}.{hostname}.{pid}")
+
+
+def metric_label(name: str) -> str:
+    """A name as a metric label (docs/metrics.md), without what changes with every process or job, so a
+    restarted renderer continues its series: a render thread ``toposm.render.<host>.<pid>.<thread>`` as
+    ``toposm.render.<host>.*.<thread>``, a renderer's own level ``toposm.render.<host>.<pid>`` as
+    ``toposm.render.<host>.*``, a job's progress ``spark.progress.<owner>.<job>`` as
+    ``spark.progress.<owner>.*``; any other name as itself."""
+    if name.startswith(RENDER_ROOT + "."):
+        words = name.split(".")
+        if len(words) in (4, 5):  # the root's two words, the host, the process id, the thread
+            words[3] = "*"
+            return ".".join(words)
+    elif name.startswith(SPARK_PROGRESS):
+        owner, dot, _ = name[len(SPARK_PROGRESS):].partition(".")
+        if dot:
+            return f"{SPARK_PROGRESS}{owner}.*"
+    return name
 
 
 def split_expiry_list(text: str) -> list[str]:

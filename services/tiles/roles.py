@@ -3,7 +3,8 @@
 
 Names are regexes over routing keys, matched whole (qbroker.cli.roles). A host word never holds '*' or '#':
 topic read is checked on the binding key itself, and a renderer binding ``toposm.render.*.1.0`` would
-receive other hosts' render commands.
+receive other hosts' render commands. ``osm`` is in no role's resources: ``qbroker provision`` declares it
+(every exchange roles have ``topics`` on), and nobody may configure it.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ ROLES: dict[str, dict[str, Any]] = {
         "reserved_calls": [RENDER_ANY],
         # expirations heard on one wire only are relayed to the other (services/tiles/expiry_wires.py)
         "alert": [ALL, EXPIRE], "hear": [ALL, EXPIRE],
-        # the seed's wire: `osm`, its durable queue there, and answers by queue name on the default exchange
-        "resources": [OSM_EXCHANGE, re.escape(QUEUEMASTER_OSM_QUEUE)], "default_exchange": True,
+        # the seed's wire: its durable queue on `osm`, and answers by queue name on the default exchange
+        "resources": [re.escape(QUEUEMASTER_OSM_QUEUE)], "default_exchange": True,
         "topics": {OSM_EXCHANGE: {"write": [ALL, EXPIRE], "read": [QM, EXPIRE, ALL]}},
         "listed_in": ["TOPOSM_QUEUEMASTER_USERS"],
     },
@@ -53,16 +54,17 @@ ROLES: dict[str, dict[str, Any]] = {
         "hear": [RENDER_HEARS],
         # the seed's wire too: registers and reports to the queuemaster, hears the same levels, on a
         # broker-named queue of its own (services/tiles/renderer/osm_side.py)
-        "resources": [OSM_EXCHANGE, SERVER_NAMED],
+        "resources": [SERVER_NAMED],
         "topics": {OSM_EXCHANGE: {"write": [QM], "read": [RENDER_HEARS]}},
         "listed_in": ["TOPOSM_RENDERER_USERS"],
     },
     # A person or program asking for tiles; on the seed's wire with a server-named reply queue of its own or
-    # one of the documented client prefix (services/tiles/seed_wire.py), hearing expirations there.
+    # one of the documented client prefix (services/tiles/seed_wire.py), hearing expirations there, and
+    # `toposm` on both wires, where every running program listens (toposm-render-list, toposm-replicate).
     "client": {
-        "call": [QM],
-        "resources": [OSM_EXCHANGE, SERVER_NAMED, re.escape(CLIENT_REPLY_PREFIX) + "[A-Za-z0-9_-]+"],
-        "topics": {OSM_EXCHANGE: {"write": [QM], "read": [EXPIRE]}},
+        "call": [QM], "hear": [ALL],
+        "resources": [SERVER_NAMED, re.escape(CLIENT_REPLY_PREFIX) + "[A-Za-z0-9_-]+"],
+        "topics": {OSM_EXCHANGE: {"write": [QM], "read": [EXPIRE, ALL]}},
     },
     # Renderers take control alerts (shutdown) from operators only; operators may expire.
     "operator": {"listed_in": ["TOPOSM_OPERATOR_USERS", "TOPOSM_EXPIRE_USERS"]},

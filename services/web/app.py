@@ -24,12 +24,18 @@ from services.tiles.tilemath import Tile, TileError, ZoomRange, parse_tile
 
 from .cache_policy import NO_STORE, CachePolicy
 from .extent import SharedScan, tile_root_extent
+from .same_origin import add_security_headers, same_origin_middleware
 from .status import StatusModel
 from .tiles import TileRefused, TileServer
 from .web_metrics import WebMetrics
 
 log = structlog.get_logger("toposm.web")
 STATIC = Path(__file__).parent / "static"
+FAVICON = STATIC / "favicon.ico"
+# What a browser's map gets instead of a 503 while renders are unavailable, when its tile URL asks for it
+# (``?placeholder=1``: the map's own layer does; other clients keep the 503): a grey hatched tile, no-store.
+PLACEHOLDER_PARAM = "placeholder"
+PLACEHOLDER_TILE = (STATIC / "tile-unavailable.png").read_bytes()
 MAX_OVERLAY = 5000
 MAX_LIVE_CLIENTS = 100
 # One address gets at most this share of the live streams, so one host opening hundreds cannot lock
@@ -89,7 +95,8 @@ class WebApp:
         metrics.on_demand.set_function(lambda: tiles.in_flight)
 
     def build(self) -> web.Application:
-        app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024)
+        app = web.Application(middlewares=[errors_middleware, same_origin_middleware], client_max_size=64 * 1024)
+        app.on_response_prepare.append(add_security_headers)
         app.router.add_get("/", self.page("status.html"))
         app.router.add_get("/map", self.page("map.html"))
         app.router.add_get("/events", self.events)
@@ -99,6 +106,7 @@ class WebApp:
         app.router.add_post("/api/render", self.api_render)
         app.router.add_get("/tiles/{z}/{x}/{y}.png", self.tile)
         app.router.add_get("/metrics", self.prometheus)
+        app.router.add_get("/favicon.ico", self.favicon)
         app.router.add_static("/static/", STATIC, show_index=False, follow_symlinks=False)
         return app
 
@@ -121,7 +129,11 @@ class WebApp:
             served = await self.tiles.get(tile, self.client(request))
         except TileRefused as exc:
             self.metrics.tile_requests.labels(f"refused_{exc.status}").inc()
-            headers = {**NO_STORE, "X-Tile-State": "missing", **retry_after(exc)}
+            if exc.unavailable and request.query.get(PLACEHOLDER_PARAM) == "1":
+                return web.Response(body=PLACEHOLDER_TILE, content_type="image/png",
+                                    headers={**NO_STORE, "X-Tile-State": "unavailable"})
+            headers = {**NO_STORE, "X-Tile-State": "unavailable" if exc.unavailable else "missing",
+                       **retry_after(exc)}
             return web.Response(status=exc.status, text=f"{exc.status}: {exc.message}\n", headers=headers)
         self.metrics.tile_requests.labels(served.state).inc()
         # A tile rendered for this request is as fresh as can be; only a dirty one gets the short max-age.
@@ -161,7 +173,8 @@ class WebApp:
         await asyncio.to_thread(self.status.tracker.prune_rendered, self.tiles.metatile_mtime)
         items = self.status.tracker.items()[-MAX_OVERLAY:]
         return json_response({"metatiles": [{"z": m.z, "mx": m.mx, "my": m.my, "side": m.side, "state": state}
-                                            for m, state in items], "total": len(self.status.tracker)})
+                                            for m, state in items], "total": len(self.status.tracker),
+                              "queuemaster": self.status.queuemaster_health.view()})
 
     async def api_extent(self, request: web.Request) -> web.Response:
         """Where the tile store's data is: the map opens there unless its URL says otherwise."""
@@ -181,6 +194,10 @@ class WebApp:
         except TileRefused as exc:
             return json_response({"error": exc.message}, status=exc.status, headers=retry_after(exc))
         return json_response(answer, status=status)
+
+    async def favicon(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(FAVICON, headers={"Cache-Control": "public, max-age=86400",
+                                                  "Content-Type": "image/x-icon"})
 
     async def prometheus(self, request: web.Request) -> web.Response:
         body = await asyncio.to_thread(self.metrics.render)

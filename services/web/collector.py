@@ -24,6 +24,7 @@ from services.tiles.expiry_wires import TwinFilter, Wire, expiry_key, expiry_tex
 from services.tiles.seed_wire import OsmListener, hear_all_programs
 from services.tiles.tilemath import Tile, ZoomRange, parse_tile_list
 
+from .plain_words import why_no_answer
 from .status import StatusModel
 from .web_metrics import WebMetrics
 
@@ -46,6 +47,14 @@ class Collector:
         self._in_long_line = False  # reading past a line longer than MAX_LOG_READ (no record: skipped)
         self._tasks: list[asyncio.Task[None]] = []
         self.wake = asyncio.Event()  # set to poll at once (after a render request)
+        self.stats_timeout = max(2.0, poll_interval * 3)
+        # Stats polls started and ended, for a fresh word on a queuemaster that did not answer last time.
+        self._qm_polls_started = 0
+        self._qm_polls_ended = 0
+        self._qm_polled = asyncio.Condition()
+        # The fast loop touches the status at least this often (a poll that times out, then its interval):
+        # a live page that hears nothing for twice that (and a margin) says so.
+        status.updates_within = round(2 * (self.stats_timeout + poll_interval) + 5, 1)
         # told of every expiry list seen on the bus (the tile server keeps it on disk, see freshness.py)
         self.expired_listeners: list[Callable[[list[Tile]], Awaitable[None]]] = []
         self.stopping = False
@@ -106,21 +115,44 @@ class Collector:
     # -- polls ---------------------------------------------------------------------------------------
 
     async def poll_queuemaster(self) -> None:
+        self._qm_polls_started += 1
         try:
-            stats = await self.call(QUEUEMASTER, {"command": "stats"}, timeout=max(2.0, self.poll_interval * 3))
+            await self._poll_queuemaster()
+        finally:
+            self._qm_polls_ended += 1
+            async with self._qm_polled:
+                self._qm_polled.notify_all()
+
+    async def _poll_queuemaster(self) -> None:
+        try:
+            stats = await self.call(QUEUEMASTER, {"command": "stats"}, timeout=self.stats_timeout)
         except QBrokerError as exc:
-            self.status.set_queuemaster(None, f"{type(exc).__name__}: {exc}")
+            self.status.set_queuemaster(None, why_no_answer(exc, "the queuemaster", QUEUEMASTER), str(exc))
             return
         if isinstance(stats, dict):
             self.status.set_queuemaster(stats)
         else:
-            self.status.set_queuemaster(None, "stats answer is not an object")
+            self.status.set_queuemaster(None, "the queuemaster's stats answer is not an object",
+                                        f"stats answered {type(stats).__name__}")
+
+    async def queuemaster_answers(self) -> bool:
+        """Whether the queuemaster answers: at once when the last poll had its answer; after one without, the
+        word of a poll started now (one for every request asking meanwhile), so a queuemaster that has just
+        come back is not taken for gone. Bounded: no word within two polls' time counts as no answer."""
+        if self.status.queuemaster_health.online:
+            return True
+        asked = self._qm_polls_started
+        self.wake.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2 * self.stats_timeout + self.poll_interval + 1), self._qm_polled:
+                await self._qm_polled.wait_for(lambda: self._qm_polls_ended > asked)
+        return self.status.queuemaster_health.online
 
     async def poll_jobs(self) -> None:
         try:
             answer = await self.call(SPARK_JOB, {"command": "list", "limit": 50}, timeout=5)
         except QBrokerError as exc:
-            self.status.set_jobs(None, f"{type(exc).__name__}: {exc}")
+            self.status.set_jobs(None, why_no_answer(exc, "the Spark bridge", SPARK_JOB), str(exc))
             return
         jobs = answer.get("jobs") if isinstance(answer, dict) else None
         self.status.set_jobs([j for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else [])
@@ -168,7 +200,6 @@ class Collector:
                 continue
             if isinstance(record, dict):
                 self.status.add_render(record)
-                self.metrics.observe_render(record)
                 count += 1
         return count
 

@@ -35,7 +35,9 @@ import structlog
 from services.tiles.freshness import MARKER_DIR, nginx_lookup_map
 from services.tiles.tilemath import MAX_SUPPORTED_ZOOM
 
+from .access_log import STDOUT
 from .cache_policy import CachePolicy
+from .same_origin import NOSNIFF
 
 log = structlog.get_logger("toposm.web")
 FRONTS = ("nginx",)
@@ -60,6 +62,7 @@ class FrontSettings:
     cache: CachePolicy
     workers: int = 0  # 0: one per core
     read_timeout: float = 60.0  # longer than toposm-web's render timeout
+    access_log: str | None = None  # a file or "-" (standard output): nginx's own ``combined`` log
 
 
 def free_port(host: str) -> int:
@@ -92,9 +95,19 @@ def make_runtime_dir(run: Path, uid: int = -1, gid: int = -1) -> None:
             os.chown(path, uid, gid)
 
 
-def nginx_static_preamble(run: Path, user: str | None, workers: int = 0) -> str:
+def access_log_directive(target: str | None) -> str:
+    """nginx's ``combined`` format is the Combined Log Format toposm-web writes (services/web/access_log.py),
+    escaped the same way. ``-``: nginx's standard output, which is toposm-web's (NginxFront.start)."""
+    if target is None:
+        return "access_log off;"
+    path = "/dev/stdout" if target == STDOUT else str(Path(target).resolve())  # nginx's -p would prefix it
+    return f"access_log {_quote(path)} combined;"
+
+
+def nginx_static_preamble(run: Path, user: str | None, workers: int = 0, access_log: str | None = None) -> str:
     """The process settings and the ``http`` block's static-file settings (left open), with every file
-    nginx writes in ``run``; bench/tiles_http.py's plain nginx, the peer, is built on the same."""
+    nginx writes in ``run`` (but an access log asked for); bench/tiles_http.py's plain nginx, the peer, is
+    built on the same."""
     temp = "\n".join(f"    {kind}_temp_path {_quote(str(run / 'tmp' / kind))};"
                      .replace("body_temp", "client_body_temp") for kind in TEMP_DIRS)
     return f"""{f"user {user};" if user else ""}
@@ -104,7 +117,7 @@ error_log {_quote(str(run / "error.log"))} warn;
 daemon off;
 events {{ worker_connections 4096; }}
 http {{
-    access_log off;
+    {access_log_directive(access_log)}
     server_tokens off;
     sendfile on;
     tcp_nopush on;
@@ -127,7 +140,7 @@ def nginx_config(s: FrontSettings, run: Path, backend: Path, user: str | None) -
             proxy_set_header X-Real-IP $remote_addr;
             proxy_read_timeout {int(s.read_timeout)}s;"""
     return f"""# written by toposm-web --front nginx at every start: edit services/web/front.py, not this
-{nginx_static_preamble(run, user, s.workers)}
+{nginx_static_preamble(run, user, s.workers, s.access_log)}
     map $tile_xh $tile_mxh {{ "" 0; default $tile_xh; }}
     map $tile_yh $tile_myh {{ "" 0; default $tile_yh; }}
     map $tile_xl$tile_xs $tile_mxl {{
@@ -155,6 +168,7 @@ def nginx_config(s: FrontSettings, run: Path, backend: Path, user: str | None) -
             alias "{_quote(str(root))[1:-1]}/$tile_z/$tile_xh$tile_xl$tile_xs/$tile_yh$tile_yl$tile_ys.png";
             expires $tile_max_age;
             add_header X-Tile-State fresh;
+            add_header X-Content-Type-Options {NOSNIFF};
         }}
         location @toposm_web {{
             {proxy}
@@ -209,7 +223,8 @@ class NginxFront:
         conf = self.run / "nginx.conf"
         self.proc = await asyncio.create_subprocess_exec(
             self.nginx, "-p", str(self.run), "-c", str(conf), "-e", str(self.run / "error.log"),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=None if self.settings.access_log == STDOUT else asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL, preexec_fn=_die_with_parent)  # noqa: PLW1509 - prctl only
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from qbroker.runner import serve
 from services.tiles.tile_store import add_tile_store_option, check_tile_store_zoom
 from services.tiles.tilemath import ZoomRange
 
+from .access_log import ACCESS_LOG_ENV, STDOUT
 from .cache_policy import add_cache_options, cache_policy_from
 from .front import FRONTS
 from .service import APP, DRAIN_TIMEOUT, WebService, WebSettings
@@ -33,6 +35,9 @@ def parse_args(argv: list[str] | None = None) -> WebSettings:
                    help="nginx: Debian's nginx answers on --port and serves tile hits from --tile-root itself, "
                         "the rest comes to toposm-web behind it (docs/web.md)")
     p.add_argument("--front-workers", type=int, default=0, help="nginx worker processes (0: one per core)")
+    p.add_argument("--access-log", metavar="PATH|-", default=os.environ.get(ACCESS_LOG_ENV) or None,
+                   help=f"write an access log in the Combined Log Format to PATH, or - for standard output "
+                        f"(default: ${ACCESS_LOG_ENV}, else none); with --front nginx, nginx writes it")
     add_cache_options(p)
     p.add_argument("--rerenders-per-minute", type=int, default=30,
                    help="re-render requests (POST /api/render) a client address may send on a minute")
@@ -52,6 +57,12 @@ def parse_args(argv: list[str] | None = None) -> WebSettings:
     if a.front == "nginx" and a.tile_store != "png":
         p.error("--front nginx serves <root>/z/x/y.png files; a --tile-store meta root is served by toposm-web "
                 "alone, or by Apache's mod_tile")
+    if a.access_log not in (None, STDOUT):
+        try:
+            with open(a.access_log, "a"):
+                pass
+        except OSError as exc:
+            p.error(f"--access-log {a.access_log}: {exc.strerror}")
     if a.front_workers < 0:
         p.error("--front-workers must not be negative")
     if (a.poll_interval <= 0 or a.render_timeout <= 0 or a.drain_timeout <= 0 or a.rerender_interval < 0
@@ -60,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> WebSettings:
     return WebSettings(tile_root=a.tile_root, tile_store=a.tile_store, host=a.host, port=a.port,
                        render_log=a.render_log, zooms=zooms,
                        poll_interval=a.poll_interval, cache=cache, drain_timeout=a.drain_timeout,
-                       front=a.front, front_workers=a.front_workers,
+                       front=a.front, front_workers=a.front_workers, access_log=a.access_log,
                        limits=OnDemandLimits(per_client=a.max_renders_per_client, total=a.max_renders,
                                              timeout=a.render_timeout, rerender_interval=a.rerender_interval,
                                              rerenders_per_minute=a.rerenders_per_minute))

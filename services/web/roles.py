@@ -22,7 +22,7 @@ ROLES: dict[str, dict[str, Any]] = {
         # the binding key itself: topic read checks it; `toposm`, where every program listens (the seed)
         "hear": [re.escape(SPARK_PROGRESS) + "#", EXPIRE, ALL],
         # its exclusive server-named queues on `osm`, bound to expire_toposm and toposm (services/tiles/seed_wire.py)
-        "resources": [OSM_EXCHANGE, r"amq\.gen-[A-Za-z0-9_-]+"],
+        "resources": [r"amq\.gen-[A-Za-z0-9_-]+"],
         "topics": {OSM_EXCHANGE: {"read": [EXPIRE, ALL]}},
         "listed_in": ["TOPOSM_EXPIRE_USERS"],
     },

@@ -18,6 +18,7 @@ from qbroker.metrics import instrument
 from services.tiles.tile_store import open_tile_store
 from services.tiles.tilemath import ZoomRange
 
+from .access_log import CombinedAccessLogger, open_access_log
 from .app import WebApp
 from .cache_policy import CachePolicy
 from .collector import Collector
@@ -45,6 +46,7 @@ class WebSettings:
     front: str | None = None  # "nginx": nginx answers on the port, this server behind it (front.py)
     front_workers: int = 0  # nginx worker processes (0: one per core)
     tile_store: str = "png"  # png or meta (services/tiles/tile_store.py)
+    access_log: str | None = None  # a file or "-" (standard output), Combined Log Format (access_log.py)
 
 
 class WebService:
@@ -75,7 +77,10 @@ class WebService:
         self.collector.start()
         # aiohttp waits up to shutdown_timeout twice (for handlers to end, then after cancelling them): the
         # HTTP side gets at most half of the drain timeout (main.py gives the unit's drain the other half).
-        self._runner = web.AppRunner(self.web.build(), access_log=None,
+        # Behind the front, nginx logs every request (its own hits too): toposm-web logs none.
+        logged = self.settings.access_log if self.settings.front is None else None
+        self._runner = web.AppRunner(self.web.build(), access_log_class=CombinedAccessLogger,
+                                     access_log=open_access_log(logged) if logged else None,
                                      shutdown_timeout=self.settings.drain_timeout / 8)
         await self._runner.setup()
         if self.settings.front == "nginx":
@@ -93,7 +98,8 @@ class WebService:
         s = self.settings
         assert self._runner is not None
         self.front = NginxFront(FrontSettings(host=s.host, port=s.port, tile_root=s.tile_root, cache=s.cache,
-                                              workers=s.front_workers, read_timeout=s.limits.timeout + 30))
+                                              workers=s.front_workers, read_timeout=s.limits.timeout + 30,
+                                              access_log=s.access_log))
         self.front.prepare()
         await web.UnixSite(self._runner, str(self.front.backend)).start()
         self.front.backend_ready()

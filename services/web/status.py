@@ -17,6 +17,8 @@ from typing import Any
 from services.tiles.tilemath import Metatile, Tile, TileError, parse_metatile
 
 from .bounds import MAX_ITEMS, as_count, clip, records, top_n
+from .plain_words import dead_letter_meaning
+from .source_health import SourceHealth
 
 MAX_ZOOMS = 32  # zoom labels kept (0-31; anything else the bus sends ends in `other`)
 RATE_WINDOW = 60.0  # seconds of samples behind a render thread's renders/minute
@@ -84,19 +86,30 @@ class StatusModel:
     def __init__(self) -> None:
         self.version = 0
         self.changed = asyncio.Condition()
-        self.queuemaster: dict[str, Any] | None = None
-        self.queuemaster_error: str | None = None
+        self.queuemaster: dict[str, Any] | None = None  # its last stats answer (stale while it does not answer)
+        self.queuemaster_health = SourceHealth()
         self.rates: dict[str, ThreadRate] = {}
         self.recent: deque[dict[str, Any]] = deque(maxlen=MAX_RECENT)
         self.failures: deque[dict[str, Any]] = deque(maxlen=MAX_RECENT)
         self.renders_by_renderer: dict[str, int] = {}
         self.failures_by_renderer: dict[str, int] = {}
         self.jobs: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.jobs_error: str | None = None
+        self.spark_health = SourceHealth()
         self.dead_letters: dict[str, float] = {}
         self.units: list[dict[str, Any]] = []
         self.tracker = MetatileTracker()
         self.updated = 0.0
+        # A live page that hears nothing for this long says so (the collector sets it from its poll timing).
+        self.updates_within = 30.0
+
+    @property
+    def queuemaster_error(self) -> str | None:
+        """Why the queuemaster does not answer, in plain words; None when it does (or before the first poll)."""
+        return self.queuemaster_health.problem
+
+    @property
+    def jobs_error(self) -> str | None:
+        return self.spark_health.problem
 
     async def touch(self) -> None:
         """Wake every live page (SSE stream)."""
@@ -107,7 +120,9 @@ class StatusModel:
 
     # -- feeds -----------------------------------------------------------------------------------------
 
-    def set_queuemaster(self, stats: dict[str, Any] | None, error: str | None = None) -> None:
+    def set_queuemaster(self, stats: dict[str, Any] | None, error: str | None = None,
+                        detail: str | None = None) -> None:
+        """Its stats answer, or None and why there is none (``error`` in plain words, ``detail`` technical)."""
         now = time.time()
         if stats is not None:
             for thread in records(stats.get("renderers")):
@@ -119,7 +134,10 @@ class StatusModel:
             for gone in set(self.rates) - alive:
                 del self.rates[gone]
         self.queuemaster = stats if stats is not None else self.queuemaster
-        self.queuemaster_error = error
+        if stats is not None and error is None:
+            self.queuemaster_health.answered(now)
+        else:
+            self.queuemaster_health.failed(error or "no answer", detail)
 
     def _rendered(self, metatile_text: str, start: Any) -> None:
         """A render that started after the metatile expired makes it fresh; an older one does not."""
@@ -142,10 +160,11 @@ class StatusModel:
             self.failures.appendleft(entry)
             self.failures_by_renderer[renderer] = self.failures_by_renderer.get(renderer, 0) + 1
 
-    def set_jobs(self, jobs: list[dict[str, Any]] | None, error: str | None = None) -> None:
-        self.jobs_error = error
+    def set_jobs(self, jobs: list[dict[str, Any]] | None, error: str | None = None, detail: str | None = None) -> None:
         if jobs is None:
+            self.spark_health.failed(error or "no answer", detail)
             return
+        self.spark_health.answered()
         for job in reversed(jobs[:MAX_JOBS]):  # the bridge lists newest first; kept here oldest first
             job_id = str(job.get("job_id"))
             self.jobs[job_id] = {**self.jobs.get(job_id, {}), **job}
@@ -197,19 +216,22 @@ class StatusModel:
     def snapshot(self) -> dict[str, Any]:
         qm = self.queuemaster or {}
         jobs = list(reversed(self.jobs.values()))
+        now = time.time()
         return {
             "version": self.version,
             "updated": round(self.updated, 3),
-            "queuemaster": {"online": self.queuemaster_error is None and self.queuemaster is not None,
-                            "error": clip(self.queuemaster_error), "counters": clip(qm.get("counters", {})),
+            "updates_within": self.updates_within,
+            "queuemaster": {**self.queuemaster_health.view(now), "counters": clip(qm.get("counters", {})),
                             "waiting_requests": clip(qm.get("waiting_requests", 0)),
                             "zoom_range": clip(qm.get("zoom_range")), "uptime": clip(qm.get("uptime"))},
             "queues": self.queues(),
             "renderers": self.renderers(),
             "recent_renders": clip(list(self.recent)[:20]),
             "recent_failures": clip(list(self.failures)[:20]),
-            "spark": {"error": clip(self.jobs_error), "jobs": clip(jobs[:30])},
+            "spark": {**self.spark_health.view(now), "jobs": clip(jobs[:30])},
             "dead_letters": self.dead_letters,
+            "dead_letter_meanings": {key: {"meaning": m.meaning, "level": m.level}
+                                     for key in self.dead_letters for m in (dead_letter_meaning(key),)},
             "units": clip([{k: u.get(k) for k in ("app", "host", "pid", "uptime")} for u in self.units[:MAX_ITEMS]]),
             "overlay_metatiles": len(self.tracker),
         }

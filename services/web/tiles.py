@@ -34,26 +34,43 @@ from limits import RateLimitItemPerMinute
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
-from qbroker import NoServer, QBrokerError, RequestError, RequestFailed
+from qbroker import CallTimeout, QBrokerError
 from services.tiles.contract import QUEUEMASTER
 from services.tiles.freshness import FreshnessStore, TileState
 from services.tiles.tile_store import TileStore
 from services.tiles.tilemath import Metatile, Tile
 
 from .collector import Collector
+from .plain_words import unavailable, why_no_answer
 from .status import MAX_TRACKED_METATILES, StatusModel
 
 log = structlog.get_logger("toposm.web")
+EXPIRE_TIMEOUT = 5.0  # seconds for the queuemaster to confirm a click's expiry
 
 
 class TileRefused(Exception):
-    """The tile cannot be served now: ``status`` is the HTTP status, the message says why."""
+    """The tile cannot be served now: ``status`` is the HTTP status, the message says why. ``unavailable``:
+    renders are unavailable (the queuemaster does not answer), not this request refused."""
 
-    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
+    def __init__(self, status: int, message: str, retry_after: int | None = None, *,
+                 unavailable: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.retry_after = retry_after
+        self.unavailable = unavailable
+
+
+def renders_unavailable(problem: str | None) -> TileRefused:
+    return TileRefused(503, f"renders unavailable: {problem or 'the queuemaster does not answer'}", retry_after=10,
+                       unavailable=True)
+
+
+def refusal(exc: QBrokerError, what: str) -> TileRefused:
+    """The answer to a call to the queuemaster that failed: 503 when it never got there, 502 when it refused."""
+    if unavailable(exc):
+        return renders_unavailable(why_no_answer(exc, "the queuemaster", QUEUEMASTER))
+    return TileRefused(502, f"{what} failed: {why_no_answer(exc, 'the queuemaster', QUEUEMASTER)}")
 
 
 @dataclass
@@ -116,18 +133,15 @@ class TileServer:
             with contextlib.suppress(TileRefused):  # a full render budget must not hide the dirty tile
                 self.start(tile, client)
             return ServedTile(found.path, "dirty", found.mtime)
+        await self.renders_available(metatile, client)
         task = self.start(tile, client, waiting=True)
         try:
             await asyncio.wait_for(asyncio.shield(task), self.limits.timeout)
-        except TimeoutError:
+        except (TimeoutError, CallTimeout):  # the call's own deadline is the render timeout
             raise TileRefused(503, f"tile {tile} is queued but not rendered within {self.limits.timeout:g}s",
                               retry_after=5) from None
-        except NoServer:
-            raise TileRefused(503, "no queuemaster is running", retry_after=10) from None
-        except (RequestFailed, RequestError) as exc:
-            raise TileRefused(502, f"render of {tile} failed: {exc.message}") from None
         except QBrokerError as exc:
-            raise TileRefused(503, f"render of {tile} not confirmed: {type(exc).__name__}", retry_after=5) from None
+            raise refusal(exc, f"render of {tile}") from None
         except asyncio.CancelledError:
             if task.cancelled():  # the render was cancelled (toposm-web is stopping), not this request
                 raise TileRefused(503, "toposm-web is stopping", retry_after=5) from None
@@ -145,6 +159,14 @@ class TileServer:
             await asyncio.to_thread(self.freshness.expire, [t.metatile for t in tiles])
         except OSError as exc:
             log.error("cannot record expired metatiles in the tile root", error=str(exc), tiles=len(tiles))
+
+    async def renders_available(self, metatile: Metatile, client: str) -> None:
+        """Refuse at once (503, ``unavailable``) what would wait for a queuemaster that does not answer,
+        instead of holding a render slot until the render timeout. Admission first: a request over its
+        budget is told so without waiting for the queuemaster's word."""
+        self.admit(metatile, client)
+        if metatile not in self.renders and not await self.collector.queuemaster_answers():
+            raise renders_unavailable(self.status.queuemaster_error)
 
     def admit(self, metatile: Metatile, client: str) -> None:
         """Raise TileRefused unless ``client`` may wait for ``metatile`` now (joining a render in flight
@@ -182,7 +204,8 @@ class TileServer:
     async def _render(self, tile: Tile, expired: asyncio.Future[None] | None = None) -> Any:
         if expired is not None:
             try:
-                await self.collector.call(QUEUEMASTER, {"command": "expire", "tiles": str(tile)}, timeout=5)
+                await self.collector.call(QUEUEMASTER, {"command": "expire", "tiles": str(tile)},
+                                          timeout=EXPIRE_TIMEOUT)
             except BaseException as exc:
                 if not expired.done():
                     expired.set_exception(exc) if isinstance(exc, Exception) else expired.cancel()
@@ -214,7 +237,7 @@ class TileServer:
         Every check comes before anything is sent (module docstring); returns (HTTP status, answer)."""
         metatile = tile.metatile
         answer: dict[str, Any] = {"tile": str(tile), "metatile": str(metatile), "state": "queued"}
-        self.admit(metatile, client)
+        await self.renders_available(metatile, client)
         if metatile in self.renders:  # queued already: joining it sends nothing
             self.start(tile, client)
             return 202, answer
@@ -233,11 +256,12 @@ class TileServer:
         while len(self.rerendered) > MAX_TRACKED_METATILES:
             self.rerendered.popitem(last=False)
         try:
-            await asyncio.wait_for(asyncio.shield(expired), 10)
-        except NoServer:
-            raise TileRefused(503, "no queuemaster is running", retry_after=10) from None
-        except (QBrokerError, TimeoutError) as exc:
-            raise TileRefused(502, f"expire of {tile} refused: {exc}") from None
+            await asyncio.wait_for(asyncio.shield(expired), EXPIRE_TIMEOUT * 2)
+        except TimeoutError:
+            raise renders_unavailable(f"the queuemaster did not confirm the expiry within {EXPIRE_TIMEOUT * 2:g} s") \
+                from None
+        except QBrokerError as exc:
+            raise refusal(exc, f"expiry of {tile}") from None
         except asyncio.CancelledError:
             if expired.cancelled():  # the render was cancelled (toposm-web is stopping), not this request
                 raise TileRefused(503, "toposm-web is stopping", retry_after=5) from None

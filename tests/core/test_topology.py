@@ -7,10 +7,10 @@ import asyncio
 import uuid
 
 import pytest
-from aio_pika.exceptions import ChannelPreconditionFailed
 
 from harness import HANG, eventually
 from qbroker import NoServer, RequestContext
+from qbroker.errors import TopologyConflict
 from tests.conftest import MakeUnit
 
 
@@ -63,7 +63,7 @@ async def test_conflicting_endpoint_options_fail_start(make_unit: MakeUnit) -> N
     async def two() -> int:
         return 2
 
-    with pytest.raises(ChannelPreconditionFailed, match="x-max-priority"):
+    with pytest.raises(TopologyConflict, match="x-max-priority is none there, qbroker declares 5"):
         await prioritised.start()
     client = await make_unit("test.client")
     await client.start()

@@ -17,6 +17,8 @@ from aiormq.exceptions import ChannelAccessRefused, ChannelClosed, ChannelPrecon
 
 from harness import HANG
 from qbroker import QBrokerError, RequestContext, RequestError
+from qbroker.cli.progress import progress_pattern
+from qbroker.progress import owner_word
 
 
 @contextlib.asynccontextmanager
@@ -85,8 +87,9 @@ async def test_client_cannot_overhear_or_serve_other_names(provisioned) -> None:
 
 
 async def test_only_operators_read_the_kept_dead_letters(provisioned, as_role) -> None:
-    """dead.kept holds other accounts' requests: every role's unit declares it, only operators read it."""
-    await as_role("client")  # a unit of any role declares (and binds) it
+    """dead.kept holds other accounts' requests: `qbroker provision` declares it, every role's unit binds it
+    (collectors copy into it), only operators read it."""
+    await as_role("client")  # a unit of any role binds it
     for role in ("client", "renderer", "spark_bridge"):
         async with raw(provisioned, role) as conn:
             channel = await conn.channel()
@@ -162,10 +165,17 @@ async def test_wildcard_bindings_cannot_widen_a_role(provisioned) -> None:
         # a broadcast to the queuemaster is a request to it: a client must not hear (and answer) one
         await _bind_refused(conn, "alert", "qbroker.broadcast.toposm.queuemaster")
         await _bind_refused(conn, "alert", "qbroker.broadcast.#")
-        channel = await conn.channel()  # but it follows progress, as `qbroker call` does while it waits
+        # nor another account's job progress, nor every account's (issue 34.9)...
+        other = owner_word(provisioned.names["operator"])
+        for key in ("spark.progress.#", "spark.progress.*.#", f"spark.progress.{other}.#", "spark.progress.*.*",
+                    "#", "*.progress.#"):
+            await _bind_refused(conn, "alert", key)
+        # ... but it follows its own jobs' progress, as `qbroker call` does while it waits (qbroker.progress)
+        channel = await conn.channel()
         queue = await channel.declare_queue(f"alert_{uuid.uuid4().hex}", exclusive=True, auto_delete=True)
-        for key in ("toposm.progress.#", "spark.progress.#"):
-            await queue.bind(await channel.get_exchange("alert", ensure=False), routing_key=key)
+        for service in ("toposm", "spark"):
+            own = progress_pattern(f"{service}.x", provisioned.names["client"])
+            await queue.bind(await channel.get_exchange("alert", ensure=False), routing_key=own)
     async with raw(provisioned, "operator") as conn:  # the same bindings are the operator's debugger
         channel = await conn.channel()
         queue = await channel.declare_queue(exclusive=True)

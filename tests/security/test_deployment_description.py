@@ -15,6 +15,7 @@ import pytest
 
 from qbroker.cli.deployment import DescriptionError, load_deployment, permissions_for, service_env
 from qbroker.cli.roles import ENTRY_POINT_GROUP, RoleBook, RoleError, load_roles
+from qbroker.progress import own_progress, owner_word, progress_key, progress_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -75,7 +76,46 @@ def test_topic_patterns(roles: RoleBook) -> None:
 
 def test_exchange_prefix_is_escaped(roles: RoleBook) -> None:
     perms = permissions_for(roles["client"], roles, "a.b")
-    assert _allows(perms.configure, "a.brpc") and not _allows(perms.configure, "aXbrpc")
+    assert _allows(perms.write, "a.brpc") and not _allows(perms.write, "aXbrpc")
+    own = "reply_" + "0" * 32
+    assert _allows(perms.configure, "a.b" + own) and not _allows(perms.configure, "aXb" + own)
+
+
+SHARED = ("rpc", "reply", "alert", "dead", "dead.kept", "dead.kept.in", "osm")
+
+
+def test_no_role_may_configure_a_shared_name(roles: RoleBook, tmp_path: Path) -> None:
+    """Configure on a shared name lets an account delete it (issue 34.1): no role has it, not even one whose
+    resources name it; each keeps its own queues."""
+    path = tmp_path / "site.toml"
+    path.write_text('[role.greedy]\nresources = ["rpc", "osm", "dead\\\\.kept", ".*"]\n')
+    book = load_roles([path])
+    for prefix in ("", "p."):
+        for name, grants in book.roles.items():
+            perms = permissions_for(grants, book, prefix, "acct")
+            for shared in SHARED:
+                full = shared if shared == "osm" else prefix + shared
+                assert not _allows(perms.configure, full), (name, full)
+            assert _allows(perms.configure, f"{prefix}alert_{'a' * 32}"), name
+    assert _allows(permissions_for(book["operator"], book, "").configure, "anything.else")
+    assert _allows(permissions_for(book["greedy"], book, "").configure, "rpcx")
+
+
+def test_a_client_may_bind_its_own_progress_only(roles: RoleBook) -> None:
+    """``{account}`` is the account's own routing-key word, escaped: a dot in a name is neither a regex wildcard
+    nor a word boundary (``a.b`` must not hear ``a``'s or ``aXb``'s jobs, nor ``a`` those of ``a.b``)."""
+    def hears(account: str, key: str) -> bool:
+        return _allows(permissions_for(roles["client"], roles, "", account).topics["alert"][1], key)
+
+    assert owner_word("a.b") == "a%2Eb" and owner_word("a*b#") == "a%2Ab%23" and owner_word("") == "%"
+    for account in ("a.b", "alice", "ops@example.org"):
+        assert hears(account, own_progress(progress_prefix("spark"), account))
+    assert not hears("a.b", "spark.progress.a.#") and not hears("a.b", "spark.progress.aXb.#")
+    assert not hears("a", own_progress(progress_prefix("spark"), "a.b"))
+    assert not hears("a.b", "spark.progress.a%2Eb") and not hears("a.b", "spark.progress.#")
+    bridge = permissions_for(roles["spark_bridge"], roles, "", "bridge").topics["alert"][0]
+    assert _allows(bridge, progress_key(progress_prefix("spark"), "a.b", "0f" * 16))
+    assert not _allows(bridge, "spark.progress.a.b." + "0f" * 16)
 
 
 def test_the_services_register_their_roles_and_the_library_names_none() -> None:

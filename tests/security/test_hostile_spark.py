@@ -16,8 +16,11 @@ import pytest
 
 from harness import HANG, eventually
 from qbroker import RequestFailed
+from qbroker.cli.progress import progress_pattern
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
+from services.tiles.contract import SPARK_EXPIRE
+from services.web.collector import PROGRESS_PATTERN
 from tests.spark_bridge.conftest import spark  # noqa: F401 - the Spark suite's shared session
 
 JOB_HANG = 2 * HANG  # a Spark job through the bus
@@ -186,3 +189,28 @@ async def test_cancel_takes_effect_while_the_input_is_read(bridge, as_role) -> N
     assert cancelled["state"] == "cancelled"
     status = await client.call("spark.job", {**job, "command": "status"}, timeout=JOB_HANG)
     assert status["phase"] == "reading" and status["counters"]["input_bytes"] < size
+
+
+async def test_a_client_hears_the_progress_of_its_own_jobs_only(bridge, as_role, provisioned) -> None:
+    """Issue 34.9: progress alerts are named after the job's owner (qbroker.progress), so the broker lets a
+    client bind its own jobs' progress only (as `qbroker call` does while it waits); operators and toposm-web's
+    status page hear every job's."""
+    heard: dict[str, set[str]] = {"client": set(), "operator": set(), "web": set()}
+    units = {}
+    for role, hears in heard.items():
+        unit = await as_role(role, start=False)
+        pattern = progress_pattern(SPARK_EXPIRE, unit.bus.supervisor.user) if role == "client" else PROGRESS_PATTERN
+
+        @unit.on_alert(pattern)
+        async def on_progress(body: dict, hears: set[str] = hears) -> None:
+            hears.add(body["job_id"])
+
+        await unit.start()
+        units[role] = unit
+    (bridge.input_roots.roots[0] / "some.list").write_text("10/0/0\n")
+    body = {"publish": False, "wait": True, "paths": ["some.list"]}
+    theirs = (await units["operator"].call(SPARK_EXPIRE, body, timeout=JOB_HANG))["job_id"]
+    mine = (await units["client"].call(SPARK_EXPIRE, body, timeout=JOB_HANG))["job_id"]
+    # the last alert of each job follows its end; the operator's job's alerts went out before the client's
+    await eventually(lambda: mine in heard["client"] and heard["operator"] == heard["web"] == {mine, theirs})
+    assert heard["client"] == {mine}

@@ -1,7 +1,9 @@
 """A replication server on 127.0.0.1 (port 0) serving a directory as planet.openstreetmap.org does, with faults.
 
-Faults, set by the test: ``down`` (the next N requests answer 503, as a server being restarted does) and
-``cut`` (the next download of that path stops half-way, its Content-Length promising the whole file).
+Faults, set by the test: ``down`` (the next N requests answer 503, as a server being restarted does),
+``cut`` (the next download of that path stops half-way, its Content-Length promising the whole file) and
+``answers`` (what the next requests of a path get instead of the file, one ``Answer`` each: a hostile or
+broken server, a captive portal, or one that drips its answer a byte at a time).
 """
 
 from __future__ import annotations
@@ -9,10 +11,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Answer:
+    """200 with ``body`` (its whole length as Content-Length); with ``drip``, one byte every ``drip`` seconds."""
+
+    body: bytes
+    content_type: str = "text/plain"
+    drip: float | None = None
 
 
 class ReplicationServer(ThreadingHTTPServer):
@@ -22,8 +34,10 @@ class ReplicationServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), partial(_Handler, directory=str(root)))
         self.down = 0
         self.cut: set[str] = set()
-        self.log: list[tuple[str, str]] = []  # (path, what happened: a status or "cut")
+        self.answers: dict[str, list[Answer]] = {}
+        self.log: list[tuple[str, str]] = []  # (path, what happened: a status, "cut", "answer", "drip ...")
         self.lock = threading.Lock()
+        self.closing = threading.Event()  # ends the drips still going
 
     @property
     def url(self) -> str:
@@ -40,6 +54,11 @@ class _Handler(SimpleHTTPRequestHandler):
             srv.down -= 1 if down else 0
             cut = self.path in srv.cut
             srv.cut.discard(self.path)
+            queued = srv.answers.get(self.path)
+            answer = queued.pop(0) if queued else None
+        if answer is not None:
+            self._answer(answer)
+            return
         if down:
             srv.log.append((self.path, "503"))
             self.send_error(503, "down for maintenance")
@@ -59,6 +78,29 @@ class _Handler(SimpleHTTPRequestHandler):
         srv.log.append((self.path, "200" if local.is_file() else "404"))
         super().do_GET()
 
+    def _answer(self, answer: Answer) -> None:
+        srv = self.server
+        self.send_response(200)
+        self.send_header("Content-Type", answer.content_type)
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.end_headers()
+        if answer.drip is None:
+            srv.log.append((self.path, "answer"))
+            self.wfile.write(answer.body)
+            return
+        srv.log.append((self.path, "drip started"))
+        self.close_connection = True
+        try:
+            for i in range(len(answer.body)):
+                self.wfile.write(answer.body[i: i + 1])
+                self.wfile.flush()
+                if srv.closing.wait(answer.drip):
+                    return
+        except (BrokenPipeError, ConnectionResetError):
+            srv.log.append((self.path, "drip abandoned by the client"))
+            return
+        srv.log.append((self.path, "drip finished"))
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass
 
@@ -71,6 +113,7 @@ def serving(root: Path) -> Iterator[ReplicationServer]:
     try:
         yield server
     finally:
+        server.closing.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from harness import eventually
-from services.metrics_port import MetricsServer
+from qbroker.cli.dead_letter import NAMESPACE as DEAD_LETTER
+from services.spark_bridge.metrics import NAMESPACE
 from services.spark_bridge.service import SparkBridge
+from services.tiles.metrics_port import service_metrics
 from tests.grafana_dashboard import missing
-from tests.prometheus_text import scrape, value
+from tests.prometheus_text import created_series, says_its_version, scrape, value
 
 
 async def test_bridge_metrics_after_an_expire_job(make_unit, spark, tmp_path, client) -> None:
     unit = await make_unit("spark.bridge")
     bridge = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, input_roots=[tmp_path],
-                         metrics=MetricsServer(0))
+                         metrics=service_metrics(NAMESPACE, 0))
     await unit.start()
     await bridge.start()
     try:
@@ -34,6 +36,8 @@ async def test_bridge_metrics_after_an_expire_job(make_unit, spark, tmp_path, cl
         assert value(text, 'spark_bridge_job_seconds_count{kind="expire",state="succeeded"}') == 1
         assert value(text, 'spark_bridge_jobs{kind="stats",state="running"}') == 0
         assert 'qbroker_handled_total{endpoint="spark.expire"' in text
-        assert not missing(("spark_bridge_", "qbroker_"), text)  # what the Grafana dashboard asks of the bridge
+        # What the Grafana dashboard asks of the bridge: its own and the library's (not another program's build info).
+        assert not missing(("spark_bridge_", "qbroker_"), text) - {f"{DEAD_LETTER}_build_info"}
+        assert says_its_version(text, NAMESPACE) and not created_series(text)  # as every program (docs/metrics.md)
     finally:
         await bridge.stop()

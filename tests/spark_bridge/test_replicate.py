@@ -120,7 +120,7 @@ async def test_store_requests_are_confined(store_bridge, make_unit, store, tmp_p
         outside.unlink()
 
 
-def test_a_diff_inflating_past_the_cap_is_refused_before_it_is_merged(tmp_path: Path) -> None:
+async def test_a_diff_inflating_past_the_cap_is_refused_before_it_is_merged(tmp_path: Path) -> None:
     """A replication server may send a gzip bomb: a batch counts what its diffs inflate to before libosmium
     holds them, ends before a diff that would pass the cap, and refuses one that passes it alone."""
     source = tmp_path / "replication"
@@ -129,10 +129,10 @@ def test_a_diff_inflating_past_the_cap_is_refused_before_it_is_merged(tmp_path: 
     assert len(bomb) < 64 * 1024
     publish(source, 2, bomb)
     cap = 1 << 20
-    batch = build_batch(LocalSource(source), 1, 2, tmp_path / "spool", published=2, max_inflated=cap)
+    batch = await build_batch(LocalSource(source), 1, 2, tmp_path / "spool", published=2, max_inflated=cap)
     assert (batch.first, batch.last) == (1, 1)
     with pytest.raises(ReplicationError, match=rf"diff 2 \(.*002\.osc\.gz\): over {cap} bytes uncompressed"):
-        build_batch(LocalSource(source), 2, 2, tmp_path / "spool", published=2, max_inflated=cap)
+        await build_batch(LocalSource(source), 2, 2, tmp_path / "spool", published=2, max_inflated=cap)
     # Counted over every gzip member, plain XML as it is, and only just past the cap.
     assert inflated_size(gzip.compress(b"a" * 10) + gzip.compress(b"b" * 20), 100) == 30
     assert inflated_size(b"<osmChange/>", 5) == 12

@@ -19,8 +19,8 @@ from harness import eventually
 from harness.osm import Extract, node_xml, osc, publish, read_extract
 from services.osmstore.geometry import GeometryStore, Manifest, SequenceGap
 from services.osmstore.geometry_apply import check_sequence
-from services.osmstore.replication import ReplicationError, diff_path
-from services.replicate.follower import Follower, backoff
+from services.osmstore.replication import diff_path
+from services.replicate.follower import BadAnswer, Follower, backoff
 from services.replicate.main import parse_args
 from tests.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
 from tests.spark_bridge.replicate_helpers import (  # noqa: F401 - store_bridge is a fixture
@@ -53,16 +53,16 @@ async def test_follows_a_replication_server(store_bridge, make_unit, store, extr
                             settings(url, store, start=1, interval=0.05, max_backoff=0.2, http_retries=0))
         await follower.unit.start()
         commits = GeometryStore.of_store(store).manifest().commits
-        # Missing: state.txt announces 3, the server has no diff 1 (404). Stops, naming the URL.
+        # Missing: state.txt announces 3, the server has no diff 1 (404): a bad answer, naming the URL.
         diff_path(minute, 1).unlink()
-        with pytest.raises(ReplicationError, match=r"gap: http://127\.0\.0\.1:\d+/replication/minute/"
+        with pytest.raises(BadAnswer, match=r"gap: http://127\.0\.0\.1:\d+/replication/minute/"
                                                    r"000/000/001\.osc\.gz is missing"):
             await follower.catch_up()
         # Truncated: diff 1 is there but cut short on the server. Nothing of 1..3 is applied.
         whole = gzip.compress(osc(modify=[node_xml(n, x, y + 0.001) for n, (x, y)
                                           in list(extract.nodes.items())[:3000]]).encode())
         diff_path(minute, 1).write_bytes(whole[: len(whole) // 2])
-        with pytest.raises(ReplicationError, match=r"diff 1 \(http://.*/000/000/001\.osc\.gz\): unreadable osmChange"):
+        with pytest.raises(BadAnswer, match=r"diff 1 \(http://.*/000/000/001\.osc\.gz\): unreadable osmChange"):
             await follower.catch_up()
         assert GeometryStore.of_store(store).manifest().commits == commits and not follower.jobs
 

@@ -78,7 +78,7 @@ async def test_flat_nodes_import_and_append(postgis_dsn, helsinki, tmp_path) -> 
     node, lon, lat = street_node(read_extract(helsinki))
     # Only the node moves: osm2pgsql finds the ways using it and their other nodes' locations in the file.
     publish(tmp_path / "replication", 1, osc(modify=[node_xml(node_ids[node], lon + 0.002, lat, version=90)]))
-    batch = build_batch(LocalSource(tmp_path / "replication"), 1, 1, tmp_path / "spool", published=1)
+    batch = await build_batch(LocalSource(tmp_path / "replication"), 1, 1, tmp_path / "spool", published=1)
     with pytest.raises(ReplicationError, match="imported with --flat-nodes"):
         await PostgisStore(postgis_dsn, "file:replication").apply(batch)
     await PostgisStore(postgis_dsn, "file:replication", flat_nodes=flat).apply(batch)

@@ -116,13 +116,20 @@ async def wait_renderers(unit: Unit, n: int, timeout: float = 30.0) -> dict[str,
 
 
 async def render_in_progress(client: Unit, tile: str, timeout: float = 60) -> asyncio.Task[Any]:
-    """Request ``tile`` and return the pending request once the (only) render thread is rendering it."""
+    """Request ``tile`` and return the pending request once the (only) render thread has it in hand.
+
+    The renderer's own word (its thread's ``ping``), not the queuemaster's: the queuemaster says
+    ``rendering`` as soon as it sends ``render``, before the renderer has taken it; a SIGTERM in between
+    has the renderer refuse it as new work (``stopping``), and it was never in hand."""
     request = asyncio.create_task(client.call("toposm.queuemaster", {"command": "render", "tile": tile},
                                               timeout=timeout))
 
     async def rendering() -> bool:
-        s = await stats(client)
-        return s["renderers"][0]["state"] == "rendering"
+        [thread] = (await stats(client))["renderers"]
+        if thread["state"] != "rendering":
+            return False
+        pong = await client.call(thread["renderer"], {"command": "ping"}, timeout=5)
+        return bool(pong["state"] == "rendering")
 
     await eventually(rendering)
     return request

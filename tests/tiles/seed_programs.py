@@ -1,6 +1,8 @@
 """Programs written from the TopOSM protocol text alone (toposm-message-protocol.md), with plain aio-pika
 and no qbroker import: JSON on the ``osm`` exchange, the sender's own queue as ``reply_to``, expirations as
-``z/x/y;...`` on ``expire_toposm``. What they do is only what the seed defines."""
+``z/x/y;...`` on ``expire_toposm``. What they do is only what the seed defines, as the text allows it: no
+content type (the text names none), reply queues named as the program likes, extra fields in a command,
+and every message the text does not define counted as unknown (nothing is exempt)."""
 
 from __future__ import annotations
 
@@ -15,12 +17,21 @@ from PIL import Image
 
 from harness import eventually
 
+# How a seed program declares `osm`: the text says nothing of the exchange's flags; a program does as the
+# project's docs tell it (docs/tiles.md, "The seed's literal wire"). One switch for every program here.
+SEED_OSM_EXCHANGE_DURABLE = True
 
-async def osm_client(url: str) -> tuple[AbstractConnection, AbstractExchange, AbstractQueue]:
+
+async def declare_osm(channel: aio_pika.abc.AbstractChannel) -> AbstractExchange:
+    return await channel.declare_exchange("osm", aio_pika.ExchangeType.TOPIC, durable=SEED_OSM_EXCHANGE_DURABLE)
+
+
+async def osm_client(url: str, reply_queue: str = "") -> tuple[AbstractConnection, AbstractExchange, AbstractQueue]:
+    """A requester: ``osm`` and its reply queue (broker-named, or ``reply_queue`` as the program chose)."""
     connection = await aio_pika.connect(url)
     channel = await connection.channel()
-    exchange = await channel.declare_exchange("osm", aio_pika.ExchangeType.TOPIC, durable=True)
-    replies = await channel.declare_queue("", exclusive=True)
+    exchange = await declare_osm(channel)
+    replies = await channel.declare_queue(reply_queue, exclusive=True)
     return connection, exchange, replies
 
 
@@ -44,8 +55,8 @@ async def ask(exchange: AbstractExchange, replies: AbstractQueue, body: bytes, t
               routing_key: str = "toposm.queuemaster") -> Any:
     """Publish a command with ``replies`` as reply_to and return the answer with its correlation id."""
     correlation_id = uuid.uuid4().hex
-    await exchange.publish(aio_pika.Message(body, content_type="application/json", reply_to=replies.name,
-                                            correlation_id=correlation_id), routing_key=routing_key)
+    await exchange.publish(aio_pika.Message(body, reply_to=replies.name, correlation_id=correlation_id),
+                           routing_key=routing_key)
     async with replies.iterator(timeout=timeout) as it:
         async for message in it:
             async with message.process():
@@ -55,21 +66,27 @@ async def ask(exchange: AbstractExchange, replies: AbstractQueue, body: bytes, t
 
 
 class SeedRenderThread:
-    """A render thread from the seed's text: its own exclusive queue, bound at every level of the hierarchy
-    and used as reply_to; it answers ``queuemaster online`` with ``register`` and ``render`` with
-    ``rendered``, and nothing else (an unknown command, such as a ``ping``, is counted and ignored)."""
+    """A render thread from the seed's text: its own exclusive queue (broker-named, or ``queue_name``), bound
+    at every level of the hierarchy and used as reply_to; it answers ``queuemaster online`` with ``register``
+    and ``render`` with ``rendered``, and nothing else. The text defines no other message to a renderer, no
+    answer to ``register`` or ``rendered`` among them: anything else it gets (a ``ping``, a ``registered``)
+    is counted in ``unknown`` and ignored. ``extra`` goes into its ``register`` (the text's
+    ``{"command": ..., <parameters>}`` leaves a program free to say more)."""
 
-    def __init__(self, tile_root: Path, host: str = "rawhost", pid: int = 4242, threadid: int = 0) -> None:
+    def __init__(self, tile_root: Path, host: str = "rawhost", pid: int = 4242, threadid: int = 0,
+                 queue_name: str = "", extra: dict[str, Any] | None = None) -> None:
         self.tile_root, self.host, self.pid, self.threadid = tile_root, host, pid, threadid
         self.name = f"toposm.render.{host}.{pid}.{threadid}"
+        self.queue_name = queue_name
+        self.extra = extra or {}
         self.rendered: list[str] = []
         self.unknown: list[str] = []
 
     async def start(self, url: str) -> None:
         self.connection = await aio_pika.connect(url)
         self.channel = await self.connection.channel()
-        self.exchange = await self.channel.declare_exchange("osm", aio_pika.ExchangeType.TOPIC, durable=True)
-        self.queue = await self.channel.declare_queue("", exclusive=True)
+        self.exchange = await declare_osm(self.channel)
+        self.queue = await self.channel.declare_queue(self.queue_name, exclusive=True)
         for key in ("toposm", "toposm.render", f"toposm.render.{self.host}",
                     f"toposm.render.{self.host}.{self.pid}", self.name):
             await self.queue.bind(self.exchange, routing_key=key)
@@ -77,17 +94,20 @@ class SeedRenderThread:
         await self.register()
 
     async def send(self, body: dict[str, Any]) -> None:
-        await self.exchange.publish(aio_pika.Message(json.dumps(body).encode(), content_type="application/json",
-                                                     reply_to=self.queue.name), routing_key="toposm.queuemaster")
+        await self.exchange.publish(aio_pika.Message(json.dumps(body).encode(), reply_to=self.queue.name),
+                                    routing_key="toposm.queuemaster")
 
     async def register(self) -> None:
         await self.send({"command": "register", "hostname": self.host, "pid": self.pid,
-                         "threadid": self.threadid, "strategy": "by_work_available"})
+                         "threadid": self.threadid, "strategy": "by_work_available", **self.extra})
 
     async def on_message(self, message: AbstractIncomingMessage) -> None:
         async with message.process():
-            body = json.loads(message.body)
-            command = body.get("command")
+            try:
+                body = json.loads(message.body)
+            except ValueError:
+                body = None
+            command = body.get("command") if isinstance(body, dict) else repr(message.body[:64])
             if command == "queuemaster online":
                 await self.register()
             elif command == "render":
@@ -100,7 +120,7 @@ class SeedRenderThread:
                         Image.new("RGB", (256, 256), (10, 200, 10)).save(path)
                 self.rendered.append(body["metatile"])
                 await self.send({"command": "rendered", "metatile": body["metatile"]})
-            elif command not in ("registered", "ack"):  # the queuemaster's answers to our own commands
+            else:
                 self.unknown.append(str(command))
 
     async def close(self) -> None:

@@ -87,15 +87,38 @@ async def test_mapnik_renderer_draws_map_tiles(bus):
 
 
 async def test_osm_exchange_declared_differently_by_a_client_first(bus):
+    """A seed program declared `osm` with its library's defaults (not durable) on a bus without accounts: the
+    queuemaster uses it as it is and names the difference and what it costs (docs/tiles.md)."""
     connection = await aio_pika.connect(bus.url)
     try:
         channel = await connection.channel()
         exchange = await channel.declare_exchange("osm", aio_pika.ExchangeType.TOPIC, durable=False)
         replies = await channel.declare_queue("", exclusive=True)
-        bus.queuemaster()
+        qm = bus.queuemaster()
         await osm_wire_ready(connection)
         s = await ask(exchange, replies, b'{"command": "stats"}')
         assert s["command"] == "stats"
+        log = qm.log.read_text()
+        assert "difference=\"exchange 'osm': durable is false there, qbroker declares true\"" in log, log[-3000:]
+        assert "it is gone after a broker restart with its bindings" in log
+    finally:
+        await connection.close()
+
+
+async def test_the_documented_osm_declaration_meets_the_services(bus):
+    """docs/tiles.md: a seed program declares `osm` as a durable topic exchange (or passively, which is all a
+    provisioned account may): both work beside the queuemaster, whichever comes first; the services' own
+    declaration is the same, so they warn about nothing."""
+    qm = bus.queuemaster()
+    connection = await aio_pika.connect(bus.url)
+    try:
+        await osm_wire_ready(connection)
+        channel = await connection.channel()
+        exchange = await channel.declare_exchange("osm", aio_pika.ExchangeType.TOPIC, durable=True)
+        await channel.declare_exchange("osm", passive=True)
+        replies = await channel.declare_queue("", exclusive=True)
+        assert (await ask(exchange, replies, b'{"command": "stats"}'))["command"] == "stats"
+        assert "shared object exists with other settings" not in qm.log.read_text()
     finally:
         await connection.close()
 

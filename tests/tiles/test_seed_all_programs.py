@@ -1,22 +1,30 @@
-"""Issue 21.3: every program listens on `toposm` on the seed's `osm` exchange, and what the seed's programs
-say there reaches ours; expirations by command are heard on both wires; a renderer a queuemaster took on
-`osm` stays there. The seed side is written from its text alone (plain aio-pika)."""
+"""Issue 21.3, issue 37.2: every running program listens on `toposm` on the seed's `osm` exchange (and on
+qbroker's `toposm` alert), and what the seed's programs say there reaches ours; expirations by command are
+heard on both wires; a renderer a queuemaster took on `osm` stays there. The seed side is written from its
+text alone (plain aio-pika)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import aio_pika
+import pytest
 
-from harness import eventually
+from harness import HANG, eventually
 from qbroker import Config, Unit
 from services.spark_bridge.service import SparkBridge
+from services.tiles.render_list import job as render_list_job
+from services.tiles.render_list.main import APP as RENDER_LIST_APP
+from services.tiles.render_list.main import RenderListService
+from services.tiles.render_list.main import parse_args as render_list_args
+from services.tiles.render_list.resume import Progress
 from services.tiles.renderer.process import RendererProcess
 from services.tiles.renderer.settings import RendererSettings
 
-from .conftest import TileBus, alert_listener, stats, wait_renderers
-from .seed_programs import ask, osm_client, osm_listener, osm_wire_ready
+from .conftest import BIN, Proc, TileBus, alert_listener, stats, wait_renderers
+from .seed_programs import ask, declare_osm, osm_client, osm_listener, osm_wire_ready
 
 ONLINE = b'{"command": "queuemaster online"}'
 
@@ -133,3 +141,75 @@ async def test_a_renderer_a_queuemaster_took_on_osm_stays_on_osm(bus: TileBus) -
         await connection.close()
         if not renderer.stopping.is_set():
             await renderer.stop()
+
+
+async def routed_on_osm(url: str, body: bytes) -> None:
+    """Published on `osm` to `toposm` as mandatory until the broker routes it (a queue is bound there)."""
+    connection = await aio_pika.connect(url)
+    try:
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        osm = await declare_osm(channel)
+
+        async def routed() -> bool:
+            try:
+                await osm.publish(aio_pika.Message(body), routing_key="toposm", mandatory=True)
+            except aio_pika.exceptions.DeliveryError:  # returned: nobody listens there yet
+                return False
+            return True
+
+        await eventually(routed)
+    finally:
+        await connection.close()
+
+
+async def test_a_running_toposm_replicate_listens_on_toposm_on_both_wires(bus: TileBus, tmp_path: Path) -> None:
+    """Issue 37.2: toposm-replicate is a running program too. Only it runs: a mandatory publish to `toposm` on
+    osm is routed, and what it hears there and on qbroker's `toposm` alert is logged (it has nothing to do)."""
+    store = tmp_path / "store"
+    (store / "geometry").mkdir(parents=True)
+    # A replication server that is not there: the follower backs off for an hour and keeps running.
+    replicate = Proc([str(BIN / "toposm-replicate"), "--source", "http://127.0.0.1:9/replication/minute/",
+                      "--store", str(store), "--interval", "3600"], bus.url, bus.tmp / "replicate.log")
+    bus.procs.append(replicate)
+    await routed_on_osm(bus.url, ONLINE)
+    client = await bus.client()
+
+    def heard(wire: str) -> bool:
+        return any("heard on toposm" in line and f"wire={wire}" in line
+                   for line in replicate.log.read_text().splitlines())
+
+    async def heard_on_alert() -> bool:  # said again until heard: its alert queue may be bound after its osm one
+        await client.alert("toposm", {"command": "what's up"})
+        return heard("alert")
+
+    await eventually(heard_on_alert, interval=0.5)
+    await eventually(lambda: heard("osm"))
+    assert replicate.popen.poll() is None  # still running
+
+
+async def test_a_running_render_list_listens_on_toposm_and_asks_again_when_a_queuemaster_comes(
+        bus: TileBus, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37.2: a running toposm-render-list listens on `toposm` on both wires (an unknown command there is
+    counted and ignored), and a `queuemaster online` has every request that waits for a queuemaster ask again
+    at once: with its pause made an hour long here, the job ends only because it heard the queuemaster."""
+    monkeypatch.setattr(render_list_job, "FIRST_PAUSE", 3600.0)
+    unit = Unit(RENDER_LIST_APP, config=Config(url=bus.url))
+    options = render_list_args(["--bbox=-10,-10,10,10", "--zooms", "0"])  # one metatile
+    done = asyncio.Event()
+    service = RenderListService(unit, options, Progress.new(options.plan), done)
+    await unit.start()
+    bus.units.append(unit)
+    await service.start()
+    try:
+        await eventually(lambda: service.job.waiting == "no queuemaster is running")
+        await routed_on_osm(bus.url, b'{"command": "reticulate splines"}')
+        client = await bus.client()
+        await client.alert("toposm", {"command": "reticulate splines"})  # its unit started: bound already
+        await eventually(lambda: service.all_programs.heard["other"] == 2)
+        assert not done.is_set()
+        bus.queuemaster()
+        bus.renderer()
+        await asyncio.wait_for(done.wait(), HANG)
+        assert service.job.progress.complete and service.all_programs.heard["queuemaster online"] >= 1
+    finally:
+        await service.stop()

@@ -3,8 +3,13 @@
 import asyncio
 
 import aio_pika
+import orjson
 
 from harness import eventually
+from qbroker import Config
+from services.tiles.seed_wire import ReplyQueues
+from tests.prometheus_text import scrape, value
+from tests.web.conftest import free_port
 
 from .conftest import alert_listener, stats, wait_renderers
 from .seed_programs import SeedRenderThread, ask, osm_client, osm_listener, osm_wire_ready
@@ -67,37 +72,95 @@ async def test_a_seed_thread_works_next_to_qbroker_renderers(bus):
 
 
 async def test_osm_answers_go_only_to_client_reply_queues(bus):
-    """Issue 20.9: reply_to on the osm wire names a client's reply queue (broker-named `amq.gen-*` or
-    `toposm.reply.<word>`); a command naming any other queue (the bus's own: dead, rpc_*, reply_<uuid>,
-    the queuemaster's own) is refused whole: nothing is published there, and it is counted."""
-    bus.queuemaster()
+    """Issue 20.9, issue 37.2: reply_to on the osm wire is the requester's own queue, named as it likes (the seed
+    says only "the renderer's queue"): `myprogram` is answered like a broker-named `amq.gen-*` queue or
+    `toposm.reply.<word>`. A command naming a queue of the bus's own (dead, dead.kept, rpc_*, reply_<uuid>,
+    alert_<uuid>, a retry queue, the queuemaster's and render threads' names) is refused whole: nothing is
+    published there, and it is logged and counted, in the stats and as a Prometheus counter."""
+    metrics_port = free_port()
+    bus.queuemaster("--metrics-port", str(metrics_port))
     client = await bus.client()
     connection, exchange, replies = await osm_client(bus.url)
     try:
         await osm_wire_ready(connection)
         channel = exchange.channel
-        targets = ["rpc_spark.job", "reply_0123456789abcdef0123456789abcdef", "toposm.render.h.1.0"]
+        targets = ["rpc_spark.job", "reply_0123456789abcdef0123456789abcdef",
+                   "alert_0123456789abcdef0123456789abcdef", "qbroker.retry.spark.job.100", "toposm.render.h.1.0"]
         for name in targets:  # queues of the bus's shapes, nobody consuming: whatever lands stays countable
             await channel.declare_queue(name, durable=True)
-        # and the bus's own `dead` (its collectors take whatever lands) and the queuemaster's own queue
-        for name in [*targets, "dead", "toposm.queuemaster.osm"]:
+        # and the bus's own `dead` (its collectors take whatever lands), `dead.kept`, the queuemaster's own queue
+        for name in [*targets, "dead", "dead.kept", "toposm.queuemaster.osm"]:
             await exchange.publish(aio_pika.Message(b'{"command": "stats"}', reply_to=name, correlation_id="x"),
                                    routing_key="toposm.queuemaster")
 
         async def refused():
-            return await _counter(client, "osm_reply_to_refused") == len(targets) + 2
+            return await _counter(client, "osm_reply_to_refused") == len(targets) + 3
 
         await eventually(refused)
         for name in targets:
             queue = await channel.declare_queue(name, passive=True)
             assert queue.declaration_result.message_count == 0, name
             await queue.delete(if_unused=False)
-        # client reply queues are answered: broker-named and the documented prefix
+        # the requester's own queues are answered: broker-named, the documented prefix, any other name
         assert (await ask(exchange, replies, b'{"command": "stats"}'))["command"] == "stats"
-        named = await channel.declare_queue("toposm.reply.test-client", exclusive=True)
-        assert (await ask(exchange, named, b'{"command": "stats"}'))["command"] == "stats"
+        for own in ("toposm.reply.test-client", "myprogram", "deadline-watch"):
+            named = await channel.declare_queue(own, exclusive=True)
+            assert (await ask(exchange, named, b'{"command": "stats"}'))["command"] == "stats", own
+        log = (bus.tmp / "queuemaster.log").read_text()
+        assert "reply_to names a queue of the bus" in log and "queue_kind=dead.kept" in log
+
+        def scraped() -> bool:
+            return value(scrape(metrics_port), 'toposm_queuemaster_osm_wire_total{event="reply_to_refused"}') == \
+                len(targets) + 3
+
+        await eventually(scraped)
     finally:
         await connection.close()
+
+
+def test_the_bus_queues_a_reply_may_not_name_take_the_deployments_prefix():
+    """The bus's own queues, with the deployment's exchange prefix and without it (the default bus may share
+    the vhost); every other name is a queue a requester could have declared itself."""
+    queues = ReplyQueues(Config(exchange_prefix="tiles."))
+    bus_own = {"tiles.rpc_toposm.queuemaster": "rpc", "rpc_x": "rpc", "tiles.reply_ab12": "reply",
+               "tiles.alert_ab12": "alert", "tiles.dead": "dead", "dead": "dead", "tiles.dead.kept": "dead.kept",
+               "dead.kept": "dead.kept", "tiles.qbroker.retry.x.100": "qbroker", "qbroker.schedules": "qbroker",
+               "toposm.queuemaster.osm": "toposm", "toposm.render.h.1.0": "toposm", "toposm": "toposm"}
+    assert {name: queues.bus_queue(name) for name in bus_own} == bus_own
+    for name in ("myprogram", "amq.gen-Xy_1", "toposm.reply.me", "tiles.myprogram", "deadline", "rpc",
+                 "toposmic", "amq.rabbitmq.reply-to.g1h2AA", "dead.kept.old", "tiles.dead.letters"):
+        assert queues.bus_queue(name) is None, name
+
+
+async def test_a_seed_thread_named_and_saying_more_than_we_know_is_taken(bus):
+    """Issue 37.2: a render thread from the seed's text whose queue has a name of its own, whose `register`
+    carries fields the project does not know (the text: `{"command": ..., <parameters>}`), registers and
+    renders; the fields it does not know are ignored and counted, and it hears nothing the text does not
+    define (no `registered`, no `ack`). A sender that asks for an answer (a correlation_id) still gets it."""
+    bus.queuemaster()
+    client = await bus.client()
+    raw = SeedRenderThread(bus.tile_root, queue_name="seedthread-vader",
+                           extra={"version": "2.1", "capabilities": ["png", "meta"]})
+    await raw.start(bus.url)
+    try:
+        s = await wait_renderers(client, 1)
+        assert [r["renderer"] for r in s["renderers"]] == [raw.name]
+        assert s["counters"]["osm_unknown_fields"] >= 2
+        reply = await client.call("toposm.queuemaster", {"command": "render", "tile": "9/10/20"}, timeout=30)
+        assert reply["metatile"] == "9/1/2" and raw.rendered == ["9/1/2"]
+        connection, exchange, replies = await osm_client(bus.url, reply_queue="asks-for-answers")
+        try:
+            answer = await ask(exchange, replies, orjson.dumps(
+                {"command": "register", "hostname": "other", "pid": 1, "threadid": 0, "color": 1}))
+            assert answer["command"] == "registered" and answer["renderer"] == "toposm.render.other.1.0"
+            bad = await ask(exchange, replies, b'{"command": "register", "hostname": "a.b", "pid": 1, '
+                                               b'"threadid": 0}')
+            assert bad["error"] == "invalid_params" and "hostname" in bad["detail"]  # what we know is checked
+        finally:
+            await connection.close()
+    finally:
+        await raw.close()
+    assert raw.unknown == [], raw.unknown
 
 
 async def test_expirations_reach_both_wires_once(bus):

@@ -1,15 +1,12 @@
-"""``--metrics-port`` on the queuemaster and a renderer: their Prometheus metrics after a render; with
-toposm-web's ``/metrics``, every metric of theirs the Grafana dashboard (docs/grafana) queries."""
+"""``--metrics-port`` on the queuemaster and a renderer: their Prometheus metrics after a render (what every
+program's ``/metrics`` holds, and the Grafana dashboard's queries: tests/tiles/test_program_metrics.py)."""
 
 from __future__ import annotations
 
-import urllib.request
-
 from harness import eventually
-from tests.grafana_dashboard import missing
 from tests.prometheus_text import scrape, value
 from tests.tiles.conftest import TileBus, wait_renderers
-from tests.web.conftest import free_port, start_web
+from tests.web.conftest import free_port
 
 
 async def test_queuemaster_and_renderer_metrics(bus: TileBus) -> None:
@@ -41,8 +38,3 @@ async def test_queuemaster_and_renderer_metrics(bus: TileBus) -> None:
     assert value(text, "toposm_renderer_busy_threads") in (0, 1)
     assert "toposm_renderer_render_failures_total" not in text or \
         value(text, 'toposm_renderer_render_failures_total{kind="error"}') <= 0
-
-    web = start_web(bus)
-    with urllib.request.urlopen(web.url + "/metrics", timeout=10) as response:  # noqa: S310 - our own server
-        web_text = response.read().decode()
-    assert not missing(("toposm_", "qbroker_"), scrape(qm_port), text, web_text)

@@ -24,6 +24,12 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-dev-shm-usage", "--window-size=1280,900")
 
 
+# Every page the browser opens records what its Content-Security-Policy blocked (``csp_violations``); a script
+# added through the DevTools protocol is not itself subject to the policy.
+RECORD_CSP_VIOLATIONS = ("window.cspViolations = []; document.addEventListener('securitypolicyviolation', "
+                         "e => window.cspViolations.push(`${e.effectiveDirective} ${e.blockedURI}`));")
+
+
 @dataclass
 class Web:
     url: str
@@ -72,12 +78,26 @@ def browser(tmp_path: Path) -> Iterator[object]:
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for console_errors
     driver = webdriver.Chrome(options=options, service=Service(executable_path=shutil.which("chromedriver")))
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORD_CSP_VIOLATIONS})
     try:
         yield driver
     finally:
         with contextlib.suppress(Exception):
             driver.quit()
+
+
+async def csp_violations(browser: Any) -> list[str]:
+    """What the page's Content-Security-Policy blocked since it was opened."""
+    return list(await asyncio.to_thread(browser.execute_script, "return window.cspViolations"))
+
+
+async def console_errors(browser: Any) -> list[str]:
+    """What the browser's console logged as errors since the last call (a resource that failed to load, a
+    script error): what a person opening the developer tools would see in red."""
+    entries = await asyncio.to_thread(browser.get_log, "browser")
+    return [entry["message"] for entry in entries if entry["level"] == "SEVERE"]
 
 
 async def wait_for(browser: Any, script: str, timeout: float = 30.0) -> Any:

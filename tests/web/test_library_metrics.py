@@ -171,3 +171,26 @@ async def test_calls_errors_in_flight_reconnects_and_dead_letters(make_unit) -> 
     finally:
         http.shutdown()
         http.server_close()
+
+
+def test_names_with_a_process_id_keep_one_label_across_restarts() -> None:
+    """``endpoint_label``: a per-process name (a render thread's ``...<host>.<pid>.<thread>``) counts under one
+    stable label, whatever number of processes came and went; ``max_names`` bounds the labels, not the names
+    (a thousand restarts are not a thousand names that push the next one into ``other``)."""
+    def without_pid(name: str) -> str:
+        words = name.split(".")
+        return ".".join([*words[:2], "*", *words[3:]]) if len(words) == 4 else name
+
+    metrics = UnitMetrics(max_names=2, endpoint_label=without_pid)
+    for pid in range(1000, 2000):  # a thousand restarts of the same worker
+        metrics.observe(f"test.worker.{pid}.0", "rpc", "ok", 0.01)
+    metrics.observe("test.other", "rpc", "ok", 0.01)
+    metrics.observe("test.third", "rpc", "ok", 0.01)  # a third label: over max_names
+
+    def handled(endpoint: str) -> float | None:
+        return metrics.registry.get_sample_value("qbroker_handled_total",
+                                                 {"endpoint": endpoint, "kind": "rpc", "status": "ok"})
+
+    assert handled("test.worker.*.0") == 1000
+    assert handled("test.other") == 1 and handled(OTHER) == 1
+    assert len(metrics._handled_names.known) <= 4 * metrics.max_names  # the names seen are not all kept

@@ -15,7 +15,7 @@ from PIL import Image
 
 from harness import eventually
 from tests.tiles.conftest import TileBus, wait_renderers
-from tests.web.conftest import Web, wait_for
+from tests.web.conftest import Web, console_errors, csp_violations, wait_for
 
 ZOOM2_BACKGROUND = (230, 255, 230)  # the test-pattern backend's colour for zoom 2
 OUTLINE = (200, 0, 0)
@@ -51,6 +51,8 @@ async def test_status_page_is_live(bus: TileBus, web: Web, browser: Any, artifac
     ended = datetime.fromtimestamp(render["start"] + render["duration"], ZoneInfo("Asia/Kolkata"))
     assert re.fullmatch(ended.strftime("%H:%M:%S") + r" (just now|\d+ s ago)", row[3]), row
     await asyncio.to_thread(browser.save_screenshot, str(artifacts / "status.png"))
+    assert await csp_violations(browser) == []  # the page keeps to its own Content-Security-Policy
+    assert await console_errors(browser) == []  # nothing in red for whoever opens the developer tools
 
 
 async def test_map_shows_tiles_from_the_store(bus: TileBus, web: Web, browser: Any, artifacts: Path) -> None:
@@ -81,6 +83,13 @@ async def test_map_shows_tiles_from_the_store(bus: TileBus, web: Web, browser: A
     total = area.size[0] * area.size[1]
     assert counts.get(ZOOM2_BACKGROUND, 0) > total * 0.3, "the test-pattern tiles are not on screen"
     assert counts.get(OUTLINE, 0) > 100, "the tile outlines of the test pattern are not on screen"
+    assert await csp_violations(browser) == []  # Leaflet and the map keep to the Content-Security-Policy
+    assert await console_errors(browser) == []
+    # which is in force: a script another site's text could inject into the page does not run.
+    await asyncio.to_thread(browser.execute_script, "const s = document.createElement('script');"
+                            " s.textContent = 'window.injected = true'; document.body.appendChild(s);")
+    assert await wait_for(browser, "window.cspViolations.length && window.cspViolations") == ["script-src-elem inline"]
+    assert await asyncio.to_thread(browser.execute_script, "return window.injected === undefined")
 
 
 async def test_a_click_on_the_map_requests_a_render(bus: TileBus, web: Web, browser: Any) -> None:
@@ -105,3 +114,4 @@ async def test_a_click_on_the_map_requests_a_render(bus: TileBus, web: Web, brow
         return (bus.tile_root / "3/4/4.png").stat().st_mtime_ns > before
 
     await eventually(rerendered)
+    assert await csp_violations(browser) == [] and await console_errors(browser) == []

@@ -84,7 +84,8 @@ async def test_unknown_paths_are_404(web: Web, path: str) -> None:
 
 @pytest.mark.parametrize("body", [b"not json", b'{"tile": 3}', b'["1/0/0"]', b'{"tile": "1/5/0"}'])
 async def test_bad_render_requests_are_400(web: Web, body: bytes) -> None:
-    async with aiohttp.ClientSession() as session, session.post(web.url + "/api/render", data=body) as response:
+    async with aiohttp.ClientSession() as session, \
+            session.post(web.url + "/api/render", data=body, headers={"Content-Type": "application/json"}) as response:
         assert response.status == 400
         assert b"Traceback" not in await response.read()
 
@@ -144,13 +145,12 @@ async def test_metrics_and_json_status(bus: TileBus, web: Web) -> None:
 
     async def scraped() -> str | None:
         text = (await get(web.url + "/metrics"))[1].decode()
-        return text if "toposm_render_duration_seconds_bucket" in text and "toposm_renders_total{" in text else None
+        return text if "toposm_web_queuemaster_up 1.0" in text else None
 
     text = await eventually(scraped)
-    for name in ('toposm_queue_length{kind="missing",zoom="all"}',
-                 'toposm_web_rpc_calls_total{endpoint="toposm.queuemaster",status="ok"}',
-                 "toposm_render_failures_total", 'spark_jobs{state="running"}', "qbroker_handled_total{",
-                 "qbroker_handler_duration_seconds_bucket{", "toposm_queuemaster_up 1.0"):
+    for name in ('toposm_web_rpc_calls_total{endpoint="toposm.queuemaster",status="ok"}',
+                 'toposm_web_tile_requests_total{outcome="', "qbroker_calls_total{",
+                 "qbroker_call_duration_seconds_bucket{", "toposm_web_build_info{"):
         assert name in text, name
     status, body, headers = await get(web.url + "/api/status")
     assert status == 200 and headers["Content-Type"].startswith("application/json")

@@ -7,8 +7,8 @@ from contextlib import closing
 from pathlib import Path
 
 from qbroker import Unit
+from qbroker.metrics_port import add_metrics_options, check_metrics_options
 from qbroker.runner import serve
-from services.metrics_port import add_metrics_options, check_metrics_options
 
 from ..tile_store import add_tile_store_option, check_tile_store_zoom
 from ..tilemath import ZoomRange

@@ -13,11 +13,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .state_machine import Queuemaster
 
+NAMESPACE = "toposm_queuemaster"  # its metrics' prefix (toposm_queuemaster_build_info)
 DISPATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 THREAD_STATES = ("idle", "rendering", "dispatching")
 # The queue classes as the metrics name them: a background metatile is an expired one.
 KINDS = {"missing": "missing", "important": "important", "background": "expired", "bulk": "bulk"}
 RENDER_OUTCOMES = ("rendered", "failed")
+# What the seed's osm wire did not take as sent: a command refused for its reply_to (a queue of the bus's own),
+# parameters ignored (unknown to us). The stats counters of the same names.
+OSM_WIRE_EVENTS = {"reply_to_refused": "osm_reply_to_refused", "unknown_fields_ignored": "osm_unknown_fields"}
 
 
 class QueuemasterMetrics:
@@ -39,6 +43,11 @@ class QueuemasterMetrics:
         self.dispatch = Histogram("toposm_queuemaster_dispatch_seconds",
                                   "From sending `render` to a render thread until it accepted the metatile",
                                   buckets=DISPATCH_BUCKETS, registry=registry)
+        self.osm_wire = Counter("toposm_queuemaster_osm_wire", "On the seed's osm wire: commands refused for their "
+                                "reply_to (a queue of the bus's own), unknown parameters ignored", ["event"],
+                                registry=registry)
+        for event in OSM_WIRE_EVENTS:
+            self.osm_wire.labels(event)
         self._zooms: set[str] = set()
         self._counted: dict[str, int] = {}
 
@@ -64,6 +73,8 @@ class QueuemasterMetrics:
         for name in RENDER_OUTCOMES:
             self._advance(self.renders.labels(name), name, counters[name])
         self._advance(self.expired, "expired", counters["expired"])
+        for event, name in OSM_WIRE_EVENTS.items():
+            self._advance(self.osm_wire.labels(event), name, counters[name])
 
     def _advance(self, counter: Counter, key: str, total: int) -> None:
         # The state machine keeps totals; a Prometheus counter only goes up by the difference.

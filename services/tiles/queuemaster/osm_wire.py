@@ -8,11 +8,16 @@ request's ``correlation_id`` (or ``message_id``) copied. Replies are the same JS
 returns (both wires run the one command table in ``commands``); errors are
 ``{"command": <cmd>, "status": "fail"|"error", "error": <id>, "message": ..., "detail"?: ...}``.
 
+Read as a program written from the seed's text writes: parameters we do not know are ignored (logged and
+counted as ``osm_unknown_fields``), the ones we know validated as on the qbroker endpoint. Sent as strictly:
+the seed gives the render threads' own commands (``register``, ``rendered``, ``unregister``) no answer, so
+theirs goes only to a sender that asks for one with a ``correlation_id`` (a failure is answered always).
+
 The default exchange reaches any queue by name, past every topic permission: a command whose ``reply_to``
-is not shaped like a client's reply queue (``seed_wire.client_reply_queue``) is refused whole, with nothing
-published anywhere (logged and counted as ``osm_reply_to_refused``). Render threads on this wire are never
-asked anything the seed does not define: their liveness is their queue's, asked of the broker
-(``osm_liveness``).
+names one of the bus's own queues (``seed_wire.ReplyQueues``) is refused whole, with nothing published
+anywhere (logged with the queue's kind and counted as ``osm_reply_to_refused``); any other queue is
+answered. Render threads on this wire are never asked anything the seed does not define: their liveness is
+their queue's, asked of the broker (``osm_liveness``).
 """
 
 from __future__ import annotations
@@ -31,11 +36,11 @@ from qbroker import BadMessage, ConnectionLost, ErrorInfo, HandlerCrashed, Inval
 from qbroker.transport import Connection
 from services.error_messages import errored, failed
 
-from ..contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER, QUEUEMASTER_OSM_QUEUE
+from ..contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER, QUEUEMASTER_ONLINE, QUEUEMASTER_OSM_QUEUE
 from ..messages import RegisterRequest
-from ..seed_wire import client_reply_queue, declare_osm_exchange
+from ..seed_wire import ReplyQueues, declare_osm_exchange, known_params
 from ..tilemath import Metatile
-from .commands import parse_command
+from .commands import COMMANDS, parse_command
 from .osm_liveness import QueueLiveness, probe_queue
 from .render_threads import RenderThread
 from .state_machine import Queuemaster
@@ -44,6 +49,8 @@ from .waiter_store import WaiterStore
 log = structlog.get_logger("toposm.osm_wire")
 OSM_PART = QUEUEMASTER  # the error part: the same command table as the qbroker endpoint
 BINDINGS = (QUEUEMASTER, EXPIRE_TOPIC, ALL_PROGRAMS)
+# renderer -> queuemaster commands, to which the seed gives no answer (see the module's docstring)
+UNANSWERED_IN_SEED = frozenset({"register", "rendered", "unregister"})
 
 
 # Commands that wait for a render (`render`, `bulk`: minutes, and on this wire without a deadline) in progress
@@ -69,13 +76,14 @@ ExpiryHandler = Callable[[bytes, str | None], Awaitable[None]]
 class OsmWire:
     def __init__(self, qm: Queuemaster, on_expiry: ExpiryHandler, *, max_body_bytes: int = 16 * 1024 * 1024,
                  max_commands: int = MAX_COMMANDS, waiters: WaiterStore | None = None,
-                 queue_arguments: dict[str, Any] | None = None) -> None:
+                 queue_arguments: dict[str, Any] | None = None, reply_queues: ReplyQueues | None = None) -> None:
         self.qm = qm
         self.on_expiry = on_expiry
         self.waiters = waiters  # long-running commands (render) kept on disk until answered
         self.max_body_bytes = max_body_bytes  # the unit's limit: the osm wire is capped like the rest
         self.max_commands = max_commands
         self.queue_arguments = queue_arguments or {}  # a quorum queue where the unit's are (Config.queue_type)
+        self.reply_queues = reply_queues or ReplyQueues()  # the unit's config: its prefix and dead queues
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
@@ -110,7 +118,7 @@ class OsmWire:
         if self._exchange is None:
             return
         await self._exchange.publish(
-            aio_pika.Message(orjson.dumps({"command": "queuemaster online"}),
+            aio_pika.Message(orjson.dumps({"command": QUEUEMASTER_ONLINE}),
                              content_type="application/json", app_id=QUEUEMASTER),
             routing_key=ALL_PROGRAMS,
         )
@@ -143,11 +151,13 @@ class OsmWire:
             return
         # Ack first: a `render` may wait minutes, and every outcome is answered (or logged) below.
         await message.ack()
-        if message.reply_to is not None and not client_reply_queue(message.reply_to):
-            # Answering would publish into whatever queue it names (dead, rpc_*, a renderer's queue).
+        bus_queue = self.reply_queues.bus_queue(message.reply_to) if message.reply_to else None
+        if bus_queue is not None:
+            # Answering would publish into the bus's own queue it names (dead, rpc_*, the queuemaster's).
             self.qm.stats.count("osm_reply_to_refused")
-            log.warning("osm message refused: reply_to is no client reply queue", routing_key=message.routing_key,
-                        reply_to=message.reply_to[:128], correlation_id=message.correlation_id)
+            log.warning("osm message refused: reply_to names a queue of the bus", routing_key=message.routing_key,
+                        reply_to=message.reply_to[:128] if message.reply_to else None, queue_kind=bus_queue,
+                        correlation_id=message.correlation_id)
             return
         size = len(message.body)
         if size > self.max_body_bytes:
@@ -179,8 +189,10 @@ class OsmWire:
             if not isinstance(body, dict) or not isinstance(body.get("command"), str):
                 raise InvalidParams("expected a JSON object with a string 'command' field")
             command = body.pop("command")
-            if command == "queuemaster online":
+            if command == QUEUEMASTER_ONLINE:
                 return  # our own announcement, heard on `toposm`
+            if command in COMMANDS:
+                body = self._known_params(command, body, message)
             handler, request = parse_command(command, body)
             if isinstance(request, RegisterRequest) and message.reply_to is None:
                 # The seed: renderer -> queuemaster messages carry the renderer's queue as reply_to. Without
@@ -208,7 +220,18 @@ class OsmWire:
             log.exception("osm command crashed", command=command)
             crash = HandlerCrashed(f"unhandled {type(exc).__name__}")
             result = error_result(command, crash.to_info(part=OSM_PART))
+        else:
+            if command in UNANSWERED_IN_SEED and not message.correlation_id:
+                return  # done; a seed render thread expects nothing back
         await self._reply(message, result)
+
+    def _known_params(self, command: str, body: dict[str, Any], message: AbstractIncomingMessage) -> dict[str, Any]:
+        known, ignored = known_params(COMMANDS[command].request, body)
+        if ignored:
+            self.qm.stats.count("osm_unknown_fields", len(ignored))
+            log.info("osm command: unknown fields ignored", command=command, fields=[f[:64] for f in ignored[:10]],
+                     routing_key=message.routing_key)
+        return known
 
     def _keep(self, command: str, request: Any, message: AbstractIncomingMessage) -> int | None:
         if self.waiters is None or not message.reply_to:

@@ -34,7 +34,7 @@ from qbroker import (
     Unit,
     UnknownCommand,
 )
-from services.metrics_port import MetricsServer
+from services.tiles.metrics_port import service_metrics
 
 from ..contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER
 from ..expiry_wires import (
@@ -48,9 +48,10 @@ from ..expiry_wires import (
     relay_expiry,
 )
 from ..messages import Message
+from ..seed_wire import ReplyQueues
 from ..tilemath import Metatile
 from .commands import COMMANDS, Command, expire_broadcast
-from .metrics import QueuemasterMetrics
+from .metrics import NAMESPACE, QueuemasterMetrics
 from .osm_liveness import QueueLiveness
 from .osm_wire import OsmWire, error_result
 from .render_threads import RenderThread
@@ -76,7 +77,8 @@ class QueuemasterService:
         # ours would otherwise be taken for a previous run's and answered twice.
         self._restored = self.waiter_store.take_live()
         self.osm = OsmWire(qm, self._on_osm_expiry, max_body_bytes=unit.config.max_body_bytes,
-                           waiters=self.waiter_store, queue_arguments=unit.config.durable_queue_type())
+                           waiters=self.waiter_store, queue_arguments=unit.config.durable_queue_type(),
+                           reply_queues=ReplyQueues(unit.config))
         self.osm_publisher = OsmPublisher()  # relays expiries heard on alert only
         self.expiry_twins = TwinFilter()
         qm.announce_expiry = self._announce_expiry
@@ -85,7 +87,7 @@ class QueuemasterService:
         self._publishing = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
-        self.metrics_server = MetricsServer(qm.settings.metrics_port, qm.settings.metrics_host)
+        self.metrics_server = service_metrics(NAMESPACE, qm.settings.metrics_port, qm.settings.metrics_host)
         self.metrics = QueuemasterMetrics(qm, self.metrics_server.registry)
         self.metrics_server.refreshers.append(self.metrics.refresh)
         self.metrics_server.instrument(unit)

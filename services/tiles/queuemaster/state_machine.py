@@ -68,7 +68,7 @@ class QueuemasterSettings:
     dispatch_timeout: float = 5.0
     access: AccessPolicy = AccessPolicy()  # who may send renderer commands (checked against user_id)
     buckets: BucketLimits = BucketLimits()  # render threads background and bulk work may take at once
-    metrics_port: int | None = None  # --metrics-port (services/metrics_port.py); None: no metrics server
+    metrics_port: int | None = None  # --metrics-port (services/tiles/metrics_port.py); None: no metrics server
     metrics_host: str = "127.0.0.1"
     tile_store: str = "png"  # png or meta (tile_store.py): how the renderers store what they render
 

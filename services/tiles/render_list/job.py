@@ -9,13 +9,13 @@ account without the right, a queuemaster without ``bulk``) ends the job.
 
 Stopping (``stop``) sends no new requests, withdraws what is still queued for this job (``cancel``), and
 waits up to its timeout for the renders already running; whatever is not settled by then is asked again
-by the next run with the same resume file.
+by the next run with the same resume file. A queuemaster (back) online (``queuemaster_online``, heard on
+``toposm``) ends every pause at once: what waited for it is asked again now, not after up to ``MAX_PAUSE``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,6 +62,7 @@ class RenderListJob:
         self.settled_now = 0  # settled by this run (the rate)
         self._ahead = set(progress.settled_ahead)
         self._stop = asyncio.Event()
+        self._online = asyncio.Event()  # replaced by a new one each time it is set: it wakes the pauses of then
         self._slots = asyncio.Semaphore(settings.window)
         self._tasks: set[asyncio.Task[None]] = set()
         self._drained = False
@@ -163,13 +164,26 @@ class RenderListJob:
                     skipped = isinstance(reply, dict) and reply.get("skipped") is True
                     self._settle(position, metatile, "skipped" if skipped else "rendered")
                     return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), pause)
+                await self._pause(pause)
                 pause = min(MAX_PAUSE, pause * 2)
         except asyncio.CancelledError:
             self._abandon(position)
             raise
         self._abandon(position)
+
+    def queuemaster_online(self) -> None:
+        """A queuemaster announced itself: every request pausing after a failure asks again now."""
+        online, self._online = self._online, asyncio.Event()
+        online.set()
+
+    async def _pause(self, seconds: float) -> None:
+        """``seconds``, or until the job stops or a queuemaster comes online."""
+        waits = {asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(self._online.wait())}
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     def _note(self, why: str) -> None:
         if self.waiting != why:

@@ -24,6 +24,8 @@ from qbroker.log import configure_logging
 from qbroker.printable import printable
 from qbroker.runner import run, serve_async
 
+from ..contract import QUEUEMASTER_ONLINE
+from ..seed_wire import AllProgramsTopic
 from .area import AreaError, AreaPlan, BBox, parse_zooms
 from .job import JobSettings, RenderListJob
 from .progress import ProgressView
@@ -77,11 +79,14 @@ def parse_args(argv: list[str] | None = None) -> Options:
 
 
 class RenderListService:
-    """The job on a unit, in the runner's shape: it ends the process (``done``) when the job ends."""
+    """The job on a unit, in the runner's shape: it ends the process (``done``) when the job ends. It listens
+    on ``toposm``, as every running program does (the seed): a queuemaster (back) online there has the
+    requests that wait for one ask again at once."""
 
     def __init__(self, unit: Unit, options: Options, progress: Progress, done: asyncio.Event) -> None:
         self.options = options
         self.job = RenderListJob(unit, options.plan, progress, options.job, changed=self._changed)
+        self.all_programs = AllProgramsTopic(unit, self._program_command)
         self.view = ProgressView(self.job)
         self.done = done
         self._task: asyncio.Task[None] | None = None
@@ -98,6 +103,10 @@ class RenderListService:
             await asyncio.wait({self._task})
         self.view.close()
         self._save()
+
+    async def _program_command(self, body: dict[str, Any]) -> None:
+        if body["command"] == QUEUEMASTER_ONLINE:
+            self.job.queuemaster_online()
 
     def _changed(self) -> None:
         self.view.update()

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 from qbroker import Unit
+from qbroker.metrics_port import add_metrics_options, check_metrics_options
 from qbroker.runner import serve
-from services.metrics_port import add_metrics_options, check_metrics_options
 from services.osmstore.style_layers import check_source
 
 from ..strategy import StrategyError, parse_strategy

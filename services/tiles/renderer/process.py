@@ -29,12 +29,12 @@ import structlog
 
 from qbroker import InvalidParams, NoServer, QBrokerError, RequestContext, RequestFailed, Unit
 from services.error_messages import failed
-from services.metrics_port import MetricsServer
+from services.tiles.metrics_port import service_metrics
 
 from ..contract import ALL_PROGRAMS, QUEUEMASTER, render_levels, render_thread
 from ..messages import RenderCommand
 from ..strategy import parse_strategy
-from .metrics import RendererMetrics
+from .metrics import NAMESPACE, RendererMetrics
 from .osm_side import OsmSide
 from .settings import RendererSettings
 from .worker import render_metatile, warm_up
@@ -95,7 +95,7 @@ class RendererProcess:
         self._pool = self._new_pool()
         self._background: set[asyncio.Task[Any]] = set()
         self._idle = asyncio.Condition()  # notified whenever a thread becomes idle
-        self.metrics_server = MetricsServer(settings.metrics_port, settings.metrics_host)
+        self.metrics_server = service_metrics(NAMESPACE, settings.metrics_port, settings.metrics_host)
         self.metrics = RendererMetrics(self.metrics_server.registry, settings.threads)
         self.metrics_server.refreshers.append(
             lambda: self.metrics.busy.set(sum(1 for t in self.threads if t.metatile)))

@@ -50,15 +50,27 @@ async function openOnTheData() {
 }
 
 if (!showUrlView()) openOnTheData();
-const tiles = L.tileLayer("/tiles/{z}/{x}/{y}.png", {
-  maxZoom: 18, tileSize: 256, attribution: "© OpenStreetMap contributors",
+// "?placeholder=1": while renders are unavailable, a tile not in the store comes as a grey placeholder
+// (200, no-store) instead of a 503 the browser would log as an error; the banner says why, and the layer
+// is redrawn when renders are back. "epoch" counts redraws (renders back, a re-render asked for): the browser
+// keeps a page's images by URL whatever their cache headers say, so redrawn tiles need new URLs.
+const renders = { backAt: undefined, backTimer: null, epoch: 0 };  // backAt: the last return seen
+
+function redrawTiles() {
+  renders.epoch += 1;
+  tiles.redraw();
+}
+
+const tiles = L.tileLayer("/tiles/{z}/{x}/{y}.png?placeholder=1&epoch={epoch}", {
+  maxZoom: 18, tileSize: 256, attribution: "© OpenStreetMap contributors", epoch: () => renders.epoch,
 }).addTo(map);
 // A tile refused for now (429/503: render budget full or still rendering) is asked for again, a few times.
 tiles.on("tileerror", (event) => {
   const tries = Number(event.tile.dataset.tries || 0);
   if (tries >= 5) return;
   event.tile.dataset.tries = String(tries + 1);
-  setTimeout(() => { event.tile.src = event.tile.src.split("?")[0] + "?retry=" + (tries + 1); }, 2000 * (tries + 1));
+  setTimeout(() => { event.tile.src = event.tile.src.split("&retry=")[0] + "&retry=" + (tries + 1); },
+    2000 * (tries + 1));
 });
 const overlay = L.layerGroup().addTo(map);
 const colours = { expired: "#d97706", requested: "#2563eb" };
@@ -66,6 +78,44 @@ const colours = { expired: "#d97706", requested: "#2563eb" };
 function tileToLatLng(x, y, z) {
   const n = Math.PI - (2 * Math.PI * y) / 2 ** z;
   return [(180 / Math.PI) * Math.atan(0.5 * (Math.exp(n) - Math.exp(-n))), (x / 2 ** z) * 360 - 180];
+}
+
+// The banner over the map: renders unavailable (and why, since when), or back.
+const banner = document.getElementById("banner");
+
+function showBanner(cls, ...parts) {
+  clearTimeout(renders.backTimer);
+  banner.replaceChildren(...parts);
+  banner.title = "";
+  banner.className = `banner ${cls}`;
+  banner.hidden = false;
+}
+
+function hideBanner() {
+  banner.hidden = true;
+  banner.className = "banner";
+}
+
+function showRenders(qm) {
+  if (!qm.online && qm.down_since !== null) {
+    const since = qm.never_heard
+      ? ["the queuemaster has not answered since toposm-web started at ", timeElement(qm.down_since)]
+      : ["since ", timeElement(qm.down_since), " (", elapsedElement(qm.down_since), ")"];
+    const headline = document.createElement("strong");
+    headline.append("Renders unavailable ", ...since);
+    showBanner("unavailable", headline, `: ${qm.error}. Tiles already rendered are shown; the others stay`
+      + " grey until renders are back, then load by themselves.");
+    banner.title = qm.detail || "";
+  } else if (qm.online && renders.backAt !== undefined && qm.back_at !== renders.backAt) {
+    // Back after an outage: tiles served as placeholders meanwhile are asked for again.
+    redrawTiles();
+    showBanner("back", "Renders are back: the queuemaster answers again since ", timeElement(qm.back_at),
+      "; the missing tiles are loading.");
+    renders.backTimer = setTimeout(hideBanner, 10000);
+  } else if (qm.online && banner.classList.contains("unavailable")) {
+    hideBanner();
+  }
+  if (qm.online || qm.down_since !== null) renders.backAt = qm.back_at;
 }
 
 async function refreshOverlay() {
@@ -79,9 +129,28 @@ async function refreshOverlay() {
         .bindTooltip(`${m.z}/${m.mx}/${m.my} ${m.state}`).addTo(overlay);
     }
     document.getElementById("overlay-count").textContent = `overlay: ${answer.total} metatiles`;
+    showRenders(answer.queuemaster);
   } catch (err) {
     document.getElementById("overlay-count").textContent = "overlay: unavailable";
+    showBanner("unavailable", "toposm-web is not answering: the map can show only tiles the browser already has.");
   }
+}
+
+// What a click's answer says, in the popup: requested, nothing to do, or why not (the server's reason).
+async function clickAnswer(tile, answer) {
+  let body = null;
+  try {
+    body = await answer.json();
+  } catch (err) {
+    // a refusal in plain text (403, 415): its status says it
+  }
+  if (answer.status === 200 && body && body.state === "fresh") {
+    return `${tile} was re-rendered ${Math.round(body.age || 0)} s ago: nothing to do`;
+  }
+  if (answer.ok) return `render of ${tile} requested`;
+  const retry = answer.headers.get("Retry-After");
+  const reason = body && body.error ? body.error : `HTTP ${answer.status}`;
+  return `render of ${tile} refused: ${reason}` + (retry ? ` (try again in ${retry} s)` : "");
 }
 
 map.on("click", async (event) => {
@@ -91,13 +160,21 @@ map.on("click", async (event) => {
   const x = Math.floor(((event.latlng.lng + 180) / 360) * n);
   const y = Math.floor(((1 - Math.log(Math.tan(lat) + 1 / Math.cos(lat)) / Math.PI) / 2) * n);
   const tile = `${z}/${Math.min(Math.max(x, 0), n - 1)}/${Math.min(Math.max(y, 0), n - 1)}`;
-  const answer = await fetch("/api/render", {
-    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ tile }),
-  });
-  const text = answer.ok ? `render of ${tile} requested` : `render of ${tile} refused (${answer.status})`;
-  L.popup().setLatLng(event.latlng).setContent(text).openOn(map);
+  let text, ok = false;
+  try {
+    const answer = await fetch("/api/render", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ tile }),
+    });
+    ok = answer.ok;
+    text = await clickAnswer(tile, answer);
+  } catch (err) {
+    text = `render of ${tile} not sent: toposm-web is not answering`;
+  }
+  const content = document.createElement("div");
+  content.textContent = text;  // the reason may quote the bus: text, never markup
+  L.popup().setLatLng(event.latlng).setContent(content).openOn(map);
   refreshOverlay();
-  if (answer.ok) setTimeout(() => tiles.redraw(), 3000);
+  if (ok) setTimeout(redrawTiles, 3000);
 });
 
 refreshOverlay();

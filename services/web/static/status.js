@@ -1,4 +1,5 @@
-// Live status page: one EventSource; every event carries the whole snapshot (it is small).
+// Live status page: one EventSource; every event carries the whole snapshot (it is small). What does not
+// answer is said in plain words with since when, and the figures it gave last are greyed (class "stale").
 "use strict";
 
 function cell(text, cls) {
@@ -8,12 +9,22 @@ function cell(text, cls) {
   return td;
 }
 
+// rows: arrays of cells, or {cells, cls, title} for a row of its own class.
 function fill(id, rows, empty) {
   const body = document.getElementById(id);
   body.replaceChildren();
-  if (!rows.length && empty) rows = [[cell(empty)]];
-  for (const cells of rows) {
+  if (!rows.length && empty) {
+    const td = cell(empty, "empty");
+    td.colSpan = 9;  // across the table
+    rows = [[td]];
+  }
+  for (const row of rows) {
     const tr = document.createElement("tr");
+    const cells = Array.isArray(row) ? row : row.cells;
+    if (!Array.isArray(row)) {
+      if (row.cls) tr.className = row.cls;
+      if (row.title) tr.title = row.title;
+    }
     tr.append(...cells);
     body.append(tr);
   }
@@ -23,47 +34,11 @@ function setText(id, value) {
   document.getElementById(id).textContent = String(value);
 }
 
-// Times in the viewer's own time zone (24-hour clock; the date too when not today) and how long ago, kept
-// current by ageTick. `seconds` is a Unix time (the bus's and the render log's clock).
-function pad(n) {
-  return String(n).padStart(2, "0");
-}
-
-function localTime(seconds) {
-  const t = new Date(seconds * 1000), now = new Date();
-  const clock = `${pad(t.getHours())}:${pad(t.getMinutes())}:${pad(t.getSeconds())}`;
-  return t.toDateString() === now.toDateString()
-    ? clock : `${t.getFullYear()}-${pad(t.getMonth() + 1)}-${pad(t.getDate())} ${clock}`;
-}
-
-function age(seconds) {
-  const s = Math.max(0, Math.round(Date.now() / 1000 - seconds));
-  if (s < 5) return "just now";
-  if (s < 90) return `${s} s ago`;
-  if (s < 90 * 60) return `${Math.round(s / 60)} min ago`;
-  if (s < 36 * 3600) return `${Math.round(s / 3600)} h ago`;
-  return `${Math.round(s / 86400)} d ago`;
-}
-
 function timeCell(seconds, prefix) {
   const td = document.createElement("td");
   if (typeof seconds !== "number" || !Number.isFinite(seconds)) return td;
-  const time = document.createElement("time");
-  time.dateTime = new Date(seconds * 1000).toISOString();
-  time.title = new Date(seconds * 1000).toString();
-  time.textContent = (prefix ? prefix + " " : "") + localTime(seconds);
-  const ago = document.createElement("span");
-  ago.className = "age";
-  ago.dataset.seconds = String(seconds);
-  ago.textContent = age(seconds);
-  td.append(time, " ", ago);
+  td.append(timeElement(seconds, prefix), " ", ageElement(seconds));
   return td;
-}
-
-function ageTick() {
-  document.querySelectorAll(".age[data-seconds]").forEach((el) => {
-    el.textContent = age(Number(el.dataset.seconds));
-  });
 }
 
 // A finished job's phase is its last: "done", or the phase a failed or cancelled job stopped in.
@@ -93,38 +68,85 @@ function progressCell(job) {
   return td;
 }
 
+// A polled source's line: what does not answer and since when (the technical error in the tooltip), or
+// that it answers again after an outage; hidden while all is well. `name`: "queuemaster", "Spark bridge".
+// `optional`: one that never answered is a notice, not an error (a deployment may run without it).
+function sourceLine(id, src, name, optional) {
+  const line = document.getElementById(id);
+  line.replaceChildren();
+  line.title = src.detail || "";
+  line.hidden = false;
+  if (src.down_since !== null && src.down_since !== undefined) {
+    const headline = document.createElement("strong");
+    if (src.never_heard && optional) {
+      headline.append(`no ${name} answers`);
+      line.className = "state-line notice";
+    } else {
+      headline.append(src.never_heard ? `${name} has not answered since toposm-web started at `
+        : `${name} not answering since `, timeElement(src.down_since), " (", elapsedElement(src.down_since), ")");
+      line.className = "state-line error";
+    }
+    line.append(headline, `: ${src.error}`);
+  } else if (src.recovered) {
+    line.append(`${name} answering ${src.first_answer ? "" : "again "}since `, timeElement(src.back_at),
+      `, after ${duration(src.was_down_for)} without an answer`);
+    line.className = "state-line recovered";
+  } else if (!src.online) {
+    line.append(`asking the ${name}…`);
+    line.className = "state-line pending";
+  } else {
+    line.hidden = true;
+  }
+}
+
+function lastHeardNote(id, src, name) {
+  const note = document.getElementById(id);
+  note.hidden = src.online || src.never_heard;
+  if (!note.hidden) {
+    note.replaceChildren("As last heard at ", timeElement(src.heard_at), " (", ageElement(src.heard_at),
+      `): the ${name} is not answering.`);
+  }
+}
+
 function render(s) {
-  const q = s.queues;
-  setText("queue-total", q.total);
-  setText("queue-missing", q.missing);
-  setText("queue-important", q.important);
-  setText("queue-expired", q.expired);
-  setText("queue-bulk", q.bulk);
-  setText("queue-rendering", q.rendering);
   const qm = s.queuemaster;
-  const state = document.getElementById("qm-state");
-  state.textContent = qm.online ? "" : `(queuemaster offline: ${qm.error || "no answer yet"})`;
-  state.className = qm.online ? "" : "error";
-  fill("by-zoom", Object.entries(q.expired_by_zoom).map(([z, n]) => [cell(z), cell(n, "num")]), "none");
-  fill("counters", Object.entries(qm.counters || {}).map(([k, v]) => [cell(k), cell(v, "num")]));
-  setText("renderer-count", s.renderers.length);
+  const known = !qm.never_heard;  // figures the queuemaster gave, stale or not
+  const stale = known && !qm.online;
+  const q = s.queues;
+  for (const kind of ["total", "missing", "important", "expired", "bulk", "rendering"]) {
+    setText(`queue-${kind}`, known ? q[kind] : "–");
+  }
+  sourceLine("qm-state", qm, "queuemaster", false);
+  const noAnswer = "no answer from the queuemaster yet";
+  document.getElementById("queue").classList.toggle("stale", stale);
+  document.getElementById("threads").classList.toggle("stale", stale);
+  lastHeardNote("threads-note", qm, "queuemaster");
+  fill("by-zoom", Object.entries(q.expired_by_zoom).map(([z, n]) => [cell(z), cell(n, "num")]),
+    known ? "none" : noAnswer);
+  fill("counters", Object.entries(qm.counters || {}).map(([k, v]) => [cell(k), cell(v, "num")]),
+    known ? "none" : noAnswer);
+  setText("renderer-count", known ? s.renderers.length : "–");
   fill("renderers", s.renderers.map((r) => [
     cell(r.renderer), cell(r.strategy), cell(r.state, "state-" + r.state), cell(r.metatile || "–"),
     cell(r.rendered, "num"), cell(r.rate_per_minute, "num"), cell(r.failures, "num"),
-  ]), "no render threads registered");
+  ]), known ? "no render threads registered" : noAnswer);
   const ended = (r) => (typeof r.start === "number" ? r.start + (r.duration || 0) : null);
   fill("recent", s.recent_renders.map((r) => [cell(r.metatile), cell(r.renderer), cell(r.duration, "num"),
     timeCell(ended(r))]), "none yet");
   fill("failures", s.recent_failures.map((r) => [cell(r.metatile), cell(r.renderer), cell(r.reason),
     timeCell(ended(r))]), "none");
-  const spark = document.getElementById("spark-state");
-  spark.textContent = s.spark.error ? "(bridge not answering)" : "";
-  spark.title = s.spark.error || "";
-  fill("jobs", s.spark.jobs.map((j) => [
+  const spark = s.spark;
+  sourceLine("spark-state", spark, "Spark bridge", true);
+  document.getElementById("spark").classList.toggle("stale", !spark.online && spark.jobs.length > 0);
+  fill("jobs", spark.jobs.map((j) => [
     cell((j.job_id || "").slice(0, 12)), cell(j.kind), cell(j.state), phaseCell(j), progressCell(j),
     jobTimeCell(j),
   ]), "no jobs");
-  fill("dead-letters", Object.entries(s.dead_letters).map(([k, v]) => [cell(k), cell(v, "num")]), "none");
+  const meanings = s.dead_letter_meanings || {};
+  fill("dead-letters", Object.entries(s.dead_letters).map(([k, v]) => {
+    const m = meanings[k] || { meaning: "", level: "notice" };
+    return { cells: [cell(k), cell(v, "num"), cell(m.meaning)], cls: `dead-${m.level}`, title: m.meaning };
+  }), "none");
   fill("units", s.units.map((u) => [cell(u.app), cell(u.host), cell(u.pid, "num")]));
   document.querySelectorAll("#counters tr").forEach((tr) => {
     tr.dataset.counter = tr.firstChild.textContent;
@@ -132,13 +154,41 @@ function render(s) {
   document.body.dataset.version = String(s.version);
 }
 
-function connect() {
+// The badge in the header says "live" only when it is: the stream is open, updates keep coming and the
+// queuemaster answers; otherwise what is wrong.
+const stream = { open: false, lastEventAt: null, snapshot: null };
+
+function badge() {
   const live = document.getElementById("live");
+  const s = stream.snapshot;
+  let text = "live", cls = "live";
+  if (!stream.open || !s) {
+    text = stream.lastEventAt ? `reconnecting… (last update ${localTime(stream.lastEventAt)})` : "connecting…";
+    cls = "live off";
+  } else if (sinceNow(stream.lastEventAt) > s.updates_within) {
+    text = `no update since ${localTime(stream.lastEventAt)}`;
+    cls = "live off";
+  } else if (!s.queuemaster.online) {
+    text = s.queuemaster.never_heard && !s.queuemaster.down_since ? "live, asking the queuemaster…"
+      : "degraded: queuemaster down";
+    cls = "live degraded";
+  }
+  if (live.textContent !== text) live.textContent = text;
+  live.className = cls;
+}
+
+function connect() {
   const events = new EventSource("/events");
-  events.onopen = () => { live.textContent = "live"; live.className = "live"; };
-  events.onmessage = (event) => render(JSON.parse(event.data));
-  events.onerror = () => { live.textContent = "reconnecting…"; live.className = "live off"; };
+  events.onopen = () => { stream.open = true; badge(); };
+  events.onmessage = (event) => {
+    stream.open = true;
+    stream.lastEventAt = Date.now() / 1000;
+    stream.snapshot = JSON.parse(event.data);
+    render(stream.snapshot);
+    badge();
+  };
+  events.onerror = () => { stream.open = false; badge(); };
 }
 
 connect();
-setInterval(ageTick, 5000);
+setInterval(badge, 1000);

@@ -1,0 +1,30 @@
+"""The TopOSM services' ``--metrics-port`` (the library's qbroker.metrics_port, docs/metrics.md).
+
+What the services add to it: their error ids as labels of their own (services/error_messages.py), render
+threads' and jobs' names labelled without their process id or job id (``contract.metric_label``), the
+distribution they are installed from, and the zoom labels their own metrics use.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from qbroker.metrics import UnitMetrics
+from qbroker.metrics_port import MetricsServer
+from services.error_messages import MESSAGES
+from services.tiles.contract import metric_label
+
+# The distribution the services are installed from (their build info's version): the library's today.
+DISTRIBUTION = "qbroker"
+# Zoom labels are bounded by the tile scheme (0-30); anything else a message could name is not a label.
+ZOOM_LABELS = tuple(str(z) for z in range(31))
+
+
+def service_unit_metrics(registry: CollectorRegistry) -> UnitMetrics:
+    """The library's metrics of a service's unit on ``registry``."""
+    return UnitMetrics(registry, error_ids=MESSAGES, endpoint_label=metric_label)
+
+
+def service_metrics(namespace: str, port: int | None, host: str = "127.0.0.1") -> MetricsServer:
+    """A service's metrics server; ``namespace`` its metric prefix (``toposm_queuemaster``...)."""
+    return MetricsServer(namespace, port, host, distribution=DISTRIBUTION, unit_metrics=service_unit_metrics)
