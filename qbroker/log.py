@@ -21,7 +21,7 @@ import stat
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import structlog
 from structlog.typing import EventDict, FilteringBoundLogger
@@ -191,7 +191,8 @@ def _dropping_logger_factory(*_args: Any) -> DroppingLogger:
 
 
 def configure_logging(level: str | None = None, *, json: bool | None = None) -> None:
-    """Configure structlog once for a qbroker process (console or JSON lines, to stderr)."""
+    """Configure structlog once for a qbroker *program* (console or JSON lines, to stderr): the runner and the
+    console scripts call it; the library itself never does (``LibraryLogger``)."""
     global _configured
     if _configured:
         return
@@ -218,10 +219,72 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
     )
 
 
+class LibraryLogger:
+    """The library's logger: the host program's logging decides where its lines go.
+
+    Importing or using qbroker configures nothing global. A program that configured structlog (qbroker's
+    own runner and console scripts do, with ``configure_logging``) gets qbroker's lines through that set-up;
+    otherwise they go to the standard library's ``logging.getLogger("qbroker")``, so an application that
+    set up ``logging`` sees them there, and one that did nothing sees only warnings and errors (Python's
+    last-resort handler), never unasked INFO lines. The choice is made when a line is logged, not when the
+    unit is built: a unit made before the program configured its logging follows it all the same.
+    """
+
+    __slots__ = ("_bound", "_target", "_structlog")
+
+    def __init__(self, bound: dict[str, Any]) -> None:
+        self._bound = bound
+        self._target: Any = None
+        self._structlog = False
+
+    def _resolve(self) -> Any:
+        configured = structlog.is_configured()
+        if self._target is None or configured != self._structlog:
+            self._structlog = configured
+            self._target = (structlog.get_logger(LIBRARY_LOGGER) if configured else _stdlib_logger()).bind(
+                **self._bound)
+        return self._target
+
+    def bind(self, **values: Any) -> LibraryLogger:
+        return LibraryLogger({**self._bound, **values})
+
+    def debug(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._resolve().debug(event, *args, **kw)
+
+    def info(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._resolve().info(event, *args, **kw)
+
+    def warning(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._resolve().warning(event, *args, **kw)
+
+    def error(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._resolve().error(event, *args, **kw)
+
+    def exception(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._resolve().exception(event, *args, **kw)
+
+
+LIBRARY_LOGGER = "qbroker"
+
+
+def _render_for_stdlib(_logger: Any, _method: str, event: EventDict) -> str:
+    """One text line for a stdlib handler: the event, then ``key=value`` pairs (values escaped as on the
+    console: they may come off the wire)."""
+    message = printable(str(event.pop("event", "")))
+    pairs = " ".join(f"{key}={printable(value) if isinstance(value, str) else repr(value)}"
+                     for key, value in event.items())
+    return f"{message} {pairs}" if pairs else message
+
+
+def _stdlib_logger() -> Any:
+    return structlog.wrap_logger(
+        logging.getLogger(LIBRARY_LOGGER),
+        processors=[structlog.stdlib.filter_by_level, structlog.contextvars.merge_contextvars,
+                    structlog.processors.format_exc_info, _render_for_stdlib],
+        wrapper_class=structlog.stdlib.BoundLogger,
+    )
+
+
 def get_logger(**bound: Any) -> FilteringBoundLogger:
-    # An application that configured structlog keeps its set-up; otherwise structlog's default would
-    # print every debug line to stdout, so qbroker applies its own (INFO, stderr, QBROKER_LOG_LEVEL).
-    if not structlog.is_configured():
-        configure_logging()
-    logger: FilteringBoundLogger = structlog.get_logger("qbroker").bind(**bound)
-    return logger
+    """The library's logger with ``bound`` values (a unit's app and uuid): see ``LibraryLogger``."""
+    return cast(FilteringBoundLogger, LibraryLogger(bound))
