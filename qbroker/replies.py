@@ -9,7 +9,7 @@ from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
 
-from qbroker.envelope import Header, read_body, read_error, read_header
+from qbroker.envelope import DEBUG_INFO_HEADER, Header, read_body, read_error, read_header
 from qbroker.errors import ErrorInfo, QBrokerError, error_from_info
 
 
@@ -20,6 +20,8 @@ class Reply:
     body: Any
     error: ErrorInfo | None
     header: Header
+    # In a reply to a request with ``debug``: who handled it and how (envelope.debug_info), as the server wrote it.
+    debug_info: dict[str, Any] | None = None
 
     @property
     def status(self) -> str:
@@ -47,6 +49,9 @@ def parse_reply(message: AbstractIncomingMessage, *, accept: list[str], max_byte
         body = read_body(message, accept=accept, max_bytes=max_bytes)
     except QBrokerError as exc:
         return failed_reply(message, exc)
+    if header.debug:
+        info = (message.headers or {}).get(DEBUG_INFO_HEADER)
+        return Reply(body=body, error=error, header=header, debug_info=info if isinstance(info, dict) else None)
     return Reply(body=body, error=error, header=header)
 
 
