@@ -138,8 +138,8 @@ async def serve_addresses(bus: Bus, connection: Connection, addresses: list[Addr
             consume: Callable[[AbstractIncomingMessage], Awaitable[None]] = functools.partial(on_addressed, address)
             await bus.add_consumer(queue, consume, part=address.name)
         except Exception as exc:  # refused: only this channel is closed
-            bus.log.warning("not answering the original QBroker's discovery at this address", address=address.name,
-                            error=repr(exc))
+            bus.log.info("not answering the original QBroker's discovery at this address (refused by the broker)",
+                         address=address.name, error=repr(exc))
             if not channel.is_closed:
                 with contextlib.suppress(Exception):
                     await channel.close()

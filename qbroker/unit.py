@@ -392,6 +392,7 @@ class Unit:
             "endpoints": {name: ep.describe() for name, ep in sorted(self.endpoints.items())},
             "idle": self.serving.paused,
             **({"dead_letters": self.dead_letters.stats()} if self.dead_letters is not None else {}),
+            **({"pings_refused": refused} if (refused := self.presence.guard.refused) else {}),
             # Log lines this process dropped because their stream failed (qbroker.log): a dead log pipe.
             **({"log_lines_dropped": dropped} if (dropped := dropped_log_lines()) else {}),
         }

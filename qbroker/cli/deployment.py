@@ -162,8 +162,9 @@ def _topics(grants: Grants) -> dict[str, tuple[str, str]]:
     retry = [r"qbroker\.retry\.[0-9]+\.(" + name + ")" for name in grants.serve]
     return {
         "rpc": (_rule([*grants.call, *republish, *retry]), _rule([*grants.serve, *retry])),
+        # Every unit hears the others announce themselves: its ping guard learns whose uuid is whose.
         "alert": (_rule([lifecycle, *grants.alert, *_broadcast(grants.call)]),
-                  _rule([r"qbroker\.ping", *grants.hear, *_broadcast(grants.serve)])),
+                  _rule([lifecycle, *grants.hear, *_broadcast(grants.serve)])),
         **{exchange: (_rule(grant.write), _rule(grant.read)) for exchange, grant in grants.topics.items()},
     }
 
