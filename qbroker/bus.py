@@ -346,8 +346,7 @@ class Bus:
         """Publish one reply; never raises (a lost connection means the request is redelivered). Returns
         whether it went out: with ``confirm``, whether the broker confirmed it, after a few tries when the
         broker refuses it (a quorum reply queue electing a new leader after a node loss nacks meanwhile).
-        ``part``: the endpoint or listener named in an error made here (a result not encodable, too large);
-        ``original``: the request was in the original QBroker's dialect; ``debug_info``: see envelope.
+        ``part`` is named in an error made here; ``original``: the request was in the original QBroker's dialect.
 
         Unless ``confirm`` (a guaranteed request), the reply goes on the channel without confirms and
         this returns once it is written: the request's ack is written after it on the same connection,
@@ -356,8 +355,10 @@ class Bus:
         queues die with it anyway. A confirm awaited per reply cost a broker round trip per request."""
         extra = {DEBUG_INFO_HEADER: debug_info} if debug_info is not None else None
         try:
-            try:
-                message = self._reply(correlation_id, body, error, debug, extra, original)
+            try:  # the hot path, inline: _reply() for the rare ones below
+                message = self.make_message(body, kind="reply", message_id=new_message_id(), debug=debug,
+                                            correlation_id=correlation_id, error=error, extra_headers=extra,
+                                            error_extra=original.error_keys(error) if original and error else None)
             except CodecError as exc:
                 bad = RequestError("bad_result", "the handler's result cannot be encoded", detail=str(exc))
                 message = self._reply(correlation_id, None, bad.to_info(part=part), debug, extra, original)

@@ -72,8 +72,10 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
     if reply_to:
         info = _debug_info(bus, endpoint.name, message, started) if debug else None
         # A guaranteed (persistent) request's reply is confirmed before the request is acked.
+        headers = message.headers or {}
+        original = None if "name" in headers else for_original(headers)  # a qbroker request names itself
         sent = await bus.send_reply(reply_to, message.message_id, result, error, debug=debug, confirm=guaranteed,
-                                    part=endpoint.name, original=for_original(message.headers), debug_info=info)
+                                    part=endpoint.name, original=original, debug_info=info)
     elif error is not None:
         bus.log.warning("one-way request failed", name=endpoint.name, correlation_id=message.message_id,
                          error=error.message)
