@@ -84,8 +84,8 @@ class Config(BaseSettings):
     # discovery ping every few seconds at most.
     ping_burst: int = Field(20, ge=1)
     ping_rate: float = Field(2.0, gt=0)
-    # Answer the original QBroker's discovery on rpc (qbroker.uuid.<uuid>, qbroker.app.<app>): two more queues
-    # a unit (docs/interop.md).
+    # Answer the original QBroker's discovery on rpc (qbroker.uuid.<uuid>, qbroker.app.<app>): one more exclusive
+    # queue a unit (docs/interop.md).
     original_discovery: bool = True
     # A starting unit waits up to this long for listening debuggers (qbroker-debug) to follow its replies,
     # so a short-lived client's reply is never missed; with no debugger it does not wait at all.

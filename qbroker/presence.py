@@ -3,7 +3,7 @@
 
 A ping is answered under ``PingGuard`` (docs/security.md, "Ping reflection"): only to a uuid the pinging
 account announced itself, and at a bounded rate per account. The original QBroker (docs/interop.md) also asks
-on ``rpc``, addressing ``qbroker.uuid.<uuid>`` (one unit) or ``qbroker.app.<app>`` (any unit of an app) with the
+on ``rpc``, addressing ``qbroker.uuid.<uuid>`` (one unit) or ``qbroker.app.<app>`` (the units of an app) with the
 name it wants in the header: ``AddressedEndpoint`` answers those.
 """
 
@@ -98,13 +98,16 @@ class PingGuard:
 
 
 class AddressedEndpoint(Endpoint):
-    """``qbroker.uuid.<uuid>`` or ``qbroker.app.<app>`` on ``rpc``: the original's discovery (and its calls to
-    one unit or app) name what they want in the header: ``qbroker.ping`` is the unit's description, an
-    endpoint's name runs that endpoint's handler, anything else is answered ``no_server``."""
+    """The unit's address on ``rpc`` for the original QBroker's discovery: ``qbroker.uuid.<uuid>`` (this unit) and
+    ``qbroker.app.<app>`` (every unit of its app), on one exclusive queue of the unit's own. The request's header
+    says what is asked: ``qbroker.ping`` is the unit's description; at the unit's own address, an endpoint's
+    name runs that endpoint (the original's ``rpc(name, uuid=...)``). Every unit of an app hears the app's address,
+    so there it answers pings only: an endpoint would run once per unit."""
 
-    def __init__(self, name: str, options: EndpointOptions, describe_unit: Callable[[], dict[str, Any]],
+    def __init__(self, app: str, uuid: str, describe_unit: Callable[[], dict[str, Any]],
                  unit_endpoints: Mapping[str, Endpoint], guard: PingGuard) -> None:
-        super().__init__(name=name, options=options)
+        super().__init__(name=f"{UUID_ADDRESS}{uuid}", options=EndpointOptions(exclusive=True))
+        self.app_address = f"{APP_ADDRESS}{app}"
         self.describe_unit = describe_unit
         self.unit_endpoints = unit_endpoints
         self.guard = guard
@@ -114,35 +117,35 @@ class AddressedEndpoint(Endpoint):
 
     async def dispatch(self, body: Any, ctx: RequestContext) -> Any:
         name = ctx.name
-        if name in (PING, self.name):
+        if name in (PING, self.name, self.app_address):
             if not self.guard.take(ctx.user_id):
                 raise RequestError("ping_rate_limited", "too many pings from this account", part=self.name)
             return self.describe_unit()
         endpoint = self.unit_endpoints.get(name or "")
-        if endpoint is None:
-            raise NoServer(f"no server for {name} at {self.name}")
+        via_app = ctx.message is not None and ctx.message.routing_key == self.app_address
+        if endpoint is None or via_app:
+            raise NoServer(f"no server for {name} at {ctx.message.routing_key if ctx.message else self.name}")
         return await endpoint.dispatch(body, ctx)
 
 
-async def serve_addresses(bus: Bus, connection: Connection, addresses: list[AddressedEndpoint],
-                          on_addressed: OnAddressed) -> None:
-    """Consume the addresses' queues, each on a channel of its own: the unit's address is exclusive, its app's is
-    shared by the app's units. Where the broker refuses one (an original unit of the same app name declared its
-    queue otherwise, or the account's permissions do not cover it), it closes that channel only and the
-    address is not answered: the unit itself carries on (docs/interop.md)."""
-    for address in addresses:
-        channel = await connection.channel(publisher_confirms=False)
-        try:
-            await channel.set_qos(prefetch_count=ADDRESS_PREFETCH)
-            queue = await declare_rpc_queue(channel, bus.config, address.name, exclusive=address.options.exclusive)
-            consume: Callable[[AbstractIncomingMessage], Awaitable[None]] = functools.partial(on_addressed, address)
-            await bus.add_consumer(queue, consume, part=address.name)
-        except Exception as exc:  # refused: only this channel is closed
-            bus.log.info("not answering the original QBroker's discovery at this address (refused by the broker)",
-                         address=address.name, error=repr(exc))
-            if not channel.is_closed:
-                with contextlib.suppress(Exception):
-                    await channel.close()
+async def serve_address(bus: Bus, connection: Connection, address: AddressedEndpoint,
+                        on_addressed: OnAddressed) -> None:
+    """Consume the address's queue, bound with the unit's and its app's keys, on a channel of its own: where the
+    broker refuses it (the account's permissions do not cover it), it closes that channel only and the address
+    is not answered: the unit itself carries on (docs/interop.md)."""
+    channel = await connection.channel(publisher_confirms=False)
+    try:
+        await channel.set_qos(prefetch_count=ADDRESS_PREFETCH)
+        queue = await declare_rpc_queue(channel, bus.config, address.name, exclusive=True)
+        await queue.bind(bus.config.exchange_name("rpc"), routing_key=address.app_address)
+        consume: Callable[[AbstractIncomingMessage], Awaitable[None]] = functools.partial(on_addressed, address)
+        await bus.add_consumer(queue, consume, part=address.name)
+    except Exception as exc:  # refused: only this channel is closed
+        bus.log.info("not answering the original QBroker's discovery at the unit's address (refused by the broker)",
+                     address=address.name, error=repr(exc))
+        if not channel.is_closed:
+            with contextlib.suppress(Exception):
+                await channel.close()
 
 
 async def hear_announcements(bus: Bus, connection: Connection, alert_queue: str) -> None:
@@ -165,7 +168,7 @@ async def hear_announcements(bus: Bus, connection: Connection, alert_queue: str)
 class Presence:
     """A unit's answers to "who is there": its ``qbroker.ping`` listener (under ``guard``), what it hears of
     ``qbroker.start`` / ``qbroker.stop`` (which account announced which uuid), and, with
-    ``config.original_discovery``, its addresses for the original QBroker's discovery."""
+    ``config.original_discovery``, its address for the original QBroker's discovery."""
 
     def __init__(self, app: str, uuid: str, describe: Callable[[], dict[str, Any]], endpoints: Mapping[str, Endpoint],
                  config: Config) -> None:
@@ -173,11 +176,8 @@ class Presence:
         self.uuid = uuid
         self.describe = describe
         self.guard = PingGuard(config.ping_rate, config.ping_burst)
-        own, shared = EndpointOptions(exclusive=True), EndpointOptions()
-        self.addresses = [
-            AddressedEndpoint(f"{UUID_ADDRESS}{uuid}", own, describe, endpoints, self.guard),
-            AddressedEndpoint(f"{APP_ADDRESS}{app}", shared, describe, endpoints, self.guard),
-        ] if config.original_discovery else []
+        self.address = AddressedEndpoint(app, uuid, describe, endpoints, self.guard) \
+            if config.original_discovery else None
 
     async def answer(self, ctx: RequestContext, body: Any = None) -> dict[str, Any] | None:
         """The unit's description, to a ping that asks for it (the original's may name an ``app`` or a ``uuid``)
@@ -204,4 +204,5 @@ class Presence:
     async def attach(self, bus: Bus, connection: Connection, alert_queue: str, on_addressed: OnAddressed) -> None:
         """On every (re)connect: hear the announcements, consume the addresses."""
         await hear_announcements(bus, connection, alert_queue)
-        await serve_addresses(bus, connection, self.addresses, on_addressed)
+        if self.address is not None:
+            await serve_address(bus, connection, self.address, on_addressed)

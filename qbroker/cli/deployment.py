@@ -110,7 +110,9 @@ def permissions_for(grants: Grants, roles: RoleBook, prefix: str) -> Permissions
     # the declared one), the shared ``dead`` queue (name = the dead exchange's), and its own exclusive
     # reply_/alert_ queues. Exclusive queues cannot be consumed by another connection, so a pattern over
     # every uuid does not let one unit read another's replies.
-    base = [exchanges, f"{p}(reply|alert)_{UUID}"]
+    # Its own exclusive rpc_qbroker.uuid.<uuid> too: its address for the original QBroker's discovery
+    # (qbroker.presence; docs/interop.md), as exclusive as the others.
+    base = [exchanges, f"{p}(reply|alert)_{UUID}", rf"{p}rpc_qbroker\.uuid\.{UUID}"]
     # The kept copies of dead messages: every unit declares the `dead.kept.in` exchange and the `dead.kept`
     # queue and binds them; only operators read the queue (the copies hold other accounts' requests).
     kept_in, kept = rf"{p}dead\.kept\.in", rf"{p}dead\.kept"
@@ -160,8 +162,11 @@ def _topics(grants: Grants) -> dict[str, tuple[str, str]]:
     # A failed request parked for a retry goes out on `rpc` as qbroker.retry.<ms>.<name> (qbroker.rpc): the
     # server may publish (and bind its delay queue) with the names it serves, nothing else.
     retry = [r"qbroker\.retry\.[0-9]+\.(" + name + ")" for name in grants.serve]
+    # Every unit's address for the original QBroker's discovery: its uuid's and its app's keys (anyone may bind
+    # them, as anyone may bind ``reply`` with a uuid; an app's address answers pings only: qbroker.presence).
+    addresses = [r"qbroker\.uuid\." + UUID, r"qbroker\.app\.[^*#]+"]
     return {
-        "rpc": (_rule([*grants.call, *republish, *retry]), _rule([*grants.serve, *retry])),
+        "rpc": (_rule([*grants.call, *republish, *retry]), _rule([*grants.serve, *retry, *addresses])),
         # Every unit hears the others announce themselves: its ping guard learns whose uuid is whose.
         "alert": (_rule([lifecycle, *grants.alert, *_broadcast(grants.call)]),
                   _rule([lifecycle, *grants.hear, *_broadcast(grants.serve)])),
