@@ -9,6 +9,7 @@ name it wants in the header: ``AddressedEndpoint`` answers those.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import time
@@ -203,6 +204,6 @@ class Presence:
 
     async def attach(self, bus: Bus, connection: Connection, alert_queue: str, on_addressed: OnAddressed) -> None:
         """On every (re)connect: hear the announcements, consume the addresses."""
-        await hear_announcements(bus, connection, alert_queue)
-        if self.address is not None:
-            await serve_address(bus, connection, self.address, on_addressed)
+        # Each on a channel of its own, at once: a unit's start waits for the slower, not for both in turn.
+        address = serve_address(bus, connection, self.address, on_addressed) if self.address is not None else None
+        await asyncio.gather(hear_announcements(bus, connection, alert_queue), *([address] if address else []))

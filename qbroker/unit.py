@@ -259,8 +259,9 @@ class Unit:
         for pattern in sorted({listener.pattern for listener in self.listeners}):
             await alert_queue.bind(alert_exchange, routing_key=pattern)
         await bus.add_consumer(alert_queue, self._on_alert_message, part="qbroker.alert")
-        await self.presence.attach(bus, connection, alert_queue.name, self._on_addressed)
-        await self.serving.attach(connection, list(self.endpoints.values()))
+        # At once: the presence's channels fail alone (qbroker.presence), the endpoints' reconnect the unit.
+        await asyncio.gather(self.presence.attach(bus, connection, alert_queue.name, self._on_addressed),
+                             self.serving.attach(connection, list(self.endpoints.values())))
         if self.dead_letters is not None:
             await self.dead_letters.attach(connection)
         for hook in self._hooks:
