@@ -13,10 +13,11 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from qbroker.bus import Bus
 from qbroker.context import RequestContext
-from qbroker.envelope import JSON, new_message_id, read_body, read_error, read_header
+from qbroker.envelope import JSON, debug_info, new_message_id, read_body, read_error, read_header
 from qbroker.errors import QBrokerError
 from qbroker.handlers import run_handler
 from qbroker.middleware import ChainCache, Next, Outcome
+from qbroker.original_dialect import for_original
 from qbroker.replies import Reply
 
 
@@ -72,9 +73,11 @@ async def serve_alert(bus: Bus, listeners: list[Listener], message: AbstractInco
         refusal = exc.to_info(part=name)
         bus.middleware.tell_refused(name, "alert", refusal, bus.log)
         if message.reply_to:
-            await bus.send_reply(message.reply_to, message.message_id, None, refusal)
+            await bus.send_reply(message.reply_to, message.message_id, None, refusal, part=name,
+                                 original=for_original(message.headers))
         await message.ack()
         return
+    original = for_original(message.headers) if header.reply_to else None
     for listener in listeners:
         if not topic_matches(listener.pattern, name):
             continue
@@ -84,7 +87,9 @@ async def serve_alert(bus: Bus, listeners: list[Listener], message: AbstractInco
         if error is not None and error.status in ("error", "fail"):
             ctx.log.warning("alert listener failed", pattern=listener.pattern, error=error.message)
         if header.reply_to and (result is not None or error is not None):
-            await bus.send_reply(header.reply_to, header.message_id, result, error, debug=header.debug)
+            info = debug_info(bus.app, bus.uuid, name, listener=listener.pattern) if header.debug else None
+            await bus.send_reply(header.reply_to, header.message_id, result, error, debug=header.debug, part=name,
+                                 original=original, debug_info=info)
     await message.ack()
 
 

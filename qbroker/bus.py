@@ -22,7 +22,15 @@ from qbroker.amqp_properties import copy_headers
 from qbroker.codecs import CodecError
 from qbroker.config import Config
 from qbroker.connection import ConnectionSupervisor
-from qbroker.envelope import MessageKind, OutgoingMessage, build_message, new_message_id
+from qbroker.envelope import (
+    DEBUG_INFO_HEADER,
+    SENDER_HEADER,
+    MessageKind,
+    OutgoingMessage,
+    build_message,
+    new_message_id,
+    trusted_sender,
+)
 from qbroker.errors import (
     BadMessage,
     ConnectionLost,
@@ -35,6 +43,7 @@ from qbroker.errors import (
 from qbroker.exchanges import Exchanges, declare_unit_queue, ensure_topology, open_exchanges
 from qbroker.guaranteed import GuaranteedRequests
 from qbroker.middleware import MiddlewareStack
+from qbroker.original_dialect import ForOriginal, for_original
 from qbroker.replies import PendingReplies, Reply, failed_reply, parse_reply
 from qbroker.transport import Channel, Connection, Consumer, Exchange, Queue
 
@@ -245,7 +254,8 @@ class Bus:
         reply_to, message_id = message.reply_to, message.message_id
         if answer and isinstance(reply_to, str) and reply_to and isinstance(message_id, str) and message_id:
             error = InternalError(f"{part} could not process the message ({type(exc).__name__})")
-            await self.send_reply(reply_to, message_id, None, error.to_info(part=part))
+            await self.send_reply(reply_to, message_id, None, error.to_info(part=part), part=part,
+                                  original=for_original(message.headers))
         with contextlib.suppress(Exception):  # a lost connection requeues it: nothing more to do
             await message.ack()
 
@@ -338,31 +348,33 @@ class Bus:
             self.log.debug("delivered notice not sent", correlation_id=correlation_id, error=repr(exc))
 
     async def send_reply(self, reply_to: str, correlation_id: str | None, body: Any, error: ErrorInfo | None,
-                         *, debug: bool = False, confirm: bool = False) -> bool:
+                         *, debug: bool = False, confirm: bool = False, part: str = "qbroker.reply",
+                         original: ForOriginal | None = None, debug_info: dict[str, Any] | None = None) -> bool:
         """Publish one reply; never raises (a lost connection means the request is redelivered). Returns
         whether it went out: with ``confirm``, whether the broker confirmed it, after a few tries when the
         broker refuses it (a quorum reply queue electing a new leader after a node loss nacks meanwhile).
+        ``part`` is named in an error made here; ``original``: the request was in the original QBroker's dialect.
 
         Unless ``confirm`` (a guaranteed request), the reply goes on the channel without confirms and
         this returns once it is written: the request's ack is written after it on the same connection,
         and RabbitMQ handles a connection's frames in order even when it closes, so a reply is not lost
         where a confirm would have saved it, except with the broker itself, whose transient reply
         queues die with it anyway. A confirm awaited per reply cost a broker round trip per request."""
+        extra = {DEBUG_INFO_HEADER: debug_info} if debug_info is not None else None
         try:
-            try:
-                message = self.make_message(body, kind="reply", message_id=new_message_id(),
-                                            correlation_id=correlation_id, error=error, debug=debug)
+            try:  # the hot path, inline: _reply() for the rare ones below
+                message = self.make_message(body, kind="reply", message_id=new_message_id(), debug=debug,
+                                            correlation_id=correlation_id, error=error, extra_headers=extra,
+                                            error_extra=original.error_keys(error) if original and error else None)
             except CodecError as exc:
                 bad = RequestError("bad_result", "the handler's result cannot be encoded", detail=str(exc))
-                message = self.make_message(None, kind="reply", message_id=new_message_id(),
-                                            correlation_id=correlation_id, error=bad.to_info())
+                message = self._reply(correlation_id, None, bad.to_info(part=part), debug, extra, original)
             if len(message.body) > self.config.max_body_bytes:
                 big = ReplyTooLarge(f"the reply of {len(message.body)} bytes exceeds the limit of "
                                     f"{self.config.max_body_bytes} bytes")
                 self.log.warning("reply too large; answering with an error", correlation_id=correlation_id,
                                  size=len(message.body))
-                message = self.make_message(None, kind="reply", message_id=new_message_id(),
-                                            correlation_id=correlation_id, error=big.to_info())
+                message = self._reply(correlation_id, None, big.to_info(part=part), debug, extra, original)
             tries = REPLY_CONFIRM_TRIES if confirm else 1
             for attempt in range(1, tries + 1):
                 try:
@@ -376,23 +388,16 @@ class Bus:
             self.log.warning("reply not sent", correlation_id=correlation_id, error=str(exc) or type(exc).__name__)
         return False
 
+    def _reply(self, correlation_id: str | None, body: Any, error: ErrorInfo | None, debug: bool,
+               extra: dict[str, Any] | None, original: ForOriginal | None) -> OutgoingMessage:
+        return self.make_message(body, kind="reply", message_id=new_message_id(), correlation_id=correlation_id,
+                                 error=error, debug=debug, extra_headers=extra,
+                                 error_extra=original.error_keys(error) if original and error else None)
 
-SENDER_HEADER = "x-qbroker-sender"
+
 # A guaranteed request's reply the broker refuses is published again this often (waits of 0.4, 0.8, 1.6 s)
 # before the request is handed back to its queue instead of acked (``rpc.serve_request``).
 REPLY_CONFIRM_TRIES = 4
-
-
-def trusted_sender(message: AbstractIncomingMessage, own_user: str) -> str | None:
-    """The account that sent ``message`` originally: its user-id, or, on a copy re-published by a server
-    of our own account (a redelivered request), the sender that server saw. Never a header from others."""
-    user_id = _text(getattr(message, "user_id", None))
-    forwarded = (message.headers or {}).get(SENDER_HEADER)
-    if isinstance(forwarded, bytes):
-        forwarded = forwarded.decode("utf-8", "replace")
-    if user_id is not None and user_id == own_user and isinstance(forwarded, str):
-        return forwarded or None
-    return user_id
 
 
 def _text(value: object) -> str | None:

@@ -60,11 +60,16 @@ def _decode_text(data: bytes) -> str:
 
 def _encode_bytes(value: Any) -> bytes:
     if not isinstance(value, bytes | bytearray | memoryview):
-        raise CodecError(f"application/octet-stream body must be bytes, not {type(value).__name__}")
+        raise CodecError(f"a binary body must be bytes, not {type(value).__name__}")
     return bytes(value)
 
 
 JSON = "application/json"
+# The original QBroker's names (docs/interop.md): its default body codec, JSON with objects it tags ``_o`` (read
+# here as the JSON it is, tags and all), and its bytes. Read, and written when a caller asks for them.
+JSON_OBJ = "application/json+obj"
+BINARY = "application/binary"
+OCTET_STREAM = "application/octet-stream"
 
 
 class CodecRegistry:
@@ -102,6 +107,8 @@ default_codecs = CodecRegistry(
     [
         Codec(JSON, _encode_json, _decode_json),
         Codec("text/plain", _encode_text, _decode_text),
-        Codec("application/octet-stream", _encode_bytes, bytes),
+        Codec(OCTET_STREAM, _encode_bytes, bytes),
+        Codec(JSON_OBJ, _encode_json, _decode_json),
+        Codec(BINARY, _encode_bytes, bytes),
     ]
 )

@@ -46,7 +46,10 @@ class Config(BaseSettings):
     reconnect_backoff_max: float = Field(5.0, gt=0)
     drain_timeout: float = Field(10.0, ge=0)
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
-    accept: list[str] = ["application/json", "text/plain", "application/octet-stream"]
+    # The body types read (anything else is refused ``bad_body``); the last two are the original QBroker's JSON
+    # and bytes (docs/interop.md).
+    accept: list[str] = ["application/json", "text/plain", "application/octet-stream", "application/json+obj",
+                         "application/binary"]
     # Every unit helps answer dead requests, so a call to a missing service fails in milliseconds
     # even without a standalone collector. Turn off for units that must not touch the shared queue.
     dead_letters: bool = True
@@ -76,6 +79,14 @@ class Config(BaseSettings):
     max_redeliveries: int = Field(3, ge=1)
     # QBROKER_OTEL=1: every unit traces with OpenTelemetry (qbroker.tracing; pip install qbroker[otel]).
     otel: bool = False
+    # Pings answered per sending account (user-id): a burst of this many, refilled at this rate a second
+    # (docs/security.md, "Ping reflection"). `qbroker list`, qbroker-debug's roll calls and toposm-web's
+    # discovery ping every few seconds at most.
+    ping_burst: int = Field(20, ge=1)
+    ping_rate: float = Field(2.0, gt=0)
+    # Answer the original QBroker's discovery on rpc (qbroker.uuid.<uuid>, qbroker.app.<app>): one more exclusive
+    # queue a unit (docs/interop.md).
+    original_discovery: bool = True
     # A starting unit waits up to this long for listening debuggers (qbroker-debug) to follow its replies,
     # so a short-lived client's reply is never missed; with no debugger it does not wait at all.
     debugger_wait: float = Field(0.5, ge=0)

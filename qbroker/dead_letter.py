@@ -31,8 +31,9 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from qbroker.bus import Bus
 from qbroker.config import Config
-from qbroker.envelope import FAILURES, RETRIES
+from qbroker.envelope import FAILURES, RETRIES, debug_info
 from qbroker.errors import NoServer, QBrokerError, RequestError, RequestFailed, TimedOutInQueue
+from qbroker.original_dialect import for_original
 from qbroker.transport import Connection, Exchange
 
 PART = "qbroker.dead_letter"
@@ -123,7 +124,13 @@ class DeadLetterCollector:
         log = self.log.bind(name=name, correlation_id=message.message_id, reason=reason, kind=kind)
         if kind == "rpc" and message.reply_to and message.message_id:
             error = error_for(name, reason)
-            await self.bus.send_reply(message.reply_to, message.message_id, None, error.to_info(part=PART))
+            headers = message.headers if isinstance(message.headers, Mapping) else {}
+            debug = bool(headers.get("debug"))
+            info = debug_info(self.bus.app, self.bus.uuid, PART, kind=kind, reason=reason) if debug else None
+            # The original QBroker reads this as its own collector's answer (original_dialect).
+            original = for_original(headers, (self._origin(message), name))
+            await self.bus.send_reply(message.reply_to, message.message_id, None, error.to_info(part=PART),
+                                      debug=debug, part=PART, original=original, debug_info=info)
             log.info("answered dead request", status=error.status, error=error.id)
             for observe in self.observers:
                 try:
@@ -137,6 +144,15 @@ class DeadLetterCollector:
         if kind != "alert":
             await self._keep(message, kind, reason, name)
         await message.ack()
+
+    def _origin(self, message: AbstractIncomingMessage) -> str:
+        """The exchange a dead message was published to (a dead-lettered one names it in ``x-death``)."""
+        exchange = _text(message.exchange) or ""
+        if exchange != self.bus.config.exchange_name("dead"):
+            return exchange
+        headers = message.headers if isinstance(message.headers, Mapping) else {}
+        death = _last_death(headers, self.bus.config) or {}
+        return _text(death.get("exchange")) or exchange
 
     async def _keep(self, message: AbstractIncomingMessage, kind: str, reason: str, name: str) -> None:
         """The copy for operators; never costs the dead message its ack."""

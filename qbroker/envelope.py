@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 import threading
 import time
 from typing import Any, Literal
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from qbroker.amqp_properties import WireProperties
 from qbroker.codecs import JSON, CodecError, CodecRegistry, default_codecs
 from qbroker.errors import BadMessage, ErrorInfo
+from qbroker.original_dialect import ROUTING_KEY_HEADER, is_original_error, read_original_error
 
 PROTOCOL_VERSION = 1
 # Headers of a request that qbroker re-published: deliveries that ended without an answer, and retries
@@ -27,6 +29,11 @@ PROTOCOL_VERSION = 1
 FAILURES = "x-qbroker-failures"
 RETRIES = "x-qbroker-retries"
 MessageKind = Literal["rpc", "reply", "alert"]
+# On a copy a server of our account re-published: the account that sent the request first (trusted_sender).
+SENDER_HEADER = "x-qbroker-sender"
+# On a reply to a request with ``debug``: how it was handled (debug_info; docs/wire-format.md).
+DEBUG_INFO_HEADER = "debug_info"
+_HOST = socket.gethostname()
 
 
 class Header(BaseModel):
@@ -118,6 +125,7 @@ def build_message(
     correlation_id: str | None = None,
     debug: bool = False,
     error: ErrorInfo | None = None,
+    error_extra: dict[str, Any] | None = None,
     content_type: str = JSON,
     deadline: float | None = None,
     expiration_s: float | None = None,
@@ -136,17 +144,20 @@ def build_message(
         headers["notice"] = notice
     if name is not None:
         headers["name"] = name
+        headers[ROUTING_KEY_HEADER] = name  # the original QBroker's name for it (docs/interop.md)
     if debug:
         headers["debug"] = True
     if deadline is not None:
         # Epoch milliseconds as an integer: AMQP tables carry Python floats as 32-bit floats.
         headers["deadline"] = int(deadline * 1000)
     if error is not None:
-        headers["error"] = error.header()
+        # ``error_extra``: keys a peer needs beside the seed's (the original's, in replies to it: original_dialect).
+        headers["error"] = error.header() if error_extra is None else {**error.header(), **error_extra}
     if extra_headers:  # a middleware's (e.g. traceparent): never in place of the protocol's own
         for key, value in extra_headers.items():
             headers.setdefault(key, value)
-    data = b"" if body is None and content_type == JSON else codecs.encode(body, content_type)
+    # A JSON body is JSON, always: ``null`` where there is nothing (an empty one kills a peer that decodes it).
+    data = b"null" if body is None and content_type == JSON else codecs.encode(body, content_type)
     return OutgoingMessage(
         data,
         headers=headers,
@@ -189,7 +200,8 @@ def read_header(message: AbstractIncomingMessage, *, require: tuple[str, ...] = 
             app_id=message.app_id,
             message_id=message.message_id,
             reply_to=message.reply_to,
-            name=_text(raw.get("name")),
+            # The original QBroker names the destination in ``routing-key`` only (docs/interop.md).
+            name=_text(raw["name"] if "name" in raw else raw.get(ROUTING_KEY_HEADER)),
             correlation_id=message.correlation_id,
             debug=bool(raw.get("debug", False)),
             content_type=message.content_type or JSON,
@@ -216,6 +228,8 @@ def read_error(message: AbstractIncomingMessage) -> ErrorInfo | None:
         return None
     if not isinstance(raw, dict):
         raise BadMessage("bad_header", "header error is not a table")
+    if is_original_error(raw):
+        return read_original_error(raw)
     try:
         return ErrorInfo.model_validate({k: _text(v) for k, v in raw.items()})
     except ValidationError as exc:
@@ -235,3 +249,19 @@ def read_body(
         return codecs.decode(message.body, message.content_type, accept)
     except CodecError as exc:
         raise BadMessage("bad_body", str(exc)) from exc
+
+
+def trusted_sender(message: AbstractIncomingMessage, own_user: str) -> str | None:
+    """The account that sent ``message`` originally: its user-id, or, on a copy re-published by a server
+    of our own account (a redelivered request), the sender that server saw. Never a header from others."""
+    user_id = _optional_text(getattr(message, "user_id", None))
+    forwarded = _text((message.headers or {}).get(SENDER_HEADER))
+    if user_id is not None and user_id == own_user and isinstance(forwarded, str):
+        return forwarded or None
+    return user_id
+
+
+def debug_info(app: str, uuid: str, part: str, **facts: Any) -> dict[str, Any]:
+    """The seed's "debugging information" in a reply to a request with ``debug``: who answered it, from where,
+    and ``facts`` about how (the handler's time, a dead letter's reason)."""
+    return {"app": app, "uuid": uuid, "host": _HOST, "pid": os.getpid(), "part": part, **facts}

@@ -156,7 +156,10 @@ async def _run_guarded(dispatch: Dispatch, body: Any, ctx: RequestContext, part:
         else:
             result = await dispatch(body, ctx)
     except QBrokerError as exc:
-        return None, exc.to_info(part=part)
+        info = exc.to_info(part=part)
+        if ctx.debug and info.trace is None:  # the seed: a debug request's reply includes debugging information
+            info = info.model_copy(update={"trace": traceback.format_exc()})
+        return None, info
     except Exception as exc:
         trace = traceback.format_exc() if ctx.debug else None
         native = native_error(exc, part)

@@ -9,7 +9,7 @@ from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
 
-from qbroker.envelope import Header, read_body, read_error, read_header
+from qbroker.envelope import DEBUG_INFO_HEADER, Header, read_body, read_error, read_header
 from qbroker.errors import ErrorInfo, QBrokerError, error_from_info
 
 
@@ -23,6 +23,8 @@ class Reply:
     # False: the message could not be read (its error element says why). A call holds such a reply for a
     # while in case a readable one to the same request follows (``PendingReplies``).
     readable: bool = True
+    # In a reply to a request with ``debug``: who handled it and how (envelope.debug_info), as the server wrote it.
+    debug_info: dict[str, Any] | None = None
 
     @property
     def status(self) -> str:
@@ -50,6 +52,9 @@ def parse_reply(message: AbstractIncomingMessage, *, accept: list[str], max_byte
         body = read_body(message, accept=accept, max_bytes=max_bytes)
     except QBrokerError as exc:
         return failed_reply(message, exc)
+    if header.debug:
+        info = (message.headers or {}).get(DEBUG_INFO_HEADER)
+        return Reply(body=body, error=error, header=header, debug_info=info if isinstance(info, dict) else None)
     return Reply(body=body, error=error, header=header)
 
 

@@ -16,11 +16,12 @@ from qbroker.bus import Bus, trusted_sender
 from qbroker.codecs import CodecError
 from qbroker.context import RequestContext
 from qbroker.endpoints import Endpoint
-from qbroker.envelope import JSON, OutgoingMessage, new_message_id, read_body, read_header
-from qbroker.errors import CallTimeout, ConnectionLost, QBrokerError, RequestError
+from qbroker.envelope import JSON, OutgoingMessage, debug_info, new_message_id, read_body, read_header
+from qbroker.errors import BadMessage, CallTimeout, ConnectionLost, QBrokerError, RequestError
 from qbroker.guaranteed import request_key
 from qbroker.handlers import run_handler
 from qbroker.middleware import Next, Outcome
+from qbroker.original_dialect import for_original
 from qbroker.replies import Reply
 from qbroker.request_middleware import request_builtins
 
@@ -41,9 +42,13 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
     reply_to = message.reply_to
     guaranteed = message.delivery_mode == 2
     ctx: RequestContext | None = None
+    started = 0.0
     try:
         # No reply-to is a one-way request (RQ NOREPLY, EventMQ reply-requested=false): run it anyway.
         header = read_header(message, require=("message_id", "name"))
+        if header.name != endpoint.name and not endpoint.serves(header.name):
+            raise BadMessage("bad_header", f"header name {header.name!r} does not match the routing key "
+                                           f"{endpoint.name!r} the request was served under")
         own = endpoint.options.max_body_bytes
         limit = bus.config.max_body_bytes if own is None else min(own, bus.config.max_body_bytes)
         body = read_body(message, accept=bus.config.accept, max_bytes=limit)
@@ -55,6 +60,8 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         cache = endpoint.chain
         chain = cache.chain if cache.version == bus.middleware.version else cache.set(bus.middleware, _build_chain(
             bus, endpoint))
+        if header.debug:
+            started = time.perf_counter()
         if guaranteed:
             outcome = await _serve_once(bus, endpoint.name, message, ctx, body, chain)
             if outcome is None:
@@ -75,11 +82,16 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         result, error = None, exc.to_info(part=endpoint.name)
         if ctx is None:  # never reached the chain: the middlewares have not seen it
             bus.middleware.tell_refused(endpoint.name, "rpc", error, bus.log)
-    debug = ctx.debug if ctx is not None else False
+    # A refused request's header may be unreadable: its debug flag is taken as it came.
+    debug = ctx.debug if ctx is not None else bool((message.headers or {}).get("debug"))
     sent = True
     if reply_to:
+        info = _debug_info(bus, endpoint.name, message, started) if debug else None
         # A guaranteed (persistent) request's reply is confirmed before the request is acked.
-        sent = await bus.send_reply(reply_to, message.message_id, result, error, debug=debug, confirm=guaranteed)
+        headers = message.headers or {}
+        original = None if "name" in headers else for_original(headers)  # a qbroker request names itself
+        sent = await bus.send_reply(reply_to, message.message_id, result, error, debug=debug, confirm=guaranteed,
+                                    part=endpoint.name, original=original, debug_info=info)
     elif error is not None:
         bus.log.warning("one-way request failed", name=endpoint.name, correlation_id=message.message_id,
                          error=error.message)
@@ -128,6 +140,13 @@ async def _serve_once(bus: Bus, name: str, message: AbstractIncomingMessage, ctx
         return result, error
     finally:
         ledger.finish(key, token, outcome, header.deadline)
+
+
+def _debug_info(bus: Bus, part: str, message: AbstractIncomingMessage, started: float) -> dict[str, Any]:
+    facts: dict[str, Any] = {"redelivered": bool(message.redelivered)}
+    if started:  # it reached the handler: how long the chain (middlewares and handler) took
+        facts["handler_us"] = round((time.perf_counter() - started) * 1e6)
+    return debug_info(bus.app, bus.uuid, part, **facts)
 
 
 def _build_chain(bus: Bus, endpoint: Endpoint) -> Next:
@@ -197,12 +216,14 @@ def _expire(future: asyncio.Future[Reply], name: str, timeout: float) -> None:
 async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = False,
                priority: int | None = None, content_type: str = JSON, guarantee: bool = False,
                on_delivered: Callable[[Reply], object] | None = None,
-               headers: dict[str, Any] | None = None) -> Reply:
+               headers: dict[str, Any] | None = None, routing_key: str | None = None) -> Reply:
     """Publish one request and wait for its reply (which may carry an error element).
 
     ``guarantee`` (EventMQ): the request is persistent and the call keeps waiting across a lost
     connection, so a request the broker holds through its restart is processed and answered once both
-    sides are back (at least once: the handler may run twice if its server dies mid-request)."""
+    sides are back (at least once: the handler may run twice if its server dies mid-request).
+    ``routing_key`` (default: the name) addresses a request elsewhere, as the original QBroker's discovery does
+    (``qbroker.uuid.<uuid>``, docs/interop.md)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     if not await bus.wait_connected(timeout):
@@ -224,9 +245,9 @@ async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = 
         # publish resolves the call instead. One timer handle, no extra tasks: this is the hot path.
         if guarantee:
             publish = asyncio.ensure_future(publish_until_confirmed(
-                bus, name, message, until=deadline, expires_at=loop.time() + _expiration(timeout)))
+                bus, routing_key or name, message, until=deadline, expires_at=loop.time() + _expiration(timeout)))
         else:
-            publish = asyncio.ensure_future(bus.publish("rpc", name, message))
+            publish = asyncio.ensure_future(bus.publish("rpc", routing_key or name, message))
         publish.add_done_callback(lambda done: _publish_failed(done, future, name))
         timer = loop.call_at(deadline, _expire, future, name, timeout)
         try:

@@ -19,7 +19,7 @@ from qbroker.alerts import Listener, gather, serve_alert
 from qbroker.bus import Bus
 from qbroker.config import Config
 from qbroker.dead_letter import DeadLetterCollector
-from qbroker.discovery import PING, START, STOP, Announcer
+from qbroker.discovery import START, STOP, Announcer
 from qbroker.endpoints import CommandEndpoint, Endpoint, EndpointOptions, EndpointSettings
 from qbroker.envelope import JSON, new_message_id
 from qbroker.errors import ConnectionLost, ErrorInfo, NotStarted
@@ -27,6 +27,7 @@ from qbroker.exchanges import declare_unit_queue
 from qbroker.handlers import Extra, Handler
 from qbroker.log import dropped_log_lines, get_logger
 from qbroker.middleware import Middleware
+from qbroker.presence import ANNOUNCEMENTS, PING, Presence
 from qbroker.replies import PendingReplies, Reply
 from qbroker.schedule import Schedule, Scheduler
 from qbroker.serving import EndpointServing, broadcast_key, broadcast_listener
@@ -68,7 +69,9 @@ class Unit:
         self.sync_pool = ThreadPoolExecutor(max_workers=config.sync_handler_threads,
                                             thread_name_prefix=f"qbroker-{self.app}")
         self.announcer = Announcer(self.bus, self.describe)
-        self.on_alert(PING)(self._answer_ping)
+        # Its ping answers (under a guard), and its addresses for the original QBroker's discovery.
+        self.presence = Presence(self.app, self.uuid, self.describe, self.endpoints, config)
+        self.on_alert(PING)(self.presence.answer)
         self.dead_letters = DeadLetterCollector(self.bus) if config.dead_letters else None
         if config.otel:
             from qbroker.tracing import Tracing  # an optional dependency: imported only when asked for
@@ -256,7 +259,9 @@ class Unit:
         for pattern in sorted({listener.pattern for listener in self.listeners}):
             await alert_queue.bind(alert_exchange, routing_key=pattern)
         await bus.add_consumer(alert_queue, self._on_alert_message, part="qbroker.alert")
-        await self.serving.attach(connection, list(self.endpoints.values()))
+        # At once: the presence's channels fail alone (qbroker.presence), the endpoints' reconnect the unit.
+        await asyncio.gather(self.presence.attach(bus, connection, alert_queue.name, self._on_addressed),
+                             self.serving.attach(connection, list(self.endpoints.values())))
         if self.dead_letters is not None:
             await self.dead_letters.attach(connection)
         for hook in self._hooks:
@@ -265,7 +270,13 @@ class Unit:
     # -- consuming ---------------------------------------------------------------------------------
 
     async def _on_alert_message(self, message: AbstractIncomingMessage) -> None:
+        if message.routing_key in ANNOUNCEMENTS and self.presence.heard(message, self.listeners):
+            await message.ack()  # no listener of ours asked for it
+            return
         await self._track(serve_alert(self.bus, self.listeners, message))
+
+    async def _on_addressed(self, address: Endpoint, message: AbstractIncomingMessage) -> None:
+        await self._track(rpc.serve_request(self.bus, address, message))
 
     async def _track(self, work: Awaitable[None]) -> None:
         self._inflight += 1
@@ -387,9 +398,8 @@ class Unit:
             "endpoints": {name: ep.describe() for name, ep in sorted(self.endpoints.items())},
             "idle": self.serving.paused,
             **({"dead_letters": self.dead_letters.stats()} if self.dead_letters is not None else {}),
+            **({"pings_refused": refused} if (refused := self.presence.guard.refused) else {}),
             # Log lines this process dropped because their stream failed (qbroker.log): a dead log pipe.
             **({"log_lines_dropped": dropped} if (dropped := dropped_log_lines()) else {}),
         }
 
-    async def _answer_ping(self) -> dict[str, Any]:
-        return self.describe()

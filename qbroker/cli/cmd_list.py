@@ -44,12 +44,16 @@ def list_units(
     options: GlobalOptions = ctx.obj
 
     async def action(unit: Unit) -> int:
+        from qbroker.discovery import complete_original, unit_summary
+
         units: list[dict[str, Any]] = []
         async for reply in unit.gather("qbroker.ping", {}, timeout=timeout, gap=gap):
-            body = reply.body
+            summary = unit_summary(reply.body, reply.header.content_type)
             # The CLI's own unit answers the ping too; it is not what the user asked about.
-            if isinstance(body, dict) and body.get("uuid") != unit.uuid:
-                units.append(body)
+            if summary is not None and summary.get("uuid") != unit.uuid:
+                units.append(summary)
+        # The original QBroker's units say their endpoints only when asked one by one (docs/interop.md).
+        await complete_original(unit.bus, units, timeout)
         units.sort(key=lambda u: (str(u.get("app")), str(u.get("uuid"))))
         if as_json:
             print_result(units)
@@ -76,6 +80,8 @@ def render_units(units: list[dict[str, Any]], *, schemas: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from qbroker.discovery import ORIGINAL
+
     # Piped: wide enough that a uuid is never folded (people grep for it).
     console = Console() if sys.stdout.isatty() else Console(width=200)
     table = Table(title=f"{len(units)} unit{'s' if len(units) != 1 else ''} on the bus", title_justify="left")
@@ -86,7 +92,7 @@ def render_units(units: list[dict[str, Any]], *, schemas: bool) -> None:
         names = endpoints if isinstance(endpoints, dict) else {name: {} for name in endpoints}
         uptime = info.get("uptime")
         table.add_row(
-            _cell(info.get("app", "?")),
+            _cell(info.get("app", "?")) + (" [dim](original)[/]" if info.get("dialect") == ORIGINAL else ""),
             _cell(info.get("uuid", "?")),
             _cell(info.get("host", "?")),
             _cell(info.get("pid", "")),

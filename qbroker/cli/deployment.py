@@ -125,7 +125,9 @@ def permissions_for(grants: Grants, roles: RoleBook, prefix: str, account: str =
     # their retries (qbroker.retry.<name>.<ms>, declared and bound by the server itself), its resources.
     served = [rf"{p}rpc_({name})" for name in grants.serve]
     retries = [rf"{p}qbroker\.retry\.({name})\.[0-9]+" for name in grants.serve]
-    own = [f"{p}(reply|alert)_{UUID}", *served, *grants.resources, *retries]
+    # Its own exclusive rpc_qbroker.uuid.<uuid> too: its address for the original QBroker's discovery
+    # (qbroker.presence; docs/interop.md), as exclusive as the others.
+    own = [f"{p}(reply|alert)_{UUID}", rf"{p}rpc_qbroker\.uuid\.{UUID}", *served, *grants.resources, *retries]
     # Publishing on the four exchanges needs write; binding the shared queues write on the queue and read on
     # the exchange (`dead` to `dead`, `dead.kept` to `dead.kept.in`); collecting dead letters read on `dead`.
     # Only operators read `dead.kept`: the copies hold other accounts' requests. A topic exchange a role has
@@ -172,10 +174,15 @@ def _topics(grants: Grants, account: str) -> dict[str, tuple[str, str]]:
     # A failed request parked for a retry goes out on `rpc` as qbroker.retry.<ms>.<name> (qbroker.rpc): the
     # server may publish (and bind its delay queue) with the names it serves, nothing else.
     retry = [r"qbroker\.retry\.[0-9]+\.(" + name + ")" for name in grants.serve]
+    # Every unit's address for the original QBroker's discovery: its uuid's and its app's keys (anyone may bind
+    # them, as anyone may bind ``reply`` with a uuid; an app's address answers pings only: qbroker.presence).
+    addresses = [r"qbroker\.uuid\." + UUID, r"qbroker\.app\.[^*#]+"]
+    # Every unit hears the others announce themselves (lifecycle on alert): its ping guard learns whose uuid is
+    # whose.
     topics = {
-        "rpc": (_rule([*grants.call, *republish, *retry]), _rule([*grants.serve, *retry])),
+        "rpc": (_rule([*grants.call, *republish, *retry]), _rule([*grants.serve, *retry, *addresses])),
         "alert": (_rule([lifecycle, *grants.alert, *_broadcast(grants.call)]),
-                  _rule([r"qbroker\.ping", *grants.hear, *_broadcast(grants.serve)])),
+                  _rule([lifecycle, *grants.hear, *_broadcast(grants.serve)])),
         **{exchange: (_rule(grant.write), _rule(grant.read)) for exchange, grant in grants.topics.items()},
     }
     if not account:

@@ -14,6 +14,8 @@ from typing import Any, Literal
 import orjson
 
 from qbroker.cli.snoop.captured import Captured, text
+from qbroker.codecs import JSON, JSON_OBJ
+from qbroker.original_dialect import ROUTING_KEY_HEADER, is_original_error, read_original_error
 
 Kind = Literal["alert", "request", "reply", "dead"]
 KINDS: tuple[Kind, ...] = ("alert", "request", "reply", "dead")
@@ -52,8 +54,8 @@ class Event:
 
 
 def decode_body(data: bytes, content_type: str | None) -> Any:
-    ctype = (content_type or "application/json").split(";", 1)[0].strip().lower()
-    if ctype == "application/json":
+    ctype = (content_type or JSON).split(";", 1)[0].strip().lower()
+    if ctype in (JSON, JSON_OBJ):  # the original QBroker's json+obj is JSON (docs/interop.md)
         if not data:
             return None
         try:
@@ -98,7 +100,11 @@ def decode(captured: Captured, roles: dict[str, str]) -> Event | None:
         kind = ROLE_KIND[role]
     headers = captured.headers if isinstance(captured.headers, dict) else {}
     error = headers.get("error") if isinstance(headers.get("error"), dict) else None
-    name = _str(headers.get("name")) or (captured.routing_key if kind in ("request", "alert") else None)
+    if error is not None and is_original_error(error):  # the original QBroker's element, in the seed's terms
+        error = read_original_error(error).model_dump()
+    # The original QBroker names a request in ``routing-key`` only; its routing key may be an address.
+    name = _str(headers.get("name")) or _str(headers.get(ROUTING_KEY_HEADER)) or (
+        captured.routing_key if kind in ("request", "alert") else None)
     event = Event(
         time=captured.seen_at,
         kind=kind,

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 from qbroker.cli.output import say
 from qbroker.cli.snoop.bindings import SnoopQueues
 from qbroker.cli.snoop.captured import Captured, from_delivery, from_trace
-from qbroker.cli.snoop.directory import UnitDirectory
+from qbroker.cli.snoop.directory import UnitDirectory, UnitInfo
 from qbroker.cli.snoop.events import Event, decode
 from qbroker.cli.snoop.filters import EventFilter
 from qbroker.cli.snoop.pairing import RequestTracker
 from qbroker.cli.snoop.render import Renderer
+from qbroker.discovery import ORIGINAL, complete_original, unit_summary
 from qbroker.errors import QBrokerError
 from qbroker.runner import serve_async
 
@@ -105,11 +106,17 @@ class Debugger:
     async def roll_call(self, *, forget_missing: bool = True) -> None:
         """Ping every unit; learn what answers (its endpoints now), forget what missed two roll calls."""
         answered: set[str] = set()
+        summaries = []
         async for reply in self.unit.gather("qbroker.ping", {}, timeout=self.settings.discover_timeout):
-            if isinstance(reply.body, dict):
-                unit = self.directory.learn(reply.body)
-                if unit is not None:
-                    answered.add(unit.uuid)
+            summary = unit_summary(reply.body, reply.header.content_type)
+            if summary is not None and summary["uuid"] != self.unit.uuid:
+                summaries.append(summary)
+        # The original QBroker's units say their endpoints only when asked one by one.
+        await complete_original(self.unit.bus, summaries, self.settings.discover_timeout or 1.0)
+        for summary in summaries:
+            unit = self._learn(summary)
+            if unit is not None:
+                answered.add(unit.uuid)
         if forget_missing:
             for uuid in list(self.directory.units):
                 if uuid in answered:
@@ -120,6 +127,14 @@ class Debugger:
                     self.missed.pop(uuid, None)
                     self.directory.forget(uuid)
         await self.queues.sync(self.directory.desired())
+
+    def _learn(self, summary: dict[str, Any]) -> UnitInfo | None:
+        """Learn a unit from its ping answer; an original unit that did not say its endpoints (an answer to
+        an alert ping, or it did not answer the question on rpc) keeps those learnt before."""
+        known = self.directory.units.get(summary["uuid"])
+        if known is not None and summary.get("dialect") == ORIGINAL and "endpoints" not in summary:
+            return known
+        return self.directory.learn(summary)
 
     async def recheck_loop(self) -> None:
         while True:
@@ -194,10 +209,10 @@ class Debugger:
         self.tracker.observe(event)
         if event.kind == "reply":
             event.to_app = event.to_app or self.directory.app_of(event.to_uuid)
-            if event.name == "qbroker.ping" and isinstance(event.body, dict):
-                # Someone else's ping (e.g. `qbroker list`) refreshes what we know for free.
-                if self.directory.learn(event.body) is not None:
-                    await self.queues.sync(self.directory.desired())
+            summary = unit_summary(event.body, event.content_type) if event.name == "qbroker.ping" else None
+            # Someone else's ping (e.g. `qbroker list`) refreshes what we know for free.
+            if summary is not None and self._learn(summary) is not None:
+                await self.queues.sync(self.directory.desired())
         event.app = event.app or self.directory.app_of(event.uuid)
         if self._is_own(event) and not self.settings.show_own:
             return
