@@ -53,8 +53,8 @@ from harness.osm import helsinki_extract  # noqa: E402
 from qbroker import Config, Unit  # noqa: E402
 from qbroker.runner import freeze_startup_heap  # noqa: E402
 from services.osmstore.geometry import GeometryStore  # noqa: E402
-from services.tiles.contract import SPARK_BRIDGE  # noqa: E402
-from services.tiles.tilemath import Metatile  # noqa: E402
+from services.toposm.contract import SPARK_BRIDGE  # noqa: E402
+from services.toposm.tilemath import Metatile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RENDER_ZOOMS = (15, 16, 17)

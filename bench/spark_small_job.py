@@ -58,7 +58,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     from services.spark_bridge.limits import BridgeLimits
     from services.spark_bridge.service import SparkBridge
     from services.spark_bridge.spark_session import build_session, job_tag
-    from services.tiles.contract import SPARK_BRIDGE
+    from services.toposm.contract import SPARK_BRIDGE
 
     sys.path.insert(0, str(ROOT / "bench"))
     from osm_expire import TimedExpire, make_diff

@@ -42,7 +42,8 @@ from qbroker.amqp_transport import connect_amqp
 from qbroker.config import Config, redact_url
 from qbroker.connection import broker_url, url_user
 from qbroker.topology import shared_topology
-from services.tiles.contract import (
+from services.tiles.renderer.settings import short_hostname
+from services.toposm.contract import (
     OSM_EXCHANGE,
     QUEUEMASTER,
     QUEUEMASTER_OSM_QUEUE,
@@ -51,7 +52,6 @@ from services.tiles.contract import (
     SPARK_STATS,
     render_levels,
 )
-from services.tiles.renderer.settings import short_hostname
 
 DEMO_PREFIX = "demo."  # the demo's corner of a broker (QBROKER_EXCHANGE_PREFIX unless the operator sets it)
 RECORD_FILE = "broker-objects.json"

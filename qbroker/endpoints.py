@@ -7,6 +7,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeVar
 
+from pydantic import BaseModel
+
 from qbroker.context import RequestContext
 from qbroker.errors import InvalidParams, UnknownCommand
 from qbroker.handlers import Extra, Handler
@@ -89,11 +91,16 @@ class CommandEndpoint(Endpoint):
 
     commands: dict[str, Handler] = field(default_factory=dict)
 
-    def command(self, command: str, *, extra: Extra = "forbid") -> Callable[[F], F]:
+    def command(self, command: str, *, extra: Extra = "forbid",
+                request: type[BaseModel] | None = None) -> Callable[[F], F]:
+        """Register ``fn`` for ``command``; ``request``: the pydantic model the whole body (less ``command``)
+        is validated against, given to the handler's one parameter whatever its annotation says."""
+
         def register(fn: F) -> F:
             if command in self.commands:
                 raise ValueError(f"command {command!r} is already registered on {self.name}")
-            self.commands[command] = Handler(fn, f"{self.name}:{command}", extra=extra, executor=self.executor)
+            self.commands[command] = Handler(fn, f"{self.name}:{command}", extra=extra, executor=self.executor,
+                                             request=request)
             return fn
 
         return register

@@ -21,8 +21,8 @@ from qbroker.runner import serve
 from services.replicate.follower import Follower, FollowSettings
 from services.replicate.metrics import NAMESPACE
 from services.replicate.source import DOWNLOAD_DEADLINE, is_url
-from services.tiles.metrics_port import service_metrics
-from services.tiles.seed_wire import AllProgramsTopic
+from services.toposm.metrics_port import service_metrics
+from services.toposm.seed_wire import AllProgramsTopic
 
 APP = "toposm.replicate"
 

@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from services.tiles.contract import METATILE_SHIFT
-from services.tiles.expiry_wires import ExpirationBatcher
+from services.toposm.contract import METATILE_SHIFT
+from services.toposm.expiry_wires import ExpirationBatcher
 
 PUBLISH_CANCEL_CHECK = 5_000
 _METATILE = "metatile"  # the kind of a metatile row; every other kind is a counter's name

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from services.tiles.contract import (
+from services.toposm.contract import (
     ALL_PROGRAMS,
     EXPIRE_TOPIC,
     OSM_EXCHANGE,

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from services.spark_bridge.tilemath import WAY_SAMPLE_STEP, np_frac_tile
+from services.spark_bridge.tile_columns import WAY_SAMPLE_STEP, np_frac_tile
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]

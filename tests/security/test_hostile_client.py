@@ -21,8 +21,8 @@ from services.tiles.queuemaster.service import QueuemasterService
 from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings
 from services.tiles.renderer.process import RendererProcess
 from services.tiles.renderer.settings import RendererSettings
-from services.tiles.tile_store import TileStore
-from services.tiles.tilemath import Tile
+from services.toposm.tile_store import TileStore
+from services.toposm.tilemath import Tile
 
 QM = "toposm.queuemaster"
 

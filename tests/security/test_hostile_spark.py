@@ -19,7 +19,7 @@ from qbroker import RequestFailed
 from qbroker.cli.progress import progress_pattern
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
-from services.tiles.contract import SPARK_EXPIRE
+from services.toposm.contract import SPARK_EXPIRE
 from services.web.collector import PROGRESS_PATTERN
 from tests.spark_bridge.conftest import spark  # noqa: F401 - the Spark suite's shared session
 

@@ -7,7 +7,7 @@ import orjson
 
 from harness import eventually
 from qbroker import Config
-from services.tiles.seed_wire import ReplyQueues
+from services.toposm.seed_wire import ReplyQueues
 from tests.prometheus_text import scrape, value
 from tests.web.conftest import free_port
 
@@ -266,7 +266,7 @@ async def test_a_render_thread_cannot_write_megabyte_lines_into_the_render_log(b
     """A render thread reports a failure whose reason is 2 MiB (the body limit is 16): the render log's line
     (which toposm-web reads a MiB at a time, a line at a time: a longer line stopped its reading for good) and
     the error the waiting client gets are cut to the reason's bound."""
-    from services.tiles.messages import MAX_REASON
+    from services.toposm.messages import MAX_REASON
 
     class Failing(SeedRenderThread):
         async def send(self, body):

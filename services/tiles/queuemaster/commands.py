@@ -15,10 +15,9 @@ import structlog
 from pydantic import ValidationError
 
 from qbroker import InvalidParams, UnknownCommand
-
-from ..contract import QUEUEMASTER
-from ..expiry_wires import expiry_text
-from ..messages import (
+from services.toposm.contract import QUEUEMASTER
+from services.toposm.expiry_wires import expiry_text
+from services.toposm.messages import (
     BulkRenderRequest,
     CancelBulkRequest,
     ExpireRequest,
@@ -29,6 +28,7 @@ from ..messages import (
     StatsRequest,
     UnregisterRequest,
 )
+
 from .bulk import bulk_render, cancel_bulk
 from .state_machine import Queuemaster
 

@@ -26,7 +26,7 @@ import asyncio
 
 import structlog
 
-from services.error_messages import errored
+from services.toposm.error_messages import errored
 
 from .queue_store import QueueStore
 from .render_log import RenderLog

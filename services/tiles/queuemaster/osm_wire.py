@@ -34,12 +34,12 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, 
 
 from qbroker import BadMessage, ConnectionLost, ErrorInfo, HandlerCrashed, InvalidParams, QBrokerError
 from qbroker.transport import Connection
-from services.error_messages import errored, failed
+from services.toposm.contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER, QUEUEMASTER_ONLINE, QUEUEMASTER_OSM_QUEUE
+from services.toposm.error_messages import errored, failed
+from services.toposm.messages import RegisterRequest
+from services.toposm.seed_wire import ReplyQueues, declare_osm_exchange, known_params
+from services.toposm.tilemath import Metatile
 
-from ..contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER, QUEUEMASTER_ONLINE, QUEUEMASTER_OSM_QUEUE
-from ..messages import RegisterRequest
-from ..seed_wire import ReplyQueues, declare_osm_exchange, known_params
-from ..tilemath import Metatile
 from .commands import COMMANDS, parse_command
 from .osm_liveness import QueueLiveness, probe_queue
 from .render_threads import RenderThread

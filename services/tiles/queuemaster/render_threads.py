@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..strategy import StrategyMix
-from ..tilemath import Metatile
+from services.toposm.strategy import StrategyMix
+from services.toposm.tilemath import Metatile
 
 
 @dataclass(eq=False)

@@ -34,10 +34,8 @@ from qbroker import (
     Unit,
     UnknownCommand,
 )
-from services.tiles.metrics_port import service_metrics
-
-from ..contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER
-from ..expiry_wires import (
+from services.toposm.contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER
+from services.toposm.expiry_wires import (
     OsmPublisher,
     TwinFilter,
     Wire,
@@ -47,9 +45,11 @@ from ..expiry_wires import (
     publish_expiry,
     relay_expiry,
 )
-from ..messages import Message
-from ..seed_wire import ReplyQueues
-from ..tilemath import Metatile
+from services.toposm.messages import Message
+from services.toposm.metrics_port import service_metrics
+from services.toposm.seed_wire import ReplyQueues
+from services.toposm.tilemath import Metatile
+
 from .commands import COMMANDS, Command, expire_broadcast
 from .metrics import NAMESPACE, QueuemasterMetrics
 from .osm_liveness import QueueLiveness
@@ -93,7 +93,7 @@ class QueuemasterService:
         self.metrics_server.instrument(unit)
         endpoint = unit.commands(QUEUEMASTER, prefetch=256)
         for command in COMMANDS.values():
-            endpoint.command(command.name)(self._endpoint_handler(command))
+            endpoint.command(command.name, request=command.request)(self._endpoint_handler(command))
         unit.on_alert(EXPIRE_TOPIC)(self._on_expire)
         unit.on_connected(self.osm.declare)
         unit.on_connected(self.osm_publisher.declare)
@@ -114,9 +114,6 @@ class QueuemasterService:
                 if stored is not None:
                     self._forget_waiter(stored)
 
-        # qbroker validates the whole body against the annotated model of the handler's one parameter,
-        # so the annotation must be this command's own model, not the common base class.
-        handle.__annotations__ = {"request": command.request, "ctx": RequestContext, "return": Any}
         return handle
 
     async def _on_expire(self, body: Any, ctx: RequestContext) -> None:

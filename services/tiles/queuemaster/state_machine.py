@@ -23,19 +23,20 @@ from typing import Any
 
 import structlog
 
-from services.error_messages import errored, failed
+from services.toposm.contract import RENDER_ROOT
+from services.toposm.error_messages import errored, failed
+from services.toposm.messages import RegisterRequest, RenderedRequest, UnregisterRequest
+from services.toposm.render_log import RenderLogRecord
+from services.toposm.strategy import choose_for_mix, parse_strategy
+from services.toposm.tile_store import open_tile_store
+from services.toposm.tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile
 
-from ..contract import RENDER_ROOT
-from ..messages import RegisterRequest, RenderedRequest, UnregisterRequest
-from ..strategy import choose_for_mix, parse_strategy
-from ..tile_store import open_tile_store
-from ..tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile
 from .access import AccessPolicy, Forbidden
 from .buckets import BucketLimits
 from .expiry_keys import ancestor_keys, expiry_keys
 from .group_commit import GroupCommit
 from .queue_store import QueueStore
-from .render_log import RenderLog, RenderLogRecord
+from .render_log import RenderLog
 from .render_queue import RenderQueue
 from .render_threads import RenderThread, RenderThreadRegistry
 from .render_waiters import RenderWaiters
@@ -68,7 +69,7 @@ class QueuemasterSettings:
     dispatch_timeout: float = 5.0
     access: AccessPolicy = AccessPolicy()  # who may send renderer commands (checked against user_id)
     buckets: BucketLimits = BucketLimits()  # render threads background and bulk work may take at once
-    metrics_port: int | None = None  # --metrics-port (services/tiles/metrics_port.py); None: no metrics server
+    metrics_port: int | None = None  # --metrics-port (services/toposm/metrics_port.py); None: no metrics server
     metrics_host: str = "127.0.0.1"
     tile_store: str = "png"  # png or meta (tile_store.py): how the renderers store what they render
 

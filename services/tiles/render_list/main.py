@@ -23,9 +23,9 @@ from qbroker import QBrokerError, Unit
 from qbroker.log import configure_logging
 from qbroker.printable import printable
 from qbroker.runner import run, serve_async
+from services.toposm.contract import QUEUEMASTER_ONLINE
+from services.toposm.seed_wire import AllProgramsTopic
 
-from ..contract import QUEUEMASTER_ONLINE
-from ..seed_wire import AllProgramsTopic
 from .area import AreaError, AreaPlan, BBox, parse_zooms
 from .job import JobSettings, RenderListJob
 from .progress import ProgressView

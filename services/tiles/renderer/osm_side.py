@@ -30,10 +30,9 @@ from aio_pika.abc import AbstractIncomingMessage
 from pydantic import ValidationError
 
 from qbroker import ConnectionLost
-
-from ..contract import ALL_PROGRAMS, QUEUEMASTER
-from ..messages import RenderCommand
-from ..seed_wire import OsmListener, seed_command
+from services.toposm.contract import ALL_PROGRAMS, QUEUEMASTER
+from services.toposm.messages import RenderCommand
+from services.toposm.seed_wire import OsmListener, seed_command
 
 log = structlog.get_logger("toposm.renderer.osm")
 

@@ -28,12 +28,12 @@ from typing import Any
 import structlog
 
 from qbroker import InvalidParams, NoServer, QBrokerError, RequestContext, RequestFailed, Unit
-from services.error_messages import failed
-from services.tiles.metrics_port import service_metrics
+from services.toposm.contract import ALL_PROGRAMS, QUEUEMASTER, render_levels, render_thread
+from services.toposm.error_messages import failed
+from services.toposm.messages import RenderCommand
+from services.toposm.metrics_port import service_metrics
+from services.toposm.strategy import parse_strategy
 
-from ..contract import ALL_PROGRAMS, QUEUEMASTER, render_levels, render_thread
-from ..messages import RenderCommand
-from ..strategy import parse_strategy
 from .metrics import NAMESPACE, RendererMetrics
 from .osm_side import OsmSide
 from .settings import RendererSettings

@@ -38,7 +38,7 @@ ROLES: dict[str, dict[str, Any]] = {
         # `render`/`ping` to render threads: the queuemaster's alone, not even an operator's (a renderer
         # checks the sender's account against TOPOSM_QUEUEMASTER_USERS too)
         "reserved_calls": [RENDER_ANY],
-        # expirations heard on one wire only are relayed to the other (services/tiles/expiry_wires.py)
+        # expirations heard on one wire only are relayed to the other (services/toposm/expiry_wires.py)
         "alert": [ALL, EXPIRE], "hear": [ALL, EXPIRE],
         # the seed's wire: its durable queue on `osm`, and answers by queue name on the default exchange
         "resources": [re.escape(QUEUEMASTER_OSM_QUEUE)], "default_exchange": True,
@@ -59,7 +59,7 @@ ROLES: dict[str, dict[str, Any]] = {
         "listed_in": ["TOPOSM_RENDERER_USERS"],
     },
     # A person or program asking for tiles; on the seed's wire with a server-named reply queue of its own or
-    # one of the documented client prefix (services/tiles/seed_wire.py), hearing expirations there, and
+    # one of the documented client prefix (services/toposm/seed_wire.py), hearing expirations there, and
     # `toposm` on both wires, where every running program listens (toposm-render-list, toposm-replicate).
     "client": {
         "call": [QM], "hear": [ALL],
