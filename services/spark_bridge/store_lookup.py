@@ -2,8 +2,8 @@
 
 A store-backed expiry looks the diff's neighbourhood up in three dependent steps (store_expire). The
 geometry store is SQLite keyed by id (services.osmstore.geometry), so a lookup is one B-tree probe per id:
-what it costs follows the diff, not the store (issue 22: 600 node moves and 300 way edits read the same
-few thousand rows from a city or from 200 cities).
+what it costs follows the diff, not the store (the same diff reads the same few thousand rows from a city or
+from 200 cities: docs/performance.md, "The OSM pipeline at scale: the geometry store on SQLite").
 
 - Up to ``driver_bytes`` of rows per step (estimated: ids x ROW_BYTES of the lookup; DRIVER_LOOKUP_BYTES
   by default): the driver queries the store itself, one statement per lookup. A minutely diff, on a city
