@@ -12,8 +12,8 @@ was half of the import's rows and of the middle's disk (docs/decisions.md, "One 
 An index box is the feature's box rounded out to a grid (``index_box``), a loose box as physics engines keep
 in their dynamic trees (Box2D's "fat" AABBs): a node moved a few metres leaves it as it is, so a diff's
 moves rewrite feature rows but seldom the R*Tree, whose every changed entry rewrote a leaf and each node
-above it (most of a big store's commit pages, once: docs/performance.md, "Figures behind the OSM stores'
-design").
+above it (a large share of the pages a big store's commit wrote: docs/performance.md, "Figures behind the
+OSM stores' design").
 """
 
 from __future__ import annotations
