@@ -43,8 +43,8 @@ FORMAT_VERSION = 3  # 1 was the copy-on-write Parquet snapshots, 2 a row per way
 CACHE_KIB = 64 * 1024  # a connection's page cache: the upper levels of the B-trees stay in memory
 # Bytes of a store file a connection reads through a memory map (SQLite caps it at its compile-time maximum:
 # 2 GiB in Debian's and Python's builds). A diff's lookups land on pages all over a big store; read from the
-# OS page cache through pread each one cost a system call and a copy (docs/performance.md, "Figures behind
-# the OSM stores' design"). Writes still go through SQLite's own pages.
+# OS page cache through pread each one cost a system call and a copy (docs/performance.md, "The OSM
+# stores' design"). Writes still go through SQLite's own pages.
 MMAP_BYTES = 1 << 40
 APPLIED_KEPT = 100  # digests of the last applied diffs, to recognise a replay of a diff without sequence
 

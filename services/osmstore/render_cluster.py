@@ -4,7 +4,7 @@ A feature table is a B-tree in ``fid`` order, and the import meets features in t
 which in a country extract interleave every part of the country: a metatile's few thousand features then
 sit on a few thousand pages, one each, where the same features of a city extract share a few hundred
 (K copies of a city, ids interleaved, rendered slower per metatile the more copies there were, with the same
-features in view: docs/performance.md, "Figures behind the OSM stores' design"). So the import's
+features in view: docs/performance.md, "The OSM stores' design"). So the import's
 ``BulkFeatureWriter`` writes features to staging tables with the Z-order (Morton) key of their box centres,
 and ``finish`` moves each table into place in that order, fids counting up along it, and fills its R*Tree the
 same way: the rows a metatile reads are neighbours on disk and in the page cache. The staging tables are TEMP
@@ -101,7 +101,7 @@ class BulkFeatureWriter(FeatureWriter):
         One statement a table: SQLite's sorter puts the rows in order (in memory up to its budget, then
         merging runs from temporary files: sequential, bounded), and they go in as appends in that order,
         so the table being empty, SQLite numbers them 1, 2, ... (a ``row_number() OVER (ORDER BY ...)`` for
-        the fids cost a third more: 2.35 against 1.51 s of CPU for 493,000 roads at K=200, the same rows).
+        the fids cost a third more CPU for the same rows: docs/performance.md, "The OSM stores' design").
         Ordering the keys into a table of their own and then fetching each staged row by rowid took as long
         as the sort; a larger budget for the sorter did not help."""
         self.flush()

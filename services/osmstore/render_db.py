@@ -12,8 +12,8 @@ was half of the import's rows and of the middle's disk (docs/decisions.md, "One 
 An index box is the feature's box rounded out to a grid (``index_box``), a loose box as physics engines keep
 in their dynamic trees (Box2D's "fat" AABBs): a node moved a few metres leaves it as it is, so a diff's
 moves rewrite feature rows but seldom the R*Tree, whose every changed entry rewrote a leaf and each node
-above it (a large share of the pages a big store's commit wrote: docs/performance.md, "Figures behind the
-OSM stores' design").
+above it (a large share of the pages a big store's commit wrote: docs/performance.md, "The OSM stores'
+design").
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ class FeatureWriter:
         """A staged feature of the same object made differently: its row takes the new values in place, and
         its index entry changes only when its index box does. A node moved inside a way's box, or by less
         than the grid (``index_box``), then leaves the R*Tree alone: in a big store each R*Tree delete and
-        insert rewrote the leaf and every node above it (docs/performance.md, "Figures behind the OSM stores'
+        insert rewrote the leaf and every node above it (docs/performance.md, "The OSM stores'
         design")."""
         self.conn.execute(self._update_sql[table], (*values, fid))
         box = index_box(*bbox, self.grid)

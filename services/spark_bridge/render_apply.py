@@ -1,6 +1,6 @@
 """A store job's rendering store update, in a process of its own while Spark computes the expiry.
 
-``apply_osc`` is Python and SQLite (1-2 s for a 10,000-object diff); run after the Spark part, it added up
+``apply_osc`` is Python and SQLite (docs/performance.md, "The Spark bridge"); run after the Spark part, it added up
 with it. In a thread beside the job it fought the job's own Python (py4j calls, the resolution's
 dictionaries) for the GIL, and the two were barely faster than one after the other. So it runs in a
 child interpreter (``python -m services.spark_bridge.render_apply``, importing only the rendering store)

@@ -78,8 +78,9 @@ class StoreLookups:
     def find(self, name: str, ids: set[int]) -> DataFrame:
         """The rows of lookup ``name`` for ``ids``, looked up by Spark tasks (see the module's doc).
 
-        The ids go as one JSON string literal exploded into a frame (a plan holding thousands of literals
-        took PySpark 0.3-0.5 s to analyse); above INLINE_KEYS ids as a local relation."""
+        The ids go as one JSON string literal exploded into a frame (a plan holding thousands of literals took
+        PySpark long to analyse: docs/performance.md, "Spark bridge: small jobs"); above INLINE_KEYS ids as a
+        local relation."""
         keys = sorted(ids)
         if len(keys) <= INLINE_KEYS:
             # json.dumps of ints: nothing but digits and commas reaches the literal.

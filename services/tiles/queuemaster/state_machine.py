@@ -44,7 +44,7 @@ from .stats import QueuemasterStats
 
 log = structlog.get_logger("toposm.queuemaster")
 # Text of an expiry broadcast handled per turn of the event loop (and committed together): about 1000
-# tiles, 1-3 ms of parsing and queueing since expiry_keys; one commit per 1000-tile message, not four.
+# tiles, short enough a turn; one commit per 1000-tile message, not four (docs/performance.md, "The queuemaster").
 EXPIRY_CHUNK_CHARS = 16 * 1024
 # Render requests waiting at once; beyond this a new one is answered `busy` (memory stays bounded).
 MAX_WAITERS = 100_000
