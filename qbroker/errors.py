@@ -335,8 +335,8 @@ class Warn:
 
 class Cleared:
     """Returned by a handler: the request succeeded *and* the error state ``id`` (of ``part``) reported
-    earlier is over. The reply carries the error element with status ``ok``: an error state
-    is over (docs/semantics.md, "Status `ok`"). ``Reply.cleared`` shows it to the caller."""
+    earlier is over. The reply carries the error element with status ``ok``
+    (docs/semantics.md, "Status `ok`"). ``Reply.cleared`` shows it to the caller."""
 
     __slots__ = ("result", "id", "message", "part")
 
