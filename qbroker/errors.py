@@ -36,8 +36,9 @@ class ErrorInfo(BaseModel):
     id: str
     part: str = ""
     message: str = ""
-    # What was particular to this request (the seed: a given status, id and part always carry the same
-    # message, so the specifics travel apart from it). Optional: clients written to the seed ignore it.
+    # What was particular to this request (a given status, id and part always carry the same message, so the
+    # specifics travel apart from it). Optional: other clients of the protocol ignore it (docs/wire-format.md,
+    # "Error element").
     detail: str | None = None
     trace: str | None = None
 
@@ -58,9 +59,9 @@ class QBrokerError(Exception):
     # RQ UNDELIVERED: the request died without being processed (no server, expired in its queue, past its
     # deadline, poison): the caller knows no handler ran it to the end.
     undelivered: ClassVar[bool] = False
-    # The seed: a given (status, id, part) always carries the same message. A class that names its problem
-    # with a fixed ``summary`` sends that as the message and what was particular to the request (a field,
-    # a name, a size) as ``detail``. Without one (an application's own RequestFailed(id, message)), the
+    # The protocol: a given (status, id, part) always carries the same message (docs/wire-format.md). A class that
+    # names its problem with a fixed ``summary`` sends that as the message and what was particular to the request (a
+    # field, a name, a size) as ``detail``. Without one (an application's own RequestFailed(id, message)), the
     # message goes as given: keeping it fixed per id is then the application's part.
     summary: ClassVar[str | None] = None
 
@@ -334,8 +335,8 @@ class Warn:
 
 class Cleared:
     """Returned by a handler: the request succeeded *and* the error state ``id`` (of ``part``) reported
-    earlier is over. The reply carries the error element with status ``ok``: the seed's "cancel an error
-    state on a message board". ``Reply.cleared`` shows it to the caller."""
+    earlier is over. The reply carries the error element with status ``ok``
+    (docs/semantics.md, "Status `ok`"). ``Reply.cleared`` shows it to the caller."""
 
     __slots__ = ("result", "id", "message", "part")
 

@@ -32,7 +32,7 @@ class Service(Protocol):
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` on uvloop when installed (10-20% more sequential calls/s in bench/rpc.py)."""
+    """Run ``main`` on uvloop when installed (faster: docs/decisions.md, "Libraries we added, and why")."""
     try:
         import uvloop
     except ImportError:
@@ -45,8 +45,8 @@ def freeze_startup_heap() -> None:
 
     A service holds what it loaded at start-up (modules, a Spark session's py4j objects, the Arrow and
     numpy libraries) for its whole life. Left in the collector's oldest generation, each full collection
-    walked all of it: 85-110 ms at a time in the Spark bridge (~230,000 objects), landing on one diff in
-    six. Frozen, a full collection walks only what the work since created (~3 ms). Garbage among the frozen
+    walked all of it, a pause a diff of the Spark bridge often landed on. Frozen, a full collection walks only
+    what the work since created (docs/decisions.md, "A diff writes what differs"). Garbage among the frozen
     objects is never reclaimed: acceptable for what start-up made once."""
     gc.collect()
     gc.freeze()
