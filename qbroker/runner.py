@@ -11,16 +11,18 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from qbroker.config import Config
-from qbroker.errors import QBrokerError
+from qbroker.errors import BrokerUnavailable, QBrokerError
 from qbroker.log import configure_logging
 from qbroker.unit import Unit
 
 T = TypeVar("T")
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+EXIT_BROKER_UNAVAILABLE = 3  # as `qbroker`'s exit codes (docs/cli.md)
 
 
 class Service(Protocol):
@@ -122,7 +124,10 @@ def serve(app: str, make_service: Callable[[Unit], Service], *, config: Config |
 
     try:
         graceful = run(main())
-    except QBrokerError as exc:  # e.g. no broker reachable at start
+    except BrokerUnavailable as exc:  # one line saying why (refused login, vhost, DNS, TLS, ...)
+        sys.stderr.write(f"{app}: {exc.message}\n")
+        raise SystemExit(EXIT_BROKER_UNAVAILABLE) from None
+    except QBrokerError as exc:
         raise SystemExit(f"{app}: {exc}") from None
     if not graceful:
         raise SystemExit(1)

@@ -75,9 +75,10 @@ def describe(exc: BaseException) -> str:
         return f"usage: {exc}"
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
+    if isinstance(exc, errors.BrokerUnavailable):
+        return exc.message  # says why, in one line: refused login or vhost, DNS, refused connection, TLS
     if is_unreachable(exc):
-        detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-        return detail if detail.startswith("no broker") else f"no broker reachable: {detail}"
+        return f"no broker reachable: {str(exc) or type(exc).__name__}"
     if isinstance(exc, errors.RequestFailed | errors.RequestError):
         status = "fail" if isinstance(exc, errors.RequestFailed) else "error"
         text = f"{status}: {exc.id}: {exc.message}" if exc.message else f"{status}: {exc.id}"
