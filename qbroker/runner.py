@@ -1,8 +1,9 @@
 """Running a qbroker process: one runner owns signals, logging, uvloop, start and graceful stop.
 
-``serve(app, make_service)`` is what every console script calls: it builds the ``Unit``, lets the
-service register its endpoints on it, starts both, and on SIGTERM/SIGINT stops the service, then the
-unit (draining running handlers up to the drain timeout). A second signal kills at once: running
+``serve(app, make_service)`` is what every console script calls (and ``qbroker serve module:attr`` for a
+library user's service): it builds the ``Unit``, lets the service register its endpoints on it, starts
+both, and on SIGTERM/SIGINT stops the service, then the unit (draining running handlers up to the drain
+timeout). A second signal kills at once: running
 handlers are abandoned and their requests redelivered to another server.
 """
 
@@ -115,11 +116,24 @@ async def serve_async(unit: Unit, service: Service, *, stop: asyncio.Event | Non
 def serve(app: str, make_service: Callable[[Unit], Service], *, config: Config | None = None,
           drain_timeout: float | None = None) -> None:
     """The whole life of a service process; returns after a graceful stop, exits 1 when killed."""
+
+    def build() -> tuple[Unit, Service]:
+        unit = Unit(app, config=config)
+        return unit, make_service(unit)  # registers endpoints: before start
+
+    _serve_process(app, build, drain_timeout)
+
+
+def serve_unit(unit: Unit, service: Service, *, drain_timeout: float | None = None) -> None:
+    """``serve`` for a unit built elsewhere (a module's own ``Unit``, as ``qbroker serve module:unit`` runs)."""
+    _serve_process(unit.app, lambda: (unit, service), drain_timeout)
+
+
+def _serve_process(app: str, build: Callable[[], tuple[Unit, Service]], drain_timeout: float | None) -> None:
     configure_logging()
 
     async def main() -> bool:
-        unit = Unit(app, config=config)
-        service = make_service(unit)  # registers endpoints: before start
+        unit, service = build()
         return await serve_async(unit, service, drain_timeout=drain_timeout, freeze_heap=True)
 
     try:

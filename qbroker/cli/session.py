@@ -27,12 +27,13 @@ class GlobalOptions:
     app: str | None = None
     verbose: bool = False
 
-    def config(self) -> Config:
+    def config(self, *, client: bool = True) -> Config:
+        """``client``: the CLI's own short-lived unit (``qbroker serve`` runs a service: ``client=False``)."""
         from qbroker import Config
 
         # A CLI unit is a client: it must not join the dead-letter collectors (that would consume from
         # the shared `dead` queue, i.e. take messages away from the bus's real collector).
-        overrides: dict[str, Any] = {"dead_letters": False}
+        overrides: dict[str, Any] = {"dead_letters": False} if client else {}
         if self.url:
             overrides["url"] = self.url
         if self.exchange_prefix is not None:
