@@ -66,21 +66,37 @@ def serve(
 ) -> None:
     """Run a service from your code until SIGTERM/SIGINT: qbroker serve greeter:Greeter."""
     options: GlobalOptions = ctx.obj
-    raise typer.Exit(usage_guard(lambda: _serve(options, app_spec, app, drain_timeout)))
+    given = _given_on_command_line(ctx) + (["--app"] if app else [])
+    raise typer.Exit(usage_guard(lambda: _serve(options, app_spec, app, drain_timeout, given)))
 
 
-def _serve(options: GlobalOptions, spec: str, app: str | None, drain_timeout: float | None) -> int:
+def _given_on_command_line(ctx: typer.Context) -> list[str]:
+    """The global options typed on the command line (QBROKER_URL from the environment is what a Unit the
+    module built reads itself; a typed --url would be silently ignored by it)."""
+    parent = ctx.parent
+    if parent is None:
+        return []
+    return [flag for name, flag in GLOBAL_UNIT_OPTIONS.items()
+            if (source := parent.get_parameter_source(name)) is not None and source.name == "COMMANDLINE"]
+
+
+# The global options (qbroker.cli.main) that configure a unit, by parameter name.
+GLOBAL_UNIT_OPTIONS = {"url": "--url", "exchange_prefix": "--exchange-prefix", "rpc_exchange": "--rpc-exchange",
+                       "reply_exchange": "--reply-exchange", "alert_exchange": "--alert-exchange",
+                       "dead_exchange": "--dead-exchange", "app_name": "--app"}
+
+
+def _serve(options: GlobalOptions, spec: str, app: str | None, drain_timeout: float | None,
+           given: list[str]) -> int:
     from qbroker import Unit
     from qbroker.runner import serve as serve_service
     from qbroker.runner import serve_unit
 
     module_name, target = load_app_object(spec)
     if isinstance(target, Unit):
-        given = [flag for flag, value in (("--app", app or options.app), ("--url", options.url),
-                                          ("--exchange-prefix", options.exchange_prefix)) if value]
-        if given or options.exchanges:
-            raise UsageProblem(f"{spec} is a Unit with its own Config: {', '.join(given) or 'exchange options'} "
-                               "cannot change it (set QBROKER_* in its environment instead)")
+        if given:
+            raise UsageProblem(f"{spec} is a Unit with its own Config: {', '.join(given)} cannot change it "
+                               "(set QBROKER_* in its environment instead)")
         serve_unit(target, _StartStop(None), drain_timeout=drain_timeout)
         return 0
     if not callable(target):
