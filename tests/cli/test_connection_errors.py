@@ -50,9 +50,16 @@ def account() -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def cases(account: tuple[str, str]) -> dict[str, Case]:
+def closed() -> Iterator[str]:
+    """A vhost that exists, on which the test's user has no permissions."""
+    vhost = create_vhost("qbroker-test-noaccess")
+    yield vhost
+    delete_vhost(vhost)
+
+
+@pytest.fixture(scope="module")
+def cases(account: tuple[str, str], closed: str) -> dict[str, Case]:
     user, vhost = account
-    closed = create_vhost("qbroker-test-noaccess")  # exists, but the user has no permissions on it
     gone = create_vhost("qbroker-test-gone")
     delete_vhost(gone)  # existed, now does not
     q = quote
@@ -71,13 +78,7 @@ def cases(account: tuple[str, str]) -> dict[str, Case]:
                             f"no broker reachable at amqp://{user}:***@127.0.0.1:1/: connection refused"),
         "tls": Case(BrokerTlsFailed, f"amqps://{user}:{PASSWORD}@127.0.0.1:5672/",
                     f"TLS handshake failed with amqps://{user}:***@127.0.0.1:5672/ ("),
-    } | {"_cleanup": Case(BrokerUnavailable, closed, "")}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _remove_closed_vhost(cases: dict[str, Case]) -> Iterator[None]:
-    yield
-    delete_vhost(cases.pop("_cleanup").url)
+    }
 
 
 NAMES = ["auth", "vhost", "no access", "dns", "closed port", "tls"]
