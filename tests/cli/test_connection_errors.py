@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import pytest
 
@@ -119,4 +119,3 @@ async def test_service_runner_ends_with_the_cause(cases: dict[str, Case], name: 
     ours = [line for line in result.stderr.splitlines() if line.startswith("qbroker.dead_letter: ")]
     assert len(ours) == 1 and ours[0].startswith(f"qbroker.dead_letter: {case.says}"), result.stderr
     assert PASSWORD not in result.stderr and WRONG not in result.stderr
-    assert urlsplit(case.url).password not in result.stderr
