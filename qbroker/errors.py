@@ -206,6 +206,42 @@ class BrokerUnavailable(QBrokerError):
     retryable = True
 
 
+# Why a broker could not be reached, each its own class so callers can tell them apart (all are
+# ``BrokerUnavailable``). Their messages name the URL (password shown as ***), never the password.
+class BrokerAuthRefused(BrokerUnavailable):
+    """The broker refused the login (ACCESS_REFUSED): wrong user name or password. Not retryable: a wrong
+    password does not fix itself."""
+
+    error_id = "broker_auth_refused"
+    retryable = False
+
+
+class BrokerVhostRefused(BrokerUnavailable):
+    """The broker refused the vhost (NOT_ALLOWED at connection.open): it does not exist, is down, or the
+    user has no permissions on it. Not retryable."""
+
+    error_id = "broker_vhost_refused"
+    retryable = False
+
+
+class BrokerHostUnknown(BrokerUnavailable):
+    """The broker's host name does not resolve (DNS)."""
+
+    error_id = "broker_host_unknown"
+
+
+class BrokerConnectionRefused(BrokerUnavailable):
+    """Nothing listens on the broker's host and port."""
+
+    error_id = "broker_connection_refused"
+
+
+class BrokerTlsFailed(BrokerUnavailable):
+    """The TLS handshake failed: ``amqps://`` to a plain port, or a certificate that does not verify."""
+
+    error_id = "broker_tls_failed"
+
+
 class TopologyMissing(QBrokerError):
     """Shared exchanges or queues of the bus are missing and this account may not declare them (``qbroker
     provision`` does: docs/security.md). Never sent. Retryable: once they are declared, a reconnect succeeds."""
@@ -292,6 +328,8 @@ def native_error(exc: Exception, part: str) -> ErrorInfo | None:
 LIBRARY_ERROR_IDS = frozenset({
     "error", "failed", "bad_header", "bad_version", "bad_body", "too_large", "rejected", "dead_letter", "bad_result",
     "bad_request_body", "forbidden", "not_replayable", "not_started", "broker_unavailable",
+    "broker_auth_refused", "broker_vhost_refused", "broker_host_unknown", "broker_connection_refused",
+    "broker_tls_failed",
     "topology_missing", "topology_conflict",
 })
 
