@@ -14,6 +14,9 @@ from qbroker import Config, Unit
 
 MakeUnit = Callable[..., Awaitable[Unit]]
 
+# Fixtures both test trees use (tests/qbroker, tests/services): harness/provisioned.py.
+pytest_plugins = ["harness.provisioned"]
+
 
 @pytest.fixture(scope="session")
 def vhost() -> Iterator[str]:

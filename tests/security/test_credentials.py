@@ -12,8 +12,8 @@ import pytest
 import structlog
 
 from harness import HANG, eventually
+from harness.provisioned import BIN, HOST
 from qbroker import BrokerUnavailable, Config, Unit
-from tests.security.conftest import BIN, HOST
 
 
 async def test_account_from_environment_and_password_file(provisioned, monkeypatch) -> None:

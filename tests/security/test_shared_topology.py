@@ -20,10 +20,10 @@ from aiormq.exceptions import ChannelAccessRefused
 
 from harness import HANG
 from harness.broker import create_vhost, delete_vhost, rabbitmqctl
+from harness.provisioned import HOST, ROLES, Provisioned
 from qbroker import Config, NoServer, QBrokerError, Unit
 from qbroker.cli.deployment import permissions_for
 from qbroker.cli.roles import load_roles
-from tests.security.conftest import HOST, ROLES, Provisioned
 from tests.security.test_broker_permissions import raw
 
 EXCHANGES = {"rpc": "topic", "reply": "direct", "alert": "topic", "dead": "fanout", "dead.kept.in": "fanout",

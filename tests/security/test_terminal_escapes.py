@@ -22,8 +22,8 @@ import aio_pika
 import pytest
 
 from harness import HANG
+from harness.provisioned import Provisioned
 from qbroker import RequestFailed, Unit
-from tests.security.conftest import Provisioned
 
 BIN = Path(sys.executable).parent
 EVIL = "\x1b]0;pwned\x07\x1b[2J\x9b31mEVIL\x7f\x85"

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from harness import eventually
-from tests.security.conftest import HOST, Provisioned
+from harness.provisioned import HOST, Provisioned
 from tests.tiles.conftest import TileBus
 from tests.web.conftest import start_web
 

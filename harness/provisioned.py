@@ -1,4 +1,6 @@
-"""A provisioned deployment on a vhost of its own: one account per role, made by ``qbroker provision``.
+"""A provisioned deployment on a vhost of its own (``provisioned``, ``as_role``): one account per role, made by
+``qbroker provision``; a pytest plugin that tests/conftest.py loads, because the library's security tests
+(tests/qbroker/security) and the services' (tests/services/security) both use it.
 
 Account names carry a random prefix so parallel runs never collide; the accounts, their password files
 and the vhost are deleted afterwards.
