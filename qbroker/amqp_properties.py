@@ -6,7 +6,7 @@ envelope (9 properties and a 4-entry table on a request) that was ~17 µs per me
 all of qbroker's own work on a reply (docs/performance.md). Here the property list is written in one
 loop over the properties, with fast paths for the table values qbroker itself sends (text, small and
 large integers, flags, nested tables: the error element) and pamqp's own encoder for anything else, so
-the bytes are pamqp's for every property list (tests/core/test_amqp_properties.py checks that against
+the bytes are pamqp's for every property list (tests/qbroker/core/test_amqp_properties.py checks that against
 pamqp for generated properties).
 
 ``WireProperties``, an ``OutgoingMessage``'s properties, is a ``pamqp.commands.Basic.Properties`` whose

@@ -1,4 +1,4 @@
-"""A service run by ``qbroker.serve`` in a child process, for tests/core/test_runner.py.
+"""A service run by ``qbroker.serve`` in a child process, for tests/qbroker/core/test_runner.py.
 
 It prints one line per lifecycle step (flushed) so the test can wait for each; with ``HANG_ON_STOP=1``
 its ``stop()`` never returns, so only a second signal ends the process.

@@ -1,7 +1,7 @@
 """The in-memory broker at the aio-pika level: routing, dead-lettering, TTL, redelivery, errors.
 
 Unit-level behaviour on the memory broker (reconnects, failover, helpers) is in test_memory_units.py;
-everything qbroker itself does is covered by the rest of tests/core, which runs on both brokers.
+everything qbroker itself does is covered by the rest of tests/qbroker/core, which runs on both brokers.
 """
 
 from __future__ import annotations

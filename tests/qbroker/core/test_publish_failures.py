@@ -104,7 +104,7 @@ async def test_a_guaranteed_reply_the_broker_refuses_serves_the_request_again(ma
     leader after a node loss) is published again a few times, then the request goes back to its queue
     instead of being acked with its answer lost: it is served again (at least once). The server keeps no
     answers here, so it runs the handler again; by default it would answer from the first run's outcome
-    (tests/core/test_guaranteed_delivery.py)."""
+    (tests/qbroker/core/test_guaranteed_delivery.py)."""
     server = await make_unit("test.server", guaranteed_answers_kept=0)
     runs: list[str | None] = []
     again = asyncio.Event()

@@ -16,7 +16,7 @@ from harness import HANG, eventually
 from harness.private_node import PrivateNode, start_private_node, stop_private_node
 from qbroker import BrokerUnavailable, Config, QBrokerError, Unit
 
-# Restarts a private RabbitMQ node; tests/core/test_memory_broker.py covers reconnects in memory.
+# Restarts a private RabbitMQ node; tests/qbroker/core/test_memory_broker.py covers reconnects in memory.
 pytestmark = pytest.mark.rabbitmq_only
 
 

@@ -1,7 +1,7 @@
 """The original QBroker (trio_qbroker) on the same bus as qbroker: its own code, in its own venv.
 
 ``peer_python`` builds the original's environment once (harness/original_qbroker.py) and skips only when the
-package index is unreachable. ``original`` starts units of the original (tests/interop/original_agent.py, run
+package index is unreachable. ``original`` starts units of the original (tests/qbroker/interop/original_agent.py, run
 by that venv's Python) on the test's vhost and drives them over stdin/stdout; they stop at the test's end.
 
 Until qbroker declares the exchanges passively beside the original's (they differ: the original declares

@@ -1,6 +1,6 @@
 """The issue's Spark bridge attacks, by a client account against a bridge running as its own account.
 
-tests/spark_bridge/test_spark_confinement.py covers each rule in detail; this is the attack list of
+tests/services/spark_bridge/test_spark_confinement.py covers each rule in detail; this is the attack list of
 issue 10 as a hostile client would try it, with the provisioned accounts.
 """
 

@@ -2,7 +2,7 @@
 
 Each kind of change is checked against tiles computed in the test from the geometry pyosmium read
 (store_oracle): what must be expired is, and nothing beyond the 0.1-tile buffer of the old and new
-geometry is. The store is a fresh copy per test (tests/osmstore/conftest.py imports it once).
+geometry is. The store is a fresh copy per test (tests/services/osmstore/conftest.py imports it once).
 """
 
 # ruff: noqa: F811 - the osmstore fixtures are imported by name and then requested as parameters

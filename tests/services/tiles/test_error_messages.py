@@ -1,6 +1,6 @@
 """One (status, id, part) triple, one message (the seed): the specifics of a bad request are in `detail`.
 Several bad requests of each kind, to the queuemaster on both wires and to a renderer; the Spark bridge's
-side is in tests/spark_bridge/test_spark_bridge_bus.py."""
+side is in tests/services/spark_bridge/test_spark_bridge_bus.py."""
 
 import ast
 import json

@@ -1,5 +1,5 @@
 """``--metrics-port`` on the queuemaster and a renderer: their Prometheus metrics after a render (what every
-program's ``/metrics`` holds, and the Grafana dashboard's queries: tests/tiles/test_program_metrics.py)."""
+program's ``/metrics`` holds, and the Grafana dashboard's queries: tests/services/tiles/test_program_metrics.py)."""
 
 from __future__ import annotations
 

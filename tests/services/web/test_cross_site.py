@@ -62,7 +62,7 @@ async def test_cross_site_requests_are_refused_before_they_spend_anything(bus: T
         assert await on_demand(session, web) == 0
         assert await counters(bus) == before  # nothing reached the queuemaster
 
-        # The map's own fetch (what Chromium sends: tests/web/test_web_browser.py clicks it) and a program
+        # The map's own fetch (what Chromium sends: tests/services/web/test_web_browser.py clicks it) and a program
         # that says nothing of where it runs are served.
         own = {"Content-Type": "application/json", "Origin": web.url, "Sec-Fetch-Site": "same-origin"}
         assert await post(session, web, own) == 202

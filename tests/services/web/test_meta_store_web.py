@@ -1,6 +1,6 @@
 """``--tile-store meta`` end to end: the queuemaster, a Mapnik renderer drawing the Helsinki extract and toposm-web
 on one tile root of mod_tile ``.meta`` files. The tiles served are the bytes an independent reader finds in the
-files (tests/tiles/test_meta_store.py), with ETag/304s, the map's extent, and freshness: an expired metatile is
+files (tests/services/tiles/test_meta_store.py), with ETag/304s, the map's extent, and freshness: an expired metatile is
 served dirty (its file set back 20 years, as mod_tile marks it) until it is rendered again."""
 
 from __future__ import annotations

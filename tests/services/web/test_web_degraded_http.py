@@ -108,7 +108,8 @@ async def test_access_log_in_the_combined_log_format(bus: TileBus, tmp_path: Pat
 
 async def test_access_log_from_the_environment_to_stdout_and_off_by_default(bus: TileBus,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    quiet = start_web(bus)  # the two write their standard output to one log file (tests/tiles/conftest.py Proc)
+    # the two write their standard output to one log file (tests/services/tiles/conftest.py Proc)
+    quiet = start_web(bus)
     await get(quiet.url + "/favicon.ico")
     assert combined_lines(quiet.proc.log.read_text()) == []
     monkeypatch.setenv("TOPOSM_ACCESS_LOG", "-")
