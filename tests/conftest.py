@@ -14,8 +14,9 @@ from qbroker import Config, Unit
 
 MakeUnit = Callable[..., Awaitable[Unit]]
 
-# Fixtures both test trees use (tests/qbroker, tests/services): harness/provisioned.py.
-pytest_plugins = ["harness.provisioned"]
+# What both test trees use (tests/qbroker, tests/services): the heavy marker by fixture (harness/pytest_plugin.py)
+# and the provisioned deployment (harness/provisioned.py).
+pytest_plugins = ["harness.pytest_plugin", "harness.provisioned"]
 
 
 @pytest.fixture(scope="session")

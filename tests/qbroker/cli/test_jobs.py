@@ -13,7 +13,7 @@ import pytest
 from tests.qbroker.cli.helpers import QBROKER, cli_env, run_cli
 from tests.services.spark_bridge.conftest import bridge, spark  # noqa: F401 - the bridge's own fixtures
 
-pytestmark = [pytest.mark.usefixtures("bridge"), pytest.mark.heavy]  # a Spark bridge
+pytestmark = pytest.mark.usefixtures("bridge")  # a Spark bridge: heavy by its fixture
 
 
 def render_log(path: Path) -> Path:

@@ -15,16 +15,18 @@ from typing import Any
 import pytest
 
 from harness import HANG, eventually
+from harness.pytest_plugin import heavy
 from harness.rabbitmq_cluster import Cluster, start_cluster, stop_cluster
 from harness.tcp_relay import TcpRelay
 from qbroker import Config, RequestContext, Unit
 
-pytestmark = [pytest.mark.rabbitmq_only, pytest.mark.heavy]  # three RabbitMQ nodes
+pytestmark = pytest.mark.rabbitmq_only  # three private RabbitMQ nodes (heavy by the cluster fixture)
 NAME = "test.cluster.work"
 ECHO = "test.cluster.echo"
 
 
 @pytest.fixture
+@heavy("starts a three-node RabbitMQ cluster")
 def cluster() -> Iterator[Cluster]:
     """A cluster per test: each kills a node of it."""
     cluster = start_cluster(3)

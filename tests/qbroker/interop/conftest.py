@@ -26,12 +26,14 @@ import pytest
 from harness import HANG
 from harness.broker import create_vhost, delete_vhost, url_for_vhost
 from harness.original_qbroker import IndexUnreachable, PeerSetupError, ensure_peer_python, original_source
+from harness.pytest_plugin import heavy
 from tests.conftest import MakeUnit, units_on
 
 AGENT = Path(__file__).with_name("original_agent.py")
 
 
 @pytest.fixture(scope="session")
+@heavy("builds the original QBroker's venv and runs its units")
 def peer_python() -> Path:
     try:
         return ensure_peer_python()

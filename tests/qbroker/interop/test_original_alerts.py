@@ -5,12 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-
 from tests.conftest import MakeUnit
 from tests.qbroker.interop.conftest import StartOriginal
-
-pytestmark = pytest.mark.heavy
 
 
 async def test_alerts_and_gathers_both_ways(qbroker_units: MakeUnit, original: StartOriginal) -> None:

@@ -15,8 +15,6 @@ from tests.conftest import MakeUnit
 from tests.qbroker.cli.helpers import Snooper, run_cli
 from tests.qbroker.interop.conftest import StartOriginal
 
-pytestmark = pytest.mark.heavy
-
 
 async def test_the_original_discovers_qbroker_units(qbroker_units: MakeUnit, original: StartOriginal) -> None:
     unit = await qbroker_units("qb.found")

@@ -11,8 +11,6 @@ from qbroker import NoServer, RequestError, RequestFailed
 from tests.conftest import MakeUnit
 from tests.qbroker.interop.conftest import StartOriginal
 
-pytestmark = pytest.mark.heavy
-
 
 async def serving_unit(qbroker_units: MakeUnit, app: str = "qb.server") -> Any:
     unit = await qbroker_units(app)

@@ -3,12 +3,8 @@ exchange, its ``alert`` has no alternate exchange)."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.conftest import MakeUnit
 from tests.qbroker.interop.conftest import StartOriginal
-
-pytestmark = pytest.mark.heavy
 
 
 async def test_qbroker_starting_after_the_original(original: StartOriginal, qbroker_units: MakeUnit) -> None:

@@ -8,15 +8,11 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from harness import HANG
 from harness.broker import create_vhost, delete_vhost, url_for_vhost
 from harness.original_qbroker import original_source
 from tests.conftest import MakeUnit
 from tests.qbroker.interop.conftest import original_env, original_settings
-
-pytestmark = pytest.mark.heavy
 
 
 def suite_copy(base: Path, url: str) -> Path:

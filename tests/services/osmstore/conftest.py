@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from harness.osm import osm_data_dir, postgis_database
+from harness.pytest_plugin import heavy
 from services.osmstore.importer import import_extract
 from services.osmstore.render_db import INDEX_GRID, index_box
 from services.osmstore.rtree_pack import as_stored
@@ -20,6 +21,7 @@ from services.osmstore.wkb import wkb_bbox
 
 
 @pytest.fixture(scope="session")
+@heavy("the real OSM extracts: a test that takes them imports or reads one whole")
 def osm_data() -> Path:
     return osm_data_dir()
 
@@ -30,6 +32,7 @@ def helsinki(osm_data: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+@heavy("imports the Helsinki extract")
 def imported_store(helsinki: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store imported once; tests that change it take ``store`` (a copy) instead."""
     store = tmp_path_factory.mktemp("imported") / "helsinki"
@@ -45,6 +48,7 @@ def store(imported_store: Path, tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+@heavy("a PostGIS database (bin/ensure-postgis starts PostgreSQL)")
 def postgis_dsn() -> Iterator[str]:
     """A database of its own per test module (bin/ensure-postgis installs and starts what is missing)."""
     db = f"toposm_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"

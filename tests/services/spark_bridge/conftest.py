@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from harness.pytest_plugin import heavy
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
 
@@ -22,6 +23,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
+@heavy("starts a local Spark session")
 def spark() -> Iterator[SparkSession]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (

@@ -20,6 +20,7 @@ from test_spark_standalone import free_port, stop, wait_for
 
 from harness import HANG, eventually
 from harness.osm import OscNode, OscWay, write_osc
+from harness.pytest_plugin import heavy
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.skipif(not SPARK_SUBMIT.exists(), reason=f"spark-submit
 
 
 @pytest.fixture(scope="module")
+@heavy("starts a Spark Connect server")
 def connect_url(tmp_path_factory) -> Iterator[str]:
     logs = tmp_path_factory.mktemp("spark-connect")
     port = free_port()

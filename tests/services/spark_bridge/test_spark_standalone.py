@@ -23,6 +23,7 @@ from spark_helpers import oracle_metatiles, oracle_point_tiles, oracle_propagate
 from harness import HANG
 from harness.osm import OscNode, write_osc
 from harness.private_node import free_port
+from harness.pytest_plugin import heavy
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 VENV_BIN = Path(sys.executable).parent
@@ -53,6 +54,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
+@heavy("starts a Spark standalone master and worker")
 def standalone_master(tmp_path_factory) -> Iterator[tuple[str, int]]:
     logs = tmp_path_factory.mktemp("spark-cluster")
     port, ui, worker_ui = free_port(), free_port(), free_port()

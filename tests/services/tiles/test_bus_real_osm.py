@@ -1,7 +1,6 @@
 """Queuemaster and a ``toposm-renderer --store`` on real RabbitMQ render real Helsinki data, and re-render
 a street renamed by an osmChange applied to the store."""
 
-import subprocess
 from pathlib import Path
 
 import mercantile
@@ -12,17 +11,13 @@ from services.osmstore.importer import import_extract
 from services.osmstore.render_store import apply_osc
 from services.toposm.tile_store import TileStore
 from services.toposm.tilemath import Tile
+from tests.services.osmstore.conftest import helsinki, osm_data  # noqa: F401 - session fixtures
 
-from .conftest import BIN, wait_renderers
-
-ROOT = BIN.parent.parent
+from .conftest import wait_renderers
 
 
-async def test_renderer_store_renders_real_data_and_a_diff(bus, tmp_path: Path):
-    data = subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
-    assert data.returncode == 0, data.stderr
-    extract_path = ROOT / data.stdout.strip() / "Helsinki.osm.pbf"
+async def test_renderer_store_renders_real_data_and_a_diff(bus, tmp_path: Path, helsinki: Path):  # noqa: F811
+    extract_path = helsinki
     store = tmp_path / "helsinki"
     import_extract(extract_path, store)
     extract = read_extract(extract_path)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from harness.private_node import free_port
+from harness.pytest_plugin import heavy
 from tests.services.tiles.conftest import BIN, Proc, TileBus, bus, pytest_runtest_makereport  # noqa: F401 - fixtures reused
 
 ARTIFACTS = Path(__file__).resolve().parents[3] / "var" / "test-artifacts" / "web"
@@ -67,6 +68,7 @@ def artifacts() -> Path:
 
 
 @pytest.fixture
+@heavy("starts a headless Chromium")
 def browser(tmp_path: Path) -> Iterator[object]:
     if not shutil.which("chromium") or not shutil.which("chromedriver"):
         pytest.fail("chromium and chromedriver are missing: run bin/ensure-chromium (bin/test does)")
