@@ -8,9 +8,8 @@ cluster, the original QBroker's environment) says so where it is defined::
     def spark() -> Iterator[SparkSession]: ...
 
 and every test whose fixtures include it, directly or through other fixtures, is marked ``heavy`` at
-collection, before ``-m "not heavy"`` deselects (``bin/test --quick``). A folder whose every test is heavy
-whatever its fixtures calls ``heavy_folder(__file__, why)`` from its conftest.py. A test that starts something
-heavy itself, without a fixture, carries ``@pytest.mark.heavy`` with a comment saying what.
+collection, before ``-m "not heavy"`` deselects (``bin/test --quick``). A test that starts something heavy
+itself, without a fixture, carries ``@pytest.mark.heavy`` with a comment saying what.
 
 tests/conftest.py loads this module (``pytest_plugins``).
 """
@@ -18,7 +17,6 @@ tests/conftest.py loads this module (``pytest_plugins``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -27,7 +25,6 @@ Function = TypeVar("Function", bound=Callable[..., Any])
 
 # Where a fixture function keeps why it is heavy (set by ``heavy``).
 HEAVY_BECAUSE = "heavy_because"
-_heavy_folders: dict[Path, str] = {}
 
 
 def heavy(why: str) -> Callable[[Function], Function]:
@@ -40,13 +37,8 @@ def heavy(why: str) -> Callable[[Function], Function]:
     return mark
 
 
-def heavy_folder(conftest_file: str, why: str) -> None:
-    """Every test under the folder of ``conftest_file`` (a conftest.py's ``__file__``) is heavy."""
-    _heavy_folders[Path(conftest_file).resolve().parent] = why
-
-
 def heavy_reasons(item: pytest.Item) -> list[str]:
-    """Why ``item`` is heavy by its fixtures or its folder (empty: it is not)."""
+    """Why ``item`` is heavy by its fixtures (empty: it is not)."""
     reasons = []
     fixture_info = getattr(item, "_fixtureinfo", None)
     if fixture_info is not None:
@@ -56,8 +48,6 @@ def heavy_reasons(item: pytest.Item) -> list[str]:
                 why = getattr(definitions[-1].func, HEAVY_BECAUSE, None)
                 if why:
                     reasons.append(f"{name}: {why}")
-    path = Path(str(item.path)).resolve()
-    reasons += [why for folder, why in _heavy_folders.items() if path.is_relative_to(folder)]
     return reasons
 
 
