@@ -21,14 +21,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = {
-    "fuzz": ("tests/core/test_fuzz.py", "fuzz:"),
-    "osm": ("tests/tiles/test_osm_fuzz.py", "OSM-FUZZ:"),
-    "restart": ("tests/core/test_reconnect.py::test_broker_restart_with_1000_calls_in_flight", "RESTART-1000:"),
-    "renderer": ("tests/tiles/test_bus_faults.py::test_renderer_sigkill_mid_render_is_redispatched",
+    "fuzz": ("tests/qbroker/core/test_fuzz.py", "fuzz:"),
+    "osm": ("tests/services/tiles/test_osm_fuzz.py", "OSM-FUZZ:"),
+    "restart": ("tests/qbroker/core/test_reconnect.py::test_broker_restart_with_1000_calls_in_flight", "RESTART-1000:"),
+    "renderer": ("tests/services/tiles/test_bus_faults.py::test_renderer_sigkill_mid_render_is_redispatched",
                  "RENDERER-SIGKILL:"),
-    "queuemaster": ("tests/tiles/test_bus_faults.py::test_queuemaster_sigkill_with_10000_queued_and_50_requesters",
-                    "QM-SIGKILL:"),
-    "stale": ("tests/core/test_stale_service.py::test_stopped_service_answers_no_server_after_grace",
+    "queuemaster": ("tests/services/tiles/test_bus_faults.py::"
+                    "test_queuemaster_sigkill_with_10000_queued_and_50_requesters", "QM-SIGKILL:"),
+    "stale": ("tests/qbroker/core/test_stale_service.py::test_stopped_service_answers_no_server_after_grace",
               "STALE:"),
 }
 

@@ -6,9 +6,13 @@
 - ``harness.broker``: a RabbitMQ vhost of its own per run, deleted afterwards.
 - ``harness.osm``: the real extract read independently of the stores, and the one osmChange writer.
 - ``harness.private_node``: a private RabbitMQ node (never the user's broker), for tests that stop it;
-  ``harness.rabbitmq_cluster``: three of them clustered (tests/core/test_cluster.py, bench/rabbitmq_cluster.py).
+  ``harness.rabbitmq_cluster``: three of them clustered (tests/qbroker/core/test_cluster.py,
+  bench/rabbitmq_cluster.py).
 - ``harness.tcp_relay``: a relay between clients and a broker that holds back what the broker sends, then
-  resets the connections: a publisher confirm lost with its node (tests/core/test_guaranteed_delivery.py).
+  resets the connections: a publisher confirm lost with its node
+  (tests/qbroker/core/test_guaranteed_delivery.py).
+- ``harness.pytest_plugin`` (the ``heavy`` marker, by fixture) and ``harness.provisioned`` (a deployment made
+  by ``qbroker provision``): pytest plugins that tests/conftest.py loads for both test trees.
 
 bench/ imports this package, never tests/ (the benchmarks run without the test suite's fixtures).
 """

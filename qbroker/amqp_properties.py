@@ -7,7 +7,7 @@ qbroker's own work on a reply (docs/performance.md, "Against the peers (morning,
 changes)"). Here the property list is written in one loop over the properties, with fast paths for the table
 values qbroker itself sends (text, small and large integers, flags, nested tables: the error element) and
 pamqp's own encoder for anything else, so the bytes are pamqp's for every property list
-(tests/core/test_amqp_properties.py checks that against pamqp for generated properties).
+(tests/qbroker/core/test_amqp_properties.py checks that against pamqp for generated properties).
 
 ``WireProperties``, an ``OutgoingMessage``'s properties, is a ``pamqp.commands.Basic.Properties`` whose
 ``marshal()`` uses it: aiormq keeps its whole publish path (channel lock, delivery tags, confirms,

@@ -47,7 +47,7 @@ class EndpointOptions:
 
 class EndpointSettings(TypedDict, total=False):
     """``EndpointOptions`` as keyword arguments (``**options: Unpack[EndpointSettings]``), so a type checker
-    checks every option a caller passes. Its keys are EndpointOptions' fields (tests/core checks they agree)."""
+    checks every option a caller passes. Its keys are EndpointOptions' fields (tests/qbroker/core checks they agree)."""
 
     prefetch: int
     exclusive: bool

@@ -14,6 +14,10 @@ from qbroker import Config, Unit
 
 MakeUnit = Callable[..., Awaitable[Unit]]
 
+# What both test trees use (tests/qbroker, tests/services): the heavy marker by fixture (harness/pytest_plugin.py)
+# and the provisioned deployment (harness/provisioned.py).
+pytest_plugins = ["harness.pytest_plugin", "harness.provisioned"]
+
 
 @pytest.fixture(scope="session")
 def vhost() -> Iterator[str]:

@@ -1,4 +1,4 @@
-"""Pinging units and counting what comes back (tests/core/test_ping_guard.py, tests/security/)."""
+"""Pinging units and counting what comes back (tests/qbroker/core/test_ping_guard.py, tests/qbroker/security/)."""
 
 from __future__ import annotations
 

@@ -85,6 +85,7 @@ def on_the_broker(vhost: str) -> list[str]:
 
 
 @pytest.mark.timeout(900)  # a whole demo: minutes on a loaded machine (the demo's own steps wait up to 600 s)
+@pytest.mark.heavy  # the whole demo, started as a program (not a fixture): an OSM import, Spark, every service
 def test_demo_runs_end_to_end(vhost_of_its_own: str, tmp_path: Path) -> None:
     amqp_url = url_for_vhost(vhost_of_its_own)
     # What a SIGKILLed run leaves in its work dir (nothing ran its clean-up): a service process recorded in

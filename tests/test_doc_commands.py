@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.pytest_plugin import heavy
+
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"<!-- runnable(?:: (?P<how>[a-z]+))? -->\n```(?P<lang>[a-z]*)\n(?P<body>.*?)\n```", re.S)
 OFFLINE_ENV = {**os.environ, "QBROKER_URL": "amqp://nobody:nothing@127.0.0.1:1/",
@@ -50,6 +52,7 @@ def test_the_docs_mark_runnable_blocks() -> None:
 
 
 @pytest.fixture(scope="module")
+@heavy("the docs' runnable blocks import the real OSM extracts")
 def osm_extracts() -> Path:
     out = subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, text=True,
                          timeout=600, check=False)

@@ -1,7 +1,7 @@
 """docs/grafana/toposm-tiles.json is a dashboard Grafana imports, and every metric it queries belongs to a program
-whose metrics test checks that the program exposes it (tests/tiles/test_program_metrics.py: the queuemaster, a
+whose metrics test checks that the program exposes it (tests/services/tiles/test_program_metrics.py: the queuemaster, a
 renderer, toposm-replicate, toposm-web and qbroker-dead-letter with the library's;
-tests/spark_bridge/test_bridge_metrics.py: the Spark bridge)."""
+tests/services/spark_bridge/test_bridge_metrics.py: the Spark bridge)."""
 
 from __future__ import annotations
 
