@@ -115,8 +115,10 @@ async def test_serve_a_factory_or_a_unit(amqp_url: str, tmp_path: Path, spec: st
 
 @pytest.mark.parametrize(("args", "says"), [
     (("no_such_module_here:Service",), "qbroker: usage: no module named 'no_such_module_here'"),
-    (("tests.qbroker.cli.helpers:NoSuchThing",), "qbroker: usage: module 'tests.qbroker.cli.helpers' has no attribute 'NoSuchThing'"),
-    (("tests.qbroker.cli.helpers:QBROKER",), "qbroker: usage: tests.qbroker.cli.helpers:QBROKER is a str: expected a Unit"),
+    (("tests.qbroker.cli.helpers:NoSuchThing",),
+     "qbroker: usage: module 'tests.qbroker.cli.helpers' has no attribute 'NoSuchThing'"),
+    (("tests.qbroker.cli.helpers:QBROKER",),
+     "qbroker: usage: tests.qbroker.cli.helpers:QBROKER is a str: expected a Unit"),
     (("tests.qbroker.cli.helpers",), "qbroker: usage: 'tests.qbroker.cli.helpers': expected MODULE:NAME"),
 ])
 async def test_a_bad_name_is_one_line_exit_64(amqp_url: str, args: tuple[str, ...], says: str) -> None:
