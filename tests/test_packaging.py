@@ -135,6 +135,25 @@ print(json.dumps({
     assert found["cron"] == "cron schedules need croniter: pip install 'qbroker-amqp[cron]'"
 
 
+def test_a_library_script_prints_only_what_it_asks_for(library_venv: Path, amqp_url: str, tmp_path: Path) -> None:
+    """A unit started, called and stopped by a plain script: its output is its own print, nothing else
+    (no `connected`, no `unit started`: logging is the application's to set up)."""
+    (tmp_path / "quiet.py").write_text(
+        "import asyncio\n"
+        "from qbroker import Unit\n\n"
+        "unit = Unit('packaging.quiet')\n\n\n"
+        "@unit.rpc('packaging.quiet.echo')\n"
+        "async def echo(text: str) -> str:\n"
+        "    return text\n\n\n"
+        "async def main() -> None:\n"
+        "    async with unit:\n"
+        "        print(await unit.call('packaging.quiet.echo', {'text': 'hello'}))\n\n\n"
+        "asyncio.run(main())\n")
+    done = subprocess.run([str(library_venv / "bin" / "python"), "quiet.py"], capture_output=True, text=True,
+                          timeout=INSTALL_HANG, env={**_clean_env(), "QBROKER_URL": amqp_url}, cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "hello\n", "")
+
+
 def test_every_library_script_answers_help_and_version(library_venv: Path) -> None:
     for script in LIBRARY_SCRIPTS:
         helped = run(library_venv, script, "--help")
