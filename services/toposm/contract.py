@@ -35,6 +35,7 @@ QUEUEMASTER_OSM_QUEUE = QUEUEMASTER + ".osm"
 # (any other name it declared is answered too, but this one is in the TopOSM namespace and the roles allow it).
 CLIENT_REPLY_PREFIX = "toposm.reply."
 
+
 class Command(StrEnum):
     """The words of TopOSM's ``{"command": <word>, ...}`` messages, requests and answers (docs/wire-format.md).
 
@@ -59,7 +60,7 @@ class Command(StrEnum):
     PING = "ping"
     PONG = "pong"
     ACCEPTED = "accepted"
-    # on ``toposm`` (every program listens there); the one the seed defines: the queuemaster (back) online
+    # said to every program (``toposm``, control alerts); the seed defines the first: the queuemaster (back) online
     QUEUEMASTER_ONLINE = "queuemaster online"
     STATUS = "status"
     SHUTDOWN = "shutdown"
