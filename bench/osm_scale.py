@@ -1,4 +1,4 @@
-"""The OSM pipeline at scale: the real Helsinki extract scaled K times (issue 22), imported, diffed, rendered.
+"""The OSM pipeline at scale: the real Helsinki extract scaled K times, imported, diffed, rendered.
 
 For each K (``--k 1,10,50,200``): write the scaled extract (bench/osm_scale_data.py: K copies on a grid,
 ids spread over the real OSM id ranges) and import it with ``toposm-import``'s code in a child process

@@ -5,7 +5,7 @@
 * ``dispatch_null``: the queuemaster's own dispatch capacity, with in-process "null" render threads that
   answer ``render`` and report ``rendered`` at once without drawing anything.
 * ``null_vs_floor``: null dispatch (8 threads) and the sequential RPC floors of bench/peers_rpc.py
-  (raw aiormq, direct reply-to and seed-structured) interleaved in rounds, with the ratio per round, and
+  (raw aiormq, direct reply-to and the QBroker structure) interleaved in rounds, with the ratio per round, and
   with ``--old COMMIT`` that commit's queuemaster (its ``services/`` from ``git archive``) in the same
   rounds. Each round reports the CPU per metatile of the queuemaster, the null renderers (this process)
   and RabbitMQ, and the queue's commits per metatile. The end of a round is the last acknowledged

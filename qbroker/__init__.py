@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     from qbroker.context import RequestContext
     from qbroker.errors import (
         BadMessage,
+        BrokerAuthRefused,
+        BrokerConnectionRefused,
+        BrokerHostUnknown,
+        BrokerTlsFailed,
         BrokerUnavailable,
+        BrokerVhostRefused,
         CallTimeout,
         Cleared,
         ConnectionLost,
@@ -51,6 +56,7 @@ _ERRORS = (
     "HandlerTimeout", "InvalidParams", "NoServer", "NotStarted", "QBrokerError", "RequestError",
     "RequestFailed", "TimedOutInQueue", "UnknownCommand", "Warn", "register_error",
     "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge", "register_exception", "Cleared",
+    "BrokerAuthRefused", "BrokerVhostRefused", "BrokerHostUnknown", "BrokerConnectionRefused", "BrokerTlsFailed",
 )
 _WHERE = {
     "Config": "qbroker.config", "RequestContext": "qbroker.context", "Reply": "qbroker.replies",
@@ -63,7 +69,8 @@ __all__ = [
     "HandlerCrashed", "HandlerTimeout", "InvalidParams", "NoServer", "NotStarted", "QBrokerError",
     "Reply", "RequestContext", "RequestError", "RequestFailed", "TimedOutInQueue", "UnknownCommand",
     "Unit", "Warn", "register_error", "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge",
-    "register_exception", "Cleared", "__version__",
+    "register_exception", "Cleared", "BrokerAuthRefused", "BrokerVhostRefused", "BrokerHostUnknown",
+    "BrokerConnectionRefused", "BrokerTlsFailed", "__version__",
 ]
 
 

@@ -76,9 +76,9 @@ class Endpoint:
         return await self.handler.call(body, ctx)
 
     def serves(self, name: str | None) -> bool:
-        """Whether a request whose header names ``name`` is this endpoint's (the seed: the name matches the
-        routing key). A retry or a re-published copy keeps its name; an endpoint bound with a wildcard takes
-        whatever its binding delivers."""
+        """Whether a request whose header names ``name`` is this endpoint's (the protocol: the name matches the
+        routing key; docs/wire-format.md, "Header"). A retry or a re-published copy keeps its name; an endpoint
+        bound with a wildcard takes whatever its binding delivers."""
         return name == self.name or "*" in self.name or "#" in self.name
 
     def describe(self) -> dict[str, Any]:

@@ -165,7 +165,8 @@ async def _run_guarded(dispatch: Dispatch, body: Any, ctx: RequestContext, part:
             result = await dispatch(body, ctx)
     except QBrokerError as exc:
         info = exc.to_info(part=part)
-        if ctx.debug and info.trace is None:  # the seed: a debug request's reply includes debugging information
+        # a debug request's reply includes debugging information (docs/wire-format.md, "Header")
+        if ctx.debug and info.trace is None:
             info = info.model_copy(update={"trace": traceback.format_exc()})
         return None, info
     except Exception as exc:

@@ -73,7 +73,7 @@ def run_tutorial(workdir: Path, amqp_url: str, bin_dir: Path, pythonpath: Path |
         for command, shown in commands():
             if command.startswith(INSTALL):
                 continue
-            if not shown and command.startswith("python ") and command.endswith(".py"):
+            if not shown and command.startswith("qbroker serve "):
                 services.append(start_service(command, workdir, env))
                 continue
             done = subprocess.run(command, shell=True, cwd=workdir, env=env, capture_output=True, text=True,

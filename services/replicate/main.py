@@ -103,7 +103,7 @@ def parse_command(argv: list[str] | None = None) -> tuple[FollowSettings, Metric
 
 class _Process(Follower):
     """Ends the process when the follower ends (``--once``, or an error): the runner's own graceful stop.
-    Listens on ``toposm`` as every running program does (the seed); nothing said there concerns it."""
+    Listens on ``toposm`` as every running program does (docs/tiles.md); nothing said there concerns it."""
 
     def __init__(self, unit: Unit, settings: FollowSettings, metrics: MetricsServer) -> None:
         super().__init__(unit, settings, metrics)

@@ -3,8 +3,8 @@
 A minutely diff resolves to a few thousand segments (store_expire), already on the driver. Sampling them,
 buffering the samples into tiles, propagating the tiles to every zoom and counting them per metatile is
 a few hundred thousand array elements: milliseconds in numpy, where Spark's plan for it (two exchanges,
-one action) cost 0.5-1 s on a quiet warm session and 8-14 s on this loaded machine, most of a minutely
-diff's time and the same at any store size (issue 22). So a job whose samples fit the driver's budget
+one action) cost most of a minutely diff's time, the same at any store size (the figures: docs/decisions.md,
+"A store diff's path end to end"). So a job whose samples fit the driver's budget
 (``--driver-lookup-mib``, the same budget as the store lookups: what one step of a store job may hold on
 the driver) is expired here, and a bigger one (a merged catch-up diff, a planet's daily diff) in Spark,
 exactly as before. ``driver_bytes=0`` forces Spark (tests compare both).

@@ -3,7 +3,7 @@
 Submitting answers ``{"job_id", "kind", "state"}`` at once; with ``wait=true`` the handler detaches
 (acks the request so a long job does not hold a prefetch slot) and answers the finished job record.
 Progress goes out as ``spark.progress.<owner>.<job_id>`` alerts; expirations as text on ``expire_toposm``, once
-on qbroker's ``alert`` exchange and once on the seed's ``osm`` (``services.toposm.expiry_wires``). Every
+on qbroker's ``alert`` exchange and once on TopOSM's ``osm`` (``services.toposm.expiry_wires``; docs/tiles.md). Every
 invalid request is answered ``fail`` naming the problem.
 """
 
@@ -154,7 +154,7 @@ class SparkBridge:
 
         def publish(text: str) -> None:  # called from the job's worker thread
             async def send() -> None:
-                await publish_expiry(self.unit, self._osm, text)  # on qbroker's alert and the seed's osm
+                await publish_expiry(self.unit, self._osm, text)  # on qbroker's alert and TopOSM's osm
 
             asyncio.run_coroutine_threadsafe(send(), loop).result(timeout=PUBLISH_TIMEOUT)
 

@@ -61,7 +61,7 @@ class Collector:
         self.stopping = False
         unit.on_alert(PROGRESS_PATTERN)(self._on_progress)
         unit.on_alert(EXPIRE_TOPIC)(self._on_expire)
-        # Expirations come on both wires (a seed program publishes on `osm` only): each list taken once.
+        # Expirations come on both wires (a program on `osm` alone publishes there only): each list taken once.
         self.expiry_twins = TwinFilter()
         unit.on_connected(OsmListener([EXPIRE_TOPIC], self._on_osm_expire).declare)
         hear_all_programs(unit, self._program_command)

@@ -19,7 +19,7 @@ ALL = re.escape(ALL_PROGRAMS)
 ROLES: dict[str, dict[str, Any]] = {
     "web": {
         "call": [re.escape(QUEUEMASTER), re.escape(SPARK_JOB)],
-        # the binding key itself: topic read checks it; `toposm`, where every program listens (the seed)
+        # the binding key itself: topic read checks it; `toposm`, where every program listens (docs/tiles.md)
         "hear": [re.escape(SPARK_PROGRESS) + "#", EXPIRE, ALL],
         # its exclusive server-named queues on `osm`, bound to expire_toposm and toposm (services/toposm/seed_wire.py)
         "resources": [r"amq\.gen-[A-Za-z0-9_-]+"],

@@ -44,12 +44,12 @@ from .stats import QueuemasterStats
 
 log = structlog.get_logger("toposm.queuemaster")
 # Text of an expiry broadcast handled per turn of the event loop (and committed together): about 1000
-# tiles, 1-3 ms of parsing and queueing since expiry_keys; one commit per 1000-tile message, not four.
+# tiles, short enough a turn; one commit per 1000-tile message, not four (docs/performance.md, "The queuemaster").
 EXPIRY_CHUNK_CHARS = 16 * 1024
 # Render requests waiting at once; beyond this a new one is answered `busy` (memory stays bounded).
 MAX_WAITERS = 100_000
 # The deadline of the qbroker request being handled (epoch seconds), set by the bus adapter: the command
-# table's signature stays the same for both wires, and the seed's osm wire carries no deadline.
+# table's signature stays the same for both wires, and the osm wire carries no deadline.
 request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("request_deadline", default=None)
 
 
@@ -93,7 +93,7 @@ class Queuemaster:
         # answers anything that depends on a mutation: see ``group_commit``.
         self.commits = GroupCommit(self.store, self.render_log)
         # Set by the bus adapter: tells every expiry listener, on both wires, of a list taken by the
-        # `expire` command (the seed's way to expire is `expire_toposm`, which every program hears).
+        # `expire` command (the protocol's way to expire is `expire_toposm`, which every program hears).
         self.announce_expiry: Callable[[str], Awaitable[None]] | None = None
 
     @property
