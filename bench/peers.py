@@ -14,7 +14,7 @@ machine is shared and its speed drifts between rounds; the JSON gives their medi
 
     .venv/bin/python bench/peers.py [--quick] [--rounds 5] [--calls 200] [--variants same,two]
     .venv/bin/python bench/peers.py --contenders qbroker,qbroker_metrics --plot ''   # what metrics cost
-    .venv/bin/pip install -e '.[bench]'   # FastStream, matplotlib, uvloop
+    .venv/bin/pip install --group bench   # FastStream, matplotlib, uvloop
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ from demo.stack import free_port, service_log, start_stack, tile_at, write_overv
 from demo.waits import changed_pixels, wait_queue_empty, wait_until_answering, wait_web
 from qbroker import Unit
 from qbroker.log import configure_logging
-from services.toposm.contract import QUEUEMASTER, SPARK_JOB, SPARK_STATS
+from services.toposm.contract import QUEUEMASTER, SPARK_JOB, SPARK_STATS, SparkJobCommand
+from services.toposm.messages import RenderTileRequest, StatsRequest
 from services.toposm.tile_store import TileStore
 from services.toposm.tilemath import Metatile
 
@@ -92,12 +93,12 @@ async def show_the_stack(unit: Unit, demo: Demo) -> None:
     print(f"  the edited street (Mikonkatu) on the map: {demo.street_map}", flush=True)
     step("waiting for the queuemaster, the renderers and the Spark bridge")
     deadline = time.monotonic() + 120
-    while len((await wait_until_answering(unit, QUEUEMASTER, {"command": "stats"}, 60))["renderers"]) < \
+    while len((await wait_until_answering(unit, QUEUEMASTER, StatsRequest().body(), 60))["renderers"]) < \
             demo.renderers:
         if time.monotonic() > deadline:
             raise TimeoutError("renderers did not register")
         await asyncio.sleep(0.5)
-    await wait_until_answering(unit, SPARK_JOB, {"command": "list"}, 180)
+    await wait_until_answering(unit, SPARK_JOB, {"command": SparkJobCommand.LIST}, 180)
     async for reply in unit.gather("qbroker.ping", {}, timeout=3, gap=1.0):
         info = reply.body
         if info["uuid"] != unit.uuid:
@@ -111,12 +112,12 @@ async def render_edit_rerender(unit: Unit, demo: Demo) -> None:
     step(f"requesting the tiles of central Helsinki at {lon:.4f},{lat:.4f}, zooms 10-17 (answered when drawn)")
     started = time.monotonic()
     tiles = [tile_at(lon, lat, z) for z in range(10, 18)]
-    replies = await asyncio.gather(*(unit.call(QUEUEMASTER, {"command": "render", "tile": str(t)}, timeout=180)
+    replies = await asyncio.gather(*(unit.call(QUEUEMASTER, RenderTileRequest(tile=str(t)).body(), timeout=180)
                                      for t in tiles))
     for reply in replies:
         print(f"  {reply['tile']:<16} rendered (metatile {reply['metatile']})")
     print(f"  {len(replies)} tiles in {time.monotonic() - started:.1f}s")
-    before = (await unit.call(QUEUEMASTER, {"command": "stats"}))["counters"]
+    before = (await unit.call(QUEUEMASTER, StatsRequest().body()))["counters"]
     tile_store = TileStore(workdir / "tiles")
     for z in (16, 17):
         write_overview(tile_store, tile_at(lon, lat, z).metatile, workdir / f"before-{z}.png")

@@ -6,6 +6,7 @@ mistyped option are answered at once; ``python -m demo`` parses its arguments wi
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -37,14 +38,14 @@ examples:
 
 
 def version() -> str:
-    """The project's version, from pyproject.toml (no installed package needed)."""
+    """The library's version, read from qbroker/__init__.py's ``__version__`` line (nothing installed yet, so
+    nothing imported: the package needs Python 3.11, this runs on the system's)."""
     try:
-        import tomllib
-
-        with open(ROOT / "pyproject.toml", "rb") as handle:
-            return str(tomllib.load(handle)["project"]["version"])
-    except (ImportError, OSError, KeyError, ValueError):
+        text = (ROOT / "qbroker" / "__init__.py").read_text()
+    except OSError:
         return "unknown"
+    found = re.search(r'^__version__ = "([^"]+)"$', text, re.MULTILINE)
+    return found.group(1) if found else "unknown"
 
 
 def parser() -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ from typing import Any
 
 from qbroker import QBrokerError, Unit
 from services.toposm.contract import QUEUEMASTER
+from services.toposm.messages import StatsRequest
 
 
 async def wait_until_answering(unit: Unit, name: str, body: dict[str, Any], within: float) -> Any:
@@ -26,7 +27,7 @@ async def wait_until_answering(unit: Unit, name: str, body: dict[str, Any], with
 async def wait_queue_empty(unit: Unit, within: float = 300) -> dict[str, Any]:
     deadline = time.monotonic() + within
     while True:
-        stats: dict[str, Any] = await unit.call(QUEUEMASTER, {"command": "stats"})
+        stats: dict[str, Any] = await unit.call(QUEUEMASTER, StatsRequest().body())
         if not stats["queues"]["total"] and not stats["queues"]["rendering"]:
             return stats
         if time.monotonic() > deadline:

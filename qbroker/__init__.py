@@ -11,6 +11,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# The library's version, read by the build (pyproject.toml: dynamic), `--version` and <program>_build_info.
+__version__ = "0.3.0"
+
 if TYPE_CHECKING:
     from qbroker.config import Config
     from qbroker.context import RequestContext
@@ -67,7 +70,7 @@ __all__ = [
     "Reply", "RequestContext", "RequestError", "RequestFailed", "TimedOutInQueue", "UnknownCommand",
     "Unit", "Warn", "register_error", "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge",
     "register_exception", "Cleared", "BrokerAuthRefused", "BrokerVhostRefused", "BrokerHostUnknown",
-    "BrokerConnectionRefused", "BrokerTlsFailed",
+    "BrokerConnectionRefused", "BrokerTlsFailed", "__version__",
 ]
 
 

@@ -37,11 +37,10 @@ from typing import Any, Literal, Protocol, cast
 import aio_pika
 import orjson
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
-from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from qbroker.config import Config
-from qbroker.schedule import next_cron
+from qbroker.schedule import next_cron, valid_cron
 from qbroker.transport import Connection
 from qbroker.unit import Unit
 
@@ -77,7 +76,7 @@ class ScheduleSpec(BaseModel):
     @field_validator("cron")
     @classmethod
     def _valid_cron(cls, cron: str | None) -> str | None:
-        if cron is not None and not croniter.is_valid(cron):
+        if cron is not None and not valid_cron(cron):
             raise ValueError(f"invalid cron line {cron!r}")
         return cron
 

@@ -77,7 +77,7 @@ class Config(BaseSettings):
     # A request whose deliveries ended this many times without an answer (its server crashed, hung until
     # the broker dropped it, or was killed) is answered ``poison_request`` and sent to `dead`.
     max_redeliveries: int = Field(3, ge=1)
-    # QBROKER_OTEL=1: every unit traces with OpenTelemetry (qbroker.tracing; pip install qbroker[otel]).
+    # QBROKER_OTEL=1: every unit traces with OpenTelemetry (qbroker.tracing; pip install 'qbroker-amqp[otel]').
     otel: bool = False
     # Pings answered per sending account (user-id): a burst of this many, refilled at this rate a second
     # (docs/security.md, "Ping reflection"). `qbroker list`, qbroker-debug's roll calls and toposm-web's

@@ -5,7 +5,7 @@ every request and alert the unit handles (status, duration, error id, running no
 call, cast, alert and gather the unit sends (outcome, call latency, error id, waiting now). It also hooks
 ``unit.on_connected`` (connections up, reconnects) and the observers of the unit's dead-letter collector
 (dead requests answered). A unit that is not instrumented carries none of it: no link in its chains and
-no send hook around its calls. The core does not import prometheus-client (``pip install qbroker[metrics]``).
+no send hook around its calls. The core does not import prometheus-client (``pip install 'qbroker-amqp[metrics]'``).
 A unit with an HTTP server of its own renders ``generate_latest(registry)``; any other can call ``serve``,
 and a program with a ``--metrics-port`` uses qbroker.metrics_port (``program_registry`` below: its build info,
 no ``_created`` series).
@@ -34,7 +34,7 @@ from wsgiref.simple_server import WSGIServer
 try:
     from prometheus_client import CollectorRegistry, Gauge, disable_created_metrics, start_http_server
 except ModuleNotFoundError as exc:  # say what to install, not just which module is missing
-    raise ModuleNotFoundError(f"qbroker.metrics needs prometheus-client: pip install 'qbroker[metrics]' ({exc})",
+    raise ModuleNotFoundError(f"qbroker.metrics needs prometheus-client: pip install 'qbroker-amqp[metrics]' ({exc})",
                               name=exc.name) from exc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from qbroker.version import DISTRIBUTION, installed_version
+from qbroker import __version__
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -42,7 +42,7 @@ def check_metrics_options(p: argparse.ArgumentParser, a: argparse.Namespace) -> 
     if a.metrics_port is not None and not 0 <= a.metrics_port <= 65535:
         p.error("--metrics-port must be 0..65535")
     if a.metrics_port is not None and importlib.util.find_spec("prometheus_client") is None:
-        p.error("--metrics-port needs prometheus-client: pip install 'qbroker[metrics]'")
+        p.error("--metrics-port needs prometheus-client: pip install 'qbroker-amqp[metrics]'")
 
 
 def _library_metrics(registry: CollectorRegistry) -> UnitMetrics:
@@ -55,14 +55,14 @@ def _library_metrics(registry: CollectorRegistry) -> UnitMetrics:
 class MetricsServer:
     """One program's registry, served on ``port`` once ``start`` runs (None: not served; the registry is
     there all the same); ``refreshers`` run on the loop. ``namespace`` is the program's metric prefix
-    (``<namespace>_build_info``), ``distribution`` the one it is installed from (its version);
+    (``<namespace>_build_info``), ``version`` the program's own (the library's by default);
     ``unit_metrics`` makes the library's metrics of its unit on the registry (error ids and endpoint labels
     of an application's own: ``UnitMetrics``' options)."""
 
     namespace: str
     port: int | None
     host: str = "127.0.0.1"
-    distribution: str = DISTRIBUTION
+    version: str = __version__
     unit_metrics: Callable[[CollectorRegistry], UnitMetrics] = _library_metrics
     refreshers: list[Callable[[], None]] = field(default_factory=list)
     registry: CollectorRegistry = field(init=False)
@@ -73,7 +73,7 @@ class MetricsServer:
     def __post_init__(self) -> None:
         from qbroker.metrics import program_registry
 
-        self.registry = program_registry(self.namespace, installed_version(self.distribution))
+        self.registry = program_registry(self.namespace, self.version)
 
     @property
     def enabled(self) -> bool:

@@ -13,17 +13,33 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
-from croniter import croniter
 from structlog.typing import FilteringBoundLogger
 
 Send = Callable[[], Awaitable[None]]
 
 
+# croniter is the ``cron`` extra: a program that never schedules on a cron line does not install it.
+CRON_EXTRA = "cron schedules need croniter: pip install 'qbroker-amqp[cron]'"
+
+
+def _croniter() -> Any:
+    try:
+        from croniter import croniter
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(CRON_EXTRA, name="croniter") from None
+    return croniter
+
+
+def valid_cron(cron: str) -> bool:
+    """Whether ``cron`` is a cron line croniter reads (ModuleNotFoundError naming the extra without it)."""
+    return bool(_croniter().is_valid(cron))
+
+
 def next_cron(cron: str, after: float) -> float:
     """The first time strictly after ``after`` (epoch seconds) that the cron line names (UTC)."""
-    nxt: datetime = croniter(cron, datetime.fromtimestamp(after, tz=UTC)).get_next(datetime)
+    nxt: datetime = _croniter()(cron, datetime.fromtimestamp(after, tz=UTC)).get_next(datetime)
     return nxt.timestamp()
 
 
@@ -56,7 +72,7 @@ class Scheduler:
             raise ValueError("give exactly one of every= or cron=")
         if every is not None and every <= 0:
             raise ValueError("every must be positive")
-        if cron is not None and not croniter.is_valid(cron):
+        if cron is not None and not valid_cron(cron):
             raise ValueError(f"invalid cron expression {cron!r}")
         schedule = Schedule(uuid.uuid4().hex, name, kind, every, cron, nohaste)
         schedule.task = asyncio.create_task(self._loop(schedule, send), name=f"qbroker-schedule-{name}")

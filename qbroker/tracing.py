@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing as a middleware (``pip install qbroker[otel]``): a span per call, cast, alert and
+"""OpenTelemetry tracing as a middleware (``pip install 'qbroker-amqp[otel]'``): a span per call, cast, alert and
 gather this unit sends, and per request and alert it handles, linked across services by a W3C
 ``traceparent`` in the AMQP headers.
 
@@ -25,7 +25,7 @@ try:
     from opentelemetry.trace import SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ModuleNotFoundError as exc:  # say what to install, not just which module is missing
-    raise ModuleNotFoundError(f"qbroker.tracing (QBROKER_OTEL=1) needs OpenTelemetry: pip install 'qbroker[otel]' "
+    raise ModuleNotFoundError(f"qbroker.tracing (QBROKER_OTEL=1) needs OpenTelemetry: pip install 'qbroker-amqp[otel]' "
                               f"({exc})", name=exc.name) from exc
 
 from qbroker.context import RequestContext

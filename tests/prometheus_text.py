@@ -8,7 +8,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from qbroker.version import installed_version
+import qbroker
 
 
 def scrape(port: int) -> str:
@@ -35,7 +35,7 @@ def labels_naming(text: str, *pids: int) -> list[str]:
             if any(words & set(v.split(".")) for k, v in s.labels.items() if k not in ("le", "quantile"))]
 
 
-def says_its_version(text: str, namespace: str) -> bool:
-    """``<namespace>_build_info{version="<the installed distribution's>"} 1``, and no other build info."""
+def says_its_version(text: str, namespace: str, version: str = qbroker.__version__) -> bool:
+    """``<namespace>_build_info{version="<the program's version>"} 1``, and no other build info."""
     infos = [line for line in text.splitlines() if re.match(r"[a-z_]+_build_info[{ ]", line)]
-    return infos == [f'{namespace}_build_info{{version="{installed_version()}"}} 1.0']
+    return infos == [f'{namespace}_build_info{{version="{version}"}} 1.0']

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_import_contracts_are_kept() -> None:
     lint_imports = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
-    assert lint_imports is not None, "lint-imports not installed: pip install -e '.[test]'"
+    assert lint_imports is not None, "lint-imports not installed: bin/bootstrap (pip install --group test)"
     result = subprocess.run([lint_imports, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
@@ -21,7 +21,7 @@ def test_import_contracts_are_kept() -> None:
 
 def _tool(name: str) -> str:
     found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
-    assert found is not None, f"{name} not installed: pip install -e '.[test]'"
+    assert found is not None, f"{name} not installed: bin/bootstrap (pip install --group test)"
     return found
 
 

@@ -9,9 +9,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
+import qbroker
 from demo.processes import Service, how_it_ended, watch
 from harness import HANG
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def bare_checkout(tmp_path: Path) -> Path:
     """bin/demo with nothing else there to run: no .venv, no bin/bootstrap, no broker set-up."""
-    for relative in ("bin/demo", "demo/__init__.py", "demo/arguments.py", "pyproject.toml"):
+    for relative in ("bin/demo", "demo/__init__.py", "demo/arguments.py", "qbroker/__init__.py"):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / relative, tmp_path / relative)
     return tmp_path
@@ -40,9 +40,8 @@ def test_help_and_version_answer_before_any_set_up(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("usage: bin/demo ") and "--keep-running" in done.stdout
         assert "__main__" not in done.stdout
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     done = run_bin_demo(checkout, "--version")
-    assert (done.returncode, done.stdout.strip()) == (0, f"bin/demo (qbroker {version})")
+    assert (done.returncode, done.stdout.strip()) == (0, f"bin/demo (qbroker {qbroker.__version__})")
     done = run_bin_demo(checkout, "--keep-runing")  # a typo: refused at once, not after minutes of set-up
     assert done.returncode == 2 and "bin/demo: error: unrecognized arguments: --keep-runing" in done.stderr
     assert not (checkout / ".venv").exists() and not (checkout / "var").exists()

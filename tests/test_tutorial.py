@@ -18,7 +18,8 @@ from harness import HANG
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
-# The install step is what the packaging test checks (tests/test_packaging.py); here the checkout is used.
+# The install step is what the packaging test runs (tests/test_packaging.py, on the built wheels); here the
+# checkout is used.
 INSTALL = ("python -m venv", "pip install", "export ")
 
 
@@ -46,14 +47,26 @@ def test_every_python_block_is_a_named_file() -> None:
             assert re.match(r"# \w+\.py\n", text), f"a python block without '# name.py' first: {text[:60]!r}"
 
 
+def install_commands() -> list[str]:
+    """The page's install step, as written (``pip install ...``)."""
+    return [command for command, _ in commands() if command.startswith("pip install")]
+
+
 def test_the_tutorial_works(amqp_url: str, tmp_path: Path) -> None:
+    run_tutorial(tmp_path, amqp_url, Path(sys.executable).parent, pythonpath=ROOT)
+
+
+def run_tutorial(workdir: Path, amqp_url: str, bin_dir: Path, pythonpath: Path | None = None) -> None:
+    """Every block of the page in ``workdir``, with ``bin_dir``'s ``python`` and ``qbroker`` (a venv's) first
+    on PATH; ``pythonpath``: where qbroker is imported from when it is not installed there."""
     for lang, text in blocks():
         if lang == "python":
             name = text.splitlines()[0][2:].strip()
-            (tmp_path / name).write_text(text)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
-    env.update(QBROKER_URL=amqp_url, PYTHONPATH=str(ROOT), COLUMNS="200", NO_COLOR="1",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+            (workdir / name).write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_") and k != "PYTHONPATH"}
+    env.update(QBROKER_URL=amqp_url, COLUMNS="200", NO_COLOR="1", PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
     services: list[subprocess.Popen[str]] = []
     ran = 0
     try:
@@ -61,9 +74,9 @@ def test_the_tutorial_works(amqp_url: str, tmp_path: Path) -> None:
             if command.startswith(INSTALL):
                 continue
             if not shown and command.startswith("qbroker serve "):
-                services.append(start_service(command, tmp_path, env))
+                services.append(start_service(command, workdir, env))
                 continue
-            done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True,
+            done = subprocess.run(command, shell=True, cwd=workdir, env=env, capture_output=True, text=True,
                                   timeout=HANG)
             # What the page shows: the output, or, of a command that failed, what it said on stderr.
             said = done.stdout if done.returncode == 0 else done.stderr

@@ -34,7 +34,7 @@ from services.spark_bridge.stats_job import StatsParams, run_stats
 from services.spark_bridge.store_job import run_store_expire
 from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores, store_job_for
-from services.toposm.contract import SPARK_EXPIRE, SPARK_JOB, SPARK_PROGRESS, SPARK_STATS
+from services.toposm.contract import SPARK_EXPIRE, SPARK_JOB, SPARK_PROGRESS, SPARK_STATS, SparkJobCommand
 from services.toposm.error_messages import errored, failed
 from services.toposm.expiry_wires import OsmPublisher, publish_expiry
 from services.toposm.metrics_port import service_metrics
@@ -257,16 +257,16 @@ class SparkBridge:
 
         jobs = unit.commands(SPARK_JOB, prefetch=32)
 
-        @jobs.command("status")
+        @jobs.command(SparkJobCommand.STATUS)
         async def status(job_id: str, ctx: RequestContext) -> dict[str, Any]:
             return self._job(job_id, ctx).model_dump(mode="json", exclude={"result"})
 
-        @jobs.command("progress")
+        @jobs.command(SparkJobCommand.PROGRESS)
         async def progress(job_id: str, ctx: RequestContext) -> dict[str, Any]:
             self._job(job_id, ctx)
             return await asyncio.to_thread(self.manager.progress, job_id)
 
-        @jobs.command("result")
+        @jobs.command(SparkJobCommand.RESULT)
         async def result(job_id: str, ctx: RequestContext) -> dict[str, Any]:
             record = self._job(job_id, ctx)
             if not record.state.finished:
@@ -274,21 +274,21 @@ class SparkBridge:
             _finished_reply(record)  # a failed/cancelled job has no result: answer fail with the reason
             return {"job_id": job_id, "kind": record.kind, "result": record.result}
 
-        @jobs.command("log")
+        @jobs.command(SparkJobCommand.LOG)
         async def log_tail(job_id: str, ctx: RequestContext, lines: int = 50) -> dict[str, Any]:
             self._job(job_id, ctx)
             if not 0 <= lines <= 10_000:
                 raise failed("bad_lines", f"lines={lines}")
             return {"job_id": job_id, "lines": await asyncio.to_thread(self.manager.log_tail, job_id, lines)}
 
-        @jobs.command("cancel")
+        @jobs.command(SparkJobCommand.CANCEL)
         async def cancel(job_id: str, ctx: RequestContext) -> dict[str, Any]:
             self._job(job_id, ctx)
             await ctx.detach()  # stopping Spark tasks can take a moment
             record = await self.manager.cancel(job_id)
             return {"job_id": job_id, "state": record.state.value, "error": record.error}
 
-        @jobs.command("list")
+        @jobs.command(SparkJobCommand.LIST)
         async def list_jobs(ctx: RequestContext, state: JobState | None = None, kind: str | None = None,
                             limit: int = 50) -> dict[str, Any]:
             if not 1 <= limit <= 1000:

@@ -7,3 +7,6 @@ messages and the ``--metrics-port`` labels. The programs (``services.tiles.queue
 ``...render_list``, ``services.web``, ``services.spark_bridge``, ``services.replicate``) import this package,
 never each other; nothing here imports a program.
 """
+
+# The TopOSM stack's version (services/pyproject.toml reads it; `--version`, <program>_build_info).
+__version__ = "0.3.0"

@@ -22,6 +22,7 @@ so any of them can use it without pulling in another's code.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import StrEnum
 
 OSM_EXCHANGE = "osm"
 EXPIRE_TOPIC = "expire_toposm"
@@ -33,8 +34,49 @@ QUEUEMASTER_OSM_QUEUE = QUEUEMASTER + ".osm"
 # A client's own reply queue name on ``osm``, if it wants one rather than a broker-named ``amq.gen-...`` queue
 # (any other name it declared is answered too, but this one is in the TopOSM namespace and the roles allow it).
 CLIENT_REPLY_PREFIX = "toposm.reply."
-# The one command the protocol defines on ``toposm`` (every program listens there): the queuemaster (back) online.
-QUEUEMASTER_ONLINE = "queuemaster online"
+
+
+class Command(StrEnum):
+    """The words of TopOSM's ``{"command": <word>, ...}`` messages, requests and answers (docs/wire-format.md).
+
+    A member is a ``str``: it compares equal to the word and is sent as the word."""
+
+    # to the queuemaster (each with its request model in services.toposm.messages)
+    REGISTER = "register"
+    RENDERED = "rendered"  # also the answer to render and bulk
+    UNREGISTER = "unregister"
+    RENDER = "render"  # also the queuemaster's order to a render thread
+    EXPIRE = "expire"
+    STATS = "stats"  # also the answer's word
+    BULK = "bulk"
+    CANCEL = "cancel"
+    # the queuemaster's answers
+    REGISTERED = "registered"
+    UNREGISTERED = "unregistered"
+    ACK = "ack"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    # a render thread's commands and answers
+    PING = "ping"
+    PONG = "pong"
+    ACCEPTED = "accepted"
+    # said to every program (``toposm``, control alerts); the protocol defines the first: the queuemaster online
+    QUEUEMASTER_ONLINE = "queuemaster online"
+    STATUS = "status"
+    SHUTDOWN = "shutdown"
+    SHUTTING_DOWN = "shutting down"
+
+
+class SparkJobCommand(StrEnum):
+    """The commands of the Spark bridge's ``spark.job`` endpoint (docs/spark-bridge.md)."""
+
+    STATUS = "status"
+    PROGRESS = "progress"
+    RESULT = "result"
+    LOG = "log"
+    CANCEL = "cancel"
+    LIST = "list"
+
 
 SPARK_BRIDGE = "spark.bridge"  # the bridge's app name
 SPARK_EXPIRE = "spark.expire"

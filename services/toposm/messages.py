@@ -7,11 +7,11 @@ forbidden so that a typo (``"tiles"`` for ``"tile"``) is reported instead of sil
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .contract import join_expiry_list, render_thread, split_expiry_list
+from .contract import Command, join_expiry_list, render_thread, split_expiry_list
 from .strategy import parse_strategy
 from .tilemath import parse_metatile, parse_tile
 
@@ -19,11 +19,20 @@ HOSTNAME_PATTERN = r"^[A-Za-z0-9_-]{1,63}$"  # one routing-key word: no dots, no
 
 
 class Message(BaseModel):
+    """A request as the receiver validates it, and as the sender builds it (``body``)."""
+
     model_config = ConfigDict(extra="forbid")
+    COMMAND: ClassVar[Command]  # the word it travels under
+
+    def body(self) -> dict[str, Any]:
+        """The wire form: ``{"command": <word>, <the fields the sender set>}``."""
+        return {"command": self.COMMAND.value, **self.model_dump(exclude_unset=True)}
 
 
 class RegisterRequest(Message):
     """renderer -> queuemaster: a render thread offers itself."""
+
+    COMMAND = Command.REGISTER
 
     hostname: str = Field(pattern=HOSTNAME_PATTERN)
     pid: int = Field(ge=0)
@@ -55,6 +64,8 @@ MAX_REASON = 2000
 class RenderedRequest(Message):
     """renderer -> queuemaster: a metatile render finished (ok) or failed (error, with a reason)."""
 
+    COMMAND = Command.RENDERED
+
     metatile: str
     status: Literal["ok", "error"] = "ok"
     reason: str | None = None
@@ -81,6 +92,8 @@ class RenderedRequest(Message):
 class UnregisterRequest(Message):
     """renderer -> queuemaster: a thread (or, without ids, every thread behind this reply_to) leaves."""
 
+    COMMAND = Command.UNREGISTER
+
     hostname: str | None = None
     pid: int | None = None
     threadid: int | None = None
@@ -88,6 +101,8 @@ class UnregisterRequest(Message):
 
 class RenderTileRequest(Message):
     """requester -> queuemaster: render the metatile holding ``tile`` and answer when it is done."""
+
+    COMMAND = Command.RENDER
 
     tile: str
 
@@ -99,6 +114,8 @@ class RenderTileRequest(Message):
 
 class ExpireRequest(Message):
     """The expiry list as a command (same effect as text on ``expire_toposm``)."""
+
+    COMMAND = Command.EXPIRE
 
     tiles: str | list[str]
 
@@ -118,6 +135,8 @@ class BulkRenderRequest(Message):
     """``toposm-render-list`` -> queuemaster: render a metatile at bulk (or background) priority and answer
     when it is rendered; with ``missing_only`` a metatile rendered before is answered ``skipped`` at once."""
 
+    COMMAND = Command.BULK
+
     metatile: str
     missing_only: bool = False
     priority: Literal["bulk", "background"] = "bulk"
@@ -135,6 +154,8 @@ class CancelBulkRequest(Message):
     """``toposm-render-list`` stopping -> queuemaster: withdraw these metatiles if they are still queued for
     bulk pre-rendering (not raised by a request or an expiry, not rendering); their waiters are answered."""
 
+    COMMAND = Command.CANCEL
+
     metatiles: list[str] = Field(min_length=1, max_length=MAX_CANCEL)
 
     @field_validator("metatiles")
@@ -146,6 +167,8 @@ class CancelBulkRequest(Message):
 class RenderCommand(Message):
     """queuemaster -> renderer thread."""
 
+    COMMAND = Command.RENDER
+
     metatile: str
 
     @field_validator("metatile")
@@ -156,3 +179,5 @@ class RenderCommand(Message):
 
 class StatsRequest(Message):
     """anyone -> queuemaster: the queues, the render threads and the counters (no parameters)."""
+
+    COMMAND = Command.STATS

@@ -2,7 +2,7 @@
 
 What the services add to it: their error ids as labels of their own (services/toposm/error_messages.py), render
 threads' and jobs' names labelled without their process id or job id (``contract.metric_label``), the
-distribution they are installed from, and the zoom labels their own metrics use.
+stack's version (``services.toposm.__version__``), and the zoom labels their own metrics use.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from prometheus_client import CollectorRegistry
 
 from qbroker.metrics import UnitMetrics
 from qbroker.metrics_port import MetricsServer
+from services.toposm import __version__
 from services.toposm.contract import metric_label
 from services.toposm.error_messages import MESSAGES
 
-# The distribution the services are installed from (their build info's version): the library's today.
-DISTRIBUTION = "qbroker"
 # Zoom labels are bounded by the tile scheme (0-30); anything else a message could name is not a label.
 ZOOM_LABELS = tuple(str(z) for z in range(31))
 
@@ -27,4 +26,5 @@ def service_unit_metrics(registry: CollectorRegistry) -> UnitMetrics:
 
 def service_metrics(namespace: str, port: int | None, host: str = "127.0.0.1") -> MetricsServer:
     """A service's metrics server; ``namespace`` its metric prefix (``toposm_queuemaster``...)."""
-    return MetricsServer(namespace, port, host, distribution=DISTRIBUTION, unit_metrics=service_unit_metrics)
+    return MetricsServer(namespace, port, host, version=__version__,
+                         unit_metrics=service_unit_metrics)

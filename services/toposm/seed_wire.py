@@ -28,7 +28,7 @@ from qbroker.topology import topic_exchange
 from qbroker.topology_check import ensure_shared
 from qbroker.transport import Connection
 
-from .contract import ALL_PROGRAMS, CLIENT_REPLY_PREFIX, OSM_EXCHANGE, QUEUEMASTER_ONLINE
+from .contract import ALL_PROGRAMS, CLIENT_REPLY_PREFIX, OSM_EXCHANGE, Command
 
 log = structlog.get_logger("toposm.seed_wire")
 
@@ -152,7 +152,7 @@ class AllProgramsTopic:
                                     "listens), by command: the seed's `queuemaster online`, or other",
                                     ["command"], registry=registry) if registry is not None else None)
         if self._metric is not None:
-            for label in (QUEUEMASTER_ONLINE, OTHER_COMMAND):
+            for label in (Command.QUEUEMASTER_ONLINE.value, OTHER_COMMAND):
                 self._metric.labels(label)
         unit.on_alert(ALL_PROGRAMS)(self._on_alert)
         self.listener = OsmListener([ALL_PROGRAMS], self._on_osm)
@@ -167,7 +167,7 @@ class AllProgramsTopic:
 
     async def _heard(self, command: dict[str, Any] | None, wire: str) -> None:
         name = command["command"] if command is not None else None
-        label = QUEUEMASTER_ONLINE if name == QUEUEMASTER_ONLINE else OTHER_COMMAND
+        label = Command.QUEUEMASTER_ONLINE.value if name == Command.QUEUEMASTER_ONLINE else OTHER_COMMAND
         self.heard[label] += 1
         if self._metric is not None:
             self._metric.labels(label).inc()

@@ -19,8 +19,9 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from qbroker import QBrokerError, RequestContext, RequestError, RequestFailed, Unit
 from services.toposm import render_log
-from services.toposm.contract import EXPIRE_TOPIC, QUEUEMASTER, SPARK_JOB, SPARK_PROGRESS
+from services.toposm.contract import EXPIRE_TOPIC, QUEUEMASTER, SPARK_JOB, SPARK_PROGRESS, Command, SparkJobCommand
 from services.toposm.expiry_wires import TwinFilter, Wire, expiry_key, expiry_text
+from services.toposm.messages import StatsRequest
 from services.toposm.seed_wire import OsmListener, hear_all_programs
 from services.toposm.tilemath import Tile, ZoomRange, parse_tile_list
 
@@ -99,7 +100,7 @@ class Collector:
     async def _program_command(self, body: dict[str, Any]) -> None:
         """Said to every program (``toposm``): a queuemaster (back) online is polled at once rather than at
         the next poll, so the page shows it as soon as it is there. Nothing else there concerns toposm-web."""
-        if body["command"] == "queuemaster online":
+        if body["command"] == Command.QUEUEMASTER_ONLINE:
             self.wake.set()
 
     async def _expiry_heard(self, body: Any, message_id: str | None, wire: Wire) -> None:
@@ -125,7 +126,7 @@ class Collector:
 
     async def _poll_queuemaster(self) -> None:
         try:
-            stats = await self.call(QUEUEMASTER, {"command": "stats"}, timeout=self.stats_timeout)
+            stats = await self.call(QUEUEMASTER, StatsRequest().body(), timeout=self.stats_timeout)
         except QBrokerError as exc:
             self.status.set_queuemaster(None, why_no_answer(exc, "the queuemaster", QUEUEMASTER), str(exc))
             return
@@ -150,7 +151,7 @@ class Collector:
 
     async def poll_jobs(self) -> None:
         try:
-            answer = await self.call(SPARK_JOB, {"command": "list", "limit": 50}, timeout=5)
+            answer = await self.call(SPARK_JOB, {"command": SparkJobCommand.LIST, "limit": 50}, timeout=5)
         except QBrokerError as exc:
             self.status.set_jobs(None, why_no_answer(exc, "the Spark bridge", SPARK_JOB), str(exc))
             return

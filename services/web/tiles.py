@@ -37,6 +37,7 @@ from limits.strategies import MovingWindowRateLimiter
 from qbroker import CallTimeout, QBrokerError
 from services.toposm.contract import QUEUEMASTER
 from services.toposm.freshness import FreshnessStore, TileState
+from services.toposm.messages import ExpireRequest, RenderTileRequest
 from services.toposm.tile_store import TileStore
 from services.toposm.tilemath import Metatile, Tile
 
@@ -204,7 +205,7 @@ class TileServer:
     async def _render(self, tile: Tile, expired: asyncio.Future[None] | None = None) -> Any:
         if expired is not None:
             try:
-                await self.collector.call(QUEUEMASTER, {"command": "expire", "tiles": str(tile)},
+                await self.collector.call(QUEUEMASTER, ExpireRequest(tiles=str(tile)).body(),
                                           timeout=EXPIRE_TIMEOUT)
             except BaseException as exc:
                 if not expired.done():
@@ -212,7 +213,7 @@ class TileServer:
                 raise
             expired.set_result(None)
         # The call's own deadline is the render timeout: a longer render keeps its place in the queue.
-        return await self.collector.call(QUEUEMASTER, {"command": "render", "tile": str(tile)},
+        return await self.collector.call(QUEUEMASTER, RenderTileRequest(tile=str(tile)).body(),
                                          timeout=self.limits.timeout)
 
     def _finished(self, metatile: Metatile, task: asyncio.Task[Any]) -> None:

@@ -13,8 +13,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from qbroker.metrics import program_registry
-from qbroker.version import installed_version
-from services.toposm.metrics_port import DISTRIBUTION, service_unit_metrics
+from services.toposm import __version__
+from services.toposm.metrics_port import service_unit_metrics
 
 from .status import StatusModel
 
@@ -38,7 +38,7 @@ class QueuemasterPoll(Collector):
 
 class WebMetrics:
     def __init__(self, status: StatusModel) -> None:
-        self.registry = program_registry(NAMESPACE, installed_version(DISTRIBUTION))
+        self.registry = program_registry(NAMESPACE, __version__)
         self.registry.register(QueuemasterPoll(status))
         self.library = service_unit_metrics(self.registry)
         self.rpc_calls = Counter("toposm_web_rpc_calls", "RPC calls made by toposm-web, by endpoint and status",

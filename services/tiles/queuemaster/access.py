@@ -15,10 +15,11 @@ import os
 from dataclasses import dataclass
 
 from qbroker import RequestFailed
+from services.toposm.contract import Command
 from services.toposm.error_messages import MESSAGES
 
-RENDERER_COMMANDS = frozenset({"register", "rendered", "unregister"})
-BULK_COMMANDS = frozenset({"bulk", "cancel"})
+RENDERER_COMMANDS = frozenset({Command.REGISTER, Command.RENDERED, Command.UNREGISTER})
+BULK_COMMANDS = frozenset({Command.BULK, Command.CANCEL})
 
 
 def _users(raw: str | None) -> frozenset[str] | None:

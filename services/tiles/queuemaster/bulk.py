@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from services.toposm.contract import Command
 from services.toposm.messages import BulkRenderRequest, CancelBulkRequest
 from services.toposm.tilemath import parse_metatile
 
@@ -26,7 +27,7 @@ async def bulk_render(qm: Queuemaster, req: BulkRenderRequest, user: str | None 
     rendered: ``{"command": "rendered", "metatile", "skipped"}``."""
     m = qm.metatile(req.metatile)
     qm.stats.count("bulk_requested")
-    answer = {"command": "rendered", "metatile": str(m), "skipped": False}
+    answer = {"command": Command.RENDERED, "metatile": str(m), "skipped": False}
     if req.missing_only and qm.tiles.metatile_exists(m):
         qm.stats.count("bulk_skipped")
         return {**answer, "skipped": True}
@@ -51,4 +52,4 @@ def cancel_bulk(qm: Queuemaster, req: CancelBulkRequest, user: str | None = None
     for m in withdrawn:
         qm.render_waiters.cancel(m)
     qm.stats.count("bulk_withdrawn", len(withdrawn))
-    return {"command": "cancelled", "metatiles": len(req.metatiles), "withdrawn": len(withdrawn)}
+    return {"command": Command.CANCELLED, "metatiles": len(req.metatiles), "withdrawn": len(withdrawn)}

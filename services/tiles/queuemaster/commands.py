@@ -15,7 +15,7 @@ import structlog
 from pydantic import ValidationError
 
 from qbroker import InvalidParams, UnknownCommand
-from services.toposm.contract import QUEUEMASTER
+from services.toposm.contract import QUEUEMASTER, Command
 from services.toposm.expiry_wires import expiry_text
 from services.toposm.messages import (
     BulkRenderRequest,
@@ -39,12 +39,15 @@ Answer = Callable[[Queuemaster, Any, str | None, str | None], Any]
 
 
 @dataclass(frozen=True)
-class Command:
-    name: str
-    request: type[Message]
+class QueuemasterCommand:
+    request: type[Message]  # its word is the model's (``request.COMMAND``)
     answer: Answer
     # The answer may take minutes (a render): the endpoint must not hold a prefetch slot meanwhile.
     long_running: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.request.COMMAND.value
 
     async def run(self, qm: Queuemaster, request: Message, reply_to: str | None, user: str | None = None) -> Any:
         # Both wires come through here, so neither can skip the account check.
@@ -66,7 +69,7 @@ async def _render(qm: Queuemaster, req: RenderTileRequest, reply_to: str | None,
 async def _expire(qm: Queuemaster, req: ExpireRequest, reply_to: str | None, user: str | None) -> Any:
     """Taken here, then told to every other expiry listener (tile servers, caches, programs on ``osm``), as if it
     had come on ``expire_toposm``: a list expired by command is no secret of the queuemaster's."""
-    answer = {"command": "expired", **qm.expire(req.text, strict=True)}
+    answer = {"command": Command.EXPIRED, **qm.expire(req.text, strict=True)}
     if qm.announce_expiry is not None:
         try:
             await qm.announce_expiry(req.text)
@@ -75,21 +78,20 @@ async def _expire(qm: Queuemaster, req: ExpireRequest, reply_to: str | None, use
     return answer
 
 
-COMMANDS: dict[str, Command] = {c.name: c for c in (
-    Command("register", RegisterRequest, lambda qm, req, reply_to, user: qm.register(req, reply_to, user=user)),
-    Command("rendered", RenderedRequest, lambda qm, req, reply_to, user: qm.rendered(req, user=user)),
-    Command("unregister", UnregisterRequest,
-            lambda qm, req, reply_to, user: qm.unregister(req, reply_to, user=user)),
-    Command("render", RenderTileRequest, _render, long_running=True),
-    Command("expire", ExpireRequest, _expire),
-    Command("stats", StatsRequest, lambda qm, req, reply_to, user: qm.describe()),
-    Command("bulk", BulkRenderRequest, lambda qm, req, reply_to, user: bulk_render(qm, req, user),
-            long_running=True),
-    Command("cancel", CancelBulkRequest, lambda qm, req, reply_to, user: cancel_bulk(qm, req, user)),
+COMMANDS: dict[str, QueuemasterCommand] = {c.name: c for c in (
+    QueuemasterCommand(RegisterRequest, lambda qm, req, reply_to, user: qm.register(req, reply_to, user=user)),
+    QueuemasterCommand(RenderedRequest, lambda qm, req, reply_to, user: qm.rendered(req, user=user)),
+    QueuemasterCommand(UnregisterRequest, lambda qm, req, reply_to, user: qm.unregister(req, reply_to, user=user)),
+    QueuemasterCommand(RenderTileRequest, _render, long_running=True),
+    QueuemasterCommand(ExpireRequest, _expire),
+    QueuemasterCommand(StatsRequest, lambda qm, req, reply_to, user: qm.describe()),
+    QueuemasterCommand(BulkRenderRequest, lambda qm, req, reply_to, user: bulk_render(qm, req, user),
+                       long_running=True),
+    QueuemasterCommand(CancelBulkRequest, lambda qm, req, reply_to, user: cancel_bulk(qm, req, user)),
 )}
 
 
-def parse_command(name: Any, params: Any) -> tuple[Command, Message]:
+def parse_command(name: Any, params: Any) -> tuple[QueuemasterCommand, Message]:
     """The command and its validated request, or UnknownCommand / InvalidParams (status ``fail``)."""
     command = COMMANDS.get(name) if isinstance(name, str) else None
     if command is None:

@@ -34,9 +34,9 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, 
 
 from qbroker import BadMessage, ConnectionLost, ErrorInfo, HandlerCrashed, InvalidParams, QBrokerError
 from qbroker.transport import Connection
-from services.toposm.contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER, QUEUEMASTER_ONLINE, QUEUEMASTER_OSM_QUEUE
+from services.toposm.contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER, QUEUEMASTER_OSM_QUEUE, Command
 from services.toposm.error_messages import errored, failed
-from services.toposm.messages import RegisterRequest
+from services.toposm.messages import RegisterRequest, RenderCommand
 from services.toposm.seed_wire import ReplyQueues, declare_osm_exchange, known_params
 from services.toposm.tilemath import Metatile
 
@@ -50,7 +50,7 @@ log = structlog.get_logger("toposm.osm_wire")
 OSM_PART = QUEUEMASTER  # the error part: the same command table as the qbroker endpoint
 BINDINGS = (QUEUEMASTER, EXPIRE_TOPIC, ALL_PROGRAMS)
 # renderer -> queuemaster commands, to which the protocol gives no answer (see the module's docstring)
-UNANSWERED_IN_SEED = frozenset({"register", "rendered", "unregister"})
+UNANSWERED_IN_SEED = frozenset({Command.REGISTER, Command.RENDERED, Command.UNREGISTER})
 
 
 # Commands that wait for a render (`render`, `bulk`: minutes, and on this wire without a deadline) in progress
@@ -118,7 +118,7 @@ class OsmWire:
         if self._exchange is None:
             return
         await self._exchange.publish(
-            aio_pika.Message(orjson.dumps({"command": QUEUEMASTER_ONLINE}),
+            aio_pika.Message(orjson.dumps({"command": Command.QUEUEMASTER_ONLINE}),
                              content_type="application/json", app_id=QUEUEMASTER),
             routing_key=ALL_PROGRAMS,
         )
@@ -134,7 +134,7 @@ class OsmWire:
 
     async def send_render(self, thread: RenderThread, metatile: Metatile) -> None:
         """The protocol's ``render`` on ``osm`` to the thread's own topic; its answer is a later ``rendered``."""
-        await self._publish(thread.endpoint, {"command": "render", "metatile": str(metatile)},
+        await self._publish(thread.endpoint, RenderCommand(metatile=str(metatile)).body(),
                             message_id=uuid.uuid4().hex)
 
     async def liveness(self, thread: RenderThread) -> QueueLiveness:
@@ -189,7 +189,7 @@ class OsmWire:
             if not isinstance(body, dict) or not isinstance(body.get("command"), str):
                 raise InvalidParams("expected a JSON object with a string 'command' field")
             command = body.pop("command")
-            if command == QUEUEMASTER_ONLINE:
+            if command == Command.QUEUEMASTER_ONLINE:
                 return  # our own announcement, heard on `toposm`
             if command in COMMANDS:
                 body = self._known_params(command, body, message)

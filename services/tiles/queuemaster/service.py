@@ -34,7 +34,7 @@ from qbroker import (
     Unit,
     UnknownCommand,
 )
-from services.toposm.contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER
+from services.toposm.contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER, Command
 from services.toposm.expiry_wires import (
     OsmPublisher,
     TwinFilter,
@@ -45,12 +45,12 @@ from services.toposm.expiry_wires import (
     publish_expiry,
     relay_expiry,
 )
-from services.toposm.messages import Message
+from services.toposm.messages import Message, RenderCommand
 from services.toposm.metrics_port import service_metrics
 from services.toposm.seed_wire import ReplyQueues
 from services.toposm.tilemath import Metatile
 
-from .commands import COMMANDS, Command, expire_broadcast
+from .commands import COMMANDS, QueuemasterCommand, expire_broadcast
 from .metrics import NAMESPACE, QueuemasterMetrics
 from .osm_liveness import QueueLiveness
 from .osm_wire import OsmWire, error_result
@@ -60,7 +60,7 @@ from .waiter_store import StoredWaiter, WaiterStore
 
 log = structlog.get_logger("toposm.queuemaster")
 APP = QUEUEMASTER
-ONLINE = {"command": "queuemaster online"}
+ONLINE = {"command": Command.QUEUEMASTER_ONLINE}
 
 
 class QueuemasterService:
@@ -98,7 +98,7 @@ class QueuemasterService:
         unit.on_connected(self.osm.declare)
         unit.on_connected(self.osm_publisher.declare)
 
-    def _endpoint_handler(self, command: Command) -> Callable[..., Coroutine[Any, Any, Any]]:
+    def _endpoint_handler(self, command: QueuemasterCommand) -> Callable[..., Coroutine[Any, Any, Any]]:
         async def handle(request: Message, ctx: RequestContext) -> Any:
             stored: int | None = None
             if command.long_running:
@@ -166,7 +166,7 @@ class QueuemasterService:
             if thread.wire == "osm":
                 await self.osm.send_render(thread, metatile)  # the `osm` wire: no answer but `rendered`
             else:
-                await self.unit.call(thread.endpoint, {"command": "render", "metatile": str(metatile)},
+                await self.unit.call(thread.endpoint, RenderCommand(metatile=str(metatile)).body(),
                                      timeout=self.settings.dispatch_timeout)
         except NoServer:
             self.qm.thread_lost(thread, "no_server on render")
@@ -198,7 +198,7 @@ class QueuemasterService:
             if thread.wire == "osm":
                 await self._check_osm_thread(thread)
                 return
-            reply: Any = await self.unit.call(thread.endpoint, {"command": "ping"}, timeout=timeout)
+            reply: Any = await self.unit.call(thread.endpoint, {"command": Command.PING}, timeout=timeout)
         except NoServer:
             self.qm.thread_lost(thread, "no_server on ping")
             return

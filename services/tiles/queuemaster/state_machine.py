@@ -23,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from services.toposm.contract import RENDER_ROOT
+from services.toposm.contract import RENDER_ROOT, Command
 from services.toposm.error_messages import errored, failed
 from services.toposm.messages import RegisterRequest, RenderedRequest, UnregisterRequest
 from services.toposm.render_log import RenderLogRecord
@@ -187,7 +187,7 @@ class Queuemaster:
         m = tile.metatile
         self.stats.count("requested")
         state = self.queue.state_of(m)
-        answer = {"command": "rendered", "tile": str(tile), "metatile": str(m)}
+        answer = {"command": Command.RENDERED, "tile": str(tile), "metatile": str(m)}
         if state is None:
             if self.tiles.metatile_exists(m):
                 self.stats.count("requested_fresh")
@@ -237,7 +237,7 @@ class Queuemaster:
         log.info("render thread registered", renderer=thread.endpoint, strategy=str(thread.strategy),
                  rendering=req.metatile)
         self.work_available.set()
-        return {"command": "registered", "renderer": thread.endpoint, "strategy": str(thread.strategy)}
+        return {"command": Command.REGISTERED, "renderer": thread.endpoint, "strategy": str(thread.strategy)}
 
     def unregister(self, req: UnregisterRequest, reply_to: str | None, *, user: str | None = None) -> dict[str, Any]:
         threads = self.threads.matching(reply_to, req.hostname, req.pid, req.threadid)
@@ -247,7 +247,7 @@ class Queuemaster:
             raise Forbidden(f"not this account's render threads: {', '.join(others[:5])}")
         for thread in threads:
             self._drop(thread, "unregistered")
-        return {"command": "unregistered", "renderers": [t.endpoint for t in threads]}
+        return {"command": Command.UNREGISTERED, "renderers": [t.endpoint for t in threads]}
 
     def thread_lost(self, thread: RenderThread, why: str) -> None:
         """The bus says this thread is gone (queue vanished or pings unanswered)."""
@@ -286,14 +286,14 @@ class Queuemaster:
             self.stats.count("rendered_by_replaced_thread")
             if req.status == "ok":
                 self.render_waiters.answer(m, "ok", None)
-            return {"command": "ack", "metatile": str(m), "expected": False}
+            return {"command": Command.ACK, "metatile": str(m), "expected": False}
         if self.queue.state_of(m) != "rendering":
             # Not in flight (e.g. given up on as dead, then the renderer came back): nothing to settle
             # except waiters, which a successful render does satisfy.
             self.stats.count("rendered_unexpected")
             if req.status == "ok":
                 self.render_waiters.answer(m, "ok", None)
-            return {"command": "ack", "metatile": str(m), "expected": False}
+            return {"command": Command.ACK, "metatile": str(m), "expected": False}
         again = self.queue.finish(m)
         renderer = thread.endpoint if thread else (
             f"{RENDER_ROOT}.{req.hostname}.{req.pid}.{req.threadid}" if req.hostname else "unknown")
@@ -314,7 +314,7 @@ class Queuemaster:
             duration=round(duration, 4), status=req.status, reason=req.reason))
         self.commits.pending()  # the line waits for the group commit (its finish opened one anyway)
         self.render_waiters.answer(m, req.status, req.reason)
-        answer: dict[str, Any] = {"command": "ack", "metatile": str(m), "expected": True, "queued_again": again}
+        answer: dict[str, Any] = {"command": Command.ACK, "metatile": str(m), "expected": True, "queued_again": again}
         if req.next and thread is not None and thread.wire == "qbroker" and thread.idle:
             # The thread asked for its next metatile in this answer: no `render` round trip for it.
             nxt = self._assign_one(thread)
@@ -378,7 +378,7 @@ class Queuemaster:
     def describe(self) -> dict[str, Any]:
         by_zoom = self.queue.background_by_zoom()
         return {
-            "command": "stats",
+            "command": Command.STATS,
             "queues": {
                 "missing": self.queue.missing,
                 "important": self.queue.important,

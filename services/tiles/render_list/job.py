@@ -19,13 +19,12 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
 from qbroker import NoServer, QBrokerError, RequestError, RequestFailed, Unit
 from services.toposm.contract import QUEUEMASTER
-from services.toposm.messages import MAX_CANCEL
+from services.toposm.messages import MAX_CANCEL, BulkRenderRequest, CancelBulkRequest
 from services.toposm.tilemath import Metatile
 
 from .area import AreaPlan
@@ -100,7 +99,7 @@ class RenderListJob:
         for start in range(0, len(pending), MAX_CANCEL):
             chunk = pending[start:start + MAX_CANCEL]
             try:
-                answer = await self.unit.call(QUEUEMASTER, {"command": "cancel", "metatiles": chunk},
+                answer = await self.unit.call(QUEUEMASTER, CancelBulkRequest(metatiles=chunk).body(),
                                               timeout=max(0.1, min(5.0, deadline - time.monotonic())))
                 log.info("withdrawn from the queue", withdrawn=answer.get("withdrawn"), asked=len(chunk))
             except QBrokerError as exc:  # they render anyway; the next run asks for them again
@@ -133,8 +132,8 @@ class RenderListJob:
         self.changed()
 
     async def _one(self, position: int, metatile: Metatile) -> None:
-        body: dict[str, Any] = {"command": "bulk", "metatile": str(metatile), "priority": self.settings.priority,
-                                "missing_only": self.settings.missing_only}
+        body = BulkRenderRequest(metatile=str(metatile), priority=self.settings.priority,
+                                 missing_only=self.settings.missing_only).body()
         pause = FIRST_PAUSE
         try:
             while not self.stopping:

@@ -23,7 +23,7 @@ from qbroker import QBrokerError, Unit
 from qbroker.log import configure_logging
 from qbroker.printable import printable
 from qbroker.runner import run, serve_async
-from services.toposm.contract import QUEUEMASTER_ONLINE
+from services.toposm.contract import Command
 from services.toposm.seed_wire import AllProgramsTopic
 
 from .area import AreaError, AreaPlan, BBox, parse_zooms
@@ -105,7 +105,7 @@ class RenderListService:
         self._save()
 
     async def _program_command(self, body: dict[str, Any]) -> None:
-        if body["command"] == QUEUEMASTER_ONLINE:
+        if body["command"] == Command.QUEUEMASTER_ONLINE:
             self.job.queuemaster_online()
 
     def _changed(self) -> None:

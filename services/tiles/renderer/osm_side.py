@@ -30,8 +30,8 @@ from aio_pika.abc import AbstractIncomingMessage
 from pydantic import ValidationError
 
 from qbroker import ConnectionLost
-from services.toposm.contract import ALL_PROGRAMS, QUEUEMASTER
-from services.toposm.messages import RenderCommand
+from services.toposm.contract import ALL_PROGRAMS, QUEUEMASTER, Command
+from services.toposm.messages import RenderCommand, UnregisterRequest
 from services.toposm.seed_wire import OsmListener, seed_command
 
 log = structlog.get_logger("toposm.renderer.osm")
@@ -63,7 +63,7 @@ class OsmSide:
     async def unregister(self) -> None:
         """The protocol's bare ``unregister``: every thread behind our queue (on stop)."""
         try:
-            await self.send({"command": "unregister"})
+            await self.send(UnregisterRequest().body())
         except Exception as exc:  # stopping anyway; the queuemaster finds our queue gone
             log.info("unregister not delivered on osm", error=repr(exc))
 
@@ -73,10 +73,10 @@ class OsmSide:
             log.info("osm message is not a seed command; dropped", routing_key=message.routing_key)
             return
         command = body["command"]
-        if command == "queuemaster online":
+        if command == Command.QUEUEMASTER_ONLINE:
             if message.app_id != QUEUEMASTER:  # ours (its app id is its name) is heard over qbroker as well
                 await self.on_online()
-        elif command == "render" and message.routing_key != ALL_PROGRAMS:
+        elif command == Command.RENDER and message.routing_key != ALL_PROGRAMS:
             try:
                 metatile = RenderCommand.model_validate({"metatile": body.get("metatile")}).metatile
             except ValidationError:
@@ -85,5 +85,6 @@ class OsmSide:
             if not self.on_render(message.routing_key or "", metatile, message.user_id):
                 log.info("osm render not taken: no idle thread there", routing_key=message.routing_key,
                          metatile=metatile)
-        elif command not in ("registered", "ack", "unregistered"):  # answers to what we sent: nothing to do
+        # answers to what we sent: nothing to do
+        elif command not in (Command.REGISTERED, Command.ACK, Command.UNREGISTERED):
             log.debug("osm message ignored", command=str(command)[:64], routing_key=message.routing_key)

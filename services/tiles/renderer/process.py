@@ -28,9 +28,9 @@ from typing import Any
 import structlog
 
 from qbroker import InvalidParams, NoServer, QBrokerError, RequestContext, RequestFailed, Unit
-from services.toposm.contract import ALL_PROGRAMS, QUEUEMASTER, render_levels, render_thread
+from services.toposm.contract import ALL_PROGRAMS, QUEUEMASTER, Command, render_levels, render_thread
 from services.toposm.error_messages import failed
-from services.toposm.messages import RenderCommand
+from services.toposm.messages import RegisterRequest, RenderCommand, RenderedRequest, UnregisterRequest
 from services.toposm.metrics_port import service_metrics
 from services.toposm.strategy import parse_strategy
 
@@ -130,7 +130,7 @@ class RendererProcess:
     def _serve_thread(self, thread: RenderThread) -> None:
         endpoint = self.unit.commands(thread.endpoint, exclusive=True, prefetch=8)
 
-        @endpoint.command("render")
+        @endpoint.command(Command.RENDER)
         async def render(command: RenderCommand, ctx: RequestContext) -> dict[str, Any]:
             self._check_sender(ctx)
             thread.heard_over_qbroker()
@@ -138,10 +138,10 @@ class RendererProcess:
                 raise failed("busy", f"{thread.endpoint} is rendering {thread.metatile}")
             return self._accept(thread, command.metatile)
 
-        @endpoint.command("ping")
+        @endpoint.command(Command.PING)
         async def ping() -> dict[str, Any]:
             thread.heard_over_qbroker()
-            return {"command": "pong", **thread.describe()}
+            return {"command": Command.PONG, **thread.describe()}
 
     def _serve_level(self, level: str, *, exclusive: bool) -> None:
         """``render``/``ping`` sent to a level above the threads (``toposm.render``, ``.<host>``,
@@ -150,17 +150,17 @@ class RendererProcess:
         the process gives it to a thread of its own as soon as one is idle."""
         endpoint = self.unit.commands(level, exclusive=exclusive, prefetch=1)
 
-        @endpoint.command("render")
+        @endpoint.command(Command.RENDER)
         async def render(command: RenderCommand, ctx: RequestContext) -> dict[str, Any]:
             self._check_sender(ctx)
             thread = await self._idle_thread(ctx)
             thread.last_contact = time.monotonic()
             return self._accept(thread, command.metatile)
 
-        @endpoint.command("ping")
+        @endpoint.command(Command.PING)
         async def ping(ctx: RequestContext) -> dict[str, Any]:
             thread = await self._idle_thread(ctx)
-            return {"command": "pong", **thread.describe()}
+            return {"command": Command.PONG, **thread.describe()}
 
     def _check_sender(self, ctx: RequestContext) -> None:
         allowed = self.settings.queuemaster_users
@@ -186,7 +186,7 @@ class RendererProcess:
         thread.wire = wire
         thread.metatile = metatile
         thread.task = asyncio.create_task(self._render(thread, metatile))
-        return {"command": "accepted", "metatile": metatile, "renderer": thread.endpoint}
+        return {"command": Command.ACCEPTED, "metatile": metatile, "renderer": thread.endpoint}
 
     async def _idle_thread(self, ctx: RequestContext) -> RenderThread:
         """An idle thread of this process, waiting for one (at most until the request's deadline)."""
@@ -206,16 +206,16 @@ class RendererProcess:
     async def _on_control(self, body: Any, ctx: RequestContext) -> dict[str, Any] | None:
         """Control alerts: ``queuemaster online`` (register again), ``status``, ``shutdown``."""
         command = body.get("command") if isinstance(body, dict) else None
-        if command == "queuemaster online":
+        if command == Command.QUEUEMASTER_ONLINE:
             if self.started:  # before that, start() registers once the backends are loaded
                 self._spawn(self.register_all())
             return None
-        if command == "status":
+        if command == Command.STATUS:
             threads = [s for s in self.threads if s.endpoint == ctx.name] or self.threads
-            return {"command": "status", "pid": self.pid, "hostname": self.settings.hostname,
+            return {"command": Command.STATUS, "pid": self.pid, "hostname": self.settings.hostname,
                     "backend": self.settings.backend, "strategy": self.settings.strategy,
                     "threads": [s.describe() for s in threads]}
-        if command == "shutdown":
+        if command == Command.SHUTDOWN:
             # Not in the TopOSM protocol, and it stops real work: only an operator account may ask (user_id is
             # validated by RabbitMQ); everyone else gets `forbidden` and the renderer keeps running.
             if ctx.user_id not in self.settings.operator_users:
@@ -223,7 +223,7 @@ class RendererProcess:
             if not self.stopping.is_set():
                 self.stopping.set()  # refuse renders from now on
                 asyncio.get_running_loop().call_soon(self.request_stop)
-            return {"command": "shutting down", "pid": self.pid}
+            return {"command": Command.SHUTTING_DOWN, "pid": self.pid}
         if command is not None:
             log.debug("control alert ignored", command=command, name=ctx.name)
         return None
@@ -249,8 +249,8 @@ class RendererProcess:
         # Idle before reporting (for the queuemaster's own `render` to this thread: it may dispatch the next
         # metatile before our call returns), and asking for the next metatile in the answer instead.
         thread.metatile, thread.task = None, None
-        body = {"command": "rendered", "metatile": metatile, "start": round(started, 4), "hostname": s.hostname,
-                "pid": self.pid, "threadid": thread.threadid, **report}
+        body = RenderedRequest(metatile=metatile, start=round(started, 4), hostname=s.hostname, pid=self.pid,
+                               threadid=thread.threadid, **report).body()
         if thread.wire == "osm":  # reported where the work came from, with our osm queue as reply_to
             await self._report_on_osm(thread, body)
             return
@@ -313,11 +313,11 @@ class RendererProcess:
     # -- registration and lifecycle ---------------------------------------------------------------------
 
     def _register_body(self, thread: RenderThread) -> dict[str, Any]:
-        body: dict[str, Any] = {"command": "register", "hostname": self.settings.hostname, "pid": self.pid,
-                                "threadid": thread.threadid, "strategy": self.settings.strategy}
+        request = RegisterRequest(hostname=self.settings.hostname, pid=self.pid, threadid=thread.threadid,
+                                  strategy=self.settings.strategy)
         if thread.metatile is not None:
-            body["metatile"] = thread.metatile
-        return body
+            request.metatile = thread.metatile
+        return request.body()
 
     async def register(self, thread: RenderThread) -> bool:
         try:
@@ -367,7 +367,7 @@ class RendererProcess:
             await asyncio.wait(in_hand, timeout=self.settings.drain_timeout)
         try:
             # Hands back to the queuemaster whatever is still unfinished.
-            await self.unit.call(QUEUEMASTER, {"command": "unregister"}, timeout=3)
+            await self.unit.call(QUEUEMASTER, UnregisterRequest().body(), timeout=3)
         except QBrokerError as exc:
             log.info("unregister not delivered", error=str(exc))
         if any(t.registered_on == "osm" for t in self.threads):

@@ -1,7 +1,8 @@
-"""Every console script answers ``--help`` and a bad argument with its usage, without touching the broker.
+"""Every console script answers ``--help`` and a bad argument with its usage, and ``--version`` with its
+distribution's version, without touching the broker.
 
-The scripts are read from pyproject's ``[project.scripts]`` (a new one is covered without editing this
-test) and run the way their installed wrappers run them, against a QBROKER_URL whose port nothing listens
+The scripts are read from both pyproject files' ``[project.scripts]`` (a new one is covered without editing
+this test) and run the way their installed wrappers run them, against a QBROKER_URL whose port nothing listens
 on: a script that tried to connect would say the broker is unreachable, or hang retrying.
 """
 
@@ -16,10 +17,14 @@ from pathlib import Path
 
 import pytest
 
+import qbroker
 from harness import HANG
+from services import toposm
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPTS: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+SCRIPTS: dict[str, str] = {
+    script: target for pyproject in (ROOT / "pyproject.toml", ROOT / "services" / "pyproject.toml")
+    for script, target in tomllib.loads(pyproject.read_text())["project"]["scripts"].items()}
 SCRIPT_HANG = 2 * HANG  # only catches a script that never returns; a healthy one answers in about a second
 # Usage errors: argparse exits 2, the typer CLIs 64 (EX_USAGE).
 USAGE_EXIT_CODES = (2, 64)
@@ -58,7 +63,7 @@ def _check_usage(scripts: dict[str, str]) -> None:
     url = f"amqp://guest:guest@127.0.0.1:{_closed_port()}/"
     env = dict(os.environ, QBROKER_URL=url, PYTHONPATH=str(ROOT), COLUMNS="100")
     runs = {(script, arg): _launch(script, target, arg, env)
-            for script, target in scripts.items() for arg in ("--help", "--no-such-option")}
+            for script, target in scripts.items() for arg in ("--help", "--no-such-option", "--version")}
     problems: list[str] = []
     for (script, arg), proc in runs.items():
         try:
@@ -69,6 +74,11 @@ def _check_usage(scripts: dict[str, str]) -> None:
             problems.append(f"{script} {arg}: still running after {SCRIPT_HANG} s")
             continue
         text = out + err
+        if arg == "--version":
+            version = qbroker.__version__ if _library(scripts[script]) else toposm.__version__
+            if (proc.returncode, out) != (0, f"{script} {version}\n"):
+                problems.append(f"{script} --version: exit {proc.returncode}: {text[-400:]!r}")
+            continue
         wanted = (0,) if arg == "--help" else USAGE_EXIT_CODES
         if proc.returncode not in wanted:
             problems.append(f"{script} {arg}: exit {proc.returncode}, wanted {wanted}: {text[-400:]!r}")

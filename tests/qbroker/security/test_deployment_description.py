@@ -24,7 +24,7 @@ BIN = Path(sys.executable).parent
 @pytest.fixture(scope="module")
 def roles() -> RoleBook:
     book = load_roles()
-    assert "queuemaster" in book, "the services' roles are not installed (entry points qbroker.roles): pip install -e ."
+    assert "queuemaster" in book, "the services' roles are not installed (entry points qbroker.roles): bin/bootstrap"
     return book
 
 
@@ -119,11 +119,12 @@ def test_a_client_may_bind_its_own_progress_only(roles: RoleBook) -> None:
 
 
 def test_the_services_register_their_roles_and_the_library_names_none() -> None:
-    """Each service's roles come from its entry point (pyproject.toml), all of them installed; the library's
-    own roles name no service."""
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
+    """Each service's roles come from its entry point (services/pyproject.toml), all of them installed; the
+    library's own roles name no service."""
+    stack = tomllib.loads((ROOT / "services" / "pyproject.toml").read_text())
+    declared = stack["project"]["entry-points"][ENTRY_POINT_GROUP]
     installed = {e.name: e.value for e in entry_points(group=ENTRY_POINT_GROUP)}
-    assert installed == declared, "the installed metadata lags pyproject.toml: pip install -e . again"
+    assert installed == declared, "the installed metadata lags services/pyproject.toml: bin/bootstrap"
     library = load_roles(installed=False)
     assert sorted(library.roles) == ["client", "operator"]
     assert "toposm" not in repr({n: g.model_dump() for n, g in library.roles.items()})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harness import eventually
 from qbroker.cli.dead_letter import NAMESPACE as DEAD_LETTER
+from services import toposm
 from services.spark_bridge.metrics import NAMESPACE
 from services.spark_bridge.service import SparkBridge
 from services.toposm.metrics_port import service_metrics
@@ -38,6 +39,7 @@ async def test_bridge_metrics_after_an_expire_job(make_unit, spark, tmp_path, cl
         assert 'qbroker_handled_total{endpoint="spark.expire"' in text
         # What the Grafana dashboard asks of the bridge: its own and the library's (not another program's build info).
         assert not missing(("spark_bridge_", "qbroker_"), text) - {f"{DEAD_LETTER}_build_info"}
-        assert says_its_version(text, NAMESPACE) and not created_series(text)  # as every program (docs/metrics.md)
+        # as every program (docs/metrics.md)
+        assert says_its_version(text, NAMESPACE, toposm.__version__) and not created_series(text)
     finally:
         await bridge.stop()

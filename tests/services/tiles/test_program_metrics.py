@@ -12,6 +12,7 @@ from prometheus_client.samples import Sample
 
 from harness import eventually
 from harness.private_node import free_port
+from services import toposm
 from tests.grafana_dashboard import missing
 from tests.metrics_docs import LIBRARY, documented, offered, own
 from tests.prometheus_text import created_series, labels_naming, says_its_version, scrape, value
@@ -86,7 +87,7 @@ async def test_every_program_says_its_version_and_keeps_its_series_across_restar
     assert value(texts["toposm_queuemaster"],
                  f'qbroker_calls_total{{endpoint="{thread}",kind="call",status="ok"}}') >= 2  # both renders
     for namespace, text in texts.items():
-        assert says_its_version(text, namespace), (namespace, text)
+        assert says_its_version(text, namespace, toposm.__version__), (namespace, text)
         assert not created_series(text), namespace
         assert not labels_naming(text, *pids), namespace
 
