@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,7 +38,7 @@ def scale_module() -> ModuleType:
     """bench/osm_scale_data.py (a script directory, not a package): the very code the benchmarks scale with."""
     spec = importlib.util.spec_from_file_location("osm_scale_data", SCALE_CODE)
     assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))  # dataclasses look it up
     spec.loader.exec_module(module)
     return module
 
