@@ -10,7 +10,8 @@ finds the points and segments whose tiles expire:
   else the store);
 - a changed relation: its old and new members: member ways as changed ways, member nodes as points;
 - a relation the diff does not have but whose way changed (in the diff, or found above) or whose node
-  member moved: its stored members, as for a changed relation. These are the parents osm2pgsql's
+  member moved: its stored members, as for a changed relation (its member ways the store lacks are not
+  counted in ``ways``). These are the parents osm2pgsql's
   dependency manager re-processes (and so expires) for a diff (docs/spark-bridge.md).
 
 What reads the store is three lookups (the diff's nodes, the ways and relations using them, the relations
@@ -121,16 +122,14 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
     member_nodes = {m for _, t, m in all_members if t == "n"}
     changed_ways = set(ways) | via_nodes | member_ways
 
-    # Step 2: the stored refs of every changed way (its old line), and the parents' members with the stored
-    # refs of their ways. The new line: the diff's refs for a way in the diff, the stored ones for any other.
-    second = lookup.fetch({"old_refs": ("way_nodes", changed_ways), "parent_members": ("members", parents),
+    # Step 2: the stored refs of every changed way (its old line), and the parents' node members and the
+    # stored refs of their ways. The new line: the diff's refs for a way in the diff, the stored ones for
+    # any other.
+    second = lookup.fetch({"old_refs": ("way_nodes", changed_ways), "parent_nodes": ("relation_nodes", parents),
                            "parent_refs": ("relation_way_nodes", parents)})
-    pm = second["parent_members"]
-    parent_members = list(zip(pm["rel_id"].to_pylist(), pm["member_type"].to_pylist(), pm["member_id"].to_pylist(),
-                              strict=True))
-    changed_ways |= {m for _, t, m in parent_members if t == "w"}
-    member_nodes |= {m for _, t, m in parent_members if t == "n"}
     old_refs, parent_refs = second["old_refs"], second["parent_refs"]
+    changed_ways |= set(np.unique(_column(parent_refs, "way_id")).tolist())
+    member_nodes |= set(second["parent_nodes"]["node_id"].to_pylist())
     ow, os_, on = _unique_refs(*(np.concatenate([_column(old_refs, c), _column(parent_refs, c)]).astype(np.int64)
                                  for c in ("way_id", "seq", "node_id")))
     keep = ~np.isin(ow, _ints(list(ways)))
@@ -176,7 +175,7 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
         "ways": len(changed_ways),
         "moved_nodes": len(moved),
         "nested_relations": sum(1 for _, t, _ in all_members if t == "r"),
-        "parent_relations": len({r for r, _, _ in parent_members}),
+        "parent_relations": len(parents),
         "most_way_samples": found.most_samples,
     }
     return StoreResolution(segments=segments_table(found, points), counts=counts)

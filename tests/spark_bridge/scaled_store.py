@@ -89,7 +89,7 @@ def scaled_helsinki() -> ScaledHelsinki:
     scale = module.Scale(module.read_source(extract), K)
     pbf = CACHE / f"helsinki-x{K}-{data_key}.osm.pbf"
     if not pbf.is_file():
-        partial = pbf.with_name(f".{pbf.name}.{uuid.uuid4().hex[:8]}")
+        partial = pbf.with_name(f".partial-{uuid.uuid4().hex[:8]}-{pbf.name}")  # libosmium goes by the suffix
         scale.write_pbf(partial)
         partial.replace(pbf)
     store = CACHE / f"store-x{K}-{store_key}"

@@ -93,8 +93,8 @@ def expect_relations(expected: Expected, extract: Extract, relations: set[int],
     for r in relations:
         for t, ref, _ in extract.relations[r][0]:
             if t == "w":
-                ways.add(ref)
-                if ref in extract.ways:
+                if ref in extract.ways:  # the store has the extract's ways, no others
+                    ways.add(ref)
                     expected.line(coords(extract, extract.ways[ref][0]), MAX_Z)
                     expected.line(coords(extract, extract.ways[ref][0], moved), MAX_Z)
             elif t == "n":
