@@ -129,6 +129,7 @@ def relation_members_changed(scaled: ScaledHelsinki, diff: str, copy: int) -> li
     return edits
 
 
+@pytest.mark.timeout(1800)  # the first run builds the cached 10x stores: many minutes on a loaded machine
 async def test_bridge_expiry_covers_osm2pgsql_on_a_10x_store(spark, helsinki_x10: ScaledHelsinki,
                                                               tmp_path: Path) -> None:
     """The issue's case: osm2pgsql 1.8 (--slim --append --expire-tiles=16-18) against the bridge's store job,
