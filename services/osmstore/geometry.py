@@ -112,11 +112,8 @@ LOOKUPS: dict[str, tuple[pa.Schema, str]] = {
                        f"WHERE nw.node_id IN {_IDS}"),
     "way_relations": (pa.schema([("way_id", pa.int64()), ("rel_id", pa.int64())]),
                       f"SELECT way_id, rel_id FROM way_relations WHERE way_id IN {_IDS}"),  # noqa: S608
-    # The node members of the relations, and the stored refs of their way members (their old lines): a
-    # relation's members are mostly ways, most of them outside a regional store, so those come as refs only.
-    "relation_nodes": (pa.schema([("rel_id", pa.int64()), ("node_id", pa.int64())]),
-                       "SELECT r.id, m.value ->> 1 FROM relations r, json_each(r.members) m "  # noqa: S608
-                       f"WHERE r.id IN {_IDS} AND m.value ->> 0 = 'n'"),
+    # The stored refs of the relations' way members (their old lines): a relation's members are mostly ways a
+    # regional store lacks (cut at its edge), so they come as the refs of those it has, not as members.
     "relation_way_nodes": (pa.schema([("way_id", pa.int64()), ("seq", pa.int64()), ("node_id", pa.int64())]),
                            "SELECT w.id, n.key, n.value FROM relations r, json_each(r.members) m "  # noqa: S608
                            "JOIN ways w ON w.id = m.value ->> 1, json_each(w.nodes) n "

@@ -10,13 +10,13 @@ finds the points and segments whose tiles expire:
   else the store);
 - a changed relation: its old and new members: member ways as changed ways, member nodes as points;
 - a relation the diff does not have but whose way changed (in the diff, or found above) or whose node
-  member moved: its stored members, as for a changed relation (its member ways the store lacks are not
-  counted in ``ways``). These are the parents osm2pgsql's
+  member moved: its stored member ways, as changed ways (those the store lacks are not counted in
+  ``ways``). These are the parents osm2pgsql's
   dependency manager re-processes (and so expires) for a diff (docs/spark-bridge.md).
 
 What reads the store is three lookups (the diff's nodes, the ways and relations using them, the relations
-of its ways and its relations' stored members; then the refs of the changed ways and the parents' members
-with their ways' refs; then the locations of their nodes), each a primary-key or index probe per wanted
+of its ways and its relations' stored members; then the refs of the changed ways and of the parents' member
+ways; then the locations of their nodes), each a primary-key or index probe per wanted
 id: on the driver when the step is small, else as one Spark action per step whose tasks probe the store,
 on a laptop, a standalone cluster or Spark Connect (store_lookup).
 What they return is the diff's neighbourhood, not the store, and the rest (which ways changed, their old
@@ -122,14 +122,13 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
     member_nodes = {m for _, t, m in all_members if t == "n"}
     changed_ways = set(ways) | via_nodes | member_ways
 
-    # Step 2: the stored refs of every changed way (its old line), and the parents' node members and the
-    # stored refs of their ways. The new line: the diff's refs for a way in the diff, the stored ones for
-    # any other.
-    second = lookup.fetch({"old_refs": ("way_nodes", changed_ways), "parent_nodes": ("relation_nodes", parents),
-                           "parent_refs": ("relation_way_nodes", parents)})
+    # Step 2: the stored refs of every changed way (its old line) and of the parents' member ways. The new
+    # line: the diff's refs for a way in the diff, the stored ones for any other. A parent's node members
+    # are not looked up: osm2pgsql draws a relation from its ways, and a node member that moved is in the
+    # diff (its places expire as the diff's nodes).
+    second = lookup.fetch({"old_refs": ("way_nodes", changed_ways), "parent_refs": ("relation_way_nodes", parents)})
     old_refs, parent_refs = second["old_refs"], second["parent_refs"]
     changed_ways |= set(np.unique(_column(parent_refs, "way_id")).tolist())
-    member_nodes |= set(second["parent_nodes"]["node_id"].to_pylist())
     ow, os_, on = _unique_refs(*(np.concatenate([_column(old_refs, c), _column(parent_refs, c)]).astype(np.int64)
                                  for c in ("way_id", "seq", "node_id")))
     keep = ~np.isin(ow, _ints(list(ways)))
