@@ -292,8 +292,8 @@ class GeometryStore:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def _upgraded(self, manifest: Manifest) -> Manifest:
-        """A store of the previous format gets its member -> relation indexes (the caller holds the lock): one
-        transaction, a few seconds for a city, so a store need not be imported again."""
+        """A store of the previous format gets its member -> relation indexes (the caller holds the lock), in
+        one transaction, so that no store has to be imported again."""
         upgraded = Manifest(sequence=manifest.sequence, counts=manifest.counts, applied=manifest.applied,
                             commits=manifest.commits)
         with self.writer() as conn:

@@ -11,14 +11,14 @@ finds the points and segments whose tiles expire:
 - a changed relation: its old and new members: member ways as changed ways, member nodes as points;
 - a relation the diff does not have but whose way changed (in the diff, or found above) or whose node
   member moved: its stored member ways, as changed ways (those the store lacks are not counted in
-  ``ways``). These are the parents osm2pgsql's
-  dependency manager re-processes (and so expires) for a diff (docs/spark-bridge.md).
+  ``ways``). These are the parents osm2pgsql's dependency manager re-processes (and so expires) for a
+  diff (docs/spark-bridge.md).
 
 What reads the store is three lookups (the diff's nodes, the ways and relations using them, the relations
-of its ways and its relations' stored members; then the refs of the changed ways and of the parents' member
-ways; then the locations of their nodes), each a primary-key or index probe per wanted
-id: on the driver when the step is small, else as one Spark action per step whose tasks probe the store,
-on a laptop, a standalone cluster or Spark Connect (store_lookup).
+of its ways and its relations' stored members; then the refs of the changed ways and of the parents'
+member ways; then the locations of their nodes), each a primary-key or index probe per wanted id: on the
+driver when the step is small, else as one Spark action per step whose tasks probe the store, on a
+laptop, a standalone cluster or Spark Connect (store_lookup).
 What they return is the diff's neighbourhood, not the store, and the rest (which ways changed, their old
 and new lines, the counts) is driver work: dictionaries for the diff's objects, arrays for the lines
 (store_lines). As Spark joins with checkpoints in between it was ~40 small Spark jobs, most of a
