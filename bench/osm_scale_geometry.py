@@ -8,9 +8,10 @@ the first K of the same run; each K gets ``--runs`` diffs after one warm-up.
 With ``--before REF`` each diff is also resolved by the resolution as it was at git revision REF
 (``services/spark_bridge/store_expire.py`` there, against today's store), under the same lock, the two
 taking turns which goes first: ``ratio_to_before`` is today's resolution over REF's, per diff, median of
-the runs (what a change to the resolution costs, on the same diffs and stores, in the same run). With
-``--keep`` the geometry stores in ``--work`` are reused when they are of today's format (a K=200 build
-takes over 20 minutes here); the diffs then go on from the sequence they reached.
+the runs, in wall time and (``cpu_ratio_to_before``) in the process's CPU time, which a loaded machine's
+waits for a core do not count (what a change to the resolution costs, on the same diffs and stores, in
+the same run). With ``--keep`` the geometry stores in ``--work`` are reused when they are of today's format
+(a K=200 build takes minutes); the diffs then go on from the sequence they reached.
 
     .venv/bin/python bench/osm_scale_geometry.py --k 1,50,200 [--runs 5] [--work DIR] [--before REF] [--keep]
 
@@ -89,28 +90,31 @@ def time_diff(store: Path, scale: Scale, work: Path, before: Resolve | None = No
         out: dict[str, float] = {}
         if before is not None and before_first:
             out.update(_resolve_timed(before, diff, geometry, manifest, "before_"))
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         # Driver lookups only (the default budget): no Spark session is needed for them.
         resolution = resolve(None, diff, geometry, manifest, 18)  # type: ignore[arg-type]
-        resolved = time.perf_counter()
+        resolved, cpu = time.perf_counter(), time.process_time() - cpu
         if before is not None and not before_first:
             out.update(_resolve_timed(before, diff, geometry, manifest, "before_"))
         committing = time.perf_counter()
         apply_locked(geometry, manifest, diff, sequence)
         done = time.perf_counter()
-    out.update({"resolve": round(resolved - started, 4), "commit": round(done - committing, 4),
+    out.update({"resolve": round(resolved - started, 4), "resolve_cpu": round(cpu, 4),
+                "commit": round(done - committing, 4),
                 "total": round(resolved - started + done - committing, 4), "ways": resolution.counts["ways"],
                 "parent_relations": resolution.counts.get("parent_relations", 0),
                 "segments": resolution.segments.num_rows})
     if before is not None:
         out["ratio_to_before"] = round(out["resolve"] / out["before_resolve"], 3)
+        out["cpu_ratio_to_before"] = round(out["resolve_cpu"] / out["before_resolve_cpu"], 3)
     return out
 
 
 def _resolve_timed(fn: Resolve, diff: Any, geometry: GeometryStore, manifest: Any, prefix: str) -> dict[str, float]:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     resolution = fn(None, diff, geometry, manifest, 18)
-    return {f"{prefix}resolve": round(time.perf_counter() - started, 4), f"{prefix}ways": resolution.counts["ways"],
+    return {f"{prefix}resolve": round(time.perf_counter() - started, 4),
+            f"{prefix}resolve_cpu": round(time.process_time() - cpu, 4), f"{prefix}ways": resolution.counts["ways"],
             f"{prefix}segments": resolution.segments.num_rows}
 
 
@@ -163,7 +167,11 @@ def main() -> None:
             runs = rows[k]["runs"]
             rows[k].update(before=a.before,
                            median_before_resolve=round(statistics.median(r["before_resolve"] for r in runs), 4),
-                           median_ratio_to_before=round(statistics.median(r["ratio_to_before"] for r in runs), 3))
+                           median_ratio_to_before=round(statistics.median(r["ratio_to_before"] for r in runs), 3),
+                           median_resolve_cpu=round(statistics.median(r["resolve_cpu"] for r in runs), 4),
+                           median_before_resolve_cpu=round(statistics.median(r["before_resolve_cpu"] for r in runs), 4),
+                           median_cpu_ratio_to_before=round(statistics.median(r["cpu_ratio_to_before"] for r in runs),
+                                                            3))
     print(json.dumps({"cpus": os.cpu_count(), "load_avg": os.getloadavg(), "sizes": [rows[k] for k in ks]}, indent=2))
 
 
