@@ -7,18 +7,21 @@ Layout under ``STORE/geometry/``::
       ways(id PRIMARY KEY, nodes)       nodes: the way's node ids in order, a JSON array
       relations(id PRIMARY KEY, members)  members: [[type, id, role], ...], a JSON array
       node_ways(node_id, way_id)        PRIMARY KEY (node_id, way_id): the reverse index, node -> ways
+      node_relations(node_id, rel_id)   PRIMARY KEY (node_id, rel_id): node members -> their relations
+      way_relations(way_id, rel_id)     PRIMARY KEY (way_id, rel_id): way members -> their relations
       meta(key PRIMARY KEY, value)      'manifest': sequence, counts, applied diffs, commits (JSON)
     LOCK              flock'ed by whoever applies a diff (one writer per store, across processes)
 
 This is osm2pgsql's "middle" (its slim tables: node locations, and each way's node list and each relation's
-members in the object's own row, with the reverse index from a node to its ways) on an embedded engine:
+members in the object's own row, with the reverse indexes from a node to its ways and from a member to its
+relations, which osm2pgsql's middle answers with its ``parts`` array index) on an embedded engine:
 every lookup a diff needs is a B-tree probe by id, and applying a diff writes the diff's rows and the pages
 holding them, one transaction, so a diff costs what the diff weighs, whatever the size of the store
-(docs/decisions.md, "The geometry store at scale"). One row per way and per relation, not per way node and per
-member, is what lets the import load them at a row per object (a relation lists ~136 members in the scaled
-extract); SQLite's ``json_each`` unpacks the few a diff reads, and builds ``node_ways`` from the ways in one
-statement. Readers in other processes (Spark executors at scale, ``store_lookup``) open the file read-only and
-see the last committed state; a crash mid-diff leaves the one before (WAL rollback).
+(docs/decisions.md, "The geometry store at scale"). One row per way and per relation, not per way node and per member, is what
+lets the import load them at a row per object (a relation lists ~136 members in the scaled extract); SQLite's
+``json_each`` unpacks the few a diff reads, and builds the reverse indexes in one statement each. Readers
+in other processes (Spark executors at scale, ``store_lookup``) open the file read-only and see the last
+committed state; a crash mid-diff leaves the one before (WAL rollback).
 """
 
 from __future__ import annotations
@@ -39,7 +42,10 @@ from .wal import WAL_SIZE_LIMIT, Checkpointer
 
 GEOMETRY_DIR = "geometry"
 GEOMETRY_DB = "geometry.sqlite"
-FORMAT_VERSION = 3  # 1 was the copy-on-write Parquet snapshots, 2 a row per way node and per member
+# 1 was the copy-on-write Parquet snapshots, 2 a row per way node and per member, 3 had no member -> relation
+# indexes (upgraded in place: ``GeometryStore.locked``).
+FORMAT_VERSION = 4
+UPGRADABLE_FROM = 3
 CACHE_KIB = 64 * 1024  # a connection's page cache: the upper levels of the B-trees stay in memory
 # Bytes of a store file a connection reads through a memory map (SQLite caps it at its compile-time maximum:
 # 2 GiB in Debian's and Python's builds). A diff's lookups land on pages all over a big store; read from the
@@ -55,6 +61,17 @@ CREATE TABLE ways (id INTEGER PRIMARY KEY, nodes TEXT NOT NULL);
 CREATE TABLE relations (id INTEGER PRIMARY KEY, members TEXT NOT NULL);
 CREATE TABLE node_ways (node_id INTEGER NOT NULL, way_id INTEGER NOT NULL, PRIMARY KEY (node_id, way_id)) WITHOUT ROWID;
 """
+# The parents osm2pgsql's dependency manager looks up (docs/spark-bridge.md, "What a change expires"): the
+# relations of a node member and of a way member. Relation members are not indexed: osm2pgsql does not
+# re-process the parents of a changed relation.
+MEMBER_INDEX_SCHEMA = """
+CREATE TABLE node_relations (node_id INTEGER NOT NULL, rel_id INTEGER NOT NULL,
+                             PRIMARY KEY (node_id, rel_id)) WITHOUT ROWID;
+CREATE TABLE way_relations (way_id INTEGER NOT NULL, rel_id INTEGER NOT NULL,
+                            PRIMARY KEY (way_id, rel_id)) WITHOUT ROWID;
+"""
+MEMBER_INDEXES = {"n": "node_relations", "w": "way_relations"}  # member type -> its index
+SCHEMA += MEMBER_INDEX_SCHEMA
 _IDS = "(SELECT value FROM json_each(?))"  # ids bound as one JSON array (id_list): no SQL built from ids
 _WAY_REFS = "SELECT w.id AS way_id, r.key AS seq, r.value AS node_id FROM ways w, json_each(w.nodes) r"
 
@@ -65,6 +82,14 @@ def add_node_ways(conn: sqlite3.Connection) -> None:
     geometry_apply.)"""
     conn.execute(f"INSERT OR IGNORE INTO node_ways (node_id, way_id) SELECT node_id, way_id FROM ({_WAY_REFS}) "  # noqa: S608
                  "ORDER BY node_id, way_id")
+
+
+def add_member_relations(conn: sqlite3.Connection) -> None:
+    """Index the node and way members of every relation, in (member, relation) order, as ``add_node_ways``.
+    (A diff moves only the pairs its relations gained or lost: geometry_apply.)"""
+    for kind, table in MEMBER_INDEXES.items():
+        conn.execute(f"INSERT OR IGNORE INTO {table} SELECT m.value ->> 1, r.id "  # noqa: S608 - names from a constant
+                     f"FROM relations r, json_each(r.members) m WHERE m.value ->> 0 = '{kind}' ORDER BY 1, 2")
 
 
 # What expiry looks up by id (store_lookup): the rows of each lookup, the ids as one JSON array bound to the
@@ -79,6 +104,20 @@ LOOKUPS: dict[str, tuple[pa.Schema, str]] = {
     "members": (pa.schema([("rel_id", pa.int64()), ("member_type", pa.string()), ("member_id", pa.int64())]),
                 "SELECT r.id, m.value ->> 0, m.value ->> 1 FROM relations r, json_each(r.members) m "  # noqa: S608
                 f"WHERE r.id IN {_IDS}"),
+    # The relations a node is in, as a member or through a way using it (node -> relation, node -> way ->
+    # relation): one lookup, so following a moved node to its relations costs no step of its own.
+    "node_relations": (pa.schema([("node_id", pa.int64()), ("rel_id", pa.int64())]),
+                       f"SELECT node_id, rel_id FROM node_relations WHERE node_id IN {_IDS} UNION "  # noqa: S608
+                       "SELECT nw.node_id, wr.rel_id FROM node_ways nw JOIN way_relations wr ON wr.way_id = nw.way_id "
+                       f"WHERE nw.node_id IN {_IDS}"),
+    "way_relations": (pa.schema([("way_id", pa.int64()), ("rel_id", pa.int64())]),
+                      f"SELECT way_id, rel_id FROM way_relations WHERE way_id IN {_IDS}"),  # noqa: S608
+    # The stored refs of the relations' way members (their old lines): a relation's members are mostly ways a
+    # regional store lacks (cut at its edge), so they come as the refs of those it has, not as members.
+    "relation_way_nodes": (pa.schema([("way_id", pa.int64()), ("seq", pa.int64()), ("node_id", pa.int64())]),
+                           "SELECT w.id, n.key, n.value FROM relations r, json_each(r.members) m "  # noqa: S608
+                           "JOIN ways w ON w.id = m.value ->> 1, json_each(w.nodes) n "
+                           f"WHERE r.id IN {_IDS} AND m.value ->> 0 = 'w'"),
 }
 
 
@@ -90,7 +129,8 @@ def id_list(ids: Iterable[int]) -> str:
 def lookup(conn: sqlite3.Connection, name: str, ids: Iterable[int]) -> pa.Table:
     """The rows of lookup ``name`` (LOOKUPS) for ``ids``, as Arrow."""
     schema, sql = LOOKUPS[name]
-    rows = conn.execute(sql, (id_list(ids),)).fetchall()
+    listed = id_list(ids)
+    rows = conn.execute(sql, (listed,) * sql.count(_IDS)).fetchall()
     columns: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) if rows else [() for _ in schema.names]
     return pa.table([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
 
@@ -118,10 +158,11 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str) -> Manifest:
         data = json.loads(text)
-        if data.get("format_version") != FORMAT_VERSION:
-            raise GeometryStoreError(f"geometry store format {data.get('format_version')!r} is not {FORMAT_VERSION}")
+        version = data.get("format_version")
+        if version not in (FORMAT_VERSION, UPGRADABLE_FROM):
+            raise GeometryStoreError(f"geometry store format {version!r} is not {FORMAT_VERSION}")
         return cls(sequence=data.get("sequence"), counts=dict(data["counts"]), applied=list(data.get("applied", [])),
-                   commits=int(data.get("commits", 0)))
+                   commits=int(data.get("commits", 0)), format_version=version)
 
 
 def write_manifest(conn: sqlite3.Connection, manifest: Manifest) -> None:
@@ -245,6 +286,26 @@ class GeometryStore:
         with (self.root / "LOCK").open("a") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
-                yield self.manifest()
+                manifest = self.manifest()
+                yield self._upgraded(manifest) if manifest.format_version == UPGRADABLE_FROM else manifest
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _upgraded(self, manifest: Manifest) -> Manifest:
+        """A store of the previous format gets its member -> relation indexes (the caller holds the lock), in
+        one transaction, so that no store has to be imported again."""
+        upgraded = Manifest(sequence=manifest.sequence, counts=manifest.counts, applied=manifest.applied,
+                            commits=manifest.commits)
+        with self.writer() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in MEMBER_INDEX_SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                add_member_relations(conn)
+                write_manifest(conn, upgraded)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return upgraded

@@ -20,6 +20,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from .geometry import (
+    MEMBER_INDEXES,
     GeometryStore,
     GeometryStoreError,
     Manifest,
@@ -144,7 +145,8 @@ def _write_changes(conn: sqlite3.Connection, diff: OscDiff) -> dict[str, int]:
 
     Only what differs is written: a node whose location is unchanged (a tag edit), a way whose node list is
     unchanged (a tag edit) and a relation whose members are unchanged keep their
-    rows, and a way whose list changed moves only the (node, way) pairs it gained or lost in ``node_ways``.
+    rows, a way whose list changed moves only the (node, way) pairs it gained or lost in ``node_ways``, and a
+    relation whose members changed only the (member, relation) pairs of ``node_relations`` / ``way_relations``.
     In a big store each written row is a page of its own: a tag edit of a 15-node way rewrote 30 index rows.
     """
     old_nodes = {i: (lon, lat) for i, lon, lat in conn.execute(
@@ -183,15 +185,28 @@ def _write_changes(conn: sqlite3.Connection, diff: OscDiff) -> dict[str, int]:
 
     gone_relations: list[tuple[int]] = []
     relation_rows: list[tuple[int, str]] = []
+    lost_members: set[tuple[str, int, int]] = set()  # (type, member, relation) of the member indexes
+    gained_members: set[tuple[str, int, int]] = set()
     for r, rel in diff.relations.items():
         members = [list(m) for m in rel.members]
+        old_indexed = {(t, m, r) for t, m, *_ in old_relations.get(r, ()) if t in MEMBER_INDEXES}
         if rel.deleted:
             if r in old_relations:
                 gone_relations.append((r,))
+                lost_members |= old_indexed
         elif old_relations.get(r) != members:
             relation_rows.append((r, _json(members)))
+            new_indexed = {(t, m, r) for t, m, _ in rel.members if t in MEMBER_INDEXES}
+            lost_members |= old_indexed - new_indexed
+            gained_members |= new_indexed - old_indexed
     conn.executemany("DELETE FROM relations WHERE id = ?", gone_relations)
     conn.executemany("INSERT OR REPLACE INTO relations (id, members) VALUES (?, ?)", relation_rows)
+    for kind, table in MEMBER_INDEXES.items():
+        column = "node_id" if kind == "n" else "way_id"
+        conn.executemany(f"DELETE FROM {table} WHERE {column} = ? AND rel_id = ?",  # noqa: S608 - constant names
+                         sorted((m, r) for t, m, r in lost_members if t == kind))
+        conn.executemany(f"INSERT OR IGNORE INTO {table} ({column}, rel_id) VALUES (?, ?)",  # noqa: S608
+                         sorted((m, r) for t, m, r in gained_members if t == kind))
 
     live_ways = [way.refs for way in diff.ways.values() if not way.deleted]
     live_relations = [rel.members for rel in diff.relations.values() if not rel.deleted]

@@ -5,9 +5,9 @@ interpreter running this module, not multiprocessing, which would re-import the 
 the same two files the
 C++ pass left: the node location index and the OPL of the ways and relations. Rows go in in key order, many
 per statement, without journal or syncs (the directory is thrown away on failure), a way's nodes and a
-relation's members as one JSON text made from the OPL in C (``opl_columns``); the reverse index (node ->
-ways) is built once they are in, by SQLite from the ways, with one sort, as osm2pgsql builds its indexes
-after the load.
+relation's members as one JSON text made from the OPL in C (``opl_columns``); the reverse indexes (node ->
+ways, node and way members -> relations) are built once they are in, by SQLite from the ways and relations,
+with one sort each, as osm2pgsql builds its indexes after the load.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from .bulk_sqlite import analyze, bulk_load_settings, insert_columns
-from .geometry import GEOMETRY_DB, SCHEMA, Manifest, add_node_ways, write_manifest
+from .geometry import GEOMETRY_DB, SCHEMA, Manifest, add_member_relations, add_node_ways, write_manifest
 from .node_locations import NodeLocations
 from .opl_columns import Ways, read_objects
 
@@ -50,6 +50,7 @@ def build_geometry_store(root: Path, locations_file: Path, node_count: int, obje
                                                       [ids, batch.members_json().to_pylist()])
                 counts["members"] += batch.member_count()
         add_node_ways(conn)
+        add_member_relations(conn)
         write_manifest(conn, Manifest(sequence=sequence, counts=dict(counts)))
         conn.execute("COMMIT")
         analyze(conn)

@@ -8,12 +8,17 @@ finds the points and segments whose tiles expire:
 - a changed way, and every way found above: its old geometry (old refs, old locations) and its new one
   (refs from the diff if it is in it, else the stored ones; locations from the diff where it has them,
   else the store);
-- a changed relation: its old and new members: member ways as changed ways, member nodes as points.
+- a changed relation: its old and new members: member ways as changed ways, member nodes as points;
+- a relation the diff does not have but whose way changed (in the diff, or found above) or whose node
+  member moved: its stored member ways, as changed ways (those the store lacks are not counted in
+  ``ways``). These are the parents osm2pgsql's dependency manager re-processes (and so expires) for a
+  diff (docs/spark-bridge.md).
 
-What reads the store is three lookups (the diff's nodes, the ways using them and its relations' stored
-members; then the refs of the changed ways; then the locations of their nodes), each a primary-key or
-index probe per wanted id: on the driver when the step is small, else as one Spark action per step whose
-tasks probe the store, on a laptop, a standalone cluster or Spark Connect (store_lookup).
+What reads the store is three lookups (the diff's nodes, the ways and relations using them, the relations
+of its ways and its relations' stored members; then the refs of the changed ways and of the parents'
+member ways; then the locations of their nodes), each a primary-key or index probe per wanted id: on the
+driver when the step is small, else as one Spark action per step whose tasks probe the store, on a
+laptop, a standalone cluster or Spark Connect (store_lookup).
 What they return is the diff's neighbourhood, not the store, and the rest (which ways changed, their old
 and new lines, the counts) is driver work: dictionaries for the diff's objects, arrays for the lines
 (store_lines). As Spark joins with checkpoints in between it was ~40 small Spark jobs, most of a
@@ -75,21 +80,40 @@ def _diff_refs(ways: dict[int, DiffWay]) -> tuple[Ints, Ints, Ints]:
     return _ints(way), _ints(seq), _ints(node)
 
 
+def _pairs(table: pa.Table, a: str, b: str) -> list[tuple[int, int]]:
+    return list(zip(table[a].to_pylist(), table[b].to_pylist(), strict=True))
+
+
+def _unique_refs(way: Ints, seq: Ints, node: Ints) -> tuple[Ints, Ints, Ints]:
+    """Each (way, seq) once: a way's stored refs can come both as a changed way and as a parent's member."""
+    rows = np.unique(np.stack([way, seq, node], axis=1), axis=0) if len(way) else np.zeros((0, 3), np.int64)
+    return rows[:, 0], rows[:, 1], rows[:, 2]
+
+
 def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: Manifest,
             zoom: int, driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES) -> StoreResolution:
     nodes, ways, rels = diff.nodes, diff.ways, diff.relations
-    # Step 1: old positions of the diff's nodes, the ways using them, the stored members of its relations.
-    # node_ways is looked up for every diff node (a superset of the moved ones) so that it needs no step
-    # of its own after the positions.
+    # Step 1: old positions of the diff's nodes, the ways using them, the stored members of its relations,
+    # and the relations osm2pgsql re-processes (its parents: those of the diff's nodes, as members or through
+    # their ways, and of the diff's ways). node_ways and node_relations are looked up for every diff node
+    # (a superset of the moved ones) so that they need no step of their own after the positions.
     lookup = StoreLookups(spark, store, manifest, driver_lookup_bytes)
     first = lookup.fetch({"known": ("nodes", set(nodes)), "node_ways": ("node_ways", set(nodes)),
+                          "node_relations": ("node_relations", set(nodes)),
+                          "way_relations": ("way_relations", set(ways)),
                           "old_members": ("members", set(rels))})
     known = first["known"]
     old_loc: dict[int, Location] = dict(zip(known["id"].to_pylist(), zip(
         known["lon"].to_pylist(), known["lat"].to_pylist(), strict=True), strict=True))
     moved = {n for n, d in nodes.items() if d.deleted or old_loc.get(n) != (d.lon, d.lat)}
-    via_nodes = {w for n, w in zip(first["node_ways"]["node_id"].to_pylist(),
-                                   first["node_ways"]["way_id"].to_pylist(), strict=True) if n in moved}
+    via_nodes = {w for n, w in _pairs(first["node_ways"], "node_id", "way_id") if n in moved}
+    # A relation is re-expired whole when a way of it changed (in the diff, or a node of it moved) or a node
+    # member moved: osm2pgsql re-processes it then, expiring its old and new geometry. A relation in the
+    # diff is resolved as a changed relation below; the parents of a relation are not followed (nor by
+    # osm2pgsql, docs/spark-bridge.md).
+    parents = {r for n, r in _pairs(first["node_relations"], "node_id", "rel_id") if n in moved}
+    parents |= set(first["way_relations"]["rel_id"].to_pylist())
+    parents -= set(rels)
     om = first["old_members"]
     old_members = list(zip(om["rel_id"].to_pylist(), om["member_type"].to_pylist(), om["member_id"].to_pylist(),
                            strict=True))
@@ -98,10 +122,15 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
     member_nodes = {m for _, t, m in all_members if t == "n"}
     changed_ways = set(ways) | via_nodes | member_ways
 
-    # Step 2: the stored refs of every changed way (its old line). The new line: the diff's refs for a
-    # way in the diff, the stored ones for any other.
-    old_refs = lookup.fetch({"old_refs": ("way_nodes", changed_ways)})["old_refs"]
-    ow, os_, on = (_column(old_refs, c).astype(np.int64) for c in ("way_id", "seq", "node_id"))
+    # Step 2: the stored refs of every changed way (its old line) and of the parents' member ways. The new
+    # line: the diff's refs for a way in the diff, the stored ones for any other. A parent's node members
+    # are not looked up: osm2pgsql draws a relation from its ways, and a node member that moved is in the
+    # diff (its places expire as the diff's nodes).
+    second = lookup.fetch({"old_refs": ("way_nodes", changed_ways), "parent_refs": ("relation_way_nodes", parents)})
+    old_refs, parent_refs = second["old_refs"], second["parent_refs"]
+    changed_ways |= set(np.unique(_column(parent_refs, "way_id")).tolist())
+    ow, os_, on = _unique_refs(*(np.concatenate([_column(old_refs, c), _column(parent_refs, c)]).astype(np.int64)
+                                 for c in ("way_id", "seq", "node_id")))
     keep = ~np.isin(ow, _ints(list(ways)))
     dw, ds, dn = _diff_refs(ways)
     nw, ns, nn = np.concatenate([ow[keep], dw]), np.concatenate([os_[keep], ds]), np.concatenate([on[keep], dn])
@@ -145,6 +174,7 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
         "ways": len(changed_ways),
         "moved_nodes": len(moved),
         "nested_relations": sum(1 for _, t, _ in all_members if t == "r"),
+        "parent_relations": len(parents),
         "most_way_samples": found.most_samples,
     }
     return StoreResolution(segments=segments_table(found, points), counts=counts)

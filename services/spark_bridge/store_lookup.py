@@ -37,10 +37,15 @@ _SPARK_SCHEMAS = {
     "way_nodes": "way_id long, seq long, node_id long",
     "node_ways": "node_id long, way_id long",
     "members": "rel_id long, member_type string, member_id long",
+    "node_relations": "node_id long, rel_id long",
+    "way_relations": "way_id long, rel_id long",
+    "relation_way_nodes": "way_id long, seq long, node_id long",
 }
 # Estimated bytes a lookup returns per id (Arrow, decoded): a node 24; a way ~10 refs of 24; a node is in
-# ~1.5 ways; a relation ~10 members. What the driver budget is measured in.
-ROW_BYTES = {"nodes": 24, "node_ways": 24, "way_nodes": 240, "members": 400}
+# ~1.5 ways; a relation ~10 members; a street way is in a few route relations; a route or boundary relation
+# lists ~100 ways of ~10 refs. What the driver budget is measured in.
+ROW_BYTES = {"nodes": 24, "node_ways": 24, "way_nodes": 240, "members": 400, "node_relations": 64,
+             "way_relations": 64, "relation_way_nodes": 24_000}
 # Lookups of up to this many ids take them as one JSON literal; more go as a local relation.
 INLINE_KEYS = 100_000
 # Estimated bytes of rows one lookup step may fetch on the driver (a minutely diff: well under 1 MB; a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.osm import Extract, node_xml, osc, read_extract, relation_xml, way_xml, write_osc
-from services.osmstore.geometry import GeometryStore, SequenceGap
+from services.osmstore.geometry import FORMAT_VERSION, GeometryStore, SequenceGap
 from services.osmstore.geometry_apply import apply_diff
 from services.osmstore.osc_diff import read_diff
 from services.osmstore.osc_input import UnreadableOsc
@@ -25,6 +26,8 @@ QUERIES = {
     "nodes": "SELECT id, lon, lat FROM nodes",
     "way_nodes": "SELECT w.id AS way_id, r.key AS seq, r.value AS node_id FROM ways w, json_each(w.nodes) r",
     "node_ways": "SELECT node_id, way_id FROM node_ways",
+    "node_relations": "SELECT node_id, rel_id FROM node_relations",
+    "way_relations": "SELECT way_id, rel_id FROM way_relations",
     "members": "SELECT r.id AS rel_id, m.key AS seq, m.value ->> 0 AS member_type, m.value ->> 1 AS member_id, "
                "m.value ->> 2 AS role FROM relations r, json_each(r.members) m",
     "meta": "SELECT key, value FROM meta",
@@ -66,8 +69,33 @@ def test_import_writes_every_location_and_membership(imported_store: Path, extra
         members.setdefault(r["rel_id"], []).append((r["seq"], r["member_type"], r["member_id"], r["role"]))
     assert {r: [m[1:] for m in sorted(v)] for r, v in members.items()} == {
         r: ms for r, (ms, _) in extract.relations.items() if ms}
+    assert_member_relations(imported_store, {r: ms for r, (ms, _) in extract.relations.items()})
     manifest = GeometryStore.of_store(imported_store).manifest()
     assert manifest.sequence is None and manifest.counts["nodes"] == len(extract.nodes) and manifest.commits == 0
+
+
+def assert_member_relations(store: Path, relations: dict[int, list[tuple[str, int, str]]]) -> None:
+    """The member -> relation indexes hold exactly the node and way members of ``relations``."""
+    for kind, name in (("n", "node_relations"), ("w", "way_relations")):
+        column = "node_id" if kind == "n" else "way_id"
+        assert {(r[column], r["rel_id"]) for r in _table(store, name)} == {
+            (ref, rel) for rel, members in relations.items() for t, ref, _ in members if t == kind}, name
+
+
+def test_a_store_of_the_previous_format_gets_its_member_indexes(store: Path, extract: Extract) -> None:
+    """A format-3 store (no member -> relation indexes) is upgraded in place the first time it is locked."""
+    geometry = GeometryStore.of_store(store)
+    with closing(sqlite3.connect(geometry.db)) as conn:
+        conn.executescript("DROP TABLE node_relations; DROP TABLE way_relations;")
+        manifest = json.loads(conn.execute("SELECT value FROM meta WHERE key = 'manifest'").fetchone()[0])
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'manifest'",
+                     (json.dumps({**manifest, "format_version": 3}),))
+        conn.commit()
+    assert geometry.manifest().format_version == 3
+    with geometry.locked() as locked:
+        assert locked.format_version == FORMAT_VERSION
+    assert geometry.manifest().format_version == FORMAT_VERSION
+    assert_member_relations(store, {r: ms for r, (ms, _) in extract.relations.items()})
 
 
 def test_a_diff_writes_what_it_changes_not_the_store(store: Path, extract: Extract, tmp_path: Path) -> None:
@@ -165,6 +193,7 @@ def test_a_diff_leaves_the_rows_the_extract_with_it_would_have(store: Path, extr
         r: list(m) for r, (m, _) in extract.relations.items()}
     way_ids, node_ids = list(ways)[:60], list(nodes)[5000:5010]
     rel_ids = [r for r, m in rels.items() if m][:3]
+    shrunk = next(r for r, m in rels.items() if len(m) >= 3 and m[0][0] == "w" and r not in rel_ids)
     create, modify, delete = [], [], []
     create.append(node_xml(9_000_000_001, 24.95, 60.17, version=1))
     nodes[9_000_000_001] = (24.95, 60.17)
@@ -190,6 +219,8 @@ def test_a_diff_leaves_the_rows_the_extract_with_it_would_have(store: Path, extr
     rels[rel_ids[1]] = [*rels[rel_ids[1]], ("w", 9_000_000_002, "outer")]
     modify.append(relation_xml(rel_ids[1], rels[rel_ids[1]], {"type": "multipolygon"}, version=9))
     delete.append(relation_xml(rel_ids[2], rels.pop(rel_ids[2]), {}, version=9))
+    rels[shrunk] = rels[shrunk][1:]  # a way member less
+    modify.append(relation_xml(shrunk, rels[shrunk], {"type": "route"}, version=9))
     delete.append(node_xml(node_ids[9], None, None, version=3))
     del nodes[node_ids[9]]
     diff = read_diff(write_osc(tmp_path / "d.osc", osc(create=create, modify=modify, delete=delete)))
@@ -208,6 +239,7 @@ def test_a_diff_leaves_the_rows_the_extract_with_it_would_have(store: Path, extr
     for r in _table(store, "members"):
         members.setdefault(r["rel_id"], []).append((r["seq"], r["member_type"], r["member_id"], r["role"]))
     assert {r: [m[1:] for m in sorted(v)] for r, v in members.items()} == {r: m for r, m in rels.items() if m}
+    assert_member_relations(store, rels)
     counts = GeometryStore.of_store(store).manifest().counts
     assert (counts["nodes"], counts["ways"], counts["way_nodes"]) == (
         len(nodes), len(ways), sum(map(len, ways.values())))

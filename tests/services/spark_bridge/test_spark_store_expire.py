@@ -69,6 +69,81 @@ def users(extract: Extract, node: int) -> list[int]:
     return index.get(node, [])
 
 
+_PARENTS: dict[int, dict[tuple[str, int], list[int]]] = {}
+
+
+def parents(extract: Extract, ways: set[int] | list[int], nodes: set[int] | list[int] = ()) -> set[int]:
+    """The relations osm2pgsql re-processes for changed ``ways`` and moved ``nodes``: those with one of the
+    ways as a member, or one of the nodes (as a member or through a way using it)."""
+    index = _PARENTS.get(id(extract))
+    if index is None:
+        index = _PARENTS[id(extract)] = {}
+        for r, (members, _) in extract.relations.items():
+            for t, ref, _ in members:
+                index.setdefault((t, ref), []).append(r)
+    via = {w for n in nodes for w in users(extract, n)}
+    return ({r for w in {*ways, *via} for r in index.get(("w", w), ())}
+            | {r for n in nodes for r in index.get(("n", n), ())})
+
+
+def expect_relations(expected: Expected, extract: Extract, relations: set[int],
+                     moved: dict[int, tuple[float, float]] | None = None) -> set[int]:
+    """Each relation's member ways, old and new line (osm2pgsql draws a relation from its ways); returns them."""
+    ways: set[int] = set()
+    for r in relations:
+        for t, ref, _ in extract.relations[r][0]:
+            if t == "w":
+                if ref in extract.ways:  # the store has the extract's ways, no others
+                    ways.add(ref)
+                    expected.line(coords(extract, extract.ways[ref][0]), MAX_Z)
+                    expected.line(coords(extract, extract.ways[ref][0], moved), MAX_Z)
+    return ways
+
+
+def route_with_members_in_the_extract(extract: Extract) -> int:
+    """A route relation with several member ways in the extract and a node member."""
+    return next(r for r, (members, tags) in sorted(extract.relations.items())
+                if tags.get("type") == "route"
+                and sum(1 for t, ref, _ in members if t == "w" and ref in extract.ways) >= 5
+                and any(t == "n" and ref in extract.nodes for t, ref, _ in members))
+
+
+@pytest.mark.parametrize("change", ["member way edited", "member way's node moved", "member node moved"])
+def test_a_changed_member_expires_its_whole_relation(spark, store: Path, extract: Extract, tmp_path: Path,
+                                                     change: str) -> None:
+    """osm2pgsql re-processes the relations of a changed way, of a way whose node moved and of a moved node
+    member, and expires each relation's old and new geometry: every member way, not only the changed one."""
+    route = route_with_members_in_the_extract(extract)
+    members = extract.relations[route][0]
+    way = next(ref for t, ref, _ in members if t == "w" and ref in extract.ways
+               and all(n in extract.nodes for n in extract.ways[ref][0]))
+    refs, tags = extract.ways[way]
+    member_node = next(ref for t, ref, _ in members if t == "n" and ref in extract.nodes)
+    moved: dict[int, tuple[float, float]] = {}
+    if change == "member way edited":
+        diff = osc(modify=[way_xml(way, refs, {**tags, "note": "edited"})])
+        changed, nodes = [way], []
+    else:
+        node = refs[len(refs) // 2] if change == "member way's node moved" else member_node
+        moved[node] = (extract.nodes[node][0] + 0.0004, extract.nodes[node][1] - 0.0002)
+        diff = osc(modify=[node_xml(node, *moved[node])])
+        changed, nodes = [], [node]
+    result, published = run(spark, store, write_osc(tmp_path / "member.osc", diff))
+    expected = Expected()
+    for node, where in moved.items():
+        expected.point(extract.nodes[node], MAX_Z)
+        expected.point(where, MAX_Z)
+    relations = parents(extract, changed, nodes)
+    assert route in relations
+    ways = expect_relations(expected, extract, relations, moved)
+    for w in {*changed, *(w for n in nodes for w in users(extract, n))}:
+        ways.add(w)
+        expected.line(coords(extract, extract.ways[w][0]), MAX_Z)
+        expected.line(coords(extract, extract.ways[w][0], moved), MAX_Z)
+    assert_expires(published, expected)
+    assert result["inputs"]["parent_relations"] == len(relations) and result["inputs"]["ways"] == len(ways)
+
+
 def test_node_move_expires_both_positions_and_every_way_using_it(spark, store: Path, extract: Extract,
                                                                  tmp_path: Path) -> None:
     # A node shared by two streets: neither way is in the diff.
@@ -84,8 +159,10 @@ def test_node_move_expires_both_positions_and_every_way_using_it(spark, store: P
         refs = extract.ways[way][0]
         expected.line(coords(extract, refs), MAX_Z)
         expected.line(coords(extract, refs, {shared: new}), MAX_Z)
+    ways = expect_relations(expected, extract, parents(extract, [], [shared]), {shared: new})
     assert_expires(published, expected)
-    assert result["inputs"]["ways"] == len(users(extract, shared)) and result["inputs"]["moved_nodes"] == 1
+    assert result["inputs"]["ways"] == len(ways | set(users(extract, shared)))
+    assert result["inputs"]["moved_nodes"] == 1
     assert result["store"]["applied"] is True
 
 
@@ -96,6 +173,7 @@ def test_tag_only_way_edit_expires_its_whole_geometry(spark, store: Path, extrac
     result, published = run(spark, store, diff)
     expected = Expected()
     expected.line(coords(extract, refs), MAX_Z)
+    expect_relations(expected, extract, parents(extract, [way]))
     assert_expires(published, expected)
     assert result["inputs"]["missing_node_refs"] == 0 and result["inputs"]["unknown_ways"] == 0
     # The same diff renamed the street in the rendering store.
@@ -123,6 +201,7 @@ def test_way_with_a_moved_node_not_in_the_diff_and_a_deleted_way(spark, store: P
         expected.line(coords(extract, extract.ways[way][0]), MAX_Z)
         expected.line(coords(extract, extract.ways[way][0], {moved: new}), MAX_Z)
     expected.line(coords(extract, b_refs), MAX_Z)  # its old geometry, from the store
+    expect_relations(expected, extract, parents(extract, [b], [moved]), {moved: new})
     assert_expires(published, expected)
     with closing(GeometryStore.of_store(store).reader()) as conn:
         assert conn.execute("SELECT count(*) FROM ways WHERE id = ?", (b,)).fetchone() == (0,)
@@ -179,6 +258,10 @@ def test_next_diff_sees_current_geometry_and_replay_changes_nothing(spark, store
     second, published = run(spark, store, rename, sequence=2)
     expected = Expected()
     expected.line(coords(extract, refs, {refs[0]: new}), MAX_Z)  # the moved node's *current* place
+    for r in parents(extract, [way]):
+        for t, ref, _ in extract.relations[r][0]:
+            if t == "w" and ref in extract.ways:
+                expected.line(coords(extract, extract.ways[ref][0], {refs[0]: new}), MAX_Z)
     assert_expires(published, expected)
     assert GeometryStore.of_store(store).sequence == 2
     again, republished = run(spark, store, move, sequence=1)
@@ -224,6 +307,7 @@ def test_rerun_after_a_crash_between_the_two_commits(spark, store: Path, extract
     for w in users(extract, moved):
         expected.line(coords(extract, extract.ways[w][0]), MAX_Z)  # old geometry: from the geometry store
         expected.line(coords(extract, extract.ways[w][0], {moved: new}), MAX_Z)
+    expect_relations(expected, extract, parents(extract, [], [moved]), {moved: new})
     assert_expires(published, expected)
     assert GeometryStore.of_store(store).sequence == 1
 

@@ -69,7 +69,7 @@ def test_driver_and_spark_lookups_resolve_alike(spark, store: Path, extract: Ext
     manifest = geometry.manifest()
     on_driver = resolve(spark, diff, geometry, manifest, ZOOM)
     in_spark = resolve(spark, diff, geometry, manifest, ZOOM, driver_lookup_bytes=0)
-    # Enough for the nodes and node_ways lookups but not for members too: step 1 is split.
+    # Enough for the nodes and node_ways lookups but not for the relations' too: step 1 is split.
     split = estimated_bytes("nodes", set(diff.nodes)) + estimated_bytes("node_ways", set(diff.nodes)) + 1
     partly = resolve(spark, diff, geometry, manifest, ZOOM, driver_lookup_bytes=split)
     assert rows(on_driver) == rows(in_spark) == rows(partly)
@@ -77,6 +77,7 @@ def test_driver_and_spark_lookups_resolve_alike(spark, store: Path, extract: Ext
     counts = on_driver.counts  # moved: 250 moved, 50 deleted, 2 without a stored position
     assert counts["moved_nodes"] == 302 and counts["unknown_nodes"] == 1 and counts["unknown_ways"] == 1
     assert counts["unknown_relations"] == 0 and counts["missing_node_refs"] >= 1 and counts["most_way_samples"] > 0
+    assert counts["parent_relations"] > 10  # the relations of the changed ways and moved nodes, in both paths
 
 
 def test_lookups_go_to_spark_past_the_budget(spark, store: Path, extract: Extract) -> None:
