@@ -17,9 +17,10 @@ members in the object's own row, with the reverse indexes from a node to its way
 relations, which osm2pgsql's middle answers with its ``parts`` array index) on an embedded engine:
 every lookup a diff needs is a B-tree probe by id, and applying a diff writes the diff's rows and the pages
 holding them, one transaction, so a diff costs what the diff weighs, whatever the size of the store
-(docs/decisions.md, "The geometry store at scale"). One row per way and per relation, not per way node and per member, is what
-lets the import load them at a row per object (a relation lists ~136 members in the scaled extract); SQLite's
-``json_each`` unpacks the few a diff reads, and builds the reverse indexes in one statement each. Readers
+(docs/decisions.md, "The geometry store at scale"). One row per way and per relation, not per way node and
+per member, is what lets the import load them at a row per object (a relation lists ~136 members in the
+scaled extract); SQLite's ``json_each`` unpacks the few a diff reads, and builds the reverse indexes in one
+statement each. Readers
 in other processes (Spark executors at scale, ``store_lookup``) open the file read-only and see the last
 committed state; a crash mid-diff leaves the one before (WAL rollback).
 """
