@@ -21,7 +21,7 @@ import stat
 import sys
 import threading
 import time
-from typing import Any, TextIO, cast
+from typing import Any, NoReturn, TextIO, cast
 
 import structlog
 from structlog.typing import EventDict, FilteringBoundLogger
@@ -190,33 +190,134 @@ def _dropping_logger_factory(*_args: Any) -> DroppingLogger:
     return DroppingLogger()
 
 
+class _StderrHandler(logging.Handler):
+    """The stdlib's lines (aio-pika, aiormq, aiohttp, asyncio, py4j, warnings) to stderr by the same writer as
+    structlog's own: formatted by the same processors, never blocking, never raising."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = DroppingLogger()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:  # a library's bad format arguments: the stdlib's own report, not a crash
+            self.handleError(record)
+            return
+        self.out.msg(line)
+
+
+_process_fields: dict[str, Any] = {}
+_json_lines = False
+_rendering_chain: list[Any] = []  # what configure_logging renders lines with (for ``operator_line``)
+
+
+def bind_process(**values: Any) -> None:
+    """Fields on every line the process logs from now on, whichever thread, task or library logged it: the
+    runner binds the served unit's ``app`` and ``uuid`` once it exists (a line's own values win)."""
+    _process_fields.update(values)
+
+
+def _add_process_fields(_logger: Any, _method: str, event: EventDict) -> EventDict:
+    for key, value in _process_fields.items():
+        event.setdefault(key, value)
+    return event
+
+
+def json_lines() -> bool:
+    """True when ``configure_logging`` chose JSON lines (a program's other log writers follow it: the Spark
+    bridge's JVM)."""
+    return _json_lines
+
+
 def configure_logging(level: str | None = None, *, json: bool | None = None) -> None:
-    """Configure structlog once for a qbroker *program* (console or JSON lines, to stderr): the runner and the
-    console scripts call it; the library itself never does (``LibraryLogger``)."""
-    global _configured
+    """Configure logging once for a qbroker *program*: console or JSON lines, to stderr (docs/logging.md).
+
+    structlog's lines and the standard library's (``logging``: aio-pika, aiormq, aiohttp, asyncio, warnings)
+    go through the same processors, so in JSON mode every line is one JSON object with the same fields.
+    Uncaught exceptions are logged lines too. The first call in a process decides; later calls (``serve``
+    calls it again for a program that configured its logging from its own settings) change nothing. The
+    runner and the console scripts call it; the library itself never does (``LibraryLogger``).
+    """
+    global _configured, _json_lines
     if _configured:
         return
     _configured = True
     level_name = (level or os.environ.get("QBROKER_LOG_LEVEL", "INFO")).upper()
+    level_number = getattr(logging, level_name, logging.INFO)
     use_json = json if json is not None else (
         os.environ.get("QBROKER_LOG_FORMAT", "").lower() == "json"
         or os.environ.get("QBROKER_LOG_JSON", "") not in ("", "0"))
+    _json_lines = use_json
     renderer: Any = (
         structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
     )
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        _add_process_fields,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso"),
+    ]
+    rendering: list[Any] = [
+        structlog.processors.format_exc_info,
+        *(() if use_json else (_escape_controls,)),
+        renderer,
+    ]
+    _rendering_chain[:] = [*shared, *rendering]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.format_exc_info,
-            *(() if use_json else (_escape_controls,)),
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level_name, logging.INFO)),
+        processors=_rendering_chain,
+        wrapper_class=structlog.make_filtering_bound_logger(level_number),
         logger_factory=_dropping_logger_factory,
         cache_logger_on_first_use=True,
     )
+    handler = _StderrHandler()
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *rendering],
+    ))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level_number)
+    logging.captureWarnings(True)
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_uncaught_in_thread
+
+
+def _log_uncaught(kind: type[BaseException], error: BaseException, trace: Any) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, error, trace)
+        return
+    structlog.get_logger(LIBRARY_LOGGER).critical("uncaught exception", exc_info=(kind, error, trace))
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_value is None or isinstance(args.exc_value, SystemExit):
+        return
+    structlog.get_logger(LIBRARY_LOGGER).critical(
+        "uncaught exception in a thread", thread=args.thread.name if args.thread else None,
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+
+
+def operator_line(message: str, level: str = "error", **fields: Any) -> bool:
+    """Write a program's own message for its operator (a console script's one-line result or error) as a log
+    line of the configured format, whatever the level filter; False (nothing written) before
+    ``configure_logging``, where the caller prints it its own way."""
+    if not _rendering_chain:
+        return False
+    writer = structlog.wrap_logger(DroppingLogger(), processors=_rendering_chain,
+                                   wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET))
+    getattr(writer, level)(message, **fields)
+    return True
+
+
+def exit_fatal(message: str, code: int = 1, **fields: Any) -> NoReturn:
+    """End the program with ``message`` as one logged line (JSON in JSON mode), not a bare ``SystemExit``
+    text; without configured logging, as that text."""
+    if not operator_line(message, "critical", **fields):
+        raise SystemExit(message)
+    raise SystemExit(code)
 
 
 class LibraryLogger:

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from qbroker.config import Config
 from qbroker.errors import QBrokerError
-from qbroker.log import configure_logging
+from qbroker.log import bind_process, configure_logging, exit_fatal
 from qbroker.unit import Unit
 
 T = TypeVar("T")
@@ -117,12 +117,13 @@ def serve(app: str, make_service: Callable[[Unit], Service], *, config: Config |
 
     async def main() -> bool:
         unit = Unit(app, config=config)
+        bind_process(app=unit.app, uuid=unit.uuid)  # the service's own lines and its libraries' name the unit too
         service = make_service(unit)  # registers endpoints: before start
         return await serve_async(unit, service, drain_timeout=drain_timeout, freeze_heap=True)
 
     try:
         graceful = run(main())
     except QBrokerError as exc:  # e.g. no broker reachable at start
-        raise SystemExit(f"{app}: {exc}") from None
+        exit_fatal(f"{app}: {exc}", error=type(exc).__name__)
     if not graceful:
         raise SystemExit(1)
