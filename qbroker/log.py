@@ -218,6 +218,11 @@ def bind_process(**values: Any) -> None:
     _process_fields.update(values)
 
 
+def process_fields() -> dict[str, Any]:
+    """What ``bind_process`` bound (a copy): for a program's other log writers (the Spark bridge's JVM)."""
+    return dict(_process_fields)
+
+
 def _add_process_fields(_logger: Any, _method: str, event: EventDict) -> EventDict:
     for key, value in _process_fields.items():
         event.setdefault(key, value)
@@ -279,7 +284,9 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(level_number)
+    # Other libraries' INFO is their chatter (py4j notes every connection it closes): their warnings and
+    # errors always show, the rest at DEBUG.
+    root.setLevel(level_number if level_number <= logging.DEBUG else max(level_number, logging.WARNING))
     logging.captureWarnings(True)
     sys.excepthook = _log_uncaught
     threading.excepthook = _log_uncaught_in_thread
