@@ -5,10 +5,12 @@ Spark's default configuration writes every INFO line in log4j's own layout, whic
 cannot read and an operator does not need; the bridge passes a log4j2 file of its own instead
 (``-Dlog4j2.configurationFile`` in ``spark.driver.extraJavaOptions``): WARN and above only, laid out as
 the bridge's own lines, one JSON object each under ``QBROKER_LOG_FORMAT=json``, with the unit's app and
-uuid (docs/logging.md, docs/decisions.md). The JVM also writes lines log4j never sees (``WARNING: Using incubator modules``, which Spark's launcher
+uuid (docs/logging.md, docs/decisions.md).
+
+The JVM also writes lines log4j never sees (``WARNING: Using incubator modules``, which Spark's launcher
 always causes; a crash's ``Exception in thread``): in JSON mode its stderr comes through the bridge, which
-passes its JSON lines on and logs any other line as the ``event`` of a JSON line of its own. A Spark Connect
-server's JVM is its own program, with its own log.
+passes its JSON lines on and logs any other line as the ``event`` of a JSON line of its own. A Spark
+Connect server's JVM is its own program, with its own log.
 """
 
 from __future__ import annotations
