@@ -41,7 +41,7 @@ async def test_the_bridge_and_its_jvm_log_json(amqp_url: str, make_unit, tmp_pat
         reply = await client.call("spark.expire", {"paths": [str(listing)], "min_zoom": 14, "max_zoom": 15,
                                                    "publish": False, "wait": True}, timeout=2 * HANG)
         assert reply["state"] == "succeeded"
-        os.killpg(bridge.pid, signal.SIGTERM)
+        bridge.send_signal(signal.SIGTERM)  # the bridge alone: it stops its JVM itself
         assert bridge.wait(HANG) == 0, log.read_text()[-3000:]
     finally:
         if bridge.poll() is None:
