@@ -17,8 +17,8 @@ from services.spark_bridge.service import SparkBridge
 from services.spark_bridge.spark_session import DEFAULT_MASTER, build_session
 from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores
-from services.tiles.contract import SPARK_BRIDGE
-from services.tiles.metrics_port import service_metrics
+from services.toposm.contract import SPARK_BRIDGE
+from services.toposm.metrics_port import service_metrics
 
 log = structlog.get_logger("spark_bridge")
 

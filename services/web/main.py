@@ -8,8 +8,8 @@ from pathlib import Path
 
 from qbroker.log import json_lines
 from qbroker.runner import serve
-from services.tiles.tile_store import add_tile_store_option, check_tile_store_zoom
-from services.tiles.tilemath import ZoomRange
+from services.toposm.tile_store import add_tile_store_option, check_tile_store_zoom
+from services.toposm.tilemath import ZoomRange
 
 from .access_log import ACCESS_LOG_ENV, STDOUT
 from .cache_policy import add_cache_options, cache_policy_from

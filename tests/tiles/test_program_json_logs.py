@@ -14,6 +14,7 @@ import pytest
 
 from harness.private_node import free_port
 from qbroker.cli.dead_letter import APP as DEAD_LETTER
+from qbroker.runner import EXIT_BROKER_UNAVAILABLE
 from services.tiles.queuemaster.service import APP as QUEUEMASTER
 from services.tiles.renderer.process import APP as RENDERER
 from services.web.service import APP as WEB
@@ -54,7 +55,7 @@ async def test_every_program_logs_json_with_its_unit(bus: TileBus, monkeypatch: 
 def test_no_broker_is_one_json_line_naming_the_unit(program: str, tmp_path: Path) -> None:
     done = subprocess.run([str(BIN / program)], capture_output=True, text=True, timeout=60, cwd=tmp_path,
                           env={"PATH": "/usr/bin:/bin", "QBROKER_URL": BROKER_DOWN, "QBROKER_LOG_FORMAT": "json"})
-    assert done.returncode == 1
+    assert done.returncode == EXIT_BROKER_UNAVAILABLE
     assert not done.stdout
     lines = json_lines(done.stderr, program)
     assert any(line.get("logger", "").startswith("aiormq") for line in lines)  # a library's stdlib line, as JSON

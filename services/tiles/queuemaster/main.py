@@ -9,9 +9,9 @@ from pathlib import Path
 from qbroker import Unit
 from qbroker.metrics_port import add_metrics_options, check_metrics_options
 from qbroker.runner import serve
+from services.toposm.tile_store import add_tile_store_option, check_tile_store_zoom
+from services.toposm.tilemath import ZoomRange
 
-from ..tile_store import add_tile_store_option, check_tile_store_zoom
-from ..tilemath import ZoomRange
 from .access import AccessPolicy
 from .buckets import BucketLimits
 from .service import APP, QueuemasterService

@@ -23,9 +23,9 @@ from qbroker import QBrokerError, Unit
 from qbroker.log import configure_logging
 from qbroker.printable import printable
 from qbroker.runner import run, serve_async
+from services.toposm.contract import QUEUEMASTER_ONLINE
+from services.toposm.seed_wire import AllProgramsTopic
 
-from ..contract import QUEUEMASTER_ONLINE
-from ..seed_wire import AllProgramsTopic
 from .area import AreaError, AreaPlan, BBox, parse_zooms
 from .job import JobSettings, RenderListJob
 from .progress import ProgressView
@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
 
 class RenderListService:
     """The job on a unit, in the runner's shape: it ends the process (``done``) when the job ends. It listens
-    on ``toposm``, as every running program does (the seed): a queuemaster (back) online there has the
+    on ``toposm``, as every running program does (docs/tiles.md): a queuemaster (back) online there has the
     requests that wait for one ask again at once."""
 
     def __init__(self, unit: Unit, options: Options, progress: Progress, done: asyncio.Event) -> None:

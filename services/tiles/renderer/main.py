@@ -10,9 +10,9 @@ from qbroker import Unit
 from qbroker.metrics_port import add_metrics_options, check_metrics_options
 from qbroker.runner import serve
 from services.osmstore.style_layers import check_source
+from services.toposm.strategy import StrategyError, parse_strategy
+from services.toposm.tile_store import add_tile_store_option
 
-from ..strategy import StrategyError, parse_strategy
-from ..tile_store import add_tile_store_option
 from .backends import BACKEND_NAMES
 from .process import APP, RendererProcess
 from .settings import RendererSettings, short_hostname
