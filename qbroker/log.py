@@ -172,10 +172,10 @@ def operator_line(message: str, level: str = "error", **fields: Any) -> bool:
 
 
 def exit_fatal(message: str, code: int = 1, **fields: Any) -> NoReturn:
-    """End the program with ``message`` as one logged line (JSON in JSON mode), not a bare ``SystemExit``
-    text; without configured logging, as that text."""
-    if not operator_line(message, "critical", **fields):
-        raise SystemExit(message)
+    """End the program with ``message``: in JSON mode one ``critical`` JSON line (with ``fields``), not a
+    bare ``SystemExit`` text; on the console the one plain line an operator and scripts read."""
+    if not (_json_lines and operator_line(message, "critical", **fields)):
+        DroppingLogger().msg(printable(message))
     raise SystemExit(code)
 
 
