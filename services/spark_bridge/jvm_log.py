@@ -16,6 +16,7 @@ Connect server's JVM is its own program, with its own log.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import threading
 from importlib.resources import files
@@ -27,6 +28,7 @@ DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 JVM_LOGGER = "spark.jvm"  # the ``logger`` of a JVM line log4j did not lay out
 JSON_CONFIG = "log4j2-json.properties"
 CONSOLE_CONFIG = "log4j2-console.properties"
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9._:-]{1,255}")
 
 
 def jvm_log_conf(conf: dict[str, str]) -> dict[str, str]:
@@ -34,8 +36,10 @@ def jvm_log_conf(conf: dict[str, str]) -> dict[str, str]:
     gave come after ours, so a ``-Dqbroker.jvm.level=info`` of theirs (or a log4j2 file) wins."""
     config = files(__package__) / (JSON_CONFIG if json_lines() else CONSOLE_CONFIG)
     fields = process_fields()
-    options = [f"-Dlog4j2.configurationFile={config}"]
-    options += [f"-Dqbroker.{key}={fields[key]}" for key in ("app", "uuid") if isinstance(fields.get(key), str)]
+    options = [f"-Dlog4j2.configurationFile=\"{config}\""]  # quoted: Spark splits the options at spaces
+    # Only plain words go into the JVM's template: a quote or a backslash there would break its JSON.
+    options += [f"-Dqbroker.{key}={value}" for key in ("app", "uuid")
+                if isinstance(value := fields.get(key), str) and _PLAIN_WORD.fullmatch(value)]
     given = conf.get(DRIVER_JAVA_OPTIONS, "").strip()
     return {**conf, DRIVER_JAVA_OPTIONS: " ".join([*options, *([given] if given else [])])}
 
