@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness import HANG, eventually
 from harness.private_node import free_port
-from services.spark_bridge.jvm_log import JVM_LOGGER
+from services.spark_bridge.jvm_log import DRIVER_JAVA_OPTIONS, JVM_LOGGER, jvm_log_conf
 from tests.json_log_lines import json_lines, service_lines
 
 BIN = Path(sys.executable).parent
@@ -53,3 +53,10 @@ async def test_the_bridge_and_its_jvm_log_json(amqp_url: str, make_unit, tmp_pat
     assert jvm, "no line of the JVM's"  # log4j's warnings and the JVM's own notes come through as JSON
     assert all(line.get("app") == APP for line in jvm), jvm
     assert not any(line["level"] == "info" and line.get("logger", "").startswith("org.") for line in lines)
+
+
+def test_the_operators_java_options_come_after_ours() -> None:
+    options = jvm_log_conf({DRIVER_JAVA_OPTIONS: "-Dqbroker.jvm.level=info"})[DRIVER_JAVA_OPTIONS]
+    first, _, rest = options.partition(" ")
+    path = first.removeprefix('-Dlog4j2.configurationFile="').removesuffix('"')
+    assert Path(path).is_file() and rest.endswith("-Dqbroker.jvm.level=info")  # the JVM takes the last -D
