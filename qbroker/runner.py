@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
-import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from qbroker.config import Config
 from qbroker.errors import BrokerUnavailable, QBrokerError
-from qbroker.log import configure_logging
+from qbroker.log import bind_process, configure_logging, exit_fatal
 from qbroker.unit import Unit
 
 T = TypeVar("T")
@@ -134,14 +133,14 @@ def _serve_process(app: str, build: Callable[[], tuple[Unit, Service]], drain_ti
 
     async def main() -> bool:
         unit, service = build()
+        bind_process(app=unit.app, uuid=unit.uuid)  # the service's own lines and its libraries' name the unit too
         return await serve_async(unit, service, drain_timeout=drain_timeout, freeze_heap=True)
 
     try:
         graceful = run(main())
     except BrokerUnavailable as exc:  # one line saying why (refused login, vhost, DNS, TLS, ...)
-        sys.stderr.write(f"{app}: {exc.message}\n")
-        raise SystemExit(EXIT_BROKER_UNAVAILABLE) from None
+        exit_fatal(f"{app}: {exc.message}", EXIT_BROKER_UNAVAILABLE, error=type(exc).__name__)
     except QBrokerError as exc:
-        raise SystemExit(f"{app}: {exc}") from None
+        exit_fatal(f"{app}: {exc}", error=type(exc).__name__)
     if not graceful:
         raise SystemExit(1)

@@ -79,6 +79,11 @@ def print_json_line(value: Any, stream: TextIO | None = None) -> None:
 def say(message: str, *, style: str | None = None) -> None:
     """One line on stderr (coloured on a terminal); stdout stays clean for pipes. Messages quote the wire
     (error messages, app ids): escaped by ``printable``."""
+    from qbroker.log import json_lines, operator_line  # here: `qbroker --help` loads no logging
+
+    level = "error" if style and "red" in style else "warning" if style == "yellow" else "info"
+    if json_lines() and operator_line(message, level):  # JSON logs: every stderr line is JSON
+        return
     message = printable(message)
     if sys.stderr.isatty() and style:
         from rich.console import Console

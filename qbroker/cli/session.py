@@ -58,14 +58,12 @@ def configure_logging(verbose: bool) -> None:
     Without --verbose (or an explicit QBROKER_LOG_LEVEL) the CLI's own one-line messages say
     everything; the library would otherwise repeat e.g. a warn reply or each unreachable URL.
     """
-    import logging
     import os
 
     from qbroker.log import configure_logging as configure_core_logging
 
     level = "DEBUG" if verbose else os.environ.get("QBROKER_LOG_LEVEL", "CRITICAL").upper()
     configure_core_logging(level)
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level, logging.CRITICAL))
 
 
 def describe(exc: BaseException) -> str:

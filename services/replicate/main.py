@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from qbroker import Unit
+from qbroker.log import exit_fatal
 from qbroker.metrics_port import MetricsServer, add_metrics_options, check_metrics_options
 from qbroker.runner import serve
 from services.replicate.follower import Follower, FollowSettings
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
 
     serve(APP, make)
     if follower and follower[0].error:
-        raise SystemExit(f"toposm-replicate: {follower[0].error}")
+        exit_fatal(f"toposm-replicate: {follower[0].error}")
 
 
 if __name__ == "__main__":

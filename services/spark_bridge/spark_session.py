@@ -15,6 +15,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from services.spark_bridge.jvm_log import jvm_log_conf, start_jvm
+
 DEFAULT_MASTER = "local[*]"
 # pyspark warns about pandas 3 when it loads its pandas helpers; the bridge moves data with Arrow only.
 warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
@@ -52,7 +54,9 @@ def build_session(
     # Executors must run the same Python as the driver (standalone workers would pick their own).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in classic_conf(conf, ui=ui).items():
+    session_conf = jvm_log_conf(classic_conf(conf, ui=ui))
+    start_jvm({"spark.master": master, "spark.app.name": app_name, **session_conf})
+    for key, value in session_conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from qbroker.log import json_lines
 from qbroker.runner import serve
 from services.toposm.tile_store import add_tile_store_option, check_tile_store_zoom
 from services.toposm.tilemath import ZoomRange
@@ -82,6 +83,8 @@ class _AnnouncedWebService(WebService):
 
     async def start(self) -> None:
         await super().start()
+        if json_lines():  # JSON logs: the `toposm-web serving` line says it, and stdout holds JSON alone
+            return
         print(f"toposm-web: status {self.url}/  map {self.url}/map  metrics {self.url}/metrics", flush=True)
 
 

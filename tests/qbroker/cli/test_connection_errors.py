@@ -23,6 +23,7 @@ from qbroker import (
     Unit,
 )
 from tests.qbroker.cli.helpers import BIN, QBROKER, QBROKER_DEBUG, run_cli
+from tests.json_log_lines import json_lines
 
 PASSWORD = "right-" + uuid.uuid4().hex[:8]
 WRONG = "wrong-" + uuid.uuid4().hex[:8]
@@ -115,7 +116,8 @@ async def test_service_runner_ends_with_the_cause(cases: dict[str, Case], name: 
     case = cases[name]
     result = await run_cli(case.url, exe=str(BIN / "qbroker-dead-letter"), QBROKER_LOG_FORMAT="json")
     assert result.code == 3
-    # Beside the log lines (docs/cli.md), one line says why it ends.
-    ours = [line for line in result.stderr.splitlines() if line.startswith("qbroker.dead_letter: ")]
+    # Beside the log lines, one line says why it ends: in JSON mode a JSON line too (docs/logging.md).
+    ours = [line["event"] for line in json_lines(result.stderr, "qbroker-dead-letter")
+            if line["level"] == "critical" and line["event"].startswith("qbroker.dead_letter: ")]
     assert len(ours) == 1 and ours[0].startswith(f"qbroker.dead_letter: {case.says}"), result.stderr
     assert PASSWORD not in result.stderr and WRONG not in result.stderr
