@@ -4,9 +4,9 @@ every line on stderr is JSON, the library's lines (``-v``), aio-pika's and the C
 
 from __future__ import annotations
 
+from tests.json_log_lines import json_lines
 from tests.qbroker.cli.conftest import Example
 from tests.qbroker.cli.helpers import run_cli
-from tests.json_log_lines import json_lines
 
 JSON_LOGS = {"QBROKER_LOG_FORMAT": "json"}
 

@@ -22,8 +22,8 @@ from qbroker import (
     Config,
     Unit,
 )
-from tests.qbroker.cli.helpers import BIN, QBROKER, QBROKER_DEBUG, run_cli
 from tests.json_log_lines import json_lines
+from tests.qbroker.cli.helpers import BIN, QBROKER, QBROKER_DEBUG, run_cli
 
 PASSWORD = "right-" + uuid.uuid4().hex[:8]
 WRONG = "wrong-" + uuid.uuid4().hex[:8]
