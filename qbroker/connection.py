@@ -94,14 +94,15 @@ class ConnectionSupervisor:
 
     async def start(self) -> None:
         """Connect now (trying each URL once); raise BrokerUnavailable if none answers."""
-        connection = await self._connect_any()
+        # Quiet: when no URL answers, the error raised names them all; a warning for each would say it twice.
+        connection = await self._connect_any(quiet=True)
         if connection is None:
             hosts = ", ".join(redact_url(u) for u in self._urls)
             raise BrokerUnavailable("broker_unavailable", f"no broker reachable at {hosts}")
         await self._established(connection)
         self._task = asyncio.create_task(self._supervise(), name="qbroker-connection")
 
-    async def _connect_any(self) -> Connection | None:
+    async def _connect_any(self, *, quiet: bool = False) -> Connection | None:
         for _ in range(len(self._urls)):
             url = self._urls[self.url_index]
             try:
@@ -109,7 +110,8 @@ class ConnectionSupervisor:
                 return await connect(_with_heartbeat(broker_url(url, self._config), self._config.heartbeat),
                                      timeout=self._config.connect_timeout)
             except (TimeoutError, OSError, aio_pika.exceptions.AMQPError) as exc:
-                self._log.warning("broker unreachable", url=redact_url(url), error=str(exc) or type(exc).__name__)
+                log = self._log.debug if quiet else self._log.warning
+                log("broker unreachable", url=redact_url(url), error=str(exc) or type(exc).__name__)
                 # Move the failing broker to the back of the line (RQ's SERVER_FULL rule).
                 self.url_index = (self.url_index + 1) % len(self._urls)
         return None

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import signal
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from qbroker.config import Config
-from qbroker.errors import QBrokerError
+from qbroker.errors import BrokerUnavailable, QBrokerError
+from qbroker.exit_codes import ExitCode
 from qbroker.log import configure_logging
+from qbroker.settings import ProgramSettings
 from qbroker.unit import Unit
 
 T = TypeVar("T")
@@ -111,9 +115,17 @@ async def serve_async(unit: Unit, service: Service, *, stop: asyncio.Event | Non
 
 
 def serve(app: str, make_service: Callable[[Unit], Service], *, config: Config | None = None,
-          drain_timeout: float | None = None) -> None:
-    """The whole life of a service process; returns after a graceful stop, exits 1 when killed."""
-    configure_logging()
+          drain_timeout: float | None = None, settings: ProgramSettings | None = None) -> None:
+    """The whole life of a service process; returns after a graceful stop. ``settings``: the program's
+    (qbroker.settings), for its logging, broker and drain timeout. Exits with the codes of every console
+    script (qbroker.exit_codes): 3 and one line when no broker lets it in, 1 when killed by a second signal."""
+    if settings is not None:
+        settings.configure_logging()
+        config = config if config is not None else settings.unit_config()
+        drain_timeout = drain_timeout if drain_timeout is not None else settings.drain_timeout
+    else:
+        configure_logging()
+    _drop_repeated_connect_errors()
 
     async def main() -> bool:
         unit = Unit(app, config=config)
@@ -122,7 +134,25 @@ def serve(app: str, make_service: Callable[[Unit], Service], *, config: Config |
 
     try:
         graceful = run(main())
-    except QBrokerError as exc:  # e.g. no broker reachable at start
-        raise SystemExit(f"{app}: {exc}") from None
+    except BrokerUnavailable as exc:  # one line, the exit code a script can tell apart from a failure
+        sys.stderr.write(f"{app}: {exc.message}\n")
+        raise SystemExit(int(ExitCode.UNREACHABLE)) from None
+    except QBrokerError as exc:
+        sys.stderr.write(f"{app}: {exc}\n")
+        raise SystemExit(int(ExitCode.ERROR)) from None
     if not graceful:
-        raise SystemExit(1)
+        raise SystemExit(int(ExitCode.ERROR))
+
+
+class _RepeatedConnectError(logging.Filter):
+    """aiormq logs every failed connect before raising it; qbroker.connection reports the same failure itself
+    (naming the URL without its password), so aiormq's line would only say it twice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("error when creating transport")
+
+
+def _drop_repeated_connect_errors() -> None:
+    aiormq_log = logging.getLogger("aiormq.connection")
+    if not any(isinstance(f, _RepeatedConnectError) for f in aiormq_log.filters):
+        aiormq_log.addFilter(_RepeatedConnectError())

@@ -51,6 +51,8 @@ def _upper(value: Any) -> Any:
     return value.upper() if isinstance(value, str) else value
 
 
+LogFormat = Annotated[Literal["console", "json"], BeforeValidator(_lower)]
+LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)]
 # Broker accounts, comma-separated on the command line and in the environment; a list in the TOML file.
 UserList = Annotated[frozenset[str], NoDecode, BeforeValidator(_comma_separated)]
 
@@ -106,14 +108,15 @@ class ProgramSettings(BaseSettings):
                                metavar="HOST")
     drain_timeout: float = option(10.0, "on SIGTERM, seconds to finish the work in hand before stopping",
                                   env="QBROKER_DRAIN_TIMEOUT", metavar="SECONDS", ge=0)
-    log_format: Annotated[Literal["console", "json"], BeforeValidator(_lower)] = option("console", "log lines for people, or one JSON object a line",
-                                                    env="QBROKER_LOG_FORMAT")
-    log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)] = option(
-        "INFO", "lowest level logged", env="QBROKER_LOG_LEVEL", metavar="LEVEL")
+    log_format: LogFormat = option("console", "log lines for people, or one JSON object a line",
+                                   env="QBROKER_LOG_FORMAT")
+    log_level: LogLevel = option("INFO", "lowest level logged", env="QBROKER_LOG_LEVEL")
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
                                    file_secret_settings: PydanticBaseSettingsSource,
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml_file = _TOML_FILE.get()
