@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextvars
+import importlib.util
 import sys
 import tomllib
 import types
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, NoReturn, Self, Union, get_args, get_origin
 
-from pydantic import AliasChoices, BeforeValidator, Field, ValidationError
+from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -111,6 +112,12 @@ class ProgramSettings(BaseSettings):
     log_format: LogFormat = option("console", "log lines for people, or one JSON object a line",
                                    env="QBROKER_LOG_FORMAT")
     log_level: LogLevel = option("INFO", "lowest level logged", env="QBROKER_LOG_LEVEL")
+
+    @model_validator(mode="after")
+    def _metrics_servable(self) -> Self:
+        if self.metrics_port is not None and importlib.util.find_spec("prometheus_client") is None:
+            raise ValueError("--metrics-port needs prometheus-client: pip install 'qbroker[metrics]'")
+        return self
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings],
@@ -247,6 +254,9 @@ def _shown_default(field: FieldInfo, extra: dict[str, Any]) -> str | None:
     return str(default)
 
 
+_METAVARS: dict[Any, str] = {int: "N", float: "NUMBER", Path: "PATH", str: "TEXT"}
+
+
 def _add_option(p: Any, cls: type[BaseSettings], name: str, field: FieldInfo, extra: dict[str, Any]) -> None:
     kind, is_list = _plain_type(field.annotation)
     default = _shown_default(field, extra)
@@ -257,10 +267,10 @@ def _add_option(p: Any, cls: type[BaseSettings], name: str, field: FieldInfo, ex
     if extra.get("positional"):
         p.add_argument(name, nargs="?", metavar=extra.get("metavar") or name.upper(), **kwargs)
         return
-    if extra.get("metavar"):
-        kwargs["metavar"] = extra["metavar"]
+    kwargs["metavar"] = extra.get("metavar") or _METAVARS.get(kind)
     if kind is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
+        kwargs.pop("metavar")
     elif get_origin(kind) is Literal:
         kwargs["choices"] = list(get_args(kind))
     elif kind in (int, float, Path):
