@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import logging
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -20,7 +19,7 @@ from qbroker.config import Config
 from qbroker.errors import BrokerUnavailable, QBrokerError
 from qbroker.exit_codes import ExitCode
 from qbroker.log import configure_logging
-from qbroker.settings import ProgramSettings
+from qbroker.settings import ProgramSettings, drop_repeated_connect_errors
 from qbroker.unit import Unit
 
 T = TypeVar("T")
@@ -125,7 +124,7 @@ def serve(app: str, make_service: Callable[[Unit], Service], *, config: Config |
         drain_timeout = drain_timeout if drain_timeout is not None else settings.drain_timeout
     else:
         configure_logging()
-    _drop_repeated_connect_errors()
+    drop_repeated_connect_errors()
 
     async def main() -> bool:
         unit = Unit(app, config=config)
@@ -142,17 +141,3 @@ def serve(app: str, make_service: Callable[[Unit], Service], *, config: Config |
         raise SystemExit(int(ExitCode.ERROR)) from None
     if not graceful:
         raise SystemExit(int(ExitCode.ERROR))
-
-
-class _RepeatedConnectError(logging.Filter):
-    """aiormq logs every failed connect before raising it; qbroker.connection reports the same failure itself
-    (naming the URL without its password), so aiormq's line would only say it twice."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("error when creating transport")
-
-
-def _drop_repeated_connect_errors() -> None:
-    aiormq_log = logging.getLogger("aiormq.connection")
-    if not any(isinstance(f, _RepeatedConnectError) for f in aiormq_log.filters):
-        aiormq_log.addFilter(_RepeatedConnectError())

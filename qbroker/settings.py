@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextvars
 import importlib.util
+import logging
 import sys
 import tomllib
 import types
@@ -60,11 +61,12 @@ UserList = Annotated[frozenset[str], NoDecode, BeforeValidator(_comma_separated)
 
 def option(default: Any = ..., help: str = "", *, env: str | Sequence[str] | None = None,  # noqa: A002
            metavar: str | None = None, positional: bool = False, repeat: bool = False, group: str | None = None,
-           default_text: str | None = None, **constraints: Any) -> Any:
+           default_text: str | None = None, flag: str | None = None, **constraints: Any) -> Any:
     """A settings field and its option. ``env``: its environment variable(s) when not the model's prefix + NAME;
-    ``repeat``: a list given by repeating the flag; ``default_text``: the default as help shows it."""
+    ``repeat``: a list given by repeating the flag; ``default_text``: the default as help shows it; ``flag``: the
+    option's name when not the field's (a field cannot be called ``json``: pydantic's own)."""
     extra = {k: v for k, v in (("metavar", metavar), ("positional", positional or None), ("repeat", repeat or None),
-                               ("group", group), ("default_text", default_text)) if v is not None}
+                               ("group", group), ("default_text", default_text), ("flag", flag)) if v is not None}
     names = [env] if isinstance(env, str) else list(env or ())
     alias = AliasChoices(*names) if names else None
     return Field(default, description=help, validation_alias=alias, json_schema_extra=extra or None, **constraints)
@@ -192,7 +194,7 @@ class ProgramSettings(BaseSettings):
             if error["type"] == "extra_forbidden":
                 problems.append(f"{toml_file}: unknown setting {loc!r}")
             elif name in cls.model_fields:
-                problems.append(f"{_flag(name)} (env {_env_names(cls, name, cls.model_fields[name])[0]}): {msg}")
+                problems.append(f"{_flag_of(name, cls.model_fields[name])} (env {_env_names(cls, name, cls.model_fields[name])[0]}): {msg}")
             else:
                 problems.append(msg)
         return "; ".join(problems)
@@ -211,12 +213,18 @@ class ProgramSettings(BaseSettings):
     def configure_logging(self) -> None:
         from qbroker.log import configure_logging
 
+        drop_repeated_connect_errors()
         # json=None: the library's own reading of the environment (QBROKER_LOG_JSON too) decides
         configure_logging(self.log_level, json=True if self.log_format == "json" else None)
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def _flag_of(name: str, field: FieldInfo) -> str:
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    return str(extra.get("flag") or _flag(name))
 
 
 def _env_names(cls: type[BaseSettings], name: str, field: FieldInfo) -> list[str]:
@@ -277,4 +285,19 @@ def _add_option(p: Any, cls: type[BaseSettings], name: str, field: FieldInfo, ex
         kwargs["type"] = kind
     if is_list and extra.get("repeat"):
         kwargs["action"] = "append"
-    p.add_argument(_flag(name), dest=name, **kwargs)
+    p.add_argument(extra.get("flag") or _flag(name), dest=name, **kwargs)
+
+
+class _RepeatedConnectError(logging.Filter):
+    """aiormq logs every failed connect before raising it; qbroker.connection reports the same failure itself
+    (naming the URL without its password), so aiormq's line would only say it twice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("error when creating transport")
+
+
+def drop_repeated_connect_errors() -> None:
+    """A program's logging (never the library's on import): without aiormq's repeat of a failed connect."""
+    aiormq_log = logging.getLogger("aiormq.connection")
+    if not any(isinstance(f, _RepeatedConnectError) for f in aiormq_log.filters):
+        aiormq_log.addFilter(_RepeatedConnectError())
