@@ -194,7 +194,8 @@ class ProgramSettings(BaseSettings):
             if error["type"] == "extra_forbidden":
                 problems.append(f"{toml_file}: unknown setting {loc!r}")
             elif name in cls.model_fields:
-                problems.append(f"{_flag_of(name, cls.model_fields[name])} (env {_env_names(cls, name, cls.model_fields[name])[0]}): {msg}")
+                field = cls.model_fields[name]
+                problems.append(f"{_flag_of(name, field)} (env {_env_names(cls, name, field)[0]}): {msg}")
             else:
                 problems.append(msg)
         return "; ".join(problems)
