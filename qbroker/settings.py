@@ -245,8 +245,10 @@ def _plain_type(annotation: Any) -> tuple[Any, bool]:
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(annotation) if a is not type(None)]
         return _plain_type(args[0]) if len(args) == 1 else (str, False)
-    if origin in (list, frozenset, set, tuple):
+    if origin in (list, frozenset, set):
         return _plain_type(get_args(annotation)[0])[0], True
+    if origin is tuple:  # given as one word its validator reads (ZOOM:SECONDS)
+        return str, False
     return annotation, False
 
 
