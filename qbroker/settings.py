@@ -225,6 +225,8 @@ def _flag(name: str) -> str:
 
 def _flag_of(name: str, field: FieldInfo) -> str:
     extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    if extra.get("positional"):
+        return str(extra.get("metavar") or name.upper())
     return str(extra.get("flag") or _flag(name))
 
 
