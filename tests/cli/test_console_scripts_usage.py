@@ -21,8 +21,8 @@ from harness import HANG
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 SCRIPT_HANG = 2 * HANG  # only catches a script that never returns; a healthy one answers in about a second
-# Usage errors: argparse exits 2, the typer CLIs 64 (EX_USAGE).
-USAGE_EXIT_CODES = (2, 64)
+# Usage errors exit 64 (EX_USAGE) in every script: 2 is a remote `fail` (docs/cli.md).
+USAGE_EXIT_CODES = (64,)
 
 
 def _closed_port() -> int:
