@@ -13,7 +13,7 @@ from pydantic_settings import SettingsConfigDict
 
 from qbroker.settings import ProgramSettings, UserList, option, shared
 
-__all__ = ["StackOptions", "StackSettings", "UserList", "stack_option"]
+__all__ = ["StackOptions", "StackSettings", "UserList", "check_zooms", "stack_option"]
 
 _UNSET: Any = object()
 
@@ -43,6 +43,12 @@ class StackOptions(StackSettings):
                                  "~/.pgpass)", metavar="DSN")
     flat_nodes: Path | None = option(None, "with --postgis: osm2pgsql's flat-nodes file (node locations)",
                                      metavar="FILE")
+
+
+def check_zooms(min_zoom: int, max_zoom: int) -> None:
+    """``--min-zoom`` and ``--max-zoom`` together (each alone is checked by its field)."""
+    if min_zoom > max_zoom:
+        raise ValueError(f"--min-zoom {min_zoom} is above --max-zoom {max_zoom}")
 
 
 def stack_option(name: str, default: Any = _UNSET, help: str | None = None) -> Any:  # noqa: A002

@@ -25,7 +25,7 @@ from qbroker.settings import option
 from services.replicate.follower import Follower, FollowSettings
 from services.replicate.metrics import NAMESPACE
 from services.replicate.source import DOWNLOAD_DEADLINE, is_url
-from services.stack_settings import StackSettings, stack_option
+from services.stack_settings import StackSettings, check_zooms, stack_option
 from services.tiles.metrics_port import service_metrics
 from services.tiles.seed_wire import AllProgramsTopic
 
@@ -76,8 +76,9 @@ class ReplicateSettings(StackSettings):
             raise ValueError("--store, or --postgis with --spool (a PostGIS store followed alone) is needed")
         if self.store is not None and not (self.store / "geometry").is_dir():
             raise ValueError(f"--store {self.store}: no geometry store (import the extract with toposm-import)")
-        if not self.min_zoom <= self.max_zoom <= 22:
-            raise ValueError("zooms must satisfy 0 <= --min-zoom <= --max-zoom <= 22")
+        check_zooms(self.min_zoom, self.max_zoom)
+        if self.max_zoom > 22:
+            raise ValueError("--max-zoom goes up to 22 here (osm2pgsql's expiry)")
         if (self.flat_nodes or self.expire_output) and not self.postgis:
             raise ValueError("--flat-nodes and --expire-output go with --postgis")
         return self

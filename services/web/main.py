@@ -9,7 +9,7 @@ from pydantic import model_validator
 
 from qbroker.runner import serve
 from qbroker.settings import option, shared
-from services.stack_settings import StackSettings, stack_option
+from services.stack_settings import StackSettings, check_zooms, stack_option
 from services.tiles.tile_store import TileStoreKind, check_tile_store_zoom
 from services.tiles.tilemath import ZoomRange
 
@@ -54,7 +54,7 @@ class WebOptions(StackSettings, CacheOptions):
     @model_validator(mode="after")
     def _consistent(self) -> WebOptions:
         check_tile_store_zoom(self.tile_store, self.max_zoom)
-        ZoomRange(self.min_zoom, self.max_zoom)
+        check_zooms(self.min_zoom, self.max_zoom)
         if self.front == "nginx" and self.tile_store != "png":
             raise ValueError("--front nginx serves <root>/z/x/y.png files; a --tile-store meta root is served by "
                              "toposm-web alone, or by Apache's mod_tile")

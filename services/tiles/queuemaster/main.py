@@ -10,7 +10,7 @@ from pydantic import model_validator
 from qbroker import Unit
 from qbroker.runner import serve
 from qbroker.settings import option, shared
-from services.stack_settings import StackSettings, UserList, stack_option
+from services.stack_settings import StackSettings, UserList, check_zooms, stack_option
 
 from ..tile_store import TileStoreKind, check_tile_store_zoom
 from ..tilemath import ZoomRange
@@ -56,7 +56,7 @@ class QueuemasterOptions(StackSettings):
     @model_validator(mode="after")
     def _consistent(self) -> QueuemasterOptions:
         check_tile_store_zoom(self.tile_store, self.max_zoom)
-        ZoomRange(self.min_zoom, self.max_zoom)
+        check_zooms(self.min_zoom, self.max_zoom)
         BucketLimits(background=self.max_background_threads, bulk=self.max_bulk_threads)
         return self
 
