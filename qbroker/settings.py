@@ -26,6 +26,7 @@ from typing import Annotated, Any, ClassVar, Literal, NoReturn, Self, Union, get
 
 from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
+from pydantic.json_schema import JsonDict
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -65,8 +66,9 @@ def option(default: Any = ..., help: str = "", *, env: str | Sequence[str] | Non
     """A settings field and its option. ``env``: its environment variable(s) when not the model's prefix + NAME;
     ``repeat``: a list given by repeating the flag; ``default_text``: the default as help shows it; ``flag``: the
     option's name when not the field's (a field cannot be called ``json``: pydantic's own)."""
-    extra = {k: v for k, v in (("metavar", metavar), ("positional", positional or None), ("repeat", repeat or None),
-                               ("group", group), ("default_text", default_text), ("flag", flag)) if v is not None}
+    given = (("metavar", metavar), ("positional", positional or None), ("repeat", repeat or None), ("group", group),
+             ("default_text", default_text), ("flag", flag))
+    extra: JsonDict = {k: v for k, v in given if v is not None}
     names = [env] if isinstance(env, str) else list(env or ())
     alias = AliasChoices(*names) if names else None
     return Field(default, description=help, validation_alias=alias, json_schema_extra=extra or None, **constraints)
