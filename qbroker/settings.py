@@ -17,6 +17,7 @@ import argparse
 import contextvars
 import importlib.util
 import logging
+import os
 import sys
 import tomllib
 import types
@@ -147,8 +148,9 @@ class ProgramSettings(BaseSettings):
         for name, field in cls.model_fields.items():
             extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
             group_name = extra.get("group")
-            target: Any = p if not group_name else groups.setdefault(str(group_name), p.add_argument_group(
-                str(group_name)))
+            if group_name and str(group_name) not in groups:
+                groups[str(group_name)] = p.add_argument_group(str(group_name))
+            target: Any = groups[str(group_name)] if group_name else p
             _add_option(target, cls, name, field, extra)
         return p
 
@@ -180,8 +182,6 @@ class ProgramSettings(BaseSettings):
 
     @classmethod
     def _config_from_env(cls) -> str | None:
-        import os
-
         return os.environ.get(f"{cls.model_config.get('env_prefix', '')}CONFIG") or None
 
     @classmethod
