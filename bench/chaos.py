@@ -1,7 +1,7 @@
 """Chaos and fuzz harness: runs the reliability tests in their long form and prints their figures.
 
     .venv/bin/python bench/chaos.py fuzz [--count 10000]   # every core consumer kind, COUNT messages each
-    .venv/bin/python bench/chaos.py osm [--count 10000]    # the queuemaster's seed wire on `osm`, likewise
+    .venv/bin/python bench/chaos.py osm [--count 10000]    # the queuemaster's `osm` wire, likewise
     .venv/bin/python bench/chaos.py restart                 # broker restart with 1000 calls in flight
     .venv/bin/python bench/chaos.py stale                   # stopped service -> no_server time, after grace
     .venv/bin/python bench/chaos.py queuemaster             # queuemaster SIGKILL, 10,000 queued, 50 waiting

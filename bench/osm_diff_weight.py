@@ -1,4 +1,4 @@
-"""How a diff's cost grows with the diff's weight (issue 22.6): one scaled store, diffs of 1,000 to 50,000 objects.
+"""How a diff's cost grows with the diff's weight: one scaled store, diffs of 1,000 to 50,000 objects.
 
 bench/osm_scale.py holds the diff fixed (~1,000 objects) and grows the store; this holds the store fixed and
 grows the diff, as a planet's minutely diffs (thousands to tens of thousands of objects) and a follower

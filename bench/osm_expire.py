@@ -40,7 +40,7 @@ from services.osmstore.importer import import_extract  # noqa: E402
 from services.spark_bridge.limits import BridgeLimits  # noqa: E402
 from services.spark_bridge.service import SparkBridge  # noqa: E402
 from services.spark_bridge.spark_session import build_session  # noqa: E402
-from services.tiles.contract import EXPIRE_TOPIC, SPARK_BRIDGE, SPARK_EXPIRE  # noqa: E402
+from services.toposm.contract import EXPIRE_TOPIC, SPARK_BRIDGE, SPARK_EXPIRE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

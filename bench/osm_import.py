@@ -1,4 +1,4 @@
-"""Import throughput and memory at scale (issue 22 goal 2): ``toposm-import`` against osm2pgsql, same files.
+"""Import throughput and memory at scale: ``toposm-import`` against osm2pgsql, same files.
 
 For each K (``--k 1,10,50,200``): the real Helsinki extract scaled K times (bench/osm_scale_data.py: K
 copies on a grid, ids spread over the real OSM id ranges), imported by ``toposm-import``'s code in a child

@@ -1,4 +1,4 @@
-"""The OSM pipeline at scale: the real Helsinki extract scaled K times (issue 22), imported, diffed, rendered.
+"""The OSM pipeline at scale: the real Helsinki extract scaled K times, imported, diffed, rendered.
 
 For each K (``--k 1,10,50,200``): write the scaled extract (bench/osm_scale_data.py: K copies on a grid,
 ids spread over the real OSM id ranges) and import it with ``toposm-import``'s code in a child process
@@ -53,8 +53,8 @@ from harness.osm import helsinki_extract  # noqa: E402
 from qbroker import Config, Unit  # noqa: E402
 from qbroker.runner import freeze_startup_heap  # noqa: E402
 from services.osmstore.geometry import GeometryStore  # noqa: E402
-from services.tiles.contract import SPARK_BRIDGE  # noqa: E402
-from services.tiles.tilemath import Metatile  # noqa: E402
+from services.toposm.contract import SPARK_BRIDGE  # noqa: E402
+from services.toposm.tilemath import Metatile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RENDER_ZOOMS = (15, 16, 17)

@@ -2,7 +2,7 @@
 benchmark diff's resolution (the three lookups, on the driver) and its commit, per K.
 
 This is the part of a store diff that used to grow with the store (the copy-on-write Parquet rewrite and
-the partition reads, issue 22); bench/osm_scale.py times the whole job through the bridge. Ratios are to
+the partition reads); bench/osm_scale.py times the whole job through the bridge. Ratios are to
 the first K of the same run; each K gets ``--runs`` diffs after one warm-up.
 
     .venv/bin/python bench/osm_scale_geometry.py --k 1,50,200 [--runs 5] [--work DIR]

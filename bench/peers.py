@@ -1,8 +1,9 @@
 """qbroker against its peers, all in one run, interleaved in rounds on the same loop kind; prints JSON.
 
 RPC contenders (bench/peers_rpc.py): qbroker ``Unit.call``, aio-pika ``patterns.RPC``, FastStream
-``request()``, a raw-aiormq floor with the seed's structure and the direct-reply-to floor. One-way
-(bench/peers_alerts.py): qbroker alerts and a raw-aiormq one-way floor, both with confirms pipelined.
+``request()``, a raw-aiormq floor with the QBroker structure (docs/wire-format.md) and the direct-reply-to
+floor. One-way (bench/peers_alerts.py): qbroker alerts and a raw-aiormq one-way floor, both with confirms
+pipelined.
 
 Every contender has its own throwaway vhost, created for the run and deleted after it. Two variants:
 ``same``, every server and client in this process on one event loop, and ``two``, the servers and

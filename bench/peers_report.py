@@ -1,4 +1,4 @@
-"""Summaries of bench/peers.py samples: medians, per-round ratios to each peer, and issue 14's goals."""
+"""Summaries of bench/peers.py samples: medians, per-round ratios to each peer, and the ratio goals."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import statistics
 import subprocess
 from typing import Any
 
-# (peer, the ratio qbroker/peer that issue 14 asks for)
+# (peer, the ratio qbroker/peer asked for: docs/performance.md, "which goals are met")
 RPC_GOALS = {"aio_pika_rpc": 1.0, "faststream": 2.0, "floor_seed": 0.85, "floor_seed_queued": None,
              "floor_direct": None, "qbroker_wire_aiormq": None}
 ALERT_GOAL = ("floor_oneway", 0.8)
@@ -61,7 +61,7 @@ def summarize(samples: dict[str, Any]) -> dict[str, Any]:
 
 
 def goals(variants: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each of issue 14's ratio goals, per variant and level, judged on the median of the rounds."""
+    """Each of the ratio goals, per variant and level, judged on the median of the rounds."""
     out: list[dict[str, Any]] = []
     for variant, summary in variants.items():
         for level in HEADLINE_LEVELS:
@@ -135,7 +135,7 @@ def markdown(result: dict[str, Any]) -> str:
                 lines.append(f"| {pair.replace('/', ' / ')} | {ratio['median']:.2f} "
                              f"({ratio['min']:.2f}-{ratio['max']:.2f}) |")
         lines.append("")
-    lines += ["| goal (issue 14) | variant | in flight | target | measured (median of rounds) | met |",
+    lines += ["| goal | variant | in flight | target | measured (median of rounds) | met |",
               "| --- | --- | ---: | ---: | ---: | --- |"]
     for goal in result["goals"]:
         met = {True: "yes", False: "**no**", None: "(reported)"}[goal["met"]]

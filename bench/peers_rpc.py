@@ -10,9 +10,9 @@ the calls the same way for everyone (same workers, same clock), so only the clie
   library's Prometheus metrics cost a call.
 - ``aio_pika_rpc``: ``aio_pika.patterns.RPC`` (its own reply queue, confirms on, pickle bodies).
 - ``faststream``: ``RabbitBroker.request()`` to a ``@broker.subscriber`` (direct reply-to).
-- ``floor_seed``: raw aiormq with the seed's structure: a topic request exchange, a direct reply exchange
-  and a reply queue per client, publisher confirms on requests (pipelined: the reply is awaited, the
-  confirm checked by a callback), the server acks each request after publishing its reply.
+- ``floor_seed``: raw aiormq with the QBroker structure (docs/wire-format.md): a topic request exchange, a
+  direct reply exchange and a reply queue per client, publisher confirms on requests (pipelined: the reply is
+  awaited, the confirm checked by a callback), the server acks each request after publishing its reply.
 - ``floor_seed_queued``: not the goal's floor; floor_seed with its writes queued on the connection
   instead of awaited (aiormq's ``wait=False``), as qbroker writes them: what that one choice gives raw
   aiormq.
@@ -188,7 +188,7 @@ Answer = Callable[[DeliveredMessage], tuple[bytes, Basic.Properties]]
 
 
 async def _seed_serve(url: str, answer: Answer, *, reply_channel: bool, queued: bool = False) -> Stop:
-    """A server with the seed's structure: ``rpc_bench.echo`` bound to the topic ``rpc`` exchange, each
+    """A server with the QBroker structure: ``rpc_bench.echo`` bound to the topic ``rpc`` exchange, each
     reply published (unconfirmed; on a channel of its own with ``reply_channel``) before the ack. With
     ``queued`` the reply and the ack are queued on the connection without awaiting their socket write
     (aiormq's ``wait=False``), as qbroker writes them; aiormq's default awaits each write."""
@@ -204,7 +204,7 @@ async def _seed_serve(url: str, answer: Answer, *, reply_channel: bool, queued: 
         body, properties = answer(message)
         await publish.basic_publish(body, exchange="reply", routing_key=message.header.properties.reply_to or "",
                                     properties=properties, wait=not queued)
-        await consume.basic_ack(message.delivery_tag or 0, wait=not queued)  # after the reply, as the seed does
+        await consume.basic_ack(message.delivery_tag or 0, wait=not queued)  # after the reply, as the protocol does
 
     await consume.basic_consume("rpc_bench.echo", on_request, no_ack=False)
     return connection.close
@@ -288,7 +288,7 @@ async def _floor_direct_connect(url: str) -> tuple[Call, Stop]:
 
 
 # -- qbroker's wire format on raw aiormq -----------------------------------------------------------------
-# Not a peer: what qbroker would cost if its hot path spoke aiormq directly. The seed's structure as in
+# Not a peer: what qbroker would cost if its hot path spoke aiormq directly. The QBroker structure as in
 # floor_seed, plus everything qbroker puts on and checks of each message: the header table (version, app,
 # name, deadline), app-id, type, user-id, timestamp, expiration, JSON bodies encoded and decoded, replies
 # written (without a confirm, as qbroker sends them) before the request's ack, writes queued as qbroker

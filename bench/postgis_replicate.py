@@ -33,7 +33,7 @@ from services.osmstore.postgis import ExpireOutput, append_postgis, import_postg
 from services.replicate.batch import build_batch  # noqa: E402
 from services.replicate.follower import Follower, FollowSettings  # noqa: E402
 from services.replicate.source import LocalSource  # noqa: E402
-from services.tiles.contract import EXPIRE_TOPIC  # noqa: E402
+from services.toposm.contract import EXPIRE_TOPIC  # noqa: E402
 
 
 def fresh(extract: Path, dsn: str) -> None:

@@ -5,7 +5,7 @@
 * ``dispatch_null``: the queuemaster's own dispatch capacity, with in-process "null" render threads that
   answer ``render`` and report ``rendered`` at once without drawing anything.
 * ``null_vs_floor``: null dispatch (8 threads) and the sequential RPC floors of bench/peers_rpc.py
-  (raw aiormq, direct reply-to and seed-structured) interleaved in rounds, with the ratio per round, and
+  (raw aiormq, direct reply-to and the QBroker structure) interleaved in rounds, with the ratio per round, and
   with ``--old COMMIT`` that commit's queuemaster (its ``services/`` from ``git archive``) in the same
   rounds. Each round reports the CPU per metatile of the queuemaster, the null renderers (this process)
   and RabbitMQ, and the queue's commits per metatile. The end of a round is the last acknowledged
@@ -50,7 +50,7 @@ from bench.peers_report import machine  # noqa: E402
 from bench.peers_rpc import CONTENDERS  # noqa: E402
 from bench.queuemaster_scale import bench_big_queue, bench_ingest  # noqa: E402
 from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
-from services.tiles.contract import EXPIRE_TOPIC, QUEUEMASTER, join_expiry_list, render_thread  # noqa: E402
+from services.toposm.contract import EXPIRE_TOPIC, QUEUEMASTER, join_expiry_list, render_thread  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -208,7 +208,7 @@ class NullDispatch:
         self.acks = NullAcks()
         self.unit = Unit("bench.null-renderer", config=Config(url=url_for_vhost(self.vhost)))
         # Older code refuses `next` (unknown field) unless it has it already.
-        take_next = services_from is None or "next: bool" in (services_from / "services/tiles/messages.py").read_text()
+        take_next = services_from is None or "next: bool" in (services_from / "services/toposm/messages.py").read_text()
         for i in range(n_threads):
             null_renderer(self.unit, i, self.acks, take_next=take_next)
         self.proc: subprocess.Popen[bytes] | None = None

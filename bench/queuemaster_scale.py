@@ -24,11 +24,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from services.tiles.contract import join_expiry_list  # noqa: E402
 from services.tiles.queuemaster.queue_store import QueueStore  # noqa: E402
 from services.tiles.queuemaster.render_queue import RenderQueue  # noqa: E402
 from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings  # noqa: E402
-from services.tiles.tilemath import Metatile  # noqa: E402
+from services.toposm.contract import join_expiry_list  # noqa: E402
+from services.toposm.tilemath import Metatile  # noqa: E402
 
 
 def rss_mb(field: str = "VmRSS") -> float:

@@ -1,13 +1,13 @@
-"""qbroker against an older qbroker and the seed-structured floor, in one run; prints JSON.
+"""qbroker against an older qbroker and the QBroker-structured floor, in one run; prints JSON.
 
     .venv/bin/python bench/rpc_versions.py --old 0438d47 [--rounds 3] [--calls 3000] [--levels 1,64] [--metrics]
 
 Two versions of one package cannot share a process, so every measurement runs in a fresh process (this
-script again, with ``--child``): the old library comes from ``git archive <old> qbroker bench`` in a
-temporary directory, put first on ``sys.path``. In each round every level measures old, new and
-``floor_seed`` (bench/peers_rpc.py) one after the other, each in its own throwaway vhost, with the echo
-server and the client on one uvloop (as issue 14 measured). Figures: calls/s and the process's CPU time
-per call; the ratios that count are taken within a round. ``--metrics`` adds ``new_metrics``: the new
+script again, with ``--child``): the old library comes from ``git archive <old> qbroker bench`` in a temporary
+directory, put first on ``sys.path``. In each round every level measures old, new and ``floor_seed``
+(bench/peers_rpc.py) one after the other, each in its own throwaway vhost, with the echo server and the client
+on one uvloop (as docs/performance.md's peer figures were measured). Figures: calls/s and the process's CPU
+time per call; the ratios that count are taken within a round. ``--metrics`` adds ``new_metrics``: the new
 library with both units instrumented (``qbroker.metrics``, bench/peers_rpc.py's ``qbroker_metrics``).
 """
 

@@ -2,12 +2,13 @@
 
     .venv/bin/python bench/serve_overhead.py --old 11a40a1 [--rounds 7] [--requests 20000] [--metrics]
 
-The RPC hot path without the broker, whose noise on a shared machine hides a few percent: a real
-``Bus`` (not connected; its reply and ack are no-ops) serves a realistic request (header with deadline,
-JSON body, a handler with two validated parameters) ``--requests`` times. Each measurement runs in a fresh
-process (this script with ``--child``), old and new alternating within a round; the ratio that counts is
-taken within a round (docs/performance.md, issue 24). ``--metrics`` adds ``new_metrics``: the new library
-with the bus's middleware holding qbroker.metrics' link (what ``instrument(unit)`` adds to a server).
+The RPC hot path without the broker, whose noise on a shared machine hides a few percent: a real ``Bus`` (not
+connected; its reply and ack are no-ops) serves a realistic request (header with deadline, JSON body, a
+handler with two validated parameters) ``--requests`` times. Each measurement runs in a fresh process (this
+script with ``--child``), old and new alternating within a round; the ratio that counts is taken within a
+round (docs/performance.md, "The middleware chain on the RPC hot path"). ``--metrics`` adds ``new_metrics``:
+the new library with the bus's middleware holding qbroker.metrics' link (what ``instrument(unit)`` adds to a
+server).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Small Spark bridge jobs end to end through the bus, on a warm bridge: the fixed cost of a job (issue 14).
+"""Small Spark bridge jobs end to end through the bus, on a warm bridge: the fixed cost of a job.
 
 Each measurement is a ``spark.expire`` call with ``wait=true`` from a client unit to an in-process bridge
 (its own warm local session, the bridge's default Spark configuration), timed from the call to the last
@@ -58,7 +58,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     from services.spark_bridge.limits import BridgeLimits
     from services.spark_bridge.service import SparkBridge
     from services.spark_bridge.spark_session import build_session, job_tag
-    from services.tiles.contract import SPARK_BRIDGE
+    from services.toposm.contract import SPARK_BRIDGE
 
     sys.path.insert(0, str(ROOT / "bench"))
     from osm_expire import TimedExpire, make_diff
@@ -195,7 +195,7 @@ def main() -> None:
         print(json.dumps(_child(a)))
         return
     subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, check=True)
-    out: dict[str, Any] = {"benchmark": "spark bridge small jobs through the bus (issue 14)",
+    out: dict[str, Any] = {"benchmark": "spark bridge small jobs through the bus",
                            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                        "platform": platform.platform(), "load_avg_before": os.getloadavg()},
                            "zooms": list(ZOOMS), "tiles": a.tiles, "objects": a.objects}

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from services.tiles.renderer.backends.testpattern import TestPatternBackend
-from services.tiles.tile_store import TileStore
-from services.tiles.tilemath import Metatile
+from services.toposm.tile_store import TileStore
+from services.toposm.tilemath import Metatile
 from services.web.front import free_port, make_runtime_dir, nginx_static_preamble, worker_account
 
 BIN = Path(sys.executable).parent

@@ -29,9 +29,9 @@ from demo.stack import free_port, service_log, start_stack, tile_at, write_overv
 from demo.waits import changed_pixels, wait_queue_empty, wait_until_answering, wait_web
 from qbroker import Unit
 from qbroker.log import configure_logging
-from services.tiles.contract import QUEUEMASTER, SPARK_JOB, SPARK_STATS
-from services.tiles.tile_store import TileStore
-from services.tiles.tilemath import Metatile
+from services.toposm.contract import QUEUEMASTER, SPARK_JOB, SPARK_STATS
+from services.toposm.tile_store import TileStore
+from services.toposm.tilemath import Metatile
 
 BIN = Path(sys.executable).parent
 STATS_LINES = 25  # of the CLI's answer on the console; all of it goes to WORKDIR/queuemaster-stats.json

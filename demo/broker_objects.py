@@ -6,7 +6,7 @@ What the demo owns:
   shared objects (``qbroker.topology``: the exchanges ``demo.rpc``, ``demo.reply``, ``demo.alert``,
   ``demo.dead``, ``demo.dead.kept.in``, the queues ``demo.dead`` and ``demo.dead.kept``) and its services'
   request queues ``demo.rpc_<name>``;
-- what carries no prefix, the TopOSM seed's ``osm`` exchange and the queuemaster's ``toposm.queuemaster.osm``
+- what carries no prefix, TopOSM's ``osm`` exchange and the queuemaster's ``toposm.queuemaster.osm``
   queue on it (and everything under a prefix the operator chose), only when it was absent before the run
   started: other programs on the vhost may share it. Those are recorded in ``WORKDIR/broker-objects.json``
   before anything is declared, so the run after a killed one (or ``bin/demo --clean``) knows them too.
@@ -42,7 +42,8 @@ from qbroker.amqp_transport import connect_amqp
 from qbroker.config import Config, redact_url
 from qbroker.connection import broker_url, url_user
 from qbroker.topology import shared_topology
-from services.tiles.contract import (
+from services.tiles.renderer.settings import short_hostname
+from services.toposm.contract import (
     OSM_EXCHANGE,
     QUEUEMASTER,
     QUEUEMASTER_OSM_QUEUE,
@@ -51,7 +52,6 @@ from services.tiles.contract import (
     SPARK_STATS,
     render_levels,
 )
-from services.tiles.renderer.settings import short_hostname
 
 DEMO_PREFIX = "demo."  # the demo's corner of a broker (QBROKER_EXCHANGE_PREFIX unless the operator sets it)
 RECORD_FILE = "broker-objects.json"

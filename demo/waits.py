@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from qbroker import QBrokerError, Unit
-from services.tiles.contract import QUEUEMASTER
+from services.toposm.contract import QUEUEMASTER
 
 
 async def wait_until_answering(unit: Unit, name: str, body: dict[str, Any], within: float) -> Any:

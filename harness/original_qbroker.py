@@ -1,6 +1,7 @@
 """The original QBroker (trio_qbroker) as a peer on the bus: its environment, built once and cached.
 
-The original lives outside this repository (``../shared/peers/trio_qbroker``, or ``QBROKER_ORIGINAL_DIR``)
+The original lives outside this repository (``../shared/peers/trio_qbroker``, or ``QBROKER_ORIGINAL_DIR``:
+where the harness finds the program it runs; what it puts on the wire is described in docs/interop.md)
 and predates Python 3.11: it runs in a virtualenv of its own with the versions its README names, from the
 package index, patched so trio 0.10's traceback hook accepts Python 3.11's keywords. The venv is built
 once into ``.peer-venv`` (or ``QBROKER_PEER_VENV``) and reused while the package list and the patch are
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The versions the original is known to work with on Python 3.11 (its README under ../shared/peers/).
+# The versions the original is known to work with on Python 3.11 (as its own README names them).
 PEER_PACKAGES = ("trio==0.10.0", "trio-amqp==0.2.13", "pytz", "PyYAML", "pytest==7.4.4", "pytest-trio==0.5.1")
 PATCH_NAME = "trio-py311.patch"
 READY = ".qbroker-peer-ready"  # holds the hash of what the venv was built from

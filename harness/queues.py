@@ -1,7 +1,7 @@
 """A render queue shaped for pick tests and the pick benchmark."""
 
 from services.tiles.queuemaster.render_queue import RenderQueue
-from services.tiles.tilemath import Metatile
+from services.toposm.tilemath import Metatile
 
 
 def fill_half_raised(q: RenderQueue, n: int) -> list[Metatile]:

@@ -16,7 +16,12 @@ if TYPE_CHECKING:
     from qbroker.context import RequestContext
     from qbroker.errors import (
         BadMessage,
+        BrokerAuthRefused,
+        BrokerConnectionRefused,
+        BrokerHostUnknown,
+        BrokerTlsFailed,
         BrokerUnavailable,
+        BrokerVhostRefused,
         CallTimeout,
         Cleared,
         ConnectionLost,
@@ -48,6 +53,7 @@ _ERRORS = (
     "HandlerTimeout", "InvalidParams", "NoServer", "NotStarted", "QBrokerError", "RequestError",
     "RequestFailed", "TimedOutInQueue", "UnknownCommand", "Warn", "register_error",
     "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge", "register_exception", "Cleared",
+    "BrokerAuthRefused", "BrokerVhostRefused", "BrokerHostUnknown", "BrokerConnectionRefused", "BrokerTlsFailed",
 )
 _WHERE = {
     "Config": "qbroker.config", "RequestContext": "qbroker.context", "Reply": "qbroker.replies",
@@ -60,7 +66,8 @@ __all__ = [
     "HandlerCrashed", "HandlerTimeout", "InvalidParams", "NoServer", "NotStarted", "QBrokerError",
     "Reply", "RequestContext", "RequestError", "RequestFailed", "TimedOutInQueue", "UnknownCommand",
     "Unit", "Warn", "register_error", "DeadlinePassed", "InternalError", "PoisonRequest", "ReplyTooLarge",
-    "register_exception", "Cleared",
+    "register_exception", "Cleared", "BrokerAuthRefused", "BrokerVhostRefused", "BrokerHostUnknown",
+    "BrokerConnectionRefused", "BrokerTlsFailed",
 ]
 
 

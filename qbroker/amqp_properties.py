@@ -2,12 +2,12 @@
 
 pamqp encodes a property list generically: for each of the 14 properties it looks the type up by name,
 dispatches on it and checks it, then does the same for every entry of the header table. For qbroker's
-envelope (9 properties and a 4-entry table on a request) that was ~17 µs per message, about as much as
-all of qbroker's own work on a reply (docs/performance.md). Here the property list is written in one
-loop over the properties, with fast paths for the table values qbroker itself sends (text, small and
-large integers, flags, nested tables: the error element) and pamqp's own encoder for anything else, so
-the bytes are pamqp's for every property list (tests/core/test_amqp_properties.py checks that against
-pamqp for generated properties).
+envelope (9 properties and a 4-entry table on a request) that was about as much per message as all of
+qbroker's own work on a reply (docs/performance.md, "Against the peers (morning, before the afternoon's
+changes)"). Here the property list is written in one loop over the properties, with fast paths for the table
+values qbroker itself sends (text, small and large integers, flags, nested tables: the error element) and
+pamqp's own encoder for anything else, so the bytes are pamqp's for every property list
+(tests/core/test_amqp_properties.py checks that against pamqp for generated properties).
 
 ``WireProperties``, an ``OutgoingMessage``'s properties, is a ``pamqp.commands.Basic.Properties`` whose
 ``marshal()`` uses it: aiormq keeps its whole publish path (channel lock, delivery tags, confirms,

@@ -55,8 +55,8 @@ class Config(BaseSettings):
     dead_letters: bool = True
     # Dead messages nobody collects should not pile up forever in the shared `dead` queue.
     dead_queue_ttl_ms: int = Field(24 * 3600 * 1000, gt=0)
-    # The QBroker seed: "dead keeps" a copy of what was dead-lettered. The collector that takes a dead
-    # request copies it to the `dead.kept.in` exchange and `dead.kept` queue, which no unit consumes:
+    # A copy of what was dead-lettered is kept (docs/semantics.md, "Dead letters are kept"). The collector that
+    # takes a dead request copies it to the `dead.kept.in` exchange and `dead.kept` queue, which no unit consumes:
     # operators list, show and replay it (`qbroker dead`); bounded by count and bytes (oldest dropped first) and
     # age. Every declaration must carry the same bounds. Bytes too: every account may publish there, and 10,000
     # copies of 16 MiB requests would be 160 GB on the broker's disk (its disk alarm blocks every publisher).

@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import aio_pika
 
 from qbroker.config import Config, redact_url
-from qbroker.errors import BrokerUnavailable
+from qbroker.errors import (
+    BrokerAuthRefused,
+    BrokerConnectionRefused,
+    BrokerHostUnknown,
+    BrokerTlsFailed,
+    BrokerUnavailable,
+    BrokerVhostRefused,
+)
 from qbroker.log import get_logger
 from qbroker.transport import Connection, transport_for
 
@@ -76,6 +86,78 @@ def url_user(url: str, config: Config) -> str:
     return unquote(urlsplit(url).username or "") or "guest"
 
 
+def shown_url(url: str, config: Config) -> str:
+    """``url`` as an error message shows it: the account it logs in as, the port even when it is the
+    default, the password as ``***`` (when there is one) and no query (TLS file paths, heartbeat)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or {"amqp": 5672, "amqps": 5671}.get(scheme)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    has_password = parts.password is not None or config.password is not None or config.password_file is not None
+    account = quote(url_user(url, config), safe="") + (":***" if has_password else "")
+    return urlunsplit((parts.scheme, f"{account}@{host}" + (f":{port}" if port else ""), parts.path or "/", "", ""))
+
+
+def _vhost(url: str) -> str:
+    return unquote(urlsplit(url).path[1:]) or "/"  # amqp://host/ is the default vhost, as in aiormq
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def refusal(exc: BaseException, url: str, config: Config) -> BrokerUnavailable:
+    """The typed error for a failed connect to ``url``: one line saying why, naming the URL and account
+    (never the password)."""
+    where, user = shown_url(url, config), url_user(url, config)
+    causes = _causes(exc)
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, aio_pika.exceptions.ProbableAuthenticationError | aio_pika.exceptions.AuthenticationError):
+        return BrokerAuthRefused(f"authentication refused for user {user!r} at {where} "
+                                 f"(ACCESS_REFUSED: wrong user name or password)")
+    # RabbitMQ answers connection.open with connection.close NOT_ALLOWED when the vhost does not exist, is
+    # down, or the user has no permissions on it; aiormq reports that close as an unexpected frame and drops
+    # its reply text, so the frame's name is what tells it apart.
+    if isinstance(exc, aio_pika.exceptions.ConnectionClosed) and exc.args[:1] == (530,) or (
+            isinstance(exc, aio_pika.exceptions.InvalidFrameError) and "Connection.Close" in text):
+        return BrokerVhostRefused(f"vhost {_vhost(url)!r} not allowed for user {user!r} at {where} (NOT_ALLOWED: "
+                                  f"no such vhost, the vhost is down, or the user has no permissions on it)")
+    if any(isinstance(c, socket.gaierror) for c in causes):
+        host = urlsplit(url).hostname or ""
+        return BrokerHostUnknown(f"cannot resolve host {host!r} of {where} ({_os_text(causes)})")
+    if any(isinstance(c, ssl.SSLError) for c in causes):
+        return BrokerTlsFailed(f"TLS handshake failed with {where} ({_os_text(causes)}): "
+                               f"not a TLS port, or a certificate that does not verify")
+    if any(isinstance(c, ConnectionRefusedError) for c in causes):
+        return BrokerConnectionRefused(f"no broker reachable at {where}: connection refused")
+    if isinstance(exc, TimeoutError):
+        return BrokerUnavailable(f"no broker reachable at {where}: no answer within {config.connect_timeout:g} s")
+    return BrokerUnavailable(f"no broker reachable at {where}: {text}")
+
+
+def _os_text(causes: list[BaseException]) -> str:
+    """The innermost OS-level reason (``Name or service not known``, ``[SSL: ...] ...``)."""
+    for cause in reversed(causes):
+        if isinstance(cause, OSError) and cause.strerror:
+            return re.sub(r" \(_ssl\.c:\d+\)$", "", str(cause.strerror))  # OpenSSL's source line says nothing here
+        if isinstance(cause, OSError) and cause.args:
+            return str(cause.args[-1])
+    return str(causes[0]) or type(causes[0]).__name__
+
+
+def one_refusal(refusals: list[BrokerUnavailable]) -> BrokerUnavailable:
+    """The error for a start where every URL failed: their common class (or the base), all their reasons."""
+    kinds = {type(r) for r in refusals}
+    kind = kinds.pop() if len(kinds) == 1 else BrokerUnavailable
+    return kind("; ".join(r.message for r in refusals))
+
+
 class ConnectionSupervisor:
     def __init__(self, config: Config, on_connected: OnConnected, on_lost: OnLost, **log_ctx: str) -> None:
         self._config = config
@@ -94,15 +176,19 @@ class ConnectionSupervisor:
 
     async def start(self) -> None:
         """Connect now (trying each URL once); raise BrokerUnavailable if none answers."""
-        # Quiet: when no URL answers, the error raised names them all; a warning for each would say it twice.
-        connection = await self._connect_any(quiet=True)
+        # Each URL once, no retry: a refused login or vhost does not fix itself, and a caller that wants to
+        # wait for a broker that is starting retries start() (the error says which case it is). Quiet: the error
+        # raised names every URL's reason; a warning for each would say it twice.
+        refusals: list[BrokerUnavailable] = []
+        connection = await self._connect_any(refusals)
         if connection is None:
-            hosts = ", ".join(redact_url(u) for u in self._urls)
-            raise BrokerUnavailable("broker_unavailable", f"no broker reachable at {hosts}")
+            raise one_refusal(refusals)
         await self._established(connection)
         self._task = asyncio.create_task(self._supervise(), name="qbroker-connection")
 
-    async def _connect_any(self, *, quiet: bool = False) -> Connection | None:
+    async def _connect_any(self, refusals: list[BrokerUnavailable] | None = None) -> Connection | None:
+        """A connection to the first URL that answers, or None; why each failed is added to ``refusals`` (then
+        logged at debug level only: the caller reports them)."""
         for _ in range(len(self._urls)):
             url = self._urls[self.url_index]
             try:
@@ -110,8 +196,14 @@ class ConnectionSupervisor:
                 return await connect(_with_heartbeat(broker_url(url, self._config), self._config.heartbeat),
                                      timeout=self._config.connect_timeout)
             except (TimeoutError, OSError, aio_pika.exceptions.AMQPError) as exc:
-                log = self._log.debug if quiet else self._log.warning
-                log("broker unreachable", url=redact_url(url), error=str(exc) or type(exc).__name__)
+                refused = refusal(exc, url, self._config)
+                if refusals is not None:
+                    refusals.append(refused)
+                # A refused login or vhost is an error, not a passing state; a reconnect still retries it, as
+                # RabbitMQ refuses a vhost while it restarts and a rotated password file is read at each connect.
+                log = self._log.debug if refusals is not None else \
+                    self._log.warning if refused.retryable else self._log.error
+                log("broker unreachable", url=redact_url(url), cause=refused.id, error=refused.message)
                 # Move the failing broker to the back of the line (RQ's SERVER_FULL rule).
                 self.url_index = (self.url_index + 1) % len(self._urls)
         return None

@@ -6,16 +6,16 @@ expiration passed while it waited, or a server rejected it). The caller gets a r
 call to a missing service fails in milliseconds instead of at its deadline.
 
 What a dead message was is read from where it was published, never from the optional AMQP ``type``
-(the seed does not define it, so a client written to the seed leaves it out): a message delivered
-from an exchange other than ``dead`` came through that exchange's alternate exchange, and one
-dead-lettered by the broker names its original exchange in ``x-death``. Every header is untrusted: a
+(the protocol does not define it, so another client of the protocol leaves it out; docs/wire-format.md):
+a message delivered from an exchange other than ``dead`` came through that exchange's alternate exchange,
+and one dead-lettered by the broker names its original exchange in ``x-death``. Every header is untrusted: a
 forged ``x-death`` of the wrong shape is treated as "unknown", never raises.
 
-Every dead message that is not an alert (a request nobody served, one that expired in its queue, was
-rejected, or was sent to ``dead`` as poison after exhausting its retries) is also copied, by the collector
-that took it, to the ``dead.kept.in`` exchange and the ``dead.kept`` queue, with where it was first
-published and why it died in ``x-qbroker-dead-*`` headers: the seed's "dead keeps" a copy, for operators
-to list and replay (``qbroker.dead_kept``, ``qbroker dead``). Alerts nobody listens to are only counted: they are many.
+Every dead message that is not an alert (a request nobody served, one that expired in its queue, was rejected, or
+was sent to ``dead`` as poison after exhausting its retries) is also copied, by the collector that took it, to the
+``dead.kept.in`` exchange and the ``dead.kept`` queue, with where it was first published and why it died in
+``x-qbroker-dead-*`` headers (docs/semantics.md, "Dead letters are kept"), for operators to list and replay
+(``qbroker.dead_kept``, ``qbroker dead``). Alerts nobody listens to are only counted: they are many.
 
 Run inside any unit with ``Config(dead_letters=True)``, or standalone: ``qbroker-dead-letter``
 (``python -m qbroker.cli.dead_letter``).
@@ -94,7 +94,8 @@ def error_for(name: str, reason: str) -> QBrokerError:
         return TimedOutInQueue(f"request {name} timed out waiting in its queue")
     if reason == "rejected":
         return RequestFailed("rejected", "the request was rejected by its server", detail=name)
-    # One message for the id (the seed); the request's name and the broker's reason are the detail.
+    # One message for the id (docs/wire-format.md, "Error element"); the request's name and the broker's
+    # reason are the detail.
     return RequestError("dead_letter", "the request was dead-lettered", detail=f"{name} ({reason})")
 
 
@@ -117,7 +118,7 @@ class DeadLetterCollector:
 
     async def _on_dead(self, message: AbstractIncomingMessage) -> None:
         kind, reason = classify(message, self.bus.config)
-        # The routing key is the request's name (seed: headers.name matches it), and unlike a header
+        # The routing key is the request's name (the protocol: headers.name matches it), and unlike a header
         # it is always a string.
         name = _text(message.routing_key) or "?"
         self.counts[f"{kind}.{reason}"] += 1

@@ -5,7 +5,8 @@ A unit answers ``qbroker.ping`` with its description (``Unit.describe``); it ann
 (app, uuid, host, pid, endpoint names, listener patterns) when it starts, when its endpoints change and
 when it stops. At start, with debuggers listening, it waits (briefly) until each has followed its uuid:
 without that a short-lived client (``qbroker call``) gets its reply before a debugger has bound its
-reply key, and the debugger never shows the reply (the seed's design has this race).
+reply key, and the debugger never shows the reply (the protocol's discovery has this race: docs/semantics.md,
+"The debugger and short-lived clients").
 
 How a unit answers pings: ``qbroker.presence``.
 """

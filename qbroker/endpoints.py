@@ -7,6 +7,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeVar
 
+from pydantic import BaseModel
+
 from qbroker.context import RequestContext
 from qbroker.errors import InvalidParams, UnknownCommand
 from qbroker.handlers import Extra, Handler
@@ -74,9 +76,9 @@ class Endpoint:
         return await self.handler.call(body, ctx)
 
     def serves(self, name: str | None) -> bool:
-        """Whether a request whose header names ``name`` is this endpoint's (the seed: the name matches the
-        routing key). A retry or a re-published copy keeps its name; an endpoint bound with a wildcard takes
-        whatever its binding delivers."""
+        """Whether a request whose header names ``name`` is this endpoint's (the protocol: the name matches the
+        routing key; docs/wire-format.md, "Header"). A retry or a re-published copy keeps its name; an endpoint
+        bound with a wildcard takes whatever its binding delivers."""
         return name == self.name or "*" in self.name or "#" in self.name
 
     def describe(self) -> dict[str, Any]:
@@ -89,11 +91,16 @@ class CommandEndpoint(Endpoint):
 
     commands: dict[str, Handler] = field(default_factory=dict)
 
-    def command(self, command: str, *, extra: Extra = "forbid") -> Callable[[F], F]:
+    def command(self, command: str, *, extra: Extra = "forbid",
+                request: type[BaseModel] | None = None) -> Callable[[F], F]:
+        """Register ``fn`` for ``command``; ``request``: the pydantic model the whole body (less ``command``)
+        is validated against, given to the handler's one parameter whatever its annotation says."""
+
         def register(fn: F) -> F:
             if command in self.commands:
                 raise ValueError(f"command {command!r} is already registered on {self.name}")
-            self.commands[command] = Handler(fn, f"{self.name}:{command}", extra=extra, executor=self.executor)
+            self.commands[command] = Handler(fn, f"{self.name}:{command}", extra=extra, executor=self.executor,
+                                             request=request)
             return fn
 
         return register

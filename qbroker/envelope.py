@@ -1,6 +1,6 @@
 """The message envelope: the QBroker header, body and error element, to and from AMQP messages.
 
-Header fields live where the seed puts them: AMQP properties (app-id, message-id, reply-to,
+Header fields live where the protocol puts them: AMQP properties (app-id, message-id, reply-to,
 correlation-id, content-type, type) and AMQP headers (``version``, ``name``, ``debug``, ``error``, plus
 our ``deadline`` and ``app``). See docs/wire-format.md.
 """
@@ -151,7 +151,7 @@ def build_message(
         # Epoch milliseconds as an integer: AMQP tables carry Python floats as 32-bit floats.
         headers["deadline"] = int(deadline * 1000)
     if error is not None:
-        # ``error_extra``: keys a peer needs beside the seed's (the original's, in replies to it: original_dialect).
+        # ``error_extra``: keys a peer needs beside the protocol's (the original's, in replies to it: original_dialect).
         headers["error"] = error.header() if error_extra is None else {**error.header(), **error_extra}
     if extra_headers:  # a middleware's (e.g. traceparent): never in place of the protocol's own
         for key, value in extra_headers.items():
@@ -207,7 +207,7 @@ def read_header(message: AbstractIncomingMessage, *, require: tuple[str, ...] = 
             content_type=message.content_type or JSON,
             type=message.type,
             deadline=_deadline(raw.get("deadline")),
-            # Not a seed field (our own, informative): a foreign client's odd value must not cost the request.
+            # Not a protocol field (our own, informative): a foreign client's odd value must not cost the request.
             app=_optional_text(raw.get("app")),
             user_id=_text(getattr(message, "user_id", None)),
         )
@@ -262,6 +262,6 @@ def trusted_sender(message: AbstractIncomingMessage, own_user: str) -> str | Non
 
 
 def debug_info(app: str, uuid: str, part: str, **facts: Any) -> dict[str, Any]:
-    """The seed's "debugging information" in a reply to a request with ``debug``: who answered it, from where,
-    and ``facts`` about how (the handler's time, a dead letter's reason)."""
+    """The protocol's "debugging information" in a reply to a request with ``debug`` (docs/wire-format.md):
+    who answered it, from where, and ``facts`` about how (the handler's time, a dead letter's reason)."""
     return {"app": app, "uuid": uuid, "host": _HOST, "pid": os.getpid(), "part": part, **facts}

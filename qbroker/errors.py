@@ -36,8 +36,9 @@ class ErrorInfo(BaseModel):
     id: str
     part: str = ""
     message: str = ""
-    # What was particular to this request (the seed: a given status, id and part always carry the same
-    # message, so the specifics travel apart from it). Optional: clients written to the seed ignore it.
+    # What was particular to this request (a given status, id and part always carry the same message, so the
+    # specifics travel apart from it). Optional: other clients of the protocol ignore it (docs/wire-format.md,
+    # "Error element").
     detail: str | None = None
     trace: str | None = None
 
@@ -58,9 +59,9 @@ class QBrokerError(Exception):
     # RQ UNDELIVERED: the request died without being processed (no server, expired in its queue, past its
     # deadline, poison): the caller knows no handler ran it to the end.
     undelivered: ClassVar[bool] = False
-    # The seed: a given (status, id, part) always carries the same message. A class that names its problem
-    # with a fixed ``summary`` sends that as the message and what was particular to the request (a field,
-    # a name, a size) as ``detail``. Without one (an application's own RequestFailed(id, message)), the
+    # The protocol: a given (status, id, part) always carries the same message (docs/wire-format.md). A class that
+    # names its problem with a fixed ``summary`` sends that as the message and what was particular to the request (a
+    # field, a name, a size) as ``detail``. Without one (an application's own RequestFailed(id, message)), the
     # message goes as given: keeping it fixed per id is then the application's part.
     summary: ClassVar[str | None] = None
 
@@ -205,6 +206,42 @@ class BrokerUnavailable(QBrokerError):
     retryable = True
 
 
+# Why a broker could not be reached, each its own class so callers can tell them apart (all are
+# ``BrokerUnavailable``). Their messages name the URL (password shown as ***), never the password.
+class BrokerAuthRefused(BrokerUnavailable):
+    """The broker refused the login (ACCESS_REFUSED): wrong user name or password. Not retryable: a wrong
+    password does not fix itself."""
+
+    error_id = "broker_auth_refused"
+    retryable = False
+
+
+class BrokerVhostRefused(BrokerUnavailable):
+    """The broker refused the vhost (NOT_ALLOWED at connection.open): it does not exist, is down, or the
+    user has no permissions on it. Not retryable."""
+
+    error_id = "broker_vhost_refused"
+    retryable = False
+
+
+class BrokerHostUnknown(BrokerUnavailable):
+    """The broker's host name does not resolve (DNS)."""
+
+    error_id = "broker_host_unknown"
+
+
+class BrokerConnectionRefused(BrokerUnavailable):
+    """Nothing listens on the broker's host and port."""
+
+    error_id = "broker_connection_refused"
+
+
+class BrokerTlsFailed(BrokerUnavailable):
+    """The TLS handshake failed: ``amqps://`` to a plain port, or a certificate that does not verify."""
+
+    error_id = "broker_tls_failed"
+
+
 class TopologyMissing(QBrokerError):
     """Shared exchanges or queues of the bus are missing and this account may not declare them (``qbroker
     provision`` does: docs/security.md). Never sent. Retryable: once they are declared, a reconnect succeeds."""
@@ -291,6 +328,8 @@ def native_error(exc: Exception, part: str) -> ErrorInfo | None:
 LIBRARY_ERROR_IDS = frozenset({
     "error", "failed", "bad_header", "bad_version", "bad_body", "too_large", "rejected", "dead_letter", "bad_result",
     "bad_request_body", "forbidden", "not_replayable", "not_started", "broker_unavailable",
+    "broker_auth_refused", "broker_vhost_refused", "broker_host_unknown", "broker_connection_refused",
+    "broker_tls_failed",
     "topology_missing", "topology_conflict",
 })
 
@@ -334,8 +373,8 @@ class Warn:
 
 class Cleared:
     """Returned by a handler: the request succeeded *and* the error state ``id`` (of ``part``) reported
-    earlier is over. The reply carries the error element with status ``ok``: the seed's "cancel an error
-    state on a message board". ``Reply.cleared`` shows it to the caller."""
+    earlier is over. The reply carries the error element with status ``ok``
+    (docs/semantics.md, "Status `ok`"). ``Reply.cleared`` shows it to the caller."""
 
     __slots__ = ("result", "id", "message", "part")
 

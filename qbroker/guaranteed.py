@@ -26,7 +26,7 @@ from collections import OrderedDict
 from qbroker.middleware import Outcome
 
 RequestKey = tuple[str, str, str | None, str | None, str | None, bytes]
-# A request without a deadline header (a seed client's) is remembered this long after its answer.
+# A request without a deadline header (another protocol client's) is remembered this long after its answer.
 KEPT_WITHOUT_DEADLINE_S = 600.0
 
 

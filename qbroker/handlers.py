@@ -43,7 +43,7 @@ class Handler:
     """A registered callable plus the model that validates its parameters."""
 
     def __init__(self, fn: Callable[..., Any], name: str, *, extra: Extra = "forbid",
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None, request: type[BaseModel] | None = None) -> None:
         self.fn = fn
         self.name = name
         # A plain ``def`` handler may block (time.sleep, a DB driver): it runs in the unit's bounded
@@ -62,6 +62,14 @@ class Handler:
                 raise TypeError(f"handler {fn.__qualname__}: *args/**kwargs are not supported")
             default = ... if param.default is param.empty else param.default
             fields[param.name] = (annotation, default)
+        if request is not None:
+            # The request model named at registration, not the parameter's annotation: one function can
+            # serve several commands, each validated against its own model.
+            if len(fields) != 1:
+                raise TypeError(f"handler {fn.__qualname__}: request= needs exactly one parameter besides the "
+                                f"RequestContext one")
+            pname, (_, default) = next(iter(fields.items()))
+            fields[pname] = (request, default)
         self.param_names = list(fields)
         # The whole body goes to a parameter named ``body`` (other parameters keep their defaults),
         # or to a single parameter annotated with a pydantic model.
@@ -157,7 +165,8 @@ async def _run_guarded(dispatch: Dispatch, body: Any, ctx: RequestContext, part:
             result = await dispatch(body, ctx)
     except QBrokerError as exc:
         info = exc.to_info(part=part)
-        if ctx.debug and info.trace is None:  # the seed: a debug request's reply includes debugging information
+        # a debug request's reply includes debugging information (docs/wire-format.md, "Header")
+        if ctx.debug and info.trace is None:
             info = info.model_copy(update={"trace": traceback.format_exc()})
         return None, info
     except Exception as exc:

@@ -88,8 +88,8 @@ class _Names:
 
 class _Counts:
     """A counter (``gauge``: a gauge) family's values by label values. Plain numbers, changed on the event loop
-    without a lock (prometheus-client's own metrics take one per update: 1-5 us each on this machine, most of
-    what metrics would cost a request); read by ``family`` at scrape time from a copy (one C-level call,
+    without a lock (prometheus-client's own metrics take one per update, most of what metrics would cost a
+    request: docs/decisions.md, "The operator's view"); read by ``family`` at scrape time from a copy (one C-level call,
     atomic under the GIL), so the HTTP thread never sees a value half written."""
 
     def __init__(self, name: str, documentation: str, labels: Sequence[str], kind: str = "counter") -> None:

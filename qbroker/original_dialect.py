@@ -1,4 +1,4 @@
-"""The original QBroker's dialect (trio_qbroker): how it writes what the seed leaves open, read here and, in
+"""The original QBroker's dialect (trio_qbroker): how it writes what the protocol leaves open, read here and, in
 replies to it, written so that it reads them. See docs/interop.md.
 
 What it writes differently:
@@ -9,12 +9,12 @@ What it writes differently:
   caller as that type when it is one of the allowed built-ins: nothing named on the wire is ever imported here);
 - its dead-letter collector's answer, the error of class ``DeadLettered``, read as ``no_server``.
 
-What it reads: the seed's error element means nothing to it (it decodes the header ``error`` with its own
+What it reads: the protocol's error element means nothing to it (it decodes the header ``error`` with its own
 object codec and takes a table without ``_o`` for a plain dict, on which its caller then fails), so a reply to
-a request in its dialect carries, beside the seed's keys, its own: status ``s``, message ``m``, class ``c``,
+a request in its dialect carries, beside the protocol's keys, its own: status ``s``, message ``m``, class ``c``,
 and for an allowed built-in exception or a dead letter the exception itself (``e``), which it raises as such
 (``ValueError``, or its own ``DeadLettered`` for a request nobody served). Only in replies to it: everything
-else qbroker sends stays the seed's.
+else qbroker sends stays the protocol's (docs/wire-format.md).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from typing import Any, get_args
 
 from qbroker.errors import NATIVE_EXCEPTIONS, ErrorInfo, NoServer, Status
 
-ROUTING_KEY_HEADER = "routing-key"  # the original's name of the seed's headers.name
+ROUTING_KEY_HEADER = "routing-key"  # the original's name of the protocol's headers.name
 ERROR_TAG = "m_err"  # the ``_o`` of its error element
 EXCEPTION_TAG = "exc"  # the ``_o`` of an exception inside it
 DEAD_LETTERED = "DeadLettered"  # the class of its dead-letter collector's answers
 DEAD_LETTERED_PATH = "trio_qbroker.conn.DeadLettered"
 DEAD_LETTER_PART = "original.dead_letter"
-# Texts in the keys added for it: the seed's keys carry the same at full length; these stay small so the
+# Texts in the keys added for it: the protocol's keys carry the same at full length; these stay small so the
 # header stays within a frame (qbroker.errors).
 MAX_TEXT = 1000
 MAX_CLASS_NAME = 100
@@ -83,7 +83,7 @@ def _class_name(raw: Mapping[str, Any]) -> str | None:
 
 
 def read_original_error(raw: Mapping[str, Any]) -> ErrorInfo:
-    """The original's error element as the seed's: its DeadLettered as ``no_server``, any other exception as
+    """The original's error element as the protocol's: its DeadLettered as ``no_server``, any other exception as
     ``python.<Class>`` with the exception's text as message."""
     cls = _class_name(raw)
     exc = raw.get("e")
@@ -103,7 +103,7 @@ def _exception(path: str, *args: str) -> dict[str, Any]:
 
 
 def error_for_original(error: ErrorInfo, dead_route: tuple[str, str] | None = None) -> dict[str, Any]:
-    """The keys that let the original read ``error`` (added beside the seed's in the same ``error`` table).
+    """The keys that let the original read ``error`` (added beside the protocol's in the same ``error`` table).
 
     ``dead_route`` (exchange, routing key): the answer of a dead-letter collector, which the original raises as
     its own ``DeadLettered``, as its collector's answer would be. An allowed built-in exception goes as itself,

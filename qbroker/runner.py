@@ -1,8 +1,9 @@
 """Running a qbroker process: one runner owns signals, logging, uvloop, start and graceful stop.
 
-``serve(app, make_service)`` is what every console script calls: it builds the ``Unit``, lets the
-service register its endpoints on it, starts both, and on SIGTERM/SIGINT stops the service, then the
-unit (draining running handlers up to the drain timeout). A second signal kills at once: running
+``serve(app, make_service)`` is what every console script calls (and ``qbroker serve module:attr`` for a
+library user's service): it builds the ``Unit``, lets the service register its endpoints on it, starts
+both, and on SIGTERM/SIGINT stops the service, then the unit (draining running handlers up to the drain
+timeout). A second signal kills at once: running
 handlers are abandoned and their requests redelivered to another server.
 """
 
@@ -35,7 +36,7 @@ class Service(Protocol):
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` on uvloop when installed (10-20% more sequential calls/s in bench/rpc.py)."""
+    """Run ``main`` on uvloop when installed (faster: docs/decisions.md, "Libraries we added, and why")."""
     try:
         import uvloop
     except ImportError:
@@ -48,8 +49,8 @@ def freeze_startup_heap() -> None:
 
     A service holds what it loaded at start-up (modules, a Spark session's py4j objects, the Arrow and
     numpy libraries) for its whole life. Left in the collector's oldest generation, each full collection
-    walked all of it: 85-110 ms at a time in the Spark bridge (~230,000 objects), landing on one diff in
-    six. Frozen, a full collection walks only what the work since created (~3 ms). Garbage among the frozen
+    walked all of it, a pause a diff of the Spark bridge often landed on. Frozen, a full collection walks only
+    what the work since created (docs/decisions.md, "A diff writes what differs"). Garbage among the frozen
     objects is never reclaimed: acceptable for what start-up made once."""
     gc.collect()
     gc.freeze()
@@ -122,18 +123,30 @@ def serve(app: str, make_service: Callable[[Unit], Service], *, config: Config |
         settings.configure_logging()
         config = config if config is not None else settings.unit_config()
         drain_timeout = drain_timeout if drain_timeout is not None else settings.drain_timeout
-    else:
-        configure_logging()
+
+    def build() -> tuple[Unit, Service]:
+        unit = Unit(app, config=config)
+        return unit, make_service(unit)  # registers endpoints: before start
+
+    _serve_process(app, build, drain_timeout)
+
+
+def serve_unit(unit: Unit, service: Service, *, drain_timeout: float | None = None) -> None:
+    """``serve`` for a unit built elsewhere (a module's own ``Unit``, as ``qbroker serve module:unit`` runs)."""
+    _serve_process(unit.app, lambda: (unit, service), drain_timeout)
+
+
+def _serve_process(app: str, build: Callable[[], tuple[Unit, Service]], drain_timeout: float | None) -> None:
+    configure_logging()  # nothing more when the program's settings configured it already
     drop_repeated_connect_errors()
 
     async def main() -> bool:
-        unit = Unit(app, config=config)
-        service = make_service(unit)  # registers endpoints: before start
+        unit, service = build()
         return await serve_async(unit, service, drain_timeout=drain_timeout, freeze_heap=True)
 
     try:
         graceful = run(main())
-    except BrokerUnavailable as exc:  # one line, the exit code a script can tell apart from a failure
+    except BrokerUnavailable as exc:  # one line saying why (refused login, vhost, DNS, TLS, ...), exit 3
         sys.stderr.write(f"{app}: {exc.message}\n")
         raise SystemExit(int(ExitCode.UNREACHABLE)) from None
     except QBrokerError as exc:

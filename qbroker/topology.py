@@ -1,6 +1,6 @@
 """The bus's shared exchanges and queues, written once: what ``qbroker provision`` declares and units check.
 
-Shared objects are used by every unit and owned by none (seed: qbroker-amqp-structure.rst):
+Shared objects are used by every unit and owned by none (docs/wire-format.md, "Exchanges and queues"):
 
 - ``rpc``   topic, routing key = request name; alternate exchange ``dead`` catches unroutable requests.
 - ``reply`` direct, routing key = the caller's uuid.
@@ -8,11 +8,11 @@ Shared objects are used by every unit and owned by none (seed: qbroker-amqp-stru
 - ``dead``  fanout, with the durable ``dead`` queue bound to it.
 - ``dead.kept.in`` fanout, with the durable ``dead.kept`` queue bound to it, which nobody consumes: the
   collector that takes a dead request copies it there, for operators to list and replay (``dead_kept``).
-- every other topic exchange a role has grants on (the TopOSM seed's ``osm``): topic, durable.
+- every other topic exchange a role has grants on (TopOSM's ``osm``): topic, durable.
 
 Declaring one needs the broker's configure permission on its name, which no role has (docs/security.md):
 ``qbroker provision`` declares them, and a unit finds them with a passive declare, which needs none
-(``topology_check``). Another program (the original QBroker, a seed program) may have declared one with
+(``topology_check``). Another program (the original QBroker, another client of the protocol) may have declared one with
 other settings; the broker then refuses a re-declare naming one difference (PRECONDITION_FAILED,
 ``inequivalent arg ...``): ``read_difference`` reads that text, ``Difference.cost`` says what using the
 object as it is costs, and ``adopt`` gives the declaration that matches it.
@@ -104,7 +104,7 @@ def shared_topology(config: Config, topic_exchanges: tuple[str, ...] = ()) -> li
 
 
 def topic_exchange(name: str, costs: Mapping[str, str] | None = None) -> Shared:
-    """A service's shared topic exchange (the TopOSM seed's ``osm``): durable, no arguments; ``costs`` as in
+    """A service's shared topic exchange (TopOSM's ``osm``): durable, no arguments; ``costs`` as in
     ``Shared`` (the service knows what a difference costs it)."""
     return Shared(name, "topic", required={"type": ("topic",)}, costs=costs or {})
 

@@ -4,7 +4,7 @@ gather this unit sends, and per request and alert it handles, linked across serv
 
 ``unit.use(Tracing())`` (or ``QBROKER_OTEL=1`` for every unit of a process) records spans on the global
 tracer provider, or on ``tracer_provider``; where they go (an OTLP collector, the console) is the SDK's
-configuration, see docs/library.md. A message without ``traceparent`` (a seed client, an older qbroker)
+configuration, see docs/library.md. A message without ``traceparent`` (another client of the protocol, an older qbroker)
 starts a new trace; an unreadable one is ignored the same way, as the W3C propagator does.
 
 The spans follow OpenTelemetry's messaging conventions: ``call <name>`` (kind CLIENT) on the caller,

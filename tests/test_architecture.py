@@ -38,10 +38,10 @@ def test_code_is_lint_clean() -> None:
 
 
 def test_toposm_contract_is_a_leaf() -> None:
-    """services.tiles.contract (the TopOSM names, expiry list, metatile size and keys) imports nothing of the
+    """services.toposm.contract (the TopOSM names, expiry list, metatile size and keys) imports nothing of the
     project, so every service and benchmark can import it without pulling in another's code."""
-    probe = ("import sys, services.tiles.contract; "
+    probe = ("import sys, services.toposm.contract; "
              "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('services', 'qbroker'))))")
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["services", "services.tiles", "services.tiles.contract"]
+    assert result.stdout.split() == ["services", "services.toposm", "services.toposm.contract"]

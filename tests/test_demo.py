@@ -152,7 +152,7 @@ def test_demo_runs_end_to_end(vhost_of_its_own: str, tmp_path: Path) -> None:
     for log in [*tmp_path.glob("service-*.log"), tmp_path / "spark-bridge.log"]:
         assert "[info" in log.read_text(errors="replace"), log
     assert "[info" not in out
-    # Each program ran under its own broker account (issue 10), made for the demo and deleted after it.
+    # Each program ran under its own broker account, made for the demo and deleted after it.
     assert "broker accounts per program: yes" in out
     accounts = next(line for line in out.splitlines() if line.strip().startswith("accounts:"))
     names = [name.strip() for name in accounts.split(":", 1)[1].split(",")]

@@ -22,7 +22,7 @@ from demo.broker_objects import CLEAN_COMMAND, RECORD_FILE, BrokerObject, claim,
 from harness import HANG
 from harness.broker import create_vhost, delete_vhost, rabbitmqctl, url_for_vhost
 from qbroker import Config, Unit
-from services.tiles.contract import OSM_EXCHANGE, QUEUEMASTER_OSM_QUEUE
+from services.toposm.contract import OSM_EXCHANGE, QUEUEMASTER_OSM_QUEUE
 
 PREFIX_EXCHANGES = {"demo.rpc", "demo.reply", "demo.alert", "demo.dead", "demo.dead.kept.in"}
 PREFIX_QUEUES = {"demo.dead", "demo.dead.kept"}

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import ast
 import inspect
+import io
 import json
 import re
+import tokenize
 from pathlib import Path
 
 import qbroker.errors as errors
@@ -171,3 +173,89 @@ def test_each_import_measurement_says_which_figure_stands() -> None:
     assert not problems, "\n".join(problems)
     assert len(standing) == 1, standing
     assert standing[0].split(" (")[0].split(",")[0] in sections[summary[0]], "the summary names another section"
+
+
+# -- the code's comments: self-contained, pointing into docs/ ------------------------------------------------------
+
+CODE_DIRS = ("qbroker", "services", "bench", "harness", "demo")
+ISSUE_NUMBER = re.compile(r"\bissues? #?\d+", re.I)
+OUTSIDE_PATH = re.compile(r"\.\./shared\b|\bshared/seeds\b|\bseeds/")
+# "the seed" was the protocols' original text, outside the repository: comments state the rule and point to
+# docs/ instead. RNG seeds ("seeded", "a fixed seed") and identifiers (seed_wire, floor_seed) are not meant.
+SEED_REFERENCE = re.compile(r"\bthe seed\b|\bseed's|\bseed[- ](?:wire|program|client|command|field|thread|"
+                            r"structure)|\bseed-structured|\b(?:TopOSM|QBroker) seed\b", re.I)
+# The one place a path outside the repository stays: the harness locating the peer program it runs.
+OUTSIDE_PATH_ALLOWED = {"harness/original_qbroker.py": 1}
+DOC_POINTER = re.compile(r"docs/([\w-]+\.md),?\s+\"([^\"]+)\"")
+
+
+def _code_files() -> list[Path]:
+    return sorted(path for folder in CODE_DIRS for path in (ROOT / folder).rglob("*.py"))
+
+
+def _prose(path: Path) -> str:
+    """A module's comments and docstrings, whitespace collapsed: what it says to a reader, not what it runs."""
+    source = path.read_text(encoding="utf-8")
+    parts = [token.string.lstrip("#") for token in tokenize.generate_tokens(io.StringIO(source).readline)
+             if token.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            docstring = ast.get_docstring(node, clean=False)
+            if docstring:
+                parts.append(docstring)
+    return " ".join(" ".join(part.split()) for part in parts)
+
+
+def test_code_names_no_issue_numbers_and_no_paths_outside_the_repository() -> None:
+    """No issue numbers in the code or the tests (the why goes in the comment, the figure in
+    docs/performance.md), and nothing points outside the repository (``../shared``, ``seeds/``) but the harness
+    finding its peer."""
+    problems = []
+    for path in [*_code_files(), *sorted((ROOT / "tests").rglob("*.py"))]:
+        name, text = path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")
+        problems += [f"{name}: {match}" for match in ISSUE_NUMBER.findall(text)]
+        outside = OUTSIDE_PATH.findall(text) if path != Path(__file__).resolve() else []  # not the rule's own text
+        if len(outside) > OUTSIDE_PATH_ALLOWED.get(name, 0):
+            problems.append(f"{name}: {len(outside)} paths outside the repository ({', '.join(outside)})")
+    assert not problems, "\n".join(problems)
+
+
+def test_comments_state_the_protocols_rules_not_the_seed() -> None:
+    """Comments and docstrings say what the protocol requires and point to docs/wire-format.md, docs/tiles.md
+    ("The TopOSM protocol") or docs/semantics.md, never to "the seed", a text outside the repository."""
+    problems = []
+    for path in _code_files():
+        for match in SEED_REFERENCE.finditer(prose := _prose(path)):
+            around = prose[max(0, match.start() - 40): match.end() + 40]
+            problems.append(f"{path.relative_to(ROOT).as_posix()}: ...{around}...")
+    assert not problems, "\n".join(problems)
+
+
+def test_comments_point_to_doc_sections_that_exist() -> None:
+    """A comment's ``docs/<page>.md, "<section>"`` names a page of docs/ and a heading of it: a renamed section
+    fails here instead of leaving the code pointing nowhere."""
+    headings = {page.name: [" ".join(line.lstrip("#").split()) for line in page.read_text(encoding="utf-8").splitlines()
+                            if line.startswith("#")] for page in DOCS.glob("*.md")}
+    problems, pointers = [], 0
+    for path in _code_files():
+        for page, section in DOC_POINTER.findall(_prose(path)):
+            pointers += 1
+            if not any(section in heading for heading in headings.get(page, [])):
+                problems.append(f"{path.relative_to(ROOT).as_posix()}: docs/{page}, {section!r}")
+    assert pointers >= 20 and not problems, "\n".join(problems)
+
+
+# -- docs/tiles.md: the module tree is the tree --------------------------------------------------------------------
+
+def test_the_tiles_module_tree_lists_every_module() -> None:
+    """docs/tiles.md draws services/toposm and the three tile programs' packages: every module in them is named
+    there (a module added, moved or renamed without the tree fails here), and every name there exists."""
+    text = (DOCS / "tiles.md").read_text(encoding="utf-8")
+    tree = text[text.index("## Layout: services/toposm and services/tiles"):]
+    tree = tree[tree.index("```text"): tree.index("```\n", tree.index("```text") + 7)]
+    named = set(re.findall(r"([\w]+\.py)\b", tree))
+    folders = [ROOT / "services" / "toposm", *(ROOT / "services" / "tiles" / program
+                                                for program in ("queuemaster", "renderer", "render_list"))]
+    modules = {path.name for folder in folders for path in folder.glob("*.py") if path.name != "__init__.py"}
+    assert not modules - named, f"modules missing from docs/tiles.md's tree: {sorted(modules - named)}"
+    assert not named - modules, f"docs/tiles.md's tree names modules that do not exist: {sorted(named - modules)}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -10,9 +9,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from qbroker.cli.exit_codes import ExitCode
+from qbroker.cli.app_code import load_app_object
+from qbroker.cli.exit_codes import ExitCode, UsageProblem
 from qbroker.cli.output import say
-from qbroker.cli.session import GlobalOptions, run_with_unit
+from qbroker.cli.session import GlobalOptions, run_with_unit, usage_guard
 
 if TYPE_CHECKING:
     from qbroker import Unit
@@ -32,17 +32,11 @@ APP is MODULE:NAME, where NAME is a Unit, or a callable that registers endpoints
 def _unit_of_code(spec: str, app: str | None) -> Unit:
     from qbroker import Unit
 
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise typer.BadParameter(f"{spec!r}: expected MODULE:NAME (e.g. myapp.service:make_service)")
-    sys.path.insert(0, str(Path.cwd()))  # as python -m does: the app's own modules, from where it runs
-    target: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        target = getattr(target, part)
+    module_name, target = load_app_object(spec)
     if isinstance(target, Unit):
         return target
     if not callable(target):
-        raise typer.BadParameter(f"{spec!r} is neither a Unit nor a callable taking one")
+        raise UsageProblem(f"{spec!r} is neither a Unit nor a callable taking one")
     unit = Unit(app or module_name)
     target(unit)  # registers the endpoints and listeners; nothing connects
     return unit
@@ -74,7 +68,8 @@ def asyncapi(
         return int(ExitCode.OK)
 
     if app_spec is not None:
-        raise typer.Exit(write([describe_code(_unit_of_code(app_spec, options.app))]))
+        spec = app_spec
+        raise typer.Exit(usage_guard(lambda: write([describe_code(_unit_of_code(spec, options.app))])))
 
     async def action(unit: Unit) -> int:
         from qbroker.asyncapi import description_problem

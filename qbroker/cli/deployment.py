@@ -4,7 +4,7 @@ One description file (TOML) names the vhost, the exchange prefix and the account
 are data (``qbroker.cli.roles``: the library's own, the installed services', files given on the command line).
 A role becomes a set of RabbitMQ permissions: configure/write/read regexes over exchange and queue names, and
 **topic permissions** (write/read regexes over routing keys) on the topic exchanges ``rpc`` and ``alert`` and
-any other a role names (the TopOSM seed's ``osm``). Topic write is checked on every publish; topic read when a
+any other a role names (TopOSM's ``osm``). Topic write is checked on every publish; topic read when a
 queue is bound to the exchange, so an account cannot bind its own queue to overhear (or serve) a name it may
 not serve.
 
@@ -136,7 +136,7 @@ def permissions_for(grants: Grants, roles: RoleBook, prefix: str, account: str =
     topic_read = [re.escape(name) for name, grant in grants.topics.items() if grant.read]
     uses = [*own, exchanges, kept_in]
     # Publishing on the default exchange reaches any queue by name, past every topic permission: only a role
-    # that must (the TopOSM seed wire answers on it) gets it.
+    # that must (TopOSM's `osm` wire answers on it) gets it.
     default = ["amq\\.default"] if grants.default_exchange else []
     return Permissions(f"^{not_shared}({'|'.join(own)})$", _any(*uses, kept, *topic_write, *default),
                        _any(*uses, *topic_read), _topics(grants, account))

@@ -1,4 +1,4 @@
-"""``qbroker``: operate a QBroker bus from the shell (call, alert, list)."""
+"""``qbroker``: operate a QBroker bus from the shell (call, alert, list), and run a service (serve)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,17 @@ try:  # typer >= 0.20 vendors its own copy of click; its exceptions are not clic
 except ImportError:  # pragma: no cover - older typer on real click
     from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
 
-from qbroker.cli import cmd_alert, cmd_asyncapi, cmd_call, cmd_dead, cmd_jobs, cmd_list, cmd_provision, cmd_schedule
+from qbroker.cli import (
+    cmd_alert,
+    cmd_asyncapi,
+    cmd_call,
+    cmd_dead,
+    cmd_jobs,
+    cmd_list,
+    cmd_provision,
+    cmd_schedule,
+    cmd_serve,
+)
 from qbroker.cli.exit_codes import ExitCode
 
 
@@ -72,6 +82,8 @@ EXAMPLES = """
 
   qbroker list --schemas
 
+  qbroker serve greeter:Greeter --app tutorial.greeter
+
 Exit codes (every console script's, docs/cli.md): 0 ok (or warn), 1 error, 2 fail, 3 timeout or no broker,
 64 usage, 130 interrupted.
 
@@ -81,7 +93,7 @@ QBROKER_APP, QBROKER_CALL_TIMEOUT.
 
 app = QBrokerApp(
     name="qbroker",
-    help="Operate a QBroker bus on RabbitMQ: call endpoints, publish alerts, list running units.",
+    help="Operate a QBroker bus on RabbitMQ: call endpoints, publish alerts, list running units, serve your code.",
     epilog=EXAMPLES,
     no_args_is_help=True,
     add_completion=False,
@@ -118,3 +130,4 @@ app.add_typer(cmd_dead.app, name="dead")
 app.add_typer(cmd_schedule.app, name="schedule")
 app.command("asyncapi", epilog=cmd_asyncapi.EXAMPLES)(cmd_asyncapi.asyncapi)
 app.command("provision", epilog=cmd_provision.EXAMPLES, no_args_is_help=True)(cmd_provision.provision)
+app.command("serve", epilog=cmd_serve.EXAMPLES, no_args_is_help=True)(cmd_serve.serve)

@@ -3,7 +3,7 @@
 No role may configure them (``qbroker.cli.deployment``), so they are declared here, once, with the arguments
 ``qbroker.topology`` writes for every unit (read from the environment's ``QBROKER_*`` settings, e.g.
 ``QBROKER_QUEUE_TYPE``, and the deployment's exchange prefix), plus every topic exchange a role has grants
-on (the TopOSM seed's ``osm``). A definitions import keeps an object that exists already as it is, whatever
+on (TopOSM's ``osm``). A definitions import keeps an object that exists already as it is, whatever
 its settings: what differs is read back (``rabbitmqctl list_exchanges/list_queues``) and named with its cost.
 """
 

@@ -9,7 +9,7 @@ other role, and every grant a service adds to these two, comes from
   function returning one), e.g. in a service's pyproject.toml::
 
       [project.entry-points."qbroker.roles"]
-      tiles = "services.tiles.roles:ROLES"
+      tiles = "services.toposm.roles:ROLES"
 
 - TOML files given to ``qbroker provision --roles FILE``, one ``[role.<name>]`` table per role (the same keys).
 

@@ -27,12 +27,13 @@ class GlobalOptions:
     app: str | None = None
     verbose: bool = False
 
-    def config(self) -> Config:
+    def config(self, *, client: bool = True) -> Config:
+        """``client``: the CLI's own short-lived unit (``qbroker serve`` runs a service: ``client=False``)."""
         from qbroker import Config
 
         # A CLI unit is a client: it must not join the dead-letter collectors (that would consume from
         # the shared `dead` queue, i.e. take messages away from the bus's real collector).
-        overrides: dict[str, Any] = {"dead_letters": False}
+        overrides: dict[str, Any] = {"dead_letters": False} if client else {}
         if self.url:
             overrides["url"] = self.url
         if self.exchange_prefix is not None:
@@ -75,9 +76,10 @@ def describe(exc: BaseException) -> str:
         return f"usage: {exc}"
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
+    if isinstance(exc, errors.BrokerUnavailable):
+        return exc.message  # says why, in one line: refused login or vhost, DNS, refused connection, TLS
     if is_unreachable(exc):
-        detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-        return detail if detail.startswith("no broker") else f"no broker reachable: {detail}"
+        return f"no broker reachable: {str(exc) or type(exc).__name__}"
     if isinstance(exc, errors.RequestFailed | errors.RequestError):
         status = "fail" if isinstance(exc, errors.RequestFailed) else "error"
         text = f"{status}: {exc.id}: {exc.message}" if exc.message else f"{status}: {exc.id}"

@@ -6,7 +6,7 @@ area. libosmium writes each area's WKB (in degrees) in C++, and the coordinates 
 projected as numpy arrays and written back into the WKB, so Python's work is per area and ring, not per
 node. During the import's C++ pass, which the thread calling the Python handlers paces, the batches are only
 spilled to a scratch file (``spill``) and written after the pass (``write_spilled``), beside the geometry
-store's process that the pass's end starts: 2.6 of the pass's 10.2 s at K=200 (docs/performance.md).
+store's process that the pass's end starts (docs/performance.md, "The import's pass without the areas' features").
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class _Tags(Protocol):
 
 def area_tags(tags: _Tags) -> dict[str, str]:
     """The tags ``tags.area_features`` reads, looked up by key (a C++ call each) rather than by iterating the
-    whole list (a C++ call and a Python object per tag: 28 against 7 µs an area, measured at K=50). Where
+    whole list (a C++ call and a Python object per tag: docs/performance.md, "The OSM stores' design"). Where
     two tags could each make the landuse feature, the first in the object's order wins, so then the tags
     are read in order."""
     get = tags.get

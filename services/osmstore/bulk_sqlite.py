@@ -21,9 +21,9 @@ def bulk_load_settings(conn: sqlite3.Connection, cache_mib: int = 32) -> None:
 
     The rows go in in key order (appends: little cache needed), and SQLite's sorter (CREATE INDEX, ORDER BY)
     keeps up to the cache size in memory per sorting thread before it spills to a temporary file: with a
-    128 MiB cache and ``PRAGMA threads = 2`` the index builds peaked at ~370 MB at K=200 and took longer
-    (7.7 s of CPU against 4.5 s with 32 MiB and one thread; docs/performance.md). The import already has
-    its two processes on the two cores."""
+    128 MiB cache and ``PRAGMA threads = 2`` the index builds took more memory and longer than with 32 MiB
+    and one thread (docs/performance.md, "Import at scale: toposm-import against osm2pgsql"). The import
+    already has its two processes on the two cores."""
     conn.execute("PRAGMA journal_mode = OFF")
     conn.execute("PRAGMA synchronous = OFF")
     conn.execute(f"PRAGMA cache_size = {-1024 * cache_mib}")

@@ -11,7 +11,7 @@ The import builds the sea. A diff that touches a coastline way only marks it sta
 store's meta, in the diff's transaction), and ``refresh_sea`` rebuilds it afterwards, beside the diffs
 (the Spark bridge runs it in the background after such a diff, then expires that diff's tiles again):
 the sea is computed from the whole coastline, which grows with the store, so inside the diff it made a
-diff cost what the store weighs (issue 22), as water polygons are refreshed apart from the minutely
+diff cost what the store weighs, as water polygons are refreshed apart from the minutely
 updates on OSM's own tile servers. ``python -m services.osmstore.coastline STORE`` runs it.
 """
 

@@ -14,11 +14,11 @@ This is osm2pgsql's "middle" (its slim tables: node locations, and each way's no
 members in the object's own row, with the reverse index from a node to its ways) on an embedded engine:
 every lookup a diff needs is a B-tree probe by id, and applying a diff writes the diff's rows and the pages
 holding them, one transaction, so a diff costs what the diff weighs, whatever the size of the store
-(docs/decisions.md, issue 22). One row per way and per relation, not per way node and per member, is what
-lets the import load them at a row per object (a relation lists ~136 members in the scaled extract); SQLite's
-``json_each`` unpacks the few a diff reads, and builds ``node_ways`` from the ways in one statement. Readers
-in other processes (Spark executors at scale, ``store_lookup``) open the file read-only and see the last
-committed state; a crash mid-diff leaves the one before (WAL rollback).
+(docs/decisions.md, "The geometry store at scale"). One row per way and per relation, not per way node and per
+member, is what lets the import load them at a row per object (a relation lists ~136 members in the scaled
+extract); SQLite's ``json_each`` unpacks the few a diff reads, and builds ``node_ways`` from the ways in one
+statement. Readers in other processes (Spark executors at scale, ``store_lookup``) open the file read-only and
+see the last committed state; a crash mid-diff leaves the one before (WAL rollback).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ FORMAT_VERSION = 3  # 1 was the copy-on-write Parquet snapshots, 2 a row per way
 CACHE_KIB = 64 * 1024  # a connection's page cache: the upper levels of the B-trees stay in memory
 # Bytes of a store file a connection reads through a memory map (SQLite caps it at its compile-time maximum:
 # 2 GiB in Debian's and Python's builds). A diff's lookups land on pages all over a big store; read from the
-# OS page cache through pread each one cost a system call and a copy (node locations at K=200, issue 22: 22
-# ms of a 210 ms rendering-store update, 13 ms mapped). Writes still go through SQLite's own pages.
+# OS page cache through pread each one cost a system call and a copy (docs/performance.md, "The OSM
+# stores' design"). Writes still go through SQLite's own pages.
 MMAP_BYTES = 1 << 40
 APPLIED_KEPT = 100  # digests of the last applied diffs, to recognise a replay of a diff without sequence
 

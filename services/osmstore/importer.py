@@ -29,7 +29,7 @@ from pydantic import model_validator
 
 from qbroker.exit_codes import ExitCode
 from qbroker.settings import option
-from services.stack_settings import StackSettings, stack_option
+from services.toposm.settings import StackSettings, stack_option
 
 from . import render_db
 from .bulk_sqlite import analyze, bulk_load_settings, insert_columns

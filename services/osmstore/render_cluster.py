@@ -3,14 +3,14 @@
 A feature table is a B-tree in ``fid`` order, and the import meets features in the order of the OSM ids,
 which in a country extract interleave every part of the country: a metatile's few thousand features then
 sit on a few thousand pages, one each, where the same features of a city extract share a few hundred
-(issue 22, goal 5: K copies of a city, ids interleaved, rendered 10-35 ms slower per metatile at K=200 than
-at K=1, with the same features in view). So the import's ``BulkFeatureWriter`` writes features to staging
-tables with the Z-order (Morton) key of their box centres, and ``finish`` moves each table into place in
-that order, fids counting up along it, and fills its R*Tree the same way: the rows a metatile reads are
-neighbours on disk and in the page cache. The staging tables are TEMP (their own file, gone at close), so
-the store does not keep their pages as free space, and everything past binding the rows is SQLite's own
-copying, not Python. Features a diff adds later go to the end, as rows updated in PostGIS go wherever there
-is room; a store re-imported is clustered again.
+(K copies of a city, ids interleaved, rendered slower per metatile the more copies there were, with the same
+features in view: docs/performance.md, "The OSM stores' design"). So the import's
+``BulkFeatureWriter`` writes features to staging tables with the Z-order (Morton) key of their box centres,
+and ``finish`` moves each table into place in that order, fids counting up along it, and fills its R*Tree the
+same way: the rows a metatile reads are neighbours on disk and in the page cache. The staging tables are TEMP
+(their own file, gone at close), so the store does not keep their pages as free space, and everything past
+binding the rows is SQLite's own copying, not Python. Features a diff adds later go to the end, as rows
+updated in PostGIS go wherever there is room; a store re-imported is clustered again.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class BulkFeatureWriter(FeatureWriter):
         One statement a table: SQLite's sorter puts the rows in order (in memory up to its budget, then
         merging runs from temporary files: sequential, bounded), and they go in as appends in that order,
         so the table being empty, SQLite numbers them 1, 2, ... (a ``row_number() OVER (ORDER BY ...)`` for
-        the fids cost a third more: 2.35 against 1.51 s of CPU for 493,000 roads at K=200, the same rows).
+        the fids cost a third more CPU for the same rows: docs/performance.md, "The OSM stores' design").
         Ordering the keys into a table of their own and then fetching each staged row by rowid took as long
         as the sort; a larger budget for the sorter did not help."""
         self.flush()

@@ -12,7 +12,8 @@ was half of the import's rows and of the middle's disk (docs/decisions.md, "One 
 An index box is the feature's box rounded out to a grid (``index_box``), a loose box as physics engines keep
 in their dynamic trees (Box2D's "fat" AABBs): a node moved a few metres leaves it as it is, so a diff's
 moves rewrite feature rows but seldom the R*Tree, whose every changed entry rewrote a leaf and each node
-above it (issue 22: ~40% of the pages a diff's commit wrote at K=200 went to the R*Trees).
+above it (a large share of the pages a big store's commit wrote: docs/performance.md, "The OSM stores'
+design").
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ RENDER_DB = "render.sqlite"
 FORMAT_VERSION = 2  # 1 kept its own nodes and way_nodes: a second copy of the geometry store's middle
 GEOMETRY = "geometry"  # the schema name the geometry store is attached under
 # Web Mercator metres the index boxes are rounded out to (``index_box``); recorded in each store's meta as
-# ``index_grid`` (a store imported before has none: exact boxes, kept so). 64 m: of the benchmark's 600 node
-# moves of up to ~20 m (issue 22), 47 changed an index box against 241 with exact boxes; a tile query reads
-# features whose box is up to 64 m off its edges (a z17 tile is 306 m across, a z17 metatile 2,446 m).
+# ``index_grid`` (a store imported before has none: exact boxes, kept so). 64 m: of a diff's node moves (up to ~20
+# m), far fewer change an index box than an exact box (docs/performance.md, "Index boxes on a 64 m grid"); a tile
+# query reads features whose box is up to 64 m off its edges (a z17 tile is 306 m across, a z17 metatile 2,446 m).
 INDEX_GRID = 64.0
 _INDEX_GRID_KEY = "index_grid"
 
@@ -214,7 +215,8 @@ class FeatureWriter:
         """A staged feature of the same object made differently: its row takes the new values in place, and
         its index entry changes only when its index box does. A node moved inside a way's box, or by less
         than the grid (``index_box``), then leaves the R*Tree alone: in a big store each R*Tree delete and
-        insert rewrote the leaf and every node above it (issue 22: 9 of a diff's 90 ms of SQL at K=200)."""
+        insert rewrote the leaf and every node above it (docs/performance.md, "The OSM stores'
+        design")."""
         self.conn.execute(self._update_sql[table], (*values, fid))
         box = index_box(*bbox, self.grid)
         try:

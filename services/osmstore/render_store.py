@@ -11,10 +11,11 @@ when the geometry store is not at its own state (``_check_in_step``). Areas and
 multipolygons are rebuilt by running the same feature code as the import over a small OSM file holding
 those ways and relations with their nodes' stored locations, so libosmium assembles them exactly as it did
 at import; the file leaves out the ways and relations whose tags make no feature (unless a multipolygon in
-it needs the way): their features are removed and none would come back. Ways that can make lines only
-(most of a diff's) stay out of the file too: their lines are drawn from the same locations in Python
-(``FeatureExtractor.line``, the same features; the update 8-16% faster). The whole diff runs in one SQLite
-transaction: any error (a corrupt or truncated file included) rolls it back and the store is as before.
+it needs the way): their features are removed and none would come back. Ways that can make lines only (most of
+a diff's) stay out of the file too: their lines are drawn from the same locations in Python
+(``FeatureExtractor.line``, the same features, a faster update: docs/performance.md, "The OSM stores'
+design"). The whole diff runs in one SQLite transaction: any error (a corrupt or truncated file included)
+rolls it back and the store is as before.
 """
 
 from __future__ import annotations

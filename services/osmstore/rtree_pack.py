@@ -65,8 +65,8 @@ class RTreePacker:
             raise ValueError(f"{name} is not empty")
         self.node_size = int(size)
         # Nodes filled to FILL of what they hold, as index builds leave room (PostGIS's GiST: fillfactor
-        # 90): full nodes split at a diff's first insert into them (a diff on the packed K=200 store took
-        # 10-15% longer than on one built by inserts, whose nodes average about 70%).
+        # 90): full nodes split at a diff's first insert into them, and a diff on a fully packed store took
+        # longer than on one built by inserts (docs/performance.md, "The OSM pipeline at scale: a diff end to end").
         self.per_node = max(2, int((self.node_size - _HEADER) // _CELL.itemsize * FILL))
         self.next_node = 2  # 1 is the root
         self.leaves = _Level()

@@ -4,8 +4,8 @@ A store applying a diff a minute keeps one writer connection open (the bridge's 
 rendering-store worker) and turns SQLite's automatic checkpoints off on it: an automatic checkpoint runs
 inside the commit that crosses the threshold, so now and then one diff would also copy the log of the
 diffs before it into the database file and sync it. Here a thread of the writer's process does that
-after each diff instead, on a connection of its own, without blocking the writer (issue 22: maintenance
-never blocks a diff).
+after each diff instead, on a connection of its own, without blocking the writer (maintenance never
+blocks a diff: docs/decisions.md, "The geometry store at scale").
 """
 
 from __future__ import annotations

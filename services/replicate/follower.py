@@ -41,8 +41,8 @@ from qbroker.metrics_port import MetricsServer
 from services.osmstore.errors import StoreUnavailable
 from services.osmstore.postgis import ExpireOutput, stop_running
 from services.osmstore.replication import ReplicationError
-from services.tiles.metrics_port import service_metrics
-from services.tiles.tilemath import ZoomRange
+from services.toposm.metrics_port import service_metrics
+from services.toposm.tilemath import ZoomRange
 
 from .batch import Batch, build_batch, clear_spool
 from .metrics import NAMESPACE, ReplicateMetrics

@@ -25,9 +25,9 @@ from qbroker.settings import option
 from services.replicate.follower import Follower, FollowSettings
 from services.replicate.metrics import NAMESPACE
 from services.replicate.source import DOWNLOAD_DEADLINE, is_url
-from services.stack_settings import StackSettings, check_zooms, stack_option
-from services.tiles.metrics_port import service_metrics
-from services.tiles.seed_wire import AllProgramsTopic
+from services.toposm.metrics_port import service_metrics
+from services.toposm.seed_wire import AllProgramsTopic
+from services.toposm.settings import StackSettings, check_zooms, stack_option
 
 APP = "toposm.replicate"
 
@@ -104,7 +104,7 @@ def parse_args(argv: list[str] | None = None) -> FollowSettings:
 
 class _Process(Follower):
     """Ends the process when the follower ends (``--once``, or an error): the runner's own graceful stop.
-    Listens on ``toposm`` as every running program does (the seed); nothing said there concerns it."""
+    Listens on ``toposm`` as every running program does (docs/tiles.md); nothing said there concerns it."""
 
     def __init__(self, unit: Unit, settings: FollowSettings, metrics: MetricsServer) -> None:
         super().__init__(unit, settings, metrics)

@@ -25,9 +25,9 @@ import structlog
 
 from qbroker import Unit
 from services.osmstore.postgis import ExpireOutput
-from services.tiles.contract import METATILE_SHIFT
-from services.tiles.expiry_wires import ExpirationBatcher, OsmPublisher, publish_expiry
-from services.tiles.tilemath import ZoomRange, parse_tile_list
+from services.toposm.contract import METATILE_SHIFT
+from services.toposm.expiry_wires import ExpirationBatcher, OsmPublisher, publish_expiry
+from services.toposm.tilemath import ZoomRange, parse_tile_list
 
 log = structlog.get_logger("toposm.replicate")
 

@@ -25,7 +25,7 @@ from services.osmstore.geometry import GeometryStore, GeometryStoreError
 from services.osmstore.postgis import ExpireOutput, append_postgis, postgis_sequence, record_postgis_sequence
 from services.osmstore.render_db import RENDER_DB
 from services.osmstore.replication import ReplicationError
-from services.tiles.contract import SPARK_EXPIRE
+from services.toposm.contract import SPARK_EXPIRE
 
 from .batch import Batch
 from .postgis_expiry import PostgisExpiry

@@ -1,8 +1,8 @@
 """The one Spark action of an expiry job: metatiles and every count, collected together as Arrow.
 
-Why one action: on a warm session each Spark action costs a fixed 0.1-0.5 s (planning, scheduling,
-broadcasts, task launch; more on a loaded machine), which is what a minutely job's seconds used to be
-made of (13 actions for a 10,000-tile list, 50 for a store diff). So the metatile aggregation and the
+Why one action: on a warm session each Spark action has a fixed cost (planning, scheduling, broadcasts,
+task launch; more on a loaded machine), which is what a minutely job's seconds used to be made of
+(docs/spark-bridge.md, "Decisions": one Spark action per job). So the metatile aggregation and the
 job's counters are unioned into one frame of ``(kind, z, mx, my, n)`` rows and collected once with
 ``toArrow`` (classic and Spark Connect alike); the summary, the ``max_tiles`` guard, the publishing order
 and the batching are then plain driver work on that table.
@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from services.tiles.contract import METATILE_SHIFT
-from services.tiles.expiry_wires import ExpirationBatcher
+from services.toposm.contract import METATILE_SHIFT
+from services.toposm.expiry_wires import ExpirationBatcher
 
 PUBLISH_CANCEL_CHECK = 5_000
 _METATILE = "metatile"  # the kind of a metatile row; every other kind is a counter's name

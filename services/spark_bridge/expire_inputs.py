@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from services.osmstore.osc_input import OSC_SUFFIXES, UnreadableOsc, sniff_osc
 from services.spark_bridge.confine import InputRefused, InputRoots
-from services.spark_bridge.tilemath import MAX_ZOOM_LIMIT, shift_left
+from services.spark_bridge.tile_columns import MAX_ZOOM_LIMIT, shift_left
 
 _TILE_LINE = re.compile(r"^\s*(\d{1,2})/(\d{1,8})/(\d{1,8})\s*$")
 _TILE_LINE_BYTES = re.compile(_TILE_LINE.pattern.encode())  # bytes: \d and \s are ASCII-only, as in Java

@@ -1,6 +1,6 @@
 """The expiry job: inputs -> buffered tiles at max zoom -> every zoom down to min -> metatiles.
 
-All per-row tile math is Spark SQL column expressions (see tilemath). The job body runs in a worker
+All per-row tile math is Spark SQL column expressions (see tile_columns). The job body runs in a worker
 thread; it reports through a JobContext and publishes metatiles through ``ctx.publish``. A warm job is
 one Spark action (expire_collect): the metatiles and the counters come back together as Arrow, and the
 summary, the guard and the publishing order are driver work. Only a job whose inputs cannot show that it
@@ -21,7 +21,7 @@ from services.spark_bridge.expire_collect import Collected, collect, count_row, 
 from services.spark_bridge.expire_inputs import ExpireInput, InputKind, ListTiles, read_expire_lists, read_points
 from services.spark_bridge.job_context import JobContext
 from services.spark_bridge.osc_reader import read_osc
-from services.spark_bridge.tilemath import (
+from services.spark_bridge.tile_columns import (
     WAY_SAMPLE_STEP,
     buffered_tile_range,
     frac_tile_x,
@@ -31,7 +31,7 @@ from services.spark_bridge.tilemath import (
     tile_key,
 )
 from services.spark_bridge.way_segments import BUFFERED_TILES_PER_SAMPLE, ExpireTooLarge, resolve_ways
-from services.tiles.contract import METATILE_SHIFT
+from services.toposm.contract import METATILE_SHIFT
 
 __all__ = ["ExpireParams", "ExpireTooLarge", "run_expire", "propagate", "metatile_counts"]
 

@@ -3,13 +3,13 @@
 A minutely diff resolves to a few thousand segments (store_expire), already on the driver. Sampling them,
 buffering the samples into tiles, propagating the tiles to every zoom and counting them per metatile is
 a few hundred thousand array elements: milliseconds in numpy, where Spark's plan for it (two exchanges,
-one action) cost 0.5-1 s on a quiet warm session and 8-14 s on this loaded machine, most of a minutely
-diff's time and the same at any store size (issue 22). So a job whose samples fit the driver's budget
+one action) cost most of a minutely diff's time, the same at any store size (the figures: docs/decisions.md,
+"A store diff's path end to end"). So a job whose samples fit the driver's budget
 (``--driver-lookup-mib``, the same budget as the store lookups: what one step of a store job may hold on
 the driver) is expired here, and a bigger one (a merged catch-up diff, a planet's daily diff) in Spark,
 exactly as before. ``driver_bytes=0`` forces Spark (tests compare both).
 
-The arithmetic is Spark's, operation for operation (tilemath: the same IEEE double expressions for the
+The arithmetic is Spark's, operation for operation (tile_columns: the same IEEE double expressions for the
 tile position, ``ceil`` of the Chebyshev length over the sample step, ``i / steps`` along the segment,
 ``floor`` of the 0.1-tile buffer clamped to the map), so both give the same metatiles and counts (up to
 the last bit of sin and log, ``np_frac_tile``).
@@ -22,8 +22,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from services.spark_bridge.expire_collect import Collected
-from services.spark_bridge.tilemath import TILE_BUFFER, WAY_SAMPLE_STEP, np_frac_tile
-from services.tiles.contract import METATILE_SHIFT
+from services.spark_bridge.tile_columns import TILE_BUFFER, WAY_SAMPLE_STEP, np_frac_tile
+from services.toposm.contract import METATILE_SHIFT
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -64,7 +64,7 @@ def _samples(segments: pa.Table, zoom: int) -> tuple[Floats, Floats]:
 
 
 def _tile_range(frac: Floats, zoom: int) -> tuple[Ints, Ints]:
-    """tilemath.buffered_tile_range."""
+    """tile_columns.buffered_tile_range."""
     last = (1 << zoom) - 1
     low = np.maximum(np.floor(frac - TILE_BUFFER), 0.0).astype(np.int64)
     high = np.minimum(np.floor(frac + TILE_BUFFER), float(last)).astype(np.int64)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.error_messages import failed
 from services.osmstore.osc_input import InputLimits
+from services.toposm.error_messages import failed
 
 _INPUT = InputLimits()
 

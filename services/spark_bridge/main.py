@@ -19,9 +19,9 @@ from services.spark_bridge.service import SparkBridge
 from services.spark_bridge.spark_session import DEFAULT_MASTER, build_session
 from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores
-from services.stack_settings import StackSettings, UserList, stack_option
-from services.tiles.contract import SPARK_BRIDGE
-from services.tiles.metrics_port import service_metrics
+from services.toposm.contract import SPARK_BRIDGE
+from services.toposm.metrics_port import service_metrics
+from services.toposm.settings import StackSettings, UserList, stack_option
 
 log = structlog.get_logger("spark_bridge")
 

@@ -6,8 +6,8 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from services.spark_bridge.tilemath import MAX_ZOOM_LIMIT
-from services.tiles.contract import EXPIRE_TOPIC
+from services.spark_bridge.tile_columns import MAX_ZOOM_LIMIT
+from services.toposm.contract import EXPIRE_TOPIC
 
 MAX_PATHS = 1000  # inputs per request: each is checked at submit time on the event loop's worker thread
 

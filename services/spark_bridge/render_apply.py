@@ -1,6 +1,6 @@
 """A store job's rendering store update, in a process of its own while Spark computes the expiry.
 
-``apply_osc`` is Python and SQLite (1-2 s for a 10,000-object diff); run after the Spark part, it added up
+``apply_osc`` is Python and SQLite (docs/performance.md, "The Spark bridge"); run after the Spark part, it added up
 with it. In a thread beside the job it fought the job's own Python (py4j calls, the resolution's
 dictionaries) for the GIL, and the two were barely faster than one after the other. So it runs in a
 child interpreter (``python -m services.spark_bridge.render_apply``, importing only the rendering store)
@@ -9,12 +9,12 @@ answers ``commit`` once the expiry succeeded and no guard tripped, ``rollback`` 
 failed, refused or cancelled job leaves the rendering store as it was, and the commits keep their order
 (rendering store, then publishing, then the geometry store).
 
-The child is a worker kept for the bridge's life, one job after the other: its interpreter start
-(libosmium and the rendering store's code: 0.3-0.8 s) is paid once, and its connection to each store
-stays open, so SQLite's cache keeps the upper levels of the store's B-trees and R*Trees from one diff to
-the next (at K=200, issue 22, a fresh connection read them again every diff: a quarter of the update's
-CPU). Concurrent jobs take a worker each; a worker that breaks the protocol is ended and replaced. A
-worker exits when the bridge does (its stdin closes).
+The child is a worker kept for the bridge's life, one job after the other: its interpreter start (libosmium
+and the rendering store's code, docs/decisions.md) is paid once, and its connection to each store stays open,
+so SQLite's cache keeps the upper levels of the store's B-trees and R*Trees from one diff to the next (a fresh
+connection read them again every diff, which at scale was a large share of the update's CPU:
+docs/decisions.md, "A store diff's path end to end"). Concurrent jobs take a worker each; a worker that breaks
+the protocol is ended and replaced. A worker exits when the bridge does (its stdin closes).
 
 Protocol, one JSON document per line: the parent writes the job's arguments (``[store_dir, osc_path,
 sequence or null, sha256]``); the child writes ``{"prepared": true}`` (only when it has a transaction to

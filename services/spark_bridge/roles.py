@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from services.tiles.contract import (
+from services.toposm.contract import (
     ALL_PROGRAMS,
     EXPIRE_TOPIC,
     OSM_EXCHANGE,
@@ -22,10 +22,10 @@ EXPIRE = re.escape(EXPIRE_TOPIC)
 ROLES: dict[str, dict[str, Any]] = {
     "spark_bridge": {
         "serve": [ENDPOINTS],
-        # expirations on both wires (qbroker's alert and the seed's osm), progress of its jobs (named after
+        # expirations on both wires (qbroker's alert and TopOSM's osm), progress of its jobs (named after
         # their owners' accounts, qbroker.progress)
         "alert": [EXPIRE, re.escape(SPARK_PROGRESS) + r"[A-Za-z0-9_@%-]+\.[0-9a-f]+"],
-        # every program hears `toposm` (the seed), on both wires: on `osm` in a server-named queue of its own
+        # every program hears `toposm` (docs/tiles.md), on both wires: on `osm` in a server-named queue of its own
         "hear": [re.escape(ALL_PROGRAMS)],
         "resources": [r"amq\.gen-[A-Za-z0-9_-]+"],
         "topics": {OSM_EXCHANGE: {"write": [EXPIRE], "read": [re.escape(ALL_PROGRAMS)]}},

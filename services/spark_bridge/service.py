@@ -3,7 +3,7 @@
 Submitting answers ``{"job_id", "kind", "state"}`` at once; with ``wait=true`` the handler detaches
 (acks the request so a long job does not hold a prefetch slot) and answers the finished job record.
 Progress goes out as ``spark.progress.<owner>.<job_id>`` alerts; expirations as text on ``expire_toposm``, once
-on qbroker's ``alert`` exchange and once on the seed's ``osm`` (``services.tiles.expiry_wires``). Every
+on qbroker's ``alert`` exchange and once on TopOSM's ``osm`` (``services.toposm.expiry_wires``; docs/tiles.md). Every
 invalid request is answered ``fail`` naming the problem.
 """
 
@@ -20,7 +20,6 @@ from pyspark.sql import SparkSession
 from qbroker import RequestContext, Unit
 from qbroker.metrics_port import MetricsServer
 from qbroker.progress import progress_key
-from services.error_messages import errored, failed
 from services.spark_bridge.confine import InputRefused, InputRoots, output_dir
 from services.spark_bridge.expire_inputs import InputError, validate_inputs
 from services.spark_bridge.expire_job import ExpireParams, run_expire
@@ -35,10 +34,11 @@ from services.spark_bridge.stats_job import StatsParams, run_stats
 from services.spark_bridge.store_job import run_store_expire
 from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores, store_job_for
-from services.tiles.contract import SPARK_EXPIRE, SPARK_JOB, SPARK_PROGRESS, SPARK_STATS
-from services.tiles.expiry_wires import OsmPublisher, publish_expiry
-from services.tiles.metrics_port import service_metrics
-from services.tiles.seed_wire import hear_all_programs
+from services.toposm.contract import SPARK_EXPIRE, SPARK_JOB, SPARK_PROGRESS, SPARK_STATS
+from services.toposm.error_messages import errored, failed
+from services.toposm.expiry_wires import OsmPublisher, publish_expiry
+from services.toposm.metrics_port import service_metrics
+from services.toposm.seed_wire import hear_all_programs
 
 log = structlog.get_logger("spark_bridge")
 
@@ -154,7 +154,7 @@ class SparkBridge:
 
         def publish(text: str) -> None:  # called from the job's worker thread
             async def send() -> None:
-                await publish_expiry(self.unit, self._osm, text)  # on qbroker's alert and the seed's osm
+                await publish_expiry(self.unit, self._osm, text)  # on qbroker's alert and TopOSM's osm
 
             asyncio.run_coroutine_threadsafe(send(), loop).result(timeout=PUBLISH_TIMEOUT)
 

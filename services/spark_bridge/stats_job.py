@@ -1,7 +1,6 @@
 """The stats job over the queuemaster's render log (and optional request logs).
 
-Render log lines (services/tiles/render_log.py): ``{"metatile": "z/x/y", "zoom": int, "renderer": str,
-"start": epoch seconds, "duration": seconds, "status": "ok"|"error", "reason": str?}``. Duration
+Render log lines: services/toposm/render_log.py (``RENDER_SCHEMA`` is drawn from its ``FIELDS``). Duration
 percentiles are exact (Spark's ``percentile``, linear interpolation like numpy's default) and are taken
 over successful renders only: a failed render's duration measures how fast it failed, not rendering.
 """
@@ -18,18 +17,12 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 
 from services.spark_bridge.job_context import JobContext
 from services.spark_bridge.stats_output import write_outputs
+from services.toposm import render_log
 
+_SPARK_TYPES = {str: StringType, int: LongType, float: DoubleType}
 RENDER_SCHEMA = StructType(
-    [
-        StructField("metatile", StringType()),
-        StructField("zoom", LongType()),
-        StructField("renderer", StringType()),
-        StructField("start", DoubleType()),
-        StructField("duration", DoubleType()),
-        StructField("status", StringType()),
-        StructField("reason", StringType()),
-        StructField("_corrupt_record", StringType()),
-    ]
+    [StructField(f.name, _SPARK_TYPES[f.kind]()) for f in render_log.FIELDS]
+    + [StructField("_corrupt_record", StringType())]
 )
 REQUEST_SCHEMA = StructType(
     [
@@ -87,7 +80,7 @@ def _time_filter(frame: DataFrame, column: str, params: StatsParams) -> DataFram
 
 
 def render_stats(renders: DataFrame, params: StatsParams) -> dict[str, Any]:
-    ok = F.col("status") == "ok"
+    ok = F.col("status") == render_log.STATUS_OK
     failed = F.when(~ok, 1)
     ok_duration = F.when(ok, F.col("duration"))
     per_zoom = renders.groupBy("zoom").agg(

@@ -107,8 +107,8 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
                            "metatiles_per_zoom": {}, "total_tiles": 0, "total_metatiles": 0,
                            "published": {"messages": 0, "metatiles": 0}}
     # The sequence check needs only the file's digest, so the rendering store's child (the longest part
-    # of a store job once the lookups are on the driver: 0.8-3.5 s of Python and SQLite for 10,000 objects,
-    # by the machine's load) starts before the diff is parsed here (0.1-0.3 s), not after.
+    # of a store job once the lookups are on the driver; docs/performance.md, "The Spark bridge") starts
+    # before the diff is parsed here, not after.
     try:
         sha256 = file_sha256(osc_path)
     except OSError:

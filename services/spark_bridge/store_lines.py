@@ -4,9 +4,9 @@ Each side (old: stored refs and stored locations; new: the diff's refs and locat
 else the stored ones) is a table of vertices ``(way, seq, node)``. A vertex is located through a table
 of known locations; consecutive ``seq`` of one way with both nodes located make a segment (a node
 without location breaks the line there), and a located vertex that starts no segment is a point of its
-own. This ran as a Python loop per (side, way) with a sort each: the whole resolution of a 10,000-object
-diff took 0.37-0.66 s on the driver (lookups on the driver included, 2 loaded cores), now 0.22-0.33 s, and
-the rendering store's child, the job's longest part, gets the CPU it no longer uses.
+own. This ran as a Python loop per (side, way) with a sort each; arrays make a diff's whole resolution on the
+driver faster (docs/performance.md, "Store lookups on the driver when small"), and the rendering store's
+child, the job's longest part, gets the CPU it no longer uses.
 
 The figures stay those of the loop: tile positions come from ``np_frac_tile`` (``py_frac_tile``'s
 expressions over arrays, once per location), and the sample count per segment is the same IEEE arithmetic
@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from services.spark_bridge.tilemath import WAY_SAMPLE_STEP, np_frac_tile
+from services.spark_bridge.tile_columns import WAY_SAMPLE_STEP, np_frac_tile
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]

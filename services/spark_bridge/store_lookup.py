@@ -2,8 +2,8 @@
 
 A store-backed expiry looks the diff's neighbourhood up in three dependent steps (store_expire). The
 geometry store is SQLite keyed by id (services.osmstore.geometry), so a lookup is one B-tree probe per id:
-what it costs follows the diff, not the store (issue 22: 600 node moves and 300 way edits read the same
-few thousand rows from a city or from 200 cities).
+what it costs follows the diff, not the store (the same diff reads the same few thousand rows from a city or
+from 200 cities: docs/performance.md, "The OSM pipeline at scale: the geometry store on SQLite").
 
 - Up to ``driver_bytes`` of rows per step (estimated: ids x ROW_BYTES of the lookup; DRIVER_LOOKUP_BYTES
   by default): the driver queries the store itself, one statement per lookup. A minutely diff, on a city
@@ -78,8 +78,9 @@ class StoreLookups:
     def find(self, name: str, ids: set[int]) -> DataFrame:
         """The rows of lookup ``name`` for ``ids``, looked up by Spark tasks (see the module's doc).
 
-        The ids go as one JSON string literal exploded into a frame (a plan holding thousands of literals
-        took PySpark 0.3-0.5 s to analyse); above INLINE_KEYS ids as a local relation."""
+        The ids go as one JSON string literal exploded into a frame (a plan holding thousands of literals took
+        PySpark long to analyse: docs/performance.md, "Spark bridge: small jobs"); above INLINE_KEYS ids as a
+        local relation."""
         keys = sorted(ids)
         if len(keys) <= INLINE_KEYS:
             # json.dumps of ints: nothing but digits and commas reaches the literal.

@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.error_messages import failed
 from services.osmstore.geometry import GEOMETRY_DIR, GeometryStore, GeometryStoreError
 from services.spark_bridge.expire_inputs import ExpireInput, InputKind
 from services.spark_bridge.models import ExpireRequest
 from services.spark_bridge.sea_refresh import SeaRefresher
 from services.spark_bridge.store_job import StoreJob
 from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
+from services.toposm.error_messages import failed
 
 
 class UnknownStore(LookupError):

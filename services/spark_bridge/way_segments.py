@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from services.spark_bridge.osc_reader import OscTables
-from services.spark_bridge.tilemath import WAY_SAMPLE_STEP, py_frac_tile
+from services.spark_bridge.tile_columns import WAY_SAMPLE_STEP, py_frac_tile
 
 BUFFERED_TILES_PER_SAMPLE = 4  # a sample plus its 0.1-tile buffer touches at most 2x2 tiles
 

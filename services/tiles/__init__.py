@@ -1,6 +1,7 @@
-"""TopOSM tile services on qbroker, one package per process: ``queuemaster`` and ``renderer``.
+"""TopOSM tile programs on qbroker, one package per process: ``queuemaster``, ``renderer``, ``render_list``.
 
-Beside them the pieces both use: ``messages``, ``tilemath``, ``strategy``, ``tile_store``. See docs/tiles.md.
-Entry points: ``toposm-queuemaster`` and ``toposm-renderer`` (console scripts); ``demo.stack`` runs both
-for scripts of your own.
+What they share with each other and with toposm-web and the Spark bridge is ``services.toposm``; ``data/`` is
+the Mapnik style and the generated town. See docs/tiles.md. Entry points: ``toposm-queuemaster``,
+``toposm-renderer`` and ``toposm-render-list`` (console scripts); ``demo.stack`` runs the first two for
+scripts of your own.
 """

@@ -20,7 +20,7 @@ import orjson
 import structlog
 from aiohttp import web
 
-from services.tiles.tilemath import Tile, TileError, ZoomRange, parse_tile
+from services.toposm.tilemath import Tile, TileError, ZoomRange, parse_tile
 
 from .cache_policy import NO_STORE, CachePolicy
 from .extent import SharedScan, tile_root_extent

@@ -14,15 +14,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
 import structlog
 from aio_pika.abc import AbstractIncomingMessage
 
 from qbroker import QBrokerError, RequestContext, RequestError, RequestFailed, Unit
-from services.tiles.contract import EXPIRE_TOPIC, QUEUEMASTER, SPARK_JOB, SPARK_PROGRESS
-from services.tiles.expiry_wires import TwinFilter, Wire, expiry_key, expiry_text
-from services.tiles.seed_wire import OsmListener, hear_all_programs
-from services.tiles.tilemath import Tile, ZoomRange, parse_tile_list
+from services.toposm import render_log
+from services.toposm.contract import EXPIRE_TOPIC, QUEUEMASTER, SPARK_JOB, SPARK_PROGRESS
+from services.toposm.expiry_wires import TwinFilter, Wire, expiry_key, expiry_text
+from services.toposm.seed_wire import OsmListener, hear_all_programs
+from services.toposm.tilemath import Tile, ZoomRange, parse_tile_list
 
 from .plain_words import why_no_answer
 from .status import StatusModel
@@ -60,7 +60,7 @@ class Collector:
         self.stopping = False
         unit.on_alert(PROGRESS_PATTERN)(self._on_progress)
         unit.on_alert(EXPIRE_TOPIC)(self._on_expire)
-        # Expirations come on both wires (a seed program publishes on `osm` only): each list taken once.
+        # Expirations come on both wires (a program on `osm` alone publishes there only): each list taken once.
         self.expiry_twins = TwinFilter()
         unit.on_connected(OsmListener([EXPIRE_TOPIC], self._on_osm_expire).declare)
         hear_all_programs(unit, self._program_command)
@@ -194,11 +194,8 @@ class Collector:
             self._in_long_line = False
         count = 0
         for line in complete.splitlines():
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
+            record = render_log.parse_line(line)
+            if record is not None:
                 self.status.add_render(record)
                 count += 1
         return count

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from services.tiles.contract import METATILE_SIZE
-from services.tiles.metatile_file import xy_of_relpath
-from services.tiles.tile_store import TileStore
+from services.toposm.contract import METATILE_SIZE
+from services.toposm.metatile_file import xy_of_relpath
+from services.toposm.tile_store import TileStore
 
 MAX_SCANNED = 20_000
 HASH_LEVELS = 5  # z/h4/h3/h2/h1/h0.meta

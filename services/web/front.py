@@ -2,7 +2,7 @@
 
 mod_tile answers hits from Apache at static-file speed and only misses go to renderd; this is the same
 split. nginx serves a tile straight from the tile root when it exists and its metatile has no expiry marker
-(services/tiles/freshness.py: the marker's path is computed from the URL by the ``location`` regex and the
+(services/toposm/freshness.py: the marker's path is computed from the URL by the ``location`` regex and the
 ``map`` tables below), with ``X-Tile-State: fresh`` and the zoom band's max-age (``CachePolicy.floor``:
 nginx cannot add mod_tile's render-age term or jitter, so a hit's max-age is the band's floor, the shorter
 one). Everything else, a missing tile, a tile whose metatile has a marker (dirty, or re-rendered and not yet
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import structlog
 
-from services.tiles.freshness import MARKER_DIR, nginx_lookup_map
-from services.tiles.tilemath import MAX_SUPPORTED_ZOOM
+from services.toposm.freshness import MARKER_DIR, nginx_lookup_map
+from services.toposm.tilemath import MAX_SUPPORTED_ZOOM
 
 from .access_log import STDOUT
 from .cache_policy import CachePolicy

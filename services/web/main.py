@@ -9,9 +9,9 @@ from pydantic import model_validator
 
 from qbroker.runner import serve
 from qbroker.settings import option, shared
-from services.stack_settings import StackSettings, check_zooms, stack_option
-from services.tiles.tile_store import TileStoreKind, check_tile_store_zoom
-from services.tiles.tilemath import ZoomRange
+from services.toposm.settings import StackSettings, check_zooms, stack_option
+from services.toposm.tile_store import TileStoreKind, check_tile_store_zoom
+from services.toposm.tilemath import ZoomRange
 
 from .access_log import ACCESS_LOG_ENV, STDOUT
 from .cache_policy import CacheOptions

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from services.tiles.contract import ALL_PROGRAMS, EXPIRE_TOPIC, OSM_EXCHANGE, QUEUEMASTER, SPARK_JOB, SPARK_PROGRESS
+from services.toposm.contract import ALL_PROGRAMS, EXPIRE_TOPIC, OSM_EXCHANGE, QUEUEMASTER, SPARK_JOB, SPARK_PROGRESS
 
 EXPIRE = re.escape(EXPIRE_TOPIC)
 ALL = re.escape(ALL_PROGRAMS)
@@ -19,9 +19,9 @@ ALL = re.escape(ALL_PROGRAMS)
 ROLES: dict[str, dict[str, Any]] = {
     "web": {
         "call": [re.escape(QUEUEMASTER), re.escape(SPARK_JOB)],
-        # the binding key itself: topic read checks it; `toposm`, where every program listens (the seed)
+        # the binding key itself: topic read checks it; `toposm`, where every program listens (docs/tiles.md)
         "hear": [re.escape(SPARK_PROGRESS) + "#", EXPIRE, ALL],
-        # its exclusive server-named queues on `osm`, bound to expire_toposm and toposm (services/tiles/seed_wire.py)
+        # its exclusive server-named queues on `osm`, bound to expire_toposm and toposm (services/toposm/seed_wire.py)
         "resources": [r"amq\.gen-[A-Za-z0-9_-]+"],
         "topics": {OSM_EXCHANGE: {"read": [EXPIRE, ALL]}},
         "listed_in": ["TOPOSM_EXPIRE_USERS"],

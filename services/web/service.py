@@ -15,8 +15,8 @@ from aiohttp import web
 
 from qbroker import Unit
 from qbroker.metrics import instrument
-from services.tiles.tile_store import open_tile_store
-from services.tiles.tilemath import ZoomRange
+from services.toposm.tile_store import open_tile_store
+from services.toposm.tilemath import ZoomRange
 
 from .access_log import CombinedAccessLogger, open_access_log
 from .app import WebApp
@@ -45,7 +45,7 @@ class WebSettings:
     cache: CachePolicy = field(default_factory=CachePolicy)
     front: str | None = None  # "nginx": nginx answers on the port, this server behind it (front.py)
     front_workers: int = 0  # nginx worker processes (0: one per core)
-    tile_store: str = "png"  # png or meta (services/tiles/tile_store.py)
+    tile_store: str = "png"  # png or meta (services/toposm/tile_store.py)
     access_log: str | None = None  # a file or "-" (standard output), Combined Log Format (access_log.py)
 
 

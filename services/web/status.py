@@ -14,11 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.tiles.tilemath import Metatile, Tile, TileError, parse_metatile
+from services.toposm import render_log
+from services.toposm.tilemath import Metatile, Tile, TileError, parse_metatile
 
 from .bounds import MAX_ITEMS, as_count, clip, records, top_n
 from .plain_words import dead_letter_meaning
 from .source_health import SourceHealth
+
+# What the page shows of a render-log record (the zoom is in the metatile).
+SHOWN_RENDER_FIELDS = tuple(n for n in render_log.FIELD_NAMES if n != "zoom")
 
 MAX_ZOOMS = 32  # zoom labels kept (0-31; anything else the bus sends ends in `other`)
 RATE_WINDOW = 60.0  # seconds of samples behind a render thread's renders/minute
@@ -152,8 +156,8 @@ class StatusModel:
     def add_render(self, record: dict[str, Any]) -> None:
         """One finished render (a render-log record: metatile, renderer, start, duration, status, reason)."""
         renderer = str(record.get("renderer", "unknown"))
-        entry = {k: record.get(k) for k in ("metatile", "renderer", "start", "duration", "status", "reason")}
-        if record.get("status") == "ok":
+        entry = {k: record.get(k) for k in SHOWN_RENDER_FIELDS}
+        if record.get("status") == render_log.STATUS_OK:
             self.recent.appendleft(entry)
             self._rendered(str(record.get("metatile", "")), record.get("start"))
         else:

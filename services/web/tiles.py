@@ -4,7 +4,7 @@
 * a dirty tile (its metatile expired after the file was written) is served at once and a render queued;
 * a missing tile is requested from the queuemaster (``render``) and served when rendered, within a timeout.
 
-Which is which comes from the tile root itself (services/tiles/freshness.py): expiry timestamps on disk,
+Which is which comes from the tile root itself (services/toposm/freshness.py): expiry timestamps on disk,
 written here for every expiry list seen on the bus, so a restart or another server of the same root
 (the nginx front) sees the same state.
 
@@ -35,10 +35,10 @@ from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
 from qbroker import CallTimeout, QBrokerError
-from services.tiles.contract import QUEUEMASTER
-from services.tiles.freshness import FreshnessStore, TileState
-from services.tiles.tile_store import TileStore
-from services.tiles.tilemath import Metatile, Tile
+from services.toposm.contract import QUEUEMASTER
+from services.toposm.freshness import FreshnessStore, TileState
+from services.toposm.tile_store import TileStore
+from services.toposm.tilemath import Metatile, Tile
 
 from .collector import Collector
 from .plain_words import unavailable, why_no_answer

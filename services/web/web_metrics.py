@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 
 from qbroker.metrics import program_registry
 from qbroker.version import installed_version
-from services.tiles.metrics_port import DISTRIBUTION, service_unit_metrics
+from services.toposm.metrics_port import DISTRIBUTION, service_unit_metrics
 
 from .status import StatusModel
 

@@ -99,7 +99,7 @@ async def test_no_broker_exits_three(amqp_url: str) -> None:
     result = await run_cli("amqp://guest:guest@127.0.0.1:1/", "call", "clitest.echo", "text=x")
     assert result.code == 3
     lines = result.stderr.strip().splitlines()
-    assert lines == ["qbroker: no broker reachable at amqp://guest:***@127.0.0.1:1/"]  # password redacted
+    assert lines == ["qbroker: no broker reachable at amqp://guest:***@127.0.0.1:1/: connection refused"]  # redacted
 
 
 async def test_url_option_beats_environment_and_failover_list(amqp_url: str, example: Example) -> None:

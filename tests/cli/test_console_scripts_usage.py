@@ -44,7 +44,7 @@ def _library(target: str) -> bool:
 
 
 def test_the_librarys_console_scripts_print_usage_without_a_broker() -> None:
-    assert "qbroker-dead-letter" in SCRIPTS  # the one that started a collector on --help (issue 20)
+    assert "qbroker-dead-letter" in SCRIPTS  # the one that started a collector on --help
     _check_usage({script: target for script, target in SCRIPTS.items() if _library(target)})
 
 

@@ -119,11 +119,3 @@ def test_the_exit_code_table_in_the_docs_is_the_librarys() -> None:
     rows = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| (\d+) \| `(\w+)` \|", table, re.M)}
     assert rows == {int(code): code.name for code in ExitCode}
 
-
-def test_the_shared_tile_store_option_offers_the_tile_stores_kinds() -> None:
-    from typing import get_args
-
-    from services.stack_settings import StackOptions
-    from services.tiles.tile_store import TILE_STORE_KINDS
-
-    assert get_args(StackOptions.model_fields["tile_store"].annotation) == TILE_STORE_KINDS

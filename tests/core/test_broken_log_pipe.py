@@ -1,4 +1,4 @@
-"""A unit whose log pipe closes, or stalls, keeps acking and answering, and stops on SIGTERM (issue 20, item 11).
+"""A unit whose log pipe closes, or stalls, keeps acking and answering, and stops on SIGTERM.
 
 The standalone dead-letter collector is the issue's case: it logs every dead request it answers, so once
 the reader of its stderr is gone every message it handles meets a failing log write. Before the fix the

@@ -1,4 +1,4 @@
-"""A call survives the loss of a RabbitMQ node (issue 22.6): a three-node cluster of private nodes on this
+"""A call survives the loss of a RabbitMQ node: a three-node cluster of private nodes on this
 machine (harness/rabbitmq_cluster.py), qbroker's durable queues as quorum queues (``Config.queue_type``), and the
 node holding the request and both units' connections SIGKILLed while the server works on it; and the same with
 the caller's confirm of its request lost with the node (the caller publishes the request again).

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 from pydantic import BaseModel
@@ -154,6 +155,53 @@ async def test_command_endpoint(make_unit: MakeUnit) -> None:
     with pytest.raises(InvalidParams, match="tile"):
         await client.call("t.queuemaster", {"command": "render"})
 
+
+
+class _Request(BaseModel):
+    """The common base a handler serving several commands is annotated with."""
+
+
+class _Zoom(_Request):
+    zoom: int
+
+
+class _Tile(_Request):
+    tile: str
+
+
+async def test_command_request_model_named_at_registration(make_unit: MakeUnit) -> None:
+    """One handler function serves two commands, each validated against the model given as ``request=``,
+    not against the base class its parameter is annotated with."""
+    server = await make_unit("test.server")
+    qm = server.commands("t.models")
+
+    def handler_for(command: str) -> Callable[..., Awaitable[dict[str, object]]]:
+        async def handle(request: _Request, ctx: RequestContext) -> dict[str, object]:
+            return {"command": command, "model": type(request).__name__, **request.model_dump()}
+
+        return handle
+
+    qm.command("zoom", request=_Zoom)(handler_for("zoom"))
+    qm.command("tile", request=_Tile)(handler_for("tile"))
+    await server.start()
+    client = await make_unit("test.client")
+    await client.start()
+    assert await client.call("t.models", {"command": "zoom", "zoom": 3}) == {
+        "command": "zoom", "model": "_Zoom", "zoom": 3}
+    assert await client.call("t.models", {"command": "tile", "tile": "1/0/0"}) == {
+        "command": "tile", "model": "_Tile", "tile": "1/0/0"}
+    with pytest.raises(InvalidParams, match="zoom"):
+        await client.call("t.models", {"command": "zoom", "tile": "1/0/0"})
+    assert qm.describe()["commands"]["tile"]["properties"] == {"tile": {"title": "Tile", "type": "string"}}
+
+
+def test_command_request_model_needs_one_parameter() -> None:
+    from qbroker.handlers import Handler
+
+    async def two(a: int, b: int) -> None: ...
+
+    with pytest.raises(TypeError, match="exactly one parameter"):
+        Handler(two, "t:two", request=_Zoom)
 
 class TileOutOfRange(RequestFailed):
     error_id = "tile_out_of_range"

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from services.tiles.tilemath import ZoomRange
+from services.toposm.tilemath import ZoomRange
 from services.web.collector import Collector
 from services.web.status import StatusModel
 from services.web.web_metrics import WebMetrics

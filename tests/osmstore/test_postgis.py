@@ -26,7 +26,7 @@ from services.osmstore.importer import ImportFailed, main
 from services.osmstore.postgis import import_postgis, psql
 from services.osmstore.style import ROAD_COLOURS
 from services.tiles.renderer.backends.mapnik_backend import MapnikBackend
-from services.tiles.tilemath import Tile
+from services.toposm.tilemath import Tile
 from tests.osmstore.test_render import _middle_of, _share_near
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from services.osmstore.store_diff import apply_to_store
 from services.osmstore.style import LAND, ROAD_COLOURS, WATER
 from services.tiles.renderer.backends.mapnik_backend import MapnikBackend
 from services.tiles.renderer.main import parse_args
-from services.tiles.tilemath import Tile
+from services.toposm.tilemath import Tile
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""How the rendering store lays features out so that a render does not grow with the store (issue 22, goal
+"""How the rendering store lays features out so that a render does not grow with the store (goal
 5): the sea cut on a grid, and the feature tables in space order."""
 
 from __future__ import annotations

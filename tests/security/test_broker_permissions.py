@@ -1,4 +1,4 @@
-"""What the broker itself refuses, per account (issue 10): each attack is tried and must fail.
+"""What the broker itself refuses, per account (docs/security.md): each attack is tried and must fail.
 
 These use raw aio-pika where a well-behaved qbroker unit would never even try (binding a queue to
 overhear a name, consuming another service's queue, forging user_id): a hostile client is not obliged
@@ -165,7 +165,7 @@ async def test_wildcard_bindings_cannot_widen_a_role(provisioned) -> None:
         # a broadcast to the queuemaster is a request to it: a client must not hear (and answer) one
         await _bind_refused(conn, "alert", "qbroker.broadcast.toposm.queuemaster")
         await _bind_refused(conn, "alert", "qbroker.broadcast.#")
-        # nor another account's job progress, nor every account's (issue 34.9)...
+        # nor another account's job progress, nor every account's...
         other = owner_word(provisioned.names["operator"])
         for key in ("spark.progress.#", "spark.progress.*.#", f"spark.progress.{other}.#", "spark.progress.*.*",
                     "#", "*.progress.#"):

@@ -1,4 +1,4 @@
-"""Credentials (issue 10): passwords come from the environment or a file, never from the command line,
+"""Credentials: passwords come from the environment or a file, never from the command line,
 and never show in logs, error messages, process arguments or the process environment."""
 
 from __future__ import annotations

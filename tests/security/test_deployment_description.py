@@ -85,7 +85,7 @@ SHARED = ("rpc", "reply", "alert", "dead", "dead.kept", "dead.kept.in", "osm")
 
 
 def test_no_role_may_configure_a_shared_name(roles: RoleBook, tmp_path: Path) -> None:
-    """Configure on a shared name lets an account delete it (issue 34.1): no role has it, not even one whose
+    """Configure on a shared name lets an account delete it: no role has it, not even one whose
     resources name it; each keeps its own queues."""
     path = tmp_path / "site.toml"
     path.write_text('[role.greedy]\nresources = ["rpc", "osm", "dead\\\\.kept", ".*"]\n')

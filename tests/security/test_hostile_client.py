@@ -1,4 +1,4 @@
-"""A hostile client against the TopOSM services (issue 10): every attack the issue lists is tried with
+"""A hostile client against the TopOSM services: every attack docs/security.md lists is tried with
 the client's (or another renderer's) own account and must be answered ``fail``/``forbidden`` or refused by
 the broker, never obeyed. The queuemaster and a renderer run in-process with their own accounts."""
 
@@ -21,8 +21,8 @@ from services.tiles.queuemaster.service import QueuemasterService
 from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings
 from services.tiles.renderer.process import RendererProcess
 from services.tiles.renderer.settings import RendererSettings
-from services.tiles.tile_store import TileStore
-from services.tiles.tilemath import Tile
+from services.toposm.tile_store import TileStore
+from services.toposm.tilemath import Tile
 
 QM = "toposm.queuemaster"
 

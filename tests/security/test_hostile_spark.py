@@ -1,7 +1,7 @@
-"""The issue's Spark bridge attacks, by a client account against a bridge running as its own account.
+"""The Spark bridge attacks, by a client account against a bridge running as its own account.
 
 tests/spark_bridge/test_spark_confinement.py covers each rule in detail; this is the attack list of
-issue 10 as a hostile client would try it, with the provisioned accounts.
+docs/security.md as a hostile client would try it, with the provisioned accounts.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from qbroker import RequestFailed
 from qbroker.cli.progress import progress_pattern
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
-from services.tiles.contract import SPARK_EXPIRE
+from services.toposm.contract import SPARK_EXPIRE
 from services.web.collector import PROGRESS_PATTERN
 from tests.spark_bridge.conftest import spark  # noqa: F401 - the Spark suite's shared session
 
@@ -74,7 +74,7 @@ async def test_client_cannot_read_probe_or_exhaust_the_bridge_host(bridge, as_ro
 
 
 async def test_jobs_belong_to_the_account_that_submitted_them(bridge, as_role, provisioned) -> None:
-    """Issue 20 item 6: a client sees and cancels only its own jobs; an operator sees and cancels all."""
+    """A client sees and cancels only its own jobs; an operator sees and cancels all."""
     client, operator = await as_role("client"), await as_role("operator")
     root = bridge.input_roots.roots[0]
     (root / "mine.list").write_text("10/0/0\n")
@@ -119,7 +119,7 @@ def _node(lat: str = "60.17") -> bytes:
 
 
 async def test_job_errors_name_the_file_and_problem_never_the_content(bridge, as_role) -> None:
-    """Issue 20 item 7: a value of the input is never quoted back, in the reply, the record or the log."""
+    """A value of the input is never quoted back, in the reply, the record or the log."""
     client = await as_role("client")
     root = bridge.input_roots.roots[0]
     (root / "coord.osc").write_bytes(OSC_HEAD + _node() + _node(SECRET) + OSC_TAIL)
@@ -153,7 +153,7 @@ def _bomb(path: Path, nodes: int, per_member: int = 10_000) -> int:
 
 
 async def test_oversized_input_is_refused_naming_the_limit(bridge, as_role) -> None:
-    """Issue 20 item 8: caps on decompressed bytes and objects per job, the limit named in the error."""
+    """Caps on decompressed bytes and objects per job, the limit named in the error."""
     client = await as_role("client")
     root = bridge.input_roots.roots[0]
     size = _bomb(root / "many.osc.gz", 50_000)
@@ -172,7 +172,7 @@ async def test_oversized_input_is_refused_naming_the_limit(bridge, as_role) -> N
 
 
 async def test_cancel_takes_effect_while_the_input_is_read(bridge, as_role) -> None:
-    """Issue 20 item 8: cancel is checked while reading; it does not wait for a 20-million-node file."""
+    """Cancel is checked while reading; it does not wait for a 20-million-node file."""
     client = await as_role("client")
     root = bridge.input_roots.roots[0]
     size = _bomb(root / "huge.osc.gz", 20_000_000)
@@ -192,7 +192,7 @@ async def test_cancel_takes_effect_while_the_input_is_read(bridge, as_role) -> N
 
 
 async def test_a_client_hears_the_progress_of_its_own_jobs_only(bridge, as_role, provisioned) -> None:
-    """Issue 34.9: progress alerts are named after the job's owner (qbroker.progress), so the broker lets a
+    """Progress alerts are named after the job's owner (qbroker.progress), so the broker lets a
     client bind its own jobs' progress only (as `qbroker call` does while it waits); operators and toposm-web's
     status page hear every job's."""
     heard: dict[str, set[str]] = {"client": set(), "operator": set(), "web": set()}

@@ -1,4 +1,4 @@
-"""An anonymous HTTP client against ``toposm-web`` (issue 20, items 1-3): plain HTTP to the real process,
+"""An anonymous HTTP client against ``toposm-web`` (docs/security.md): plain HTTP to the real process,
 with the real queuemaster (and a test-pattern renderer where a render must finish) on a vhost of their own.
 """
 

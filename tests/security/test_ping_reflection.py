@@ -1,4 +1,4 @@
-"""Ping reflection (issue 34): anyone may publish ``qbroker.ping`` naming any reply-to, and ``reply`` is a direct
+"""Ping reflection: anyone may publish ``qbroker.ping`` naming any reply-to, and ``reply`` is a direct
 exchange, so every unit's answer would go to a uuid of the sender's choosing. A unit answers a ping only to a
 uuid the pinging account announced itself (its ``qbroker.start``, or a ping of its own, first claim wins), and
 answers each account at a bounded rate. Accounts are provisioned ones (``qbroker provision``)."""

@@ -1,4 +1,4 @@
-"""The bus's shared exchanges and queues belong to no role (issue 34.1): ``qbroker provision`` declares them,
+"""The bus's shared exchanges and queues belong to no role: ``qbroker provision`` declares them,
 no account may delete or re-declare them, and a unit that finds them missing says so and what declares them.
 
 Before, every role could configure ``rpc``, ``reply``, ``alert``, ``dead``, ``dead.kept`` and ``osm``: a

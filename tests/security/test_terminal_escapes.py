@@ -1,4 +1,4 @@
-"""Terminal control sequences from the bus reach an operator's terminal only escaped (issue 20, item 10).
+"""Terminal control sequences from the bus reach an operator's terminal only escaped.
 
 A provisioned ``client`` account names its unit and host ``ESC]0;...BEL ESC[2J`` (retitle, clear) with a
 C1 CSI (U+009B) too, and publishes raw with such an app id; a compromised service answers with such a

@@ -15,7 +15,7 @@ import pytest
 
 from harness import HANG
 from harness.private_node import NodeDied, PrivateNode, free_port, start_private_node, stop_private_node
-from qbroker import BrokerUnavailable, Config, Unit
+from qbroker import BrokerTlsFailed, BrokerUnavailable, Config, Unit
 
 pytestmark = pytest.mark.rabbitmq_only
 
@@ -131,6 +131,7 @@ async def test_server_not_signed_by_the_configured_ca_is_refused(tls_node: TlsNo
     with pytest.raises(BrokerUnavailable) as info:
         await unit.start()
     assert "guest:guest" not in str(info.value) and "guest:***" in str(info.value)  # URL redacted
+    assert isinstance(info.value, BrokerTlsFailed) and "CERTIFICATE_VERIFY_FAILED" in info.value.message
 
 
 async def test_broker_demands_a_client_certificate(tls_node: TlsNode) -> None:

@@ -1,4 +1,4 @@
-"""``toposm-web`` under its own broker role (issue 20.5): the documented deployment gave it ``client``, with
+"""``toposm-web`` under its own broker role: the documented deployment gave it ``client``, with
 which it could not start (ACCESS_REFUSED binding ``expire_toposm`` on ``alert``). The real process, the
 real queuemaster, each with its provisioned account."""
 

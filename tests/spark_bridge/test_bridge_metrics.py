@@ -6,7 +6,7 @@ from harness import eventually
 from qbroker.cli.dead_letter import NAMESPACE as DEAD_LETTER
 from services.spark_bridge.metrics import NAMESPACE
 from services.spark_bridge.service import SparkBridge
-from services.tiles.metrics_port import service_metrics
+from services.toposm.metrics_port import service_metrics
 from tests.grafana_dashboard import missing
 from tests.prometheus_text import created_series, says_its_version, scrape, value
 

@@ -1,4 +1,4 @@
-"""The bridge confined to its data (issue 10): each attack a caller can make with a path or a number, over
+"""The bridge confined to its data (docs/security.md): each attack a caller can make with a path or a number, over
 the real broker, answered ``fail`` with a stable id and a message that leaks nothing."""
 
 from __future__ import annotations

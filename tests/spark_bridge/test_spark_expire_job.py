@@ -168,7 +168,7 @@ def test_parquet_without_lon_lat_and_bad_list_line_fail(spark, tmp_path: Path) -
         run(spark, [tmp_path / "nolonlat.parquet"], 10, 12)
     listing = tmp_path / "late-bad.list"
     listing.write_text("12/1/1\n12/2/2\n12/4096/0\n")  # x out of range at z12, on line 3
-    # The file is named, its contents never quoted (issue 10).
+    # The file is named, its contents never quoted (docs/security.md).
     with pytest.raises(InputError, match="late-bad.list: a line is not z/x/y"):
         run(spark, [listing], 10, 12)
 

@@ -9,7 +9,7 @@ import pytest
 
 from services.spark_bridge.job_state import RESTARTED_REASON, JobRecord, JobState, JobStore
 from services.spark_bridge.jobs import JobManager
-from services.tiles.expiry_wires import ExpirationBatcher
+from services.toposm.expiry_wires import ExpirationBatcher
 
 
 async def test_finished_jobs_survive_restart_and_running_ones_fail(spark, tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from harness import eventually
 from qbroker import Config, Unit
 from services.tiles.queuemaster.service import APP, QueuemasterService
 from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings
-from services.tiles.tilemath import ZoomRange
+from services.toposm.tilemath import ZoomRange
 
 
 async def test_queuemaster_queues_published_metatiles(bridge, client, amqp_url, tmp_path) -> None:

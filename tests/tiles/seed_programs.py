@@ -18,7 +18,7 @@ from PIL import Image
 from harness import eventually
 
 # How a seed program declares `osm`: the text says nothing of the exchange's flags; a program does as the
-# project's docs tell it (docs/tiles.md, "The seed's literal wire"). One switch for every program here.
+# project's docs tell it (docs/tiles.md, "The TopOSM wire"). One switch for every program here.
 SEED_OSM_EXCHANGE_DURABLE = True
 
 

@@ -7,8 +7,8 @@ from PIL import Image
 
 from services.tiles.renderer.backends import create_backend
 from services.tiles.renderer.worker import render_metatile
-from services.tiles.tile_store import TileStore
-from services.tiles.tilemath import Metatile, Tile, parse_metatile
+from services.toposm.tile_store import TileStore
+from services.toposm.tilemath import Metatile, Tile, parse_metatile
 
 
 def test_testpattern_metatile(tmp_path):

@@ -6,11 +6,11 @@ import asyncio
 import pytest
 
 from qbroker import RequestError
-from services.tiles.messages import BulkRenderRequest, CancelBulkRequest, RenderedRequest
 from services.tiles.queuemaster.buckets import BucketLimits
 from services.tiles.queuemaster.bulk import bulk_render, cancel_bulk
 from services.tiles.renderer.worker import render_metatile
-from services.tiles.tilemath import Metatile
+from services.toposm.messages import BulkRenderRequest, CancelBulkRequest, RenderedRequest
+from services.toposm.tilemath import Metatile
 
 from .test_queuemaster_core import make_qm, register, requested
 

@@ -152,8 +152,8 @@ async def test_queuemaster_sigkill_answers_its_waiting_requesters_after_restart(
 
 
 async def test_queuemaster_sigkill_with_10000_queued_and_50_requesters(bus):
-    """Issue 9's figure: 10,000 metatiles queued and 50 requesters waiting when the queuemaster is
-    SIGKILLed; after the restart nothing is lost and every requester is answered."""
+    """The case docs/reliability.md quotes: 10,000 metatiles queued and 50 requesters waiting when the
+    queuemaster is SIGKILLed; after the restart nothing is lost and every requester is answered."""
     qm = bus.queuemaster("--render-missing-expired")
     client = await bus.client()
     await eventually(lambda: stats(client))

@@ -10,8 +10,8 @@ from harness import eventually
 from harness.osm import osc, read_extract, way_xml, write_osc
 from services.osmstore.importer import import_extract
 from services.osmstore.render_store import apply_osc
-from services.tiles.tile_store import TileStore
-from services.tiles.tilemath import Tile
+from services.toposm.tile_store import TileStore
+from services.toposm.tilemath import Tile
 
 from .conftest import BIN, wait_renderers
 

@@ -10,8 +10,8 @@ from PIL import Image
 from harness import eventually
 from qbroker import InvalidParams, NoServer, RequestError, RequestFailed, UnknownCommand
 from services.tiles.renderer.worker import render_metatile
-from services.tiles.tile_store import TileStore
-from services.tiles.tilemath import Tile
+from services.toposm.tile_store import TileStore
+from services.toposm.tilemath import Tile
 
 from .conftest import BIN, render_in_progress, stats, wait_renderers
 

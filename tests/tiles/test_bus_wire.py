@@ -9,8 +9,8 @@ from PIL import Image
 
 from harness import eventually
 from qbroker import RequestFailed
-from services.tiles.tile_store import TileStore
-from services.tiles.tilemath import Tile
+from services.toposm.tile_store import TileStore
+from services.toposm.tilemath import Tile
 
 from .conftest import stats, wait_renderers
 from .seed_programs import ask, osm_client, osm_wire_ready

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from services.tiles.contract import KEY_SQL, join_expiry_list, metatile_key, split_expiry_list, unpack_key
 from services.tiles.queuemaster.expiry_keys import ancestor_keys, expiry_keys
-from services.tiles.tilemath import Metatile, Tile
+from services.toposm.contract import KEY_SQL, join_expiry_list, metatile_key, split_expiry_list, unpack_key
+from services.toposm.tilemath import Metatile, Tile
 
 
 def test_keys_round_trip_and_agree_everywhere() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from qbroker import QBrokerError
-from services.error_messages import MESSAGES
+from services.toposm.error_messages import MESSAGES
 
 from .conftest import wait_renderers
 from .seed_programs import ask, osm_client, osm_wire_ready

@@ -9,13 +9,13 @@ import pytest
 
 from harness import eventually
 from qbroker import Config, Unit
-from services.tiles.messages import RegisterRequest, RenderedRequest
 from services.tiles.queuemaster.commands import COMMANDS
 from services.tiles.queuemaster.expiry_keys import ancestor_keys, expiry_keys
 from services.tiles.queuemaster.queue_store import pack
 from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings
 from services.tiles.queuemaster.waiter_store import WaiterStore
-from services.tiles.tilemath import Metatile, ZoomRange, parse_tile_list
+from services.toposm.messages import RegisterRequest, RenderedRequest
+from services.toposm.tilemath import Metatile, ZoomRange, parse_tile_list
 
 from .conftest import stats
 

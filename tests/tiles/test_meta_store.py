@@ -10,8 +10,8 @@ from pathlib import Path
 
 from services.tiles.renderer.backends import create_backend
 from services.tiles.renderer.worker import render_metatile
-from services.tiles.tile_store import MetaTileStore, TileStore, open_tile_store
-from services.tiles.tilemath import Metatile, Tile
+from services.toposm.tile_store import MetaTileStore, TileStore, open_tile_store
+from services.toposm.tilemath import Metatile, Tile
 from services.web.extent import tile_root_extent
 
 METATILE = 8

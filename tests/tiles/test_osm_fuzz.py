@@ -1,4 +1,5 @@
-"""Fuzzing the seed's ``osm`` wire with malformed messages (the fifth consumer kind of issue 9).
+"""Fuzzing the seed's ``osm`` wire with malformed messages (a consumer kind beside the four of
+tests/core/test_fuzz.py; docs/reliability.md).
 
 Short form by default (``QBROKER_FUZZ_COUNT``, 200); ``bench/chaos.py osm --count 10000`` is the long
 form. Every command with a reply-to gets exactly one reply, errors carry a stable id, the osm queue holds

@@ -26,11 +26,11 @@ from services.osmstore.importer import main as toposm_import
 from services.osmstore.postgis import import_postgis, postgis_sequence, psql
 from services.replicate.follower import Follower, FollowSettings
 from services.replicate.postgis_expiry import PENDING
-from services.tiles.contract import EXPIRE_TOPIC
-from services.tiles.expiry_wires import on_both_wires
-from services.tiles.seed_wire import declare_osm_exchange
-from services.tiles.tile_store import TileStore
-from services.tiles.tilemath import Tile
+from services.toposm.contract import EXPIRE_TOPIC
+from services.toposm.expiry_wires import on_both_wires
+from services.toposm.seed_wire import declare_osm_exchange
+from services.toposm.tile_store import TileStore
+from services.toposm.tilemath import Tile
 from tests.osmstore.conftest import helsinki, osm_data, postgis_dsn  # noqa: F401
 from tests.spark_bridge.replication_server import serving
 

@@ -6,11 +6,11 @@ import json
 import pytest
 
 from qbroker import RequestError, RequestFailed
-from services.tiles.messages import RegisterRequest, RenderedRequest, UnregisterRequest
 from services.tiles.queuemaster import state_machine
 from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings
 from services.tiles.renderer.worker import render_metatile
-from services.tiles.tilemath import Metatile, Tile, ZoomRange
+from services.toposm.messages import RegisterRequest, RenderedRequest, UnregisterRequest
+from services.toposm.tilemath import Metatile, Tile, ZoomRange
 
 
 def make_qm(tmp_path, **kw):

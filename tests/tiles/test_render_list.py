@@ -16,8 +16,8 @@ from typing import Any
 import mercantile
 
 from harness import HANG, eventually
-from services.tiles.tile_store import TileStore
-from services.tiles.tilemath import Metatile, Tile
+from services.toposm.tile_store import TileStore
+from services.toposm.tilemath import Metatile, Tile
 from tests.osmstore.conftest import helsinki, imported_store, osm_data  # noqa: F401 - session fixtures
 
 from .conftest import BIN, TileBus, stats, wait_renderers

@@ -9,7 +9,7 @@ import pytest
 from services.tiles.render_list.area import AreaError, AreaPlan, BBox, parse_zooms
 from services.tiles.render_list.main import parse_args
 from services.tiles.render_list.resume import Progress, ResumeError, load, save
-from services.tiles.tilemath import Tile, ZoomRange
+from services.toposm.tilemath import Tile, ZoomRange
 
 BOXES = [
     (24.9351766, 60.1641551, 24.9534132, 60.1791074),  # the Helsinki extract

@@ -3,8 +3,8 @@
 from harness.queues import fill_half_raised
 from services.tiles.queuemaster.queue_store import QueueStore
 from services.tiles.queuemaster.render_queue import RenderQueue
-from services.tiles.strategy import IMPORTANT, MISSING
-from services.tiles.tilemath import Metatile
+from services.toposm.strategy import IMPORTANT, MISSING
+from services.toposm.tilemath import Metatile
 
 
 def make(tmp_path, name="q.sqlite"):

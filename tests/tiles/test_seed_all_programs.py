@@ -1,4 +1,4 @@
-"""Issue 21.3, issue 37.2: every running program listens on `toposm` on the seed's `osm` exchange (and on
+"""Every running program listens on `toposm` on the seed's `osm` exchange (and on
 qbroker's `toposm` alert), and what the seed's programs say there reaches ours; expirations by command are
 heard on both wires; a renderer a queuemaster took on `osm` stays there. The seed side is written from its
 text alone (plain aio-pika)."""
@@ -163,7 +163,7 @@ async def routed_on_osm(url: str, body: bytes) -> None:
 
 
 async def test_a_running_toposm_replicate_listens_on_toposm_on_both_wires(bus: TileBus, tmp_path: Path) -> None:
-    """Issue 37.2: toposm-replicate is a running program too. Only it runs: a mandatory publish to `toposm` on
+    """toposm-replicate is a running program too. Only it runs: a mandatory publish to `toposm` on
     osm is routed, and what it hears there and on qbroker's `toposm` alert is logged (it has nothing to do)."""
     store = tmp_path / "store"
     (store / "geometry").mkdir(parents=True)
@@ -189,7 +189,7 @@ async def test_a_running_toposm_replicate_listens_on_toposm_on_both_wires(bus: T
 
 async def test_a_running_render_list_listens_on_toposm_and_asks_again_when_a_queuemaster_comes(
         bus: TileBus, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 37.2: a running toposm-render-list listens on `toposm` on both wires (an unknown command there is
+    """A running toposm-render-list listens on `toposm` on both wires (an unknown command there is
     counted and ignored), and a `queuemaster online` has every request that waits for a queuemaster ask again
     at once: with its pause made an hour long here, the job ends only because it heard the queuemaster."""
     monkeypatch.setattr(render_list_job, "FIRST_PAUSE", 3600.0)

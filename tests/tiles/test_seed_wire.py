@@ -1,4 +1,4 @@
-"""Programs written from the seed's text alone work beside ours on the ``osm`` wire (issue 21, issue 20.9)."""
+"""Programs written from the seed's text alone work beside ours on the ``osm`` wire."""
 
 import asyncio
 
@@ -7,7 +7,7 @@ import orjson
 
 from harness import eventually
 from qbroker import Config
-from services.tiles.seed_wire import ReplyQueues
+from services.toposm.seed_wire import ReplyQueues
 from tests.prometheus_text import scrape, value
 from tests.web.conftest import free_port
 
@@ -72,7 +72,7 @@ async def test_a_seed_thread_works_next_to_qbroker_renderers(bus):
 
 
 async def test_osm_answers_go_only_to_client_reply_queues(bus):
-    """Issue 20.9, issue 37.2: reply_to on the osm wire is the requester's own queue, named as it likes (the seed
+    """reply_to on the osm wire is the requester's own queue, named as it likes (the seed
     says only "the renderer's queue"): `myprogram` is answered like a broker-named `amq.gen-*` queue or
     `toposm.reply.<word>`. A command naming a queue of the bus's own (dead, dead.kept, rpc_*, reply_<uuid>,
     alert_<uuid>, a retry queue, the queuemaster's and render threads' names) is refused whole: nothing is
@@ -133,7 +133,7 @@ def test_the_bus_queues_a_reply_may_not_name_take_the_deployments_prefix():
 
 
 async def test_a_seed_thread_named_and_saying_more_than_we_know_is_taken(bus):
-    """Issue 37.2: a render thread from the seed's text whose queue has a name of its own, whose `register`
+    """A render thread from the seed's text whose queue has a name of its own, whose `register`
     carries fields the project does not know (the text: `{"command": ..., <parameters>}`), registers and
     renders; the fields it does not know are ignored and counted, and it hears nothing the text does not
     define (no `registered`, no `ack`). A sender that asks for an answer (a correlation_id) still gets it."""
@@ -193,7 +193,7 @@ async def test_expirations_reach_both_wires_once(bus):
 
 
 async def test_seed_programs_reach_qbroker_render_threads_by_hierarchy(bus):
-    """Issue 21.3/21.4: on `osm`, a qbroker renderer listens on `toposm` and every level of its threads'
+    """On `osm`, a qbroker renderer listens on `toposm` and every level of its threads'
     hierarchy, and talks to the queuemaster with its own queue as reply_to."""
     bus.queuemaster()
     bus.renderer()
@@ -266,7 +266,7 @@ async def test_a_render_thread_cannot_write_megabyte_lines_into_the_render_log(b
     """A render thread reports a failure whose reason is 2 MiB (the body limit is 16): the render log's line
     (which toposm-web reads a MiB at a time, a line at a time: a longer line stopped its reading for good) and
     the error the waiting client gets are cut to the reason's bound."""
-    from services.tiles.messages import MAX_REASON
+    from services.toposm.messages import MAX_REASON
 
     class Failing(SeedRenderThread):
         async def send(self, body):

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from services.tiles.strategy import (
+from services.toposm.strategy import (
     IMPORTANT,
     MISSING,
     StrategyError,

@@ -3,7 +3,7 @@
 import mercantile
 import pytest
 
-from services.tiles.tilemath import (
+from services.toposm.tilemath import (
     Metatile,
     Tile,
     TileError,

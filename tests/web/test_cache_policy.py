@@ -7,9 +7,9 @@ import random
 import re
 from pathlib import Path
 
-from services.tiles.freshness import FreshnessStore, nginx_lookup_map
-from services.tiles.tile_store import TileStore
-from services.tiles.tilemath import Metatile, Tile
+from services.toposm.freshness import FreshnessStore, nginx_lookup_map
+from services.toposm.tile_store import TileStore
+from services.toposm.tilemath import Metatile, Tile
 from services.web.cache_policy import CachePolicy
 
 DAY = 86_400

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import HANG
-from services.tiles.tile_store import TileStore
+from services.toposm.tile_store import TileStore
 from services.web.extent import SharedScan, tile_root_extent
 
 EMPTY = {"zoom": None, "bounds": None}

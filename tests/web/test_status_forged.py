@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 
 from qbroker import Unit
-from services.tiles.tilemath import ZoomRange
+from services.toposm.tilemath import ZoomRange
 from services.web.collector import MAX_LOG_READ, Collector
 from services.web.status import StatusModel
 from services.web.web_metrics import WebMetrics

@@ -1,6 +1,6 @@
-"""toposm-web on the seed's `osm` wire: it takes expirations from there too (issue 21.2: a seed program
+"""toposm-web on the seed's `osm` wire: it takes expirations from there too (a seed program
 publishes there only, and with no queuemaster running nothing relays them to qbroker's `alert` exchange),
-and listens on `toposm` there, as every program does (issue 21.3)."""
+and listens on `toposm` there, as every program does (docs/tiles.md, "Who listens on `toposm`")."""
 
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ def decode(captured: Captured, roles: dict[str, str]) -> Event | None:
         kind = ROLE_KIND[role]
     headers = captured.headers if isinstance(captured.headers, dict) else {}
     error = headers.get("error") if isinstance(headers.get("error"), dict) else None
-    if error is not None and is_original_error(error):  # the original QBroker's element, in the seed's terms
+    if error is not None and is_original_error(error):  # the original QBroker's element, in the protocol's terms
         error = read_original_error(error).model_dump()
     # The original QBroker names a request in ``routing-key`` only; its routing key may be an address.
     name = _str(headers.get("name")) or _str(headers.get(ROUTING_KEY_HEADER)) or (

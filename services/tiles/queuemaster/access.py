@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qbroker import RequestFailed
-from services.error_messages import MESSAGES
+from services.toposm.error_messages import MESSAGES
 
 RENDERER_COMMANDS = frozenset({"register", "rendered", "unregister"})
 BULK_COMMANDS = frozenset({"bulk", "cancel"})

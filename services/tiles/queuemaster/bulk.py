@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..messages import BulkRenderRequest, CancelBulkRequest
-from ..tilemath import parse_metatile
+from services.toposm.messages import BulkRenderRequest, CancelBulkRequest
+from services.toposm.tilemath import parse_metatile
+
 from .state_machine import Queuemaster, request_deadline
 
 

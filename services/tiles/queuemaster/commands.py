@@ -1,7 +1,7 @@
 """The queuemaster's commands, listed once.
 
 Both ways in read this table: the qbroker command endpoint ``toposm.queuemaster`` (``service``) and the
-seed's raw ``osm`` exchange (``osm_wire``). Each command names its request model (validated at the wire
+TopOSM ``osm`` exchange's raw JSON (``osm_wire``). Each command names its request model (validated at the wire
 boundary) and the state-machine method that answers it, so the two wires cannot drift apart.
 """
 
@@ -15,10 +15,9 @@ import structlog
 from pydantic import ValidationError
 
 from qbroker import InvalidParams, UnknownCommand
-
-from ..contract import QUEUEMASTER
-from ..expiry_wires import expiry_text
-from ..messages import (
+from services.toposm.contract import QUEUEMASTER
+from services.toposm.expiry_wires import expiry_text
+from services.toposm.messages import (
     BulkRenderRequest,
     CancelBulkRequest,
     ExpireRequest,
@@ -29,6 +28,7 @@ from ..messages import (
     StatsRequest,
     UnregisterRequest,
 )
+
 from .bulk import bulk_render, cancel_bulk
 from .state_machine import Queuemaster
 
@@ -64,7 +64,7 @@ async def _render(qm: Queuemaster, req: RenderTileRequest, reply_to: str | None,
 
 
 async def _expire(qm: Queuemaster, req: ExpireRequest, reply_to: str | None, user: str | None) -> Any:
-    """Taken here, then told to every other expiry listener (tile servers, caches, seed programs), as if it
+    """Taken here, then told to every other expiry listener (tile servers, caches, programs on ``osm``), as if it
     had come on ``expire_toposm``: a list expired by command is no secret of the queuemaster's."""
     answer = {"command": "expired", **qm.expire(req.text, strict=True)}
     if qm.announce_expiry is not None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 
-from ..contract import KEY_COORD_BITS, KEY_COORD_MASK, KEY_ZOOM_SHIFT, METATILE_SHIFT
-from ..tilemath import MAX_SUPPORTED_ZOOM, ZoomRange, parse_tile_list
+from services.toposm.contract import KEY_COORD_BITS, KEY_COORD_MASK, KEY_ZOOM_SHIFT, METATILE_SHIFT
+from services.toposm.tilemath import MAX_SUPPORTED_ZOOM, ZoomRange, parse_tile_list
 
 # Items are z/x/y of ASCII digits; separators ';' or newline, with blanks and empty items around them.
 _WELL_FORMED = re.compile(r"[ \t\r\n;]*[0-9]+/[0-9]+/[0-9]+"

@@ -14,8 +14,8 @@ open transaction, and it is committed
 
 ``durable()`` commits at once rather than holding the answer for a later commit: an answer held back a
 turn leaves in a broker-socket write of its own instead of sharing one with the ``render`` that the
-same turn sends, and those writes cost more than the commits saved (measured: 0.47 against 0.40 ms of
-queuemaster CPU per dispatched metatile). What a SIGKILL can lose is only what nobody was told yet: a
+same turn sends, and those writes cost more than the commits saved (docs/performance.md, "The
+queuemaster"). What a SIGKILL can lose is only what nobody was told yet: a
 pick whose ``render`` went out (the renderer claims it back when it registers again, or it renders from
 the queue once more) or a finish whose ``ack`` was not sent (retried by its renderer).
 """
@@ -26,7 +26,7 @@ import asyncio
 
 import structlog
 
-from services.error_messages import errored
+from services.toposm.error_messages import errored
 
 from .queue_store import QueueStore
 from .render_log import RenderLog

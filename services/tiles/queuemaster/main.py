@@ -10,10 +10,10 @@ from pydantic import model_validator
 from qbroker import Unit
 from qbroker.runner import serve
 from qbroker.settings import option, shared
-from services.stack_settings import StackSettings, UserList, check_zooms, stack_option
+from services.toposm.settings import StackSettings, UserList, check_zooms, stack_option
+from services.toposm.tile_store import TileStoreKind, check_tile_store_zoom
+from services.toposm.tilemath import ZoomRange
 
-from ..tile_store import TileStoreKind, check_tile_store_zoom
-from ..tilemath import ZoomRange
 from .access import AccessPolicy
 from .buckets import BucketLimits
 from .service import APP, QueuemasterService

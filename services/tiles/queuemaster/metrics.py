@@ -19,7 +19,7 @@ THREAD_STATES = ("idle", "rendering", "dispatching")
 # The queue classes as the metrics name them: a background metatile is an expired one.
 KINDS = {"missing": "missing", "important": "important", "background": "expired", "bulk": "bulk"}
 RENDER_OUTCOMES = ("rendered", "failed")
-# What the seed's osm wire did not take as sent: a command refused for its reply_to (a queue of the bus's own),
+# What the osm wire did not take as sent: a command refused for its reply_to (a queue of the bus's own),
 # parameters ignored (unknown to us). The stats counters of the same names.
 OSM_WIRE_EVENTS = {"reply_to_refused": "osm_reply_to_refused", "unknown_fields_ignored": "osm_unknown_fields"}
 

@@ -1,8 +1,8 @@
-"""Is a render thread on the seed's wire still there? Asked of the broker, never of the thread.
+"""Is a render thread on the ``osm`` wire still there? Asked of the broker, never of the thread.
 
-The seed defines nothing a render thread answers besides ``render`` (with a later ``rendered``), so a
-thread written from it must not be asked ``ping``. Its ``reply_to`` is its own queue, and the broker knows
-that queue: a passive declare of it answers
+The TopOSM protocol (docs/tiles.md) defines nothing a render thread answers besides ``render`` (with a later
+``rendered``), so a thread written to it alone must not be asked ``ping``. Its ``reply_to`` is its own queue, and
+the broker knows that queue: a passive declare of it answers
 
 * NOT_FOUND: the queue is gone (an exclusive or auto-delete queue dies with its connection): the thread
   is gone;

@@ -1,6 +1,6 @@
-"""The seed's literal wire: JSON commands and expirations on the topic exchange ``osm``.
+"""The TopOSM wire: JSON commands and expirations on the topic exchange ``osm`` (docs/tiles.md, "The TopOSM wire").
 
-A client written against the TopOSM protocol document publishes ``{"command": ...}`` on ``osm`` with
+A client of the TopOSM protocol (docs/tiles.md, "The TopOSM protocol") publishes ``{"command": ...}`` on ``osm`` with
 routing key ``toposm.queuemaster`` and a ``reply_to`` property, and expirations ``z/x/y;...`` with routing
 key ``expire_toposm``. The queuemaster binds one durable queue to those keys (and to ``toposm``, where all
 programs listen) and answers commands on the default exchange with routing key = ``reply_to`` and the
@@ -8,15 +8,15 @@ request's ``correlation_id`` (or ``message_id``) copied. Replies are the same JS
 returns (both wires run the one command table in ``commands``); errors are
 ``{"command": <cmd>, "status": "fail"|"error", "error": <id>, "message": ..., "detail"?: ...}``.
 
-Read as a program written from the seed's text writes: parameters we do not know are ignored (logged and
+Read as any program of the protocol may write: parameters we do not know are ignored (logged and
 counted as ``osm_unknown_fields``), the ones we know validated as on the qbroker endpoint. Sent as strictly:
-the seed gives the render threads' own commands (``register``, ``rendered``, ``unregister``) no answer, so
+the protocol gives the render threads' own commands (``register``, ``rendered``, ``unregister``) no answer, so
 theirs goes only to a sender that asks for one with a ``correlation_id`` (a failure is answered always).
 
 The default exchange reaches any queue by name, past every topic permission: a command whose ``reply_to``
 names one of the bus's own queues (``seed_wire.ReplyQueues``) is refused whole, with nothing published
 anywhere (logged with the queue's kind and counted as ``osm_reply_to_refused``); any other queue is
-answered. Render threads on this wire are never asked anything the seed does not define: their liveness is
+answered. Render threads on this wire are never asked anything the protocol does not define: their liveness is
 their queue's, asked of the broker (``osm_liveness``).
 """
 
@@ -34,12 +34,12 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, 
 
 from qbroker import BadMessage, ConnectionLost, ErrorInfo, HandlerCrashed, InvalidParams, QBrokerError
 from qbroker.transport import Connection
-from services.error_messages import errored, failed
+from services.toposm.contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER, QUEUEMASTER_ONLINE, QUEUEMASTER_OSM_QUEUE
+from services.toposm.error_messages import errored, failed
+from services.toposm.messages import RegisterRequest
+from services.toposm.seed_wire import ReplyQueues, declare_osm_exchange, known_params
+from services.toposm.tilemath import Metatile
 
-from ..contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER, QUEUEMASTER_ONLINE, QUEUEMASTER_OSM_QUEUE
-from ..messages import RegisterRequest
-from ..seed_wire import ReplyQueues, declare_osm_exchange, known_params
-from ..tilemath import Metatile
 from .commands import COMMANDS, parse_command
 from .osm_liveness import QueueLiveness, probe_queue
 from .render_threads import RenderThread
@@ -49,7 +49,7 @@ from .waiter_store import WaiterStore
 log = structlog.get_logger("toposm.osm_wire")
 OSM_PART = QUEUEMASTER  # the error part: the same command table as the qbroker endpoint
 BINDINGS = (QUEUEMASTER, EXPIRE_TOPIC, ALL_PROGRAMS)
-# renderer -> queuemaster commands, to which the seed gives no answer (see the module's docstring)
+# renderer -> queuemaster commands, to which the protocol gives no answer (see the module's docstring)
 UNANSWERED_IN_SEED = frozenset({"register", "rendered", "unregister"})
 
 
@@ -62,7 +62,7 @@ MAX_COMMANDS = 1024
 
 
 def error_result(command: Any, info: ErrorInfo) -> dict[str, Any]:
-    """An error on the seed's wire: the command, then the error element's fields, flat."""
+    """An error on the ``osm`` wire: the command, then the error element's fields, flat."""
     result = {"command": command, "status": info.status, "error": info.id, "message": info.message}
     if info.detail:
         result["detail"] = info.detail
@@ -93,7 +93,7 @@ class OsmWire:
 
     async def declare(self, transport_connection: Connection) -> None:
         """on_connected hook: (re)declare the osm exchange and our queue, and consume it."""
-        # The seed's osm wire is plain AMQP (exchange flags, get_exchange, qos), beyond qbroker's narrow
+        # The osm wire is plain AMQP (exchange flags, get_exchange, qos), beyond qbroker's narrow
         # transport protocol: it needs the aio-pika connection of an amqp:// unit.
         connection = cast(AbstractConnection, transport_connection)
         channel, exchange = await declare_osm_exchange(connection)
@@ -133,7 +133,7 @@ class OsmWire:
         await self._exchange.publish(message, routing_key=routing_key)
 
     async def send_render(self, thread: RenderThread, metatile: Metatile) -> None:
-        """The seed's ``render`` on ``osm`` to the thread's own topic; its answer is a later ``rendered``."""
+        """The protocol's ``render`` on ``osm`` to the thread's own topic; its answer is a later ``rendered``."""
         await self._publish(thread.endpoint, {"command": "render", "metatile": str(metatile)},
                             message_id=uuid.uuid4().hex)
 
@@ -195,7 +195,7 @@ class OsmWire:
                 body = self._known_params(command, body, message)
             handler, request = parse_command(command, body)
             if isinstance(request, RegisterRequest) and message.reply_to is None:
-                # The seed: renderer -> queuemaster messages carry the renderer's queue as reply_to. Without
+                # The protocol: renderer -> queuemaster messages carry the renderer's queue as reply_to. Without
                 # one we could neither reach the thread's answers nor tell whether it is still there.
                 raise InvalidParams("register on the osm wire needs the render thread's queue as reply_to")
             if handler.long_running and self._waiting >= self.max_commands:
@@ -204,7 +204,7 @@ class OsmWire:
             stored = self._keep(handler.name, request, message) if handler.long_running else None
             self._waiting += handler.long_running
             try:
-                # user_id is RabbitMQ-validated when set; a seed client that sets none is no renderer.
+                # user_id is RabbitMQ-validated when set; a client that sets none is no renderer.
                 result = await handler.run(self.qm, request, message.reply_to, message.user_id)
             finally:
                 self._waiting -= handler.long_running
@@ -222,7 +222,7 @@ class OsmWire:
             result = error_result(command, crash.to_info(part=OSM_PART))
         else:
             if command in UNANSWERED_IN_SEED and not message.correlation_id:
-                return  # done; a seed render thread expects nothing back
+                return  # done; an osm render thread expects nothing back
         await self._reply(message, result)
 
     def _known_params(self, command: str, body: dict[str, Any], message: AbstractIncomingMessage) -> dict[str, Any]:
@@ -245,7 +245,7 @@ class OsmWire:
             await self.reply_to(message.reply_to, message.correlation_id or message.message_id, result)
 
     async def reply_to(self, reply_to: str, correlation_id: str | None, result: Any) -> None:
-        """A raw JSON answer on the default exchange, as the seed's clients expect (also after a restart)."""
+        """A raw JSON answer on the default exchange, as the protocol's clients expect (also after a restart)."""
         if self._channel is None:
             return
         try:

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..contract import KEY_SQL, metatile_key, unpack_key
-from ..tilemath import Metatile
+from services.toposm.contract import KEY_SQL, metatile_key, unpack_key
+from services.toposm.tilemath import Metatile
 
 # src: which queue a row is in: a background row's zoom (0-30), or one of these.
 SRC_MISSING = -1

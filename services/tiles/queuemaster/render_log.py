@@ -1,7 +1,5 @@
-"""The render log: one JSON line per finished render, read by the Spark stats job.
+"""The render log's writer: one JSON line per finished render (its schema: services/toposm/render_log.py).
 
-Fields: ``metatile`` (``z/mx/my``), ``zoom``, ``renderer`` (the thread's endpoint name), ``start`` (Unix
-time, seconds), ``duration`` (seconds), ``status`` (``ok`` or ``error``), plus ``reason`` on errors.
 Lines are appended with one ``write`` on an ``O_APPEND`` file so concurrent writers never interleave.
 
 With ``buffered`` (the running queuemaster, group commits) lines wait in memory until ``flush()``, which
@@ -13,29 +11,9 @@ SIGKILL in between leaves the line and renders the metatile once more: never a r
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
-
-@dataclass(frozen=True, slots=True)
-class RenderLogRecord:
-    # A plain dataclass, not a validated model: built by the queuemaster itself for every render.
-    metatile: str
-    zoom: int
-    renderer: str
-    start: float
-    duration: float
-    status: str
-    reason: str | None = None
-
-    def line(self) -> bytes:
-        fields = {"metatile": self.metatile, "zoom": self.zoom, "renderer": self.renderer, "start": self.start,
-                  "duration": self.duration, "status": self.status}
-        if self.reason is not None:
-            fields["reason"] = self.reason
-        return orjson.dumps(fields) + b"\n"
+from services.toposm.render_log import RenderLogRecord
 
 
 class RenderLog:

@@ -21,9 +21,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Literal
 
-from ..contract import KEY_ZOOM_SHIFT
-from ..strategy import BULK, IMPORTANT, MISSING
-from ..tilemath import Metatile
+from services.toposm.contract import KEY_ZOOM_SHIFT
+from services.toposm.strategy import BULK, IMPORTANT, MISSING
+from services.toposm.tilemath import Metatile
+
 from .queue_store import (
     QUEUED,
     RENDERING,

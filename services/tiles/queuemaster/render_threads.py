@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..strategy import StrategyMix
-from ..tilemath import Metatile
+from services.toposm.strategy import StrategyMix
+from services.toposm.tilemath import Metatile
 
 
 @dataclass(eq=False)
@@ -20,7 +20,7 @@ class RenderThread:
     strategy: StrategyMix
     reply_to: str | None  # the renderer process's queue: identifies it for a bare `unregister`
     user: str | None = None  # the broker account that registered it: only it may report or unregister
-    # How to reach it: a qbroker endpoint, or the seed's raw wire (JSON on the `osm` exchange, no replies
+    # How to reach it: a qbroker endpoint, or the TopOSM wire (raw JSON on the `osm` exchange, no replies
     # to `render`; never pinged: its liveness is its reply_to queue's, asked of the broker).
     wire: str = "qbroker"
     metatile: Metatile | None = None  # what it renders now

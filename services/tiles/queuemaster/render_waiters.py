@@ -11,9 +11,8 @@ import time
 from typing import Any
 
 from qbroker import RequestError
-from services.error_messages import errored
-
-from ..tilemath import Metatile
+from services.toposm.error_messages import errored
+from services.toposm.tilemath import Metatile
 
 Waiter = asyncio.Future[dict[str, Any]]
 

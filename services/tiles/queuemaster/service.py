@@ -1,15 +1,15 @@
 """The queuemaster on the bus: endpoint ``toposm.queuemaster``, expirations, dispatch and liveness.
 
 * ``toposm.queuemaster`` is a qbroker command endpoint (register, rendered, unregister, render, expire,
-  stats) built from the command table in ``commands``, which the seed's literal ``osm`` exchange wire
-  (``osm_wire``) reads too.
+  stats) built from the command table in ``commands``, which the TopOSM ``osm`` exchange wire
+  (``osm_wire``; docs/tiles.md, "The TopOSM wire") reads too.
 * Expirations arrive as text ``z/x/y;...`` on ``expire_toposm``, on both wires (qbroker's ``alert`` and
-  the seed's ``osm``); each list is taken once, and one its producer published on one wire only is relayed
+  TopOSM's ``osm``); each list is taken once, and one its producer published on one wire only is relayed
   to the other (``expiry_wires``).
 * A dispatch loop sends ``render`` to idle render threads whenever work or a thread becomes available.
 * A liveness loop pings every registered qbroker thread; NoServer (its exclusive queue vanished with its
   process) or ``ping_misses`` unanswered pings in a row mean it died: its metatile goes back to the front.
-  A thread on the seed's ``osm`` wire is never sent anything the seed does not define: the broker is asked
+  A thread on the ``osm`` wire is never sent anything the TopOSM protocol does not define: the broker is asked
   about its queue instead (``osm_liveness``): gone, or unconsumed ``ping_misses`` times in a row, is dead.
 """
 
@@ -34,10 +34,8 @@ from qbroker import (
     Unit,
     UnknownCommand,
 )
-from services.tiles.metrics_port import service_metrics
-
-from ..contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER
-from ..expiry_wires import (
+from services.toposm.contract import ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER
+from services.toposm.expiry_wires import (
     OsmPublisher,
     TwinFilter,
     Wire,
@@ -47,9 +45,11 @@ from ..expiry_wires import (
     publish_expiry,
     relay_expiry,
 )
-from ..messages import Message
-from ..seed_wire import ReplyQueues
-from ..tilemath import Metatile
+from services.toposm.messages import Message
+from services.toposm.metrics_port import service_metrics
+from services.toposm.seed_wire import ReplyQueues
+from services.toposm.tilemath import Metatile
+
 from .commands import COMMANDS, Command, expire_broadcast
 from .metrics import NAMESPACE, QueuemasterMetrics
 from .osm_liveness import QueueLiveness
@@ -93,7 +93,7 @@ class QueuemasterService:
         self.metrics_server.instrument(unit)
         endpoint = unit.commands(QUEUEMASTER, prefetch=256)
         for command in COMMANDS.values():
-            endpoint.command(command.name)(self._endpoint_handler(command))
+            endpoint.command(command.name, request=command.request)(self._endpoint_handler(command))
         unit.on_alert(EXPIRE_TOPIC)(self._on_expire)
         unit.on_connected(self.osm.declare)
         unit.on_connected(self.osm_publisher.declare)
@@ -114,9 +114,6 @@ class QueuemasterService:
                 if stored is not None:
                     self._forget_waiter(stored)
 
-        # qbroker validates the whole body against the annotated model of the handler's one parameter,
-        # so the annotation must be this command's own model, not the common base class.
-        handle.__annotations__ = {"request": command.request, "ctx": RequestContext, "return": Any}
         return handle
 
     async def _on_expire(self, body: Any, ctx: RequestContext) -> None:
@@ -167,7 +164,7 @@ class QueuemasterService:
         sent = time.monotonic()
         try:
             if thread.wire == "osm":
-                await self.osm.send_render(thread, metatile)  # the seed's wire: no answer but `rendered`
+                await self.osm.send_render(thread, metatile)  # the `osm` wire: no answer but `rendered`
             else:
                 await self.unit.call(thread.endpoint, {"command": "render", "metatile": str(metatile)},
                                      timeout=self.settings.dispatch_timeout)
@@ -219,7 +216,7 @@ class QueuemasterService:
             self.qm.work_available.set()
 
     async def _check_osm_thread(self, thread: RenderThread) -> None:
-        """A seed-wire thread: the broker's word on its queue. A failed probe (our own connection's
+        """An ``osm``-wire thread: the broker's word on its queue. A failed probe (our own connection's
         trouble) says nothing about the thread: it is neither a miss nor a death."""
         try:
             state = await self.osm.liveness(thread)
@@ -262,7 +259,7 @@ class QueuemasterService:
         except Exception as exc:  # a stored row we cannot run: answer, don't loop on it at every start
             log.exception("restored request failed", command=waiter.command)
             error = HandlerCrashed(f"unhandled {type(exc).__name__} in {QUEUEMASTER}").to_info(part=QUEUEMASTER)
-        if waiter.wire == "osm":  # asked on the seed's wire: answered there, as raw JSON
+        if waiter.wire == "osm":  # asked on the `osm` wire: answered there, as raw JSON
             result = body if error is None else error_result(waiter.command, error)
             await self.osm.reply_to(waiter.reply_to, waiter.message_id, result)
         else:
@@ -285,7 +282,7 @@ class QueuemasterService:
                  state_file=str(self.settings.state_file), queued=self.qm.queue.queued_count())
 
     async def announce(self) -> None:
-        """Tell every renderer to (re)register: on `toposm` (qbroker) and on the seed's osm exchange."""
+        """Tell every renderer to (re)register: on `toposm` (qbroker) and on the osm exchange."""
         await self.unit.alert(ALL_PROGRAMS, ONLINE)
         await self.osm.publish_online()
 

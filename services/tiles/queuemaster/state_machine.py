@@ -23,19 +23,20 @@ from typing import Any
 
 import structlog
 
-from services.error_messages import errored, failed
+from services.toposm.contract import RENDER_ROOT
+from services.toposm.error_messages import errored, failed
+from services.toposm.messages import RegisterRequest, RenderedRequest, UnregisterRequest
+from services.toposm.render_log import RenderLogRecord
+from services.toposm.strategy import choose_for_mix, parse_strategy
+from services.toposm.tile_store import open_tile_store
+from services.toposm.tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile
 
-from ..contract import RENDER_ROOT
-from ..messages import RegisterRequest, RenderedRequest, UnregisterRequest
-from ..strategy import choose_for_mix, parse_strategy
-from ..tile_store import open_tile_store
-from ..tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile
 from .access import AccessPolicy, Forbidden
 from .buckets import BucketLimits
 from .expiry_keys import ancestor_keys, expiry_keys
 from .group_commit import GroupCommit
 from .queue_store import QueueStore
-from .render_log import RenderLog, RenderLogRecord
+from .render_log import RenderLog
 from .render_queue import RenderQueue
 from .render_threads import RenderThread, RenderThreadRegistry
 from .render_waiters import RenderWaiters
@@ -43,12 +44,12 @@ from .stats import QueuemasterStats
 
 log = structlog.get_logger("toposm.queuemaster")
 # Text of an expiry broadcast handled per turn of the event loop (and committed together): about 1000
-# tiles, 1-3 ms of parsing and queueing since expiry_keys; one commit per 1000-tile message, not four.
+# tiles, short enough a turn; one commit per 1000-tile message, not four (docs/performance.md, "The queuemaster").
 EXPIRY_CHUNK_CHARS = 16 * 1024
 # Render requests waiting at once; beyond this a new one is answered `busy` (memory stays bounded).
 MAX_WAITERS = 100_000
 # The deadline of the qbroker request being handled (epoch seconds), set by the bus adapter: the command
-# table's signature stays the same for both wires, and the seed's osm wire carries no deadline.
+# table's signature stays the same for both wires, and the osm wire carries no deadline.
 request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("request_deadline", default=None)
 
 
@@ -68,7 +69,7 @@ class QueuemasterSettings:
     dispatch_timeout: float = 5.0
     access: AccessPolicy = AccessPolicy()  # who may send renderer commands (checked against user_id)
     buckets: BucketLimits = BucketLimits()  # render threads background and bulk work may take at once
-    metrics_port: int | None = None  # --metrics-port (services/tiles/metrics_port.py); None: no metrics server
+    metrics_port: int | None = None  # --metrics-port (services/toposm/metrics_port.py); None: no metrics server
     metrics_host: str = "127.0.0.1"
     tile_store: str = "png"  # png or meta (tile_store.py): how the renderers store what they render
 
@@ -92,7 +93,7 @@ class Queuemaster:
         # answers anything that depends on a mutation: see ``group_commit``.
         self.commits = GroupCommit(self.store, self.render_log)
         # Set by the bus adapter: tells every expiry listener, on both wires, of a list taken by the
-        # `expire` command (the seed's way to expire is `expire_toposm`, which every program hears).
+        # `expire` command (the protocol's way to expire is `expire_toposm`, which every program hears).
         self.announce_expiry: Callable[[str], Awaitable[None]] | None = None
 
     @property

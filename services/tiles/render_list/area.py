@@ -14,8 +14,8 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..contract import METATILE_SHIFT
-from ..tilemath import MAX_SUPPORTED_ZOOM, Metatile, ZoomRange
+from services.toposm.contract import METATILE_SHIFT
+from services.toposm.tilemath import MAX_SUPPORTED_ZOOM, Metatile, ZoomRange
 
 LAT_LIMIT = 85.051129  # Web Mercator's edge
 EDGE = 1e-11  # degrees taken off the east and south edges: a tile that only touches them is out

@@ -24,10 +24,10 @@ from typing import Any
 import structlog
 
 from qbroker import NoServer, QBrokerError, RequestError, RequestFailed, Unit
+from services.toposm.contract import QUEUEMASTER
+from services.toposm.messages import MAX_CANCEL
+from services.toposm.tilemath import Metatile
 
-from ..contract import QUEUEMASTER
-from ..messages import MAX_CANCEL
-from ..tilemath import Metatile
 from .area import AreaPlan
 from .resume import Progress
 

@@ -25,10 +25,10 @@ from qbroker.exit_codes import ExitCode
 from qbroker.printable import printable
 from qbroker.runner import run, serve_async
 from qbroker.settings import LogLevel, option, shared
-from services.stack_settings import StackSettings
+from services.toposm.contract import QUEUEMASTER_ONLINE
+from services.toposm.seed_wire import AllProgramsTopic
+from services.toposm.settings import StackSettings
 
-from ..contract import QUEUEMASTER_ONLINE
-from ..seed_wire import AllProgramsTopic
 from .area import AreaPlan, BBox, parse_zooms
 from .job import JobSettings, RenderListJob
 from .progress import ProgressView
@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
 
 class RenderListService:
     """The job on a unit, in the runner's shape: it ends the process (``done``) when the job ends. It listens
-    on ``toposm``, as every running program does (the seed): a queuemaster (back) online there has the
+    on ``toposm``, as every running program does (docs/tiles.md): a queuemaster (back) online there has the
     requests that wait for one ask again at once."""
 
     def __init__(self, unit: Unit, options: Options, progress: Progress, done: asyncio.Event) -> None:

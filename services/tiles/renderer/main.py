@@ -12,10 +12,10 @@ from qbroker import Unit
 from qbroker.runner import serve
 from qbroker.settings import option
 from services.osmstore.style_layers import check_source
-from services.stack_settings import StackSettings, UserList, stack_option
+from services.toposm.settings import StackSettings, UserList, stack_option
+from services.toposm.strategy import parse_strategy
+from services.toposm.tile_store import TileStoreKind
 
-from ..strategy import parse_strategy
-from ..tile_store import TileStoreKind
 from .backends import BACKEND_NAMES
 from .process import APP, RendererProcess
 from .settings import RendererSettings, short_hostname

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from services.tiles.metrics_port import ZOOM_LABELS
+from services.toposm.metrics_port import ZOOM_LABELS
 
 NAMESPACE = "toposm_renderer"  # its metrics' prefix (toposm_renderer_build_info)
 RENDER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)

@@ -1,19 +1,19 @@
-"""A qbroker renderer on the seed's ``osm`` wire too: reachable as a program written from the seed expects.
+"""A qbroker renderer on TopOSM's ``osm`` wire too: reachable as any program of the TopOSM protocol expects.
 
-The seed: every program listens on ``toposm``; render threads listen on every level of
-``toposm.render.<host>.<pid>.<id>``; renderer -> queuemaster messages carry the renderer's *queue* as
-``reply_to``. So the process declares one exclusive, broker-named queue on ``osm`` (gone with its
-connection: the queuemaster's liveness check asks the broker about it), bound to ``toposm``, the levels
-above its threads and each thread's own name, and uses it as ``reply_to`` of everything it sends there.
+The protocol (docs/tiles.md, "The TopOSM protocol"): every program listens on ``toposm``; render threads listen on
+every level of ``toposm.render.<host>.<pid>.<id>``; renderer -> queuemaster messages carry the renderer's *queue* as
+``reply_to``. So the process declares one exclusive, broker-named queue on ``osm`` (gone with its connection: the
+queuemaster's liveness check asks the broker about it), bound to ``toposm``, the levels above its threads and each
+thread's own name, and uses it as ``reply_to`` of everything it sends there.
 
-What it takes there, as the seed defines it:
+What it takes there, as the protocol defines it:
 
-* ``queuemaster online``: register every thread on ``osm`` (a queuemaster that speaks only the seed's wire
+* ``queuemaster online``: register every thread on ``osm`` (a queuemaster that speaks only the ``osm`` wire
   hears nothing else). Our own queuemaster's announcement, which also comes over qbroker, is recognised by
   its ``app_id`` and left to the qbroker path, so a thread is not registered twice.
 * ``render`` ``{"metatile"}``: to a thread's own name, that thread; to a level, one idle thread of this
   process. The render's ``rendered`` goes back on ``osm`` (the wire the work came by). A thread that is
-  busy, or a process with none idle, takes nothing (logged): the seed has no refusal.
+  busy, or a process with none idle, takes nothing (logged): the protocol has no refusal.
 
 Anything else (and anything that is not a JSON object with a string ``command``) is logged and dropped.
 """
@@ -30,10 +30,9 @@ from aio_pika.abc import AbstractIncomingMessage
 from pydantic import ValidationError
 
 from qbroker import ConnectionLost
-
-from ..contract import ALL_PROGRAMS, QUEUEMASTER
-from ..messages import RenderCommand
-from ..seed_wire import OsmListener, seed_command
+from services.toposm.contract import ALL_PROGRAMS, QUEUEMASTER
+from services.toposm.messages import RenderCommand
+from services.toposm.seed_wire import OsmListener, seed_command
 
 log = structlog.get_logger("toposm.renderer.osm")
 
@@ -62,7 +61,7 @@ class OsmSide:
                                routing_key=QUEUEMASTER)
 
     async def unregister(self) -> None:
-        """The seed's bare ``unregister``: every thread behind our queue (on stop)."""
+        """The protocol's bare ``unregister``: every thread behind our queue (on stop)."""
         try:
             await self.send({"command": "unregister"})
         except Exception as exc:  # stopping anyway; the queuemaster finds our queue gone

@@ -28,12 +28,12 @@ from typing import Any
 import structlog
 
 from qbroker import InvalidParams, NoServer, QBrokerError, RequestContext, RequestFailed, Unit
-from services.error_messages import failed
-from services.tiles.metrics_port import service_metrics
+from services.toposm.contract import ALL_PROGRAMS, QUEUEMASTER, render_levels, render_thread
+from services.toposm.error_messages import failed
+from services.toposm.messages import RenderCommand
+from services.toposm.metrics_port import service_metrics
+from services.toposm.strategy import parse_strategy
 
-from ..contract import ALL_PROGRAMS, QUEUEMASTER, render_levels, render_thread
-from ..messages import RenderCommand
-from ..strategy import parse_strategy
 from .metrics import NAMESPACE, RendererMetrics
 from .osm_side import OsmSide
 from .settings import RendererSettings
@@ -110,7 +110,7 @@ class RendererProcess:
             self.unit.on_alert(level)(self._on_control)
         for thread in self.threads:
             self.unit.on_alert(thread.endpoint)(self._on_control)
-        # The seed's wire too: listening on toposm and every level, its own queue as reply_to (osm_side).
+        # The `osm` wire too: listening on toposm and every level, its own queue as reply_to (osm_side).
         keys = [ALL_PROGRAMS, *render_levels(settings.hostname, self.pid), *(t.endpoint for t in self.threads)]
         self.osm = OsmSide(keys, lambda: unit.bus.supervisor.user, self._render_from_osm, self._register_all_on_osm)
         unit.on_connected(self.osm.declare)
@@ -216,7 +216,7 @@ class RendererProcess:
                     "backend": self.settings.backend, "strategy": self.settings.strategy,
                     "threads": [s.describe() for s in threads]}
         if command == "shutdown":
-            # Not in the seed, and it stops real work: only an operator account may ask (user_id is
+            # Not in the TopOSM protocol, and it stops real work: only an operator account may ask (user_id is
             # validated by RabbitMQ); everyone else gets `forbidden` and the renderer keeps running.
             if ctx.user_id not in self.settings.operator_users:
                 raise failed("forbidden", "shutdown is for operator accounts")
@@ -274,7 +274,7 @@ class RendererProcess:
     async def _report_on_osm(self, thread: RenderThread, body: dict[str, Any]) -> None:
         try:
             await self.osm.send(body)
-        except Exception as exc:  # the seed's wire has no retry of its own; the queuemaster's liveness does
+        except Exception as exc:  # the `osm` wire has no retry of its own; the queuemaster's liveness does
             log.error("could not report render on osm", error=repr(exc), metatile=body["metatile"])
         async with self._idle:
             self._idle.notify_all()

@@ -28,6 +28,6 @@ class RendererSettings:
     # (None: anyone the broker lets publish there) and who may send `shutdown` (None: nobody; SIGTERM).
     queuemaster_users: frozenset[str] | None = None
     operator_users: frozenset[str] = frozenset()
-    metrics_port: int | None = None  # --metrics-port (services/tiles/metrics_port.py); None: no metrics server
+    metrics_port: int | None = None  # --metrics-port (services/toposm/metrics_port.py); None: no metrics server
     metrics_host: str = "127.0.0.1"
     tile_store: str = "png"  # png or meta (tile_store.py)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 
-from ..tile_store import open_tile_store
-from ..tilemath import parse_metatile
+from services.toposm.tile_store import open_tile_store
+from services.toposm.tilemath import parse_metatile
+
 from .backends import Backend, create_backend
 
 _backends: dict[str, Backend] = {}

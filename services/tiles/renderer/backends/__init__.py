@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ...tilemath import Metatile, Tile
+from services.toposm.tilemath import Metatile, Tile
 
 TILE_SIZE = 256
 BACKEND_NAMES = ("testpattern", "mapnik")

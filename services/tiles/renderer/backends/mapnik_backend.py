@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...tilemath import Metatile, Tile
+from services.toposm.tilemath import Metatile, Tile
+
 from . import TILE_SIZE
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"  # services/tiles/data

@@ -10,7 +10,8 @@ import io
 
 from PIL import Image, ImageDraw
 
-from ...tilemath import Metatile, Tile
+from services.toposm.tilemath import Metatile, Tile
+
 from . import TILE_SIZE
 
 # One background colour per zoom so neighbouring zooms are easy to tell apart in a viewer.

@@ -25,12 +25,12 @@ from .contract import (
 WORD = r"[^.*#]+"
 ALL, EXPIRE, QM, ROOT = (re.escape(name) for name in (ALL_PROGRAMS, EXPIRE_TOPIC, QUEUEMASTER, RENDER_ROOT))
 # The levels above the threads (toposm.render, .<host>, .<host>.<pid>) are endpoints too: a request there
-# reaches one idle thread below (the seed's hierarchy), and any of them is "a render thread".
+# reaches one idle thread below (the protocol's hierarchy, docs/tiles.md), and any of them is "a render thread".
 RENDER_LEVELS = ROOT + r"(\." + WORD + r"(\.[0-9]+)?)?"
 RENDER_ANY = ROOT + r"(\." + WORD + r"(\.[0-9]+(\.[0-9]+)?)?)?"
 # what a render process hears: toposm and every level of toposm.render.<host>.<pid>.<thread>
 RENDER_HEARS = ALL + r"(\.render(\." + WORD + r"){0,3})?"
-SERVER_NAMED = r"amq\.gen-[A-Za-z0-9_-]+"  # a queue the broker named (a client's reply queue on the seed wire)
+SERVER_NAMED = r"amq\.gen-[A-Za-z0-9_-]+"  # a queue the broker named (a client's reply queue on the `osm` wire)
 
 ROLES: dict[str, dict[str, Any]] = {
     "queuemaster": {
@@ -38,9 +38,9 @@ ROLES: dict[str, dict[str, Any]] = {
         # `render`/`ping` to render threads: the queuemaster's alone, not even an operator's (a renderer
         # checks the sender's account against TOPOSM_QUEUEMASTER_USERS too)
         "reserved_calls": [RENDER_ANY],
-        # expirations heard on one wire only are relayed to the other (services/tiles/expiry_wires.py)
+        # expirations heard on one wire only are relayed to the other (services/toposm/expiry_wires.py)
         "alert": [ALL, EXPIRE], "hear": [ALL, EXPIRE],
-        # the seed's wire: its durable queue on `osm`, and answers by queue name on the default exchange
+        # the `osm` wire: its durable queue there, and answers by queue name on the default exchange
         "resources": [re.escape(QUEUEMASTER_OSM_QUEUE)], "default_exchange": True,
         "topics": {OSM_EXCHANGE: {"write": [ALL, EXPIRE], "read": [QM, EXPIRE, ALL]}},
         "listed_in": ["TOPOSM_QUEUEMASTER_USERS"],
@@ -52,14 +52,14 @@ ROLES: dict[str, dict[str, Any]] = {
         # other renderers refuse unless it comes from the queuemaster's account (TOPOSM_QUEUEMASTER_USERS).
         "republish": [RENDER_LEVELS],
         "hear": [RENDER_HEARS],
-        # the seed's wire too: registers and reports to the queuemaster, hears the same levels, on a
+        # the `osm` wire too: registers and reports to the queuemaster, hears the same levels, on a
         # broker-named queue of its own (services/tiles/renderer/osm_side.py)
         "resources": [SERVER_NAMED],
         "topics": {OSM_EXCHANGE: {"write": [QM], "read": [RENDER_HEARS]}},
         "listed_in": ["TOPOSM_RENDERER_USERS"],
     },
-    # A person or program asking for tiles; on the seed's wire with a server-named reply queue of its own or
-    # one of the documented client prefix (services/tiles/seed_wire.py), hearing expirations there, and
+    # A person or program asking for tiles; on the `osm` wire with a server-named reply queue of its own or
+    # one of the documented client prefix (services/toposm/seed_wire.py), hearing expirations there, and
     # `toposm` on both wires, where every running program listens (toposm-render-list, toposm-replicate).
     "client": {
         "call": [QM], "hear": [ALL],

@@ -1,13 +1,13 @@
-"""The seed's literal wire (toposm-message-protocol.md): its exchange and reply queues, for every program
+"""The TopOSM wire (docs/tiles.md, "The TopOSM protocol"): its exchange and reply queues, for every program
 that speaks it (the names are the TopOSM contract's, ``contract``).
 
 All communication is on the topic exchange ``osm``; expirations go to ``expire_toposm``; every program
 listens on ``toposm`` (``AllProgramsTopic``); render threads listen on every level of
 ``toposm.render.<host>.<pid>.<id>``. Commands carry a ``reply_to`` that is a *queue* the sender consumes
-from: answers go there through the default exchange. The seed lets a program name that queue as it likes,
+from: answers go there through the default exchange. The protocol lets a program name that queue as it likes,
 so any name is answered but the bus's own queues (``ReplyQueues``), which the default exchange would reach
 by name too. A program written from the text alone is read tolerantly: fields we do not know are ignored
-(``known_params``), never a reason to refuse it (docs/tiles.md, "The seed's literal wire").
+(``known_params``), never a reason to refuse it (docs/tiles.md, "The TopOSM wire").
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ TOPOSM_NAMESPACE = ALL_PROGRAMS + "."  # the queuemaster's osm queue, render thr
 
 
 class ReplyQueues:
-    """Which ``reply_to`` an answer on the seed's wire may go to: any queue the requester could have declared
+    """Which ``reply_to`` an answer on the ``osm`` wire may go to: any queue the requester could have declared
     itself (``myprogram``, a broker-named ``amq.gen-...``, ``toposm.reply.<word>``), never the bus's own:
     qbroker's request, reply and alert queues (``rpc_*``, ``reply_*``, ``alert_*``), its dead-letter queues
     (``dead``, ``dead.kept``) and everything in its ``qbroker.`` namespace (retry queues, schedules), with the
@@ -67,7 +67,7 @@ class ReplyQueues:
 
 def known_params(model: type[BaseModel], params: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The fields of ``params`` that ``model`` knows (validated by it as usual), and the names of the rest,
-    which the seed's wire ignores: ``{"command": ..., <parameters>}`` leaves a program free to send more."""
+    which the ``osm`` wire ignores: ``{"command": ..., <parameters>}`` leaves a program free to send more."""
     known = model.model_fields.keys()
     return {k: v for k, v in params.items() if k in known}, [k for k in params if k not in known]
 
@@ -82,7 +82,7 @@ OSM = topic_exchange(OSM_EXCHANGE, costs={
 
 async def declare_osm_exchange(connection: AbstractConnection) -> tuple[AbstractChannel, AbstractExchange]:
     """A channel and the ``osm`` topic exchange: found (or declared where the account may) as ``OSM`` says,
-    or used as it is when a seed program declared it otherwise (each difference logged with its cost).
+    or used as it is when another program declared it otherwise (each difference logged with its cost).
     Missing on a bus whose accounts may not declare it: TopologyMissing, naming it and ``qbroker provision``."""
     await ensure_shared(cast(Connection, connection), [OSM], log)
     channel = await connection.channel()
@@ -90,7 +90,7 @@ async def declare_osm_exchange(connection: AbstractConnection) -> tuple[Abstract
 
 
 def seed_command(body: bytes) -> dict[str, Any] | None:
-    """A seed command (a JSON object with a string ``command``), or None for anything else."""
+    """A TopOSM command (a JSON object with a string ``command``), or None for anything else."""
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -99,7 +99,7 @@ def seed_command(body: bytes) -> dict[str, Any] | None:
 
 
 class OsmListener:
-    """A program's own queue on ``osm``, as a program written from the seed has one: broker-named and
+    """A program's own queue on ``osm``, as any program of the TopOSM protocol has one: broker-named and
     exclusive (gone with the connection, which is how the queuemaster tells a render thread died), bound to
     ``keys`` (``toposm`` for every program). ``unit.on_connected(listener.declare)``; every message is acked
     after ``handle``, whatever it does (a failure is logged: one bad message must not stop the consumer).
@@ -132,15 +132,15 @@ class OsmListener:
             await message.ack()
 
 
-# The label a command heard on `toposm` is counted under: the seed's own, else "other" (labels stay bounded).
+# The label a command heard on `toposm` is counted under: the protocol's own, else "other" (labels stay bounded).
 OTHER_COMMAND = "other"
 
 
 class AllProgramsTopic:
-    """Listen on ``toposm``, where the seed says every running program listens, on both wires: qbroker's
-    ``alert`` exchange and a queue of the unit's own on ``osm``. Each seed command heard there (a JSON object
+    """Listen on ``toposm``, where the protocol says every running program listens, on both wires: qbroker's
+    ``alert`` exchange and a queue of the unit's own on ``osm``. Each command heard there (a JSON object
     with a string ``command``) is logged and counted (``heard``, by command: ``queuemaster online``, the one
-    the seed defines there, or ``other``; with a ``registry`` also as ``toposm_program_commands``) and handed
+    the protocol defines there, or ``other``; with a ``registry`` also as ``toposm_program_commands``) and handed
     to ``on_command``; anything else is counted as ``other`` and dropped, never an error. Built before
     ``unit.start()``."""
 

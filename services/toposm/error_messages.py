@@ -1,5 +1,5 @@
-"""One message per error id, for every service: the seed (qbroker-amqp-structure.rst) says a given
-(status, id, part) always carries the exact same message. What is particular to the request (a tile, a
+"""One message per error id, for every service: the protocol says a given (status, id, part) always carries
+the exact same message (docs/wire-format.md, "Error element"). What is particular to the request (a tile, a
 metatile, a job id, a count, a reason) goes in the error element's ``detail``, never in ``message``.
 
 qbroker's own error classes keep their message fixed by themselves (``summary``); these are the ids the

@@ -7,11 +7,12 @@ with its own default where it needs one (``qbroker.settings`` reads flags, envir
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic_settings import SettingsConfigDict
 
 from qbroker.settings import ProgramSettings, UserList, option, shared
+from services.toposm.tile_store import TileStoreKind
 
 __all__ = ["StackOptions", "StackSettings", "UserList", "check_zooms", "stack_option"]
 
@@ -29,9 +30,7 @@ class StackOptions(StackSettings):
 
     tile_root: Path = option(Path("tiles"), "tile store root (<root>/z/x/y.png, or mod_tile's .meta files)",
                              metavar="DIR")
-    # services.tiles.tile_store's TileStoreKind: services.tiles imports this module, so the kinds are written here too
-    # (an import back would be a cycle); tests/cli/test_program_settings.py checks they agree.
-    tile_store: Literal["png", "meta"] = option(
+    tile_store: TileStoreKind = option(
         "png", "png: <root>/z/x/y.png; meta: mod_tile's .meta files, <root>/z/h4/h3/h2/h1/h0.meta (the "
         "queuemaster, the renderers and toposm-web must agree)")
     min_zoom: int = option(0, "lowest zoom", metavar="Z", ge=0, le=30)

@@ -1,6 +1,6 @@
 """The TopOSM services' ``--metrics-port`` (the library's qbroker.metrics_port, docs/metrics.md).
 
-What the services add to it: their error ids as labels of their own (services/error_messages.py), render
+What the services add to it: their error ids as labels of their own (services/toposm/error_messages.py), render
 threads' and jobs' names labelled without their process id or job id (``contract.metric_label``), the
 distribution they are installed from, and the zoom labels their own metrics use.
 """
@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from qbroker.metrics import UnitMetrics
 from qbroker.metrics_port import MetricsServer
-from services.error_messages import MESSAGES
-from services.tiles.contract import metric_label
+from services.toposm.contract import metric_label
+from services.toposm.error_messages import MESSAGES
 
 # The distribution the services are installed from (their build info's version): the library's today.
 DISTRIBUTION = "qbroker"

@@ -4,7 +4,7 @@ The queuemaster, the renderers, the Spark bridge, toposm-web and the benchmarks 
 of spelling them. A leaf: nothing here imports anything of the project (or anything but the standard library),
 so any of them can use it without pulling in another's code.
 
-- **Names** (the seed's toposm-message-protocol.md): the ``osm`` topic exchange, where every program listens
+- **Names** (docs/tiles.md, "The TopOSM protocol"): the ``osm`` topic exchange, where every program listens
   on ``toposm`` and expirations go to ``expire_toposm``; the queuemaster, ``toposm.queuemaster`` (its qbroker
   endpoint, its routing key on ``osm`` and its app id there are the same name); render threads below
   ``toposm.render.<host>.<pid>.<thread>``. qbroker's ``alert`` exchange carries ``expire_toposm`` too. The
@@ -30,10 +30,10 @@ QUEUEMASTER = "toposm.queuemaster"
 RENDER_ROOT = "toposm.render"
 # The queuemaster's durable queue on ``osm`` (bound to its name, expirations and ``toposm``).
 QUEUEMASTER_OSM_QUEUE = QUEUEMASTER + ".osm"
-# A seed client's own reply queue name, if it wants one rather than a broker-named ``amq.gen-...`` queue
+# A client's own reply queue name on ``osm``, if it wants one rather than a broker-named ``amq.gen-...`` queue
 # (any other name it declared is answered too, but this one is in the TopOSM namespace and the roles allow it).
 CLIENT_REPLY_PREFIX = "toposm.reply."
-# The one command the seed defines on ``toposm`` (every program listens there): the queuemaster (back) online.
+# The one command the protocol defines on ``toposm`` (every program listens there): the queuemaster (back) online.
 QUEUEMASTER_ONLINE = "queuemaster online"
 
 SPARK_BRIDGE = "spark.bridge"  # the bridge's app name

@@ -1,10 +1,10 @@
-"""Expirations on both wires: qbroker's ``alert`` exchange and the seed's ``osm``, once per wire, no echoes.
+"""Expirations on both wires: qbroker's ``alert`` exchange and TopOSM's ``osm``, once per wire, no echoes.
 
 * A producer of ours (the Spark bridge, ``toposm-replicate --postgis`` alone, the queuemaster's ``expire``
   command) publishes each expiry list once on each wire (``publish_expiry``; ``ExpirationBatcher`` cuts long
   lists to the size caps), with one message id carrying ``BOTH_WIRES_PREFIX`` on both; a producer that listens
   too (the queuemaster) takes neither copy back (``TwinFilter.mine``).
-* A producer that speaks one wire only (a seed program on ``osm``, ``qbroker alert expire_toposm``) leaves
+* A producer that speaks one wire only (a program on ``osm`` alone, ``qbroker alert expire_toposm``) leaves
   the other wire to the queuemaster's relay: a list heard without the prefix is published once on the
   other wire, marked, with the id ``BOTH_WIRES_PREFIX + expiry_key``. A marked list is never relayed, so
   nothing goes back and forth.
@@ -36,7 +36,7 @@ Wire = Literal["alert", "osm"]
 
 def expiry_key(message_id: str | None, text: str) -> str:
     """What names one expiry list on either wire: its message id without the mark, else its text's hash
-    (a seed program need not set a message id)."""
+    (the TopOSM protocol asks for no message id)."""
     if message_id:
         return message_id.removeprefix(BOTH_WIRES_PREFIX)
     return "sha1-" + hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()
@@ -150,7 +150,7 @@ async def publish_expiry(unit: Unit, osm: OsmPublisher, text: str, key: str | No
     that also listens passes the ``key`` it told its ``TwinFilter.mine`` first)."""
     message_id = BOTH_WIRES_PREFIX + (key or new_expiry_key())
     # Both at once: each waits for its broker confirm, and one after the other the two round trips added
-    # up (issue 22: a diff's publishing at K=200, two lists, 9-10 -> 7-8 ms). Either failing fails the call
+    # up (docs/performance.md, "Index boxes on a 64 m grid, and the two wires at once"). Either failing fails the call
     # as before; the list may then be out on the other wire (a tile expired again is only rendered again).
     await asyncio.gather(unit.alert(EXPIRE_TOPIC, text, content_type="text/plain", message_id=message_id),
                          osm.publish(EXPIRE_TOPIC, text.encode("utf-8"), message_id=message_id))

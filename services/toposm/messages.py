@@ -1,4 +1,4 @@
-"""Pydantic models of the TopOSM messages at the wire boundary (the seed's ``{"command": ...}`` shapes).
+"""Pydantic models of the TopOSM messages at the wire boundary (the protocol's ``{"command": ...}`` shapes).
 
 Requests are validated here before they reach the queuemaster; field validators turn malformed tile,
 metatile and strategy strings into validation errors, which qbroker answers as ``fail``. Unknown fields are
@@ -64,7 +64,7 @@ class RenderedRequest(Message):
     pid: int | None = None
     threadid: int | None = None
     # The reporting thread is idle now and takes its next metatile in the answer (`render`), if the queue
-    # has one for its strategy: one round trip per metatile instead of two (our extension of the seed).
+    # has one for its strategy: one round trip per metatile instead of two (our extension of the protocol).
     next: bool = False
 
     @field_validator("metatile")

@@ -1,1 +1,0 @@
-"""Services built on qbroker: TopOSM tiles and the Spark bridge."""
