@@ -89,7 +89,7 @@ def test_broker_down(script: str, tmp_path: Path) -> None:
         assert proc.returncode == ExitCode.ERROR and "no such file" in line, proc.stderr
         return
     assert proc.returncode == ExitCode.UNREACHABLE, proc.stderr
-    assert "127.0.0.1" in line and "guest:guest" not in line, line
+    assert "connection refused" in line and "127.0.0.1" in line and "guest:guest" not in line, line
 
 
 @pytest.mark.parametrize("script", _scripts())
@@ -101,7 +101,7 @@ def test_wrong_password(script: str, tmp_path: Path, amqp_url: str) -> None:
         assert proc.returncode == ExitCode.ERROR and "no such file" in line, proc.stderr
         return
     assert proc.returncode == ExitCode.UNREACHABLE, proc.stderr
-    assert urlsplit(amqp_url).hostname in line, line
+    assert "authentication refused" in line and urlsplit(amqp_url).hostname in line, line
 
 
 @pytest.mark.parametrize("script", _scripts())
