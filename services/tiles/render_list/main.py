@@ -46,7 +46,7 @@ class RenderListSettings(StackSettings):
 
     bbox: str = option(help="the area, in degrees (WGS84 lon/lat)", metavar="W,S,E,N")
     zooms: str = option(help="zoom levels, e.g. 10-16 (or one: 14)", metavar="ZMIN-ZMAX")
-    missing_only: bool = option(False, "render only metatiles never rendered before (default: every metatile "
+    missing_only: bool = option(False, "render only metatiles never rendered before (off: every metatile "
                                 "of the area)")
     priority: Literal["bulk", "background"] = option("bulk", "bulk: below everything else; background: like "
                                                      "expired tiles")
