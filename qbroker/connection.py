@@ -177,7 +177,8 @@ class ConnectionSupervisor:
     async def start(self) -> None:
         """Connect now (trying each URL once); raise BrokerUnavailable if none answers."""
         # Each URL once, no retry: a refused login or vhost does not fix itself, and a caller that wants to
-        # wait for a broker that is starting retries start() (the error says which case it is).
+        # wait for a broker that is starting retries start() (the error says which case it is). Quiet: the error
+        # raised names every URL's reason; a warning for each would say it twice.
         refusals: list[BrokerUnavailable] = []
         connection = await self._connect_any(refusals)
         if connection is None:
@@ -186,7 +187,8 @@ class ConnectionSupervisor:
         self._task = asyncio.create_task(self._supervise(), name="qbroker-connection")
 
     async def _connect_any(self, refusals: list[BrokerUnavailable] | None = None) -> Connection | None:
-        """A connection to the first URL that answers, or None; why each failed is added to ``refusals``."""
+        """A connection to the first URL that answers, or None; why each failed is added to ``refusals`` (then
+        logged at debug level only: the caller reports them)."""
         for _ in range(len(self._urls)):
             url = self._urls[self.url_index]
             try:
@@ -199,7 +201,8 @@ class ConnectionSupervisor:
                     refusals.append(refused)
                 # A refused login or vhost is an error, not a passing state; a reconnect still retries it, as
                 # RabbitMQ refuses a vhost while it restarts and a rotated password file is read at each connect.
-                log = self._log.warning if refused.retryable else self._log.error
+                log = self._log.debug if refusals is not None else \
+                    self._log.warning if refused.retryable else self._log.error
                 log("broker unreachable", url=redact_url(url), cause=refused.id, error=refused.message)
                 # Move the failing broker to the back of the line (RQ's SERVER_FULL rule).
                 self.url_index = (self.url_index + 1) % len(self._urls)

@@ -10,10 +10,8 @@ seconds) or updates them where they change. The names and labels: docs/metrics.m
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -30,19 +28,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("qbroker.metrics")
 REFRESH = 1.0  # seconds between copies of a program's state into its gauges
-
-
-def add_metrics_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus metrics on this port (0: any free port); default: no metrics server")
-    p.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics server")
-
-
-def check_metrics_options(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    if a.metrics_port is not None and not 0 <= a.metrics_port <= 65535:
-        p.error("--metrics-port must be 0..65535")
-    if a.metrics_port is not None and importlib.util.find_spec("prometheus_client") is None:
-        p.error("--metrics-port needs prometheus-client: pip install 'qbroker-amqp[metrics]'")
 
 
 def _library_metrics(registry: CollectorRegistry) -> UnitMetrics:

@@ -17,12 +17,13 @@ from typing import Any, Protocol, TypeVar
 
 from qbroker.config import Config
 from qbroker.errors import BrokerUnavailable, QBrokerError
+from qbroker.exit_codes import ExitCode
 from qbroker.log import bind_process, configure_logging, exit_fatal
+from qbroker.settings import ProgramSettings, drop_repeated_connect_errors
 from qbroker.unit import Unit
 
 T = TypeVar("T")
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-EXIT_BROKER_UNAVAILABLE = 3  # as `qbroker`'s exit codes (docs/cli.md)
 
 
 class Service(Protocol):
@@ -113,8 +114,14 @@ async def serve_async(unit: Unit, service: Service, *, stop: asyncio.Event | Non
 
 
 def serve(app: str, make_service: Callable[[Unit], Service], *, config: Config | None = None,
-          drain_timeout: float | None = None) -> None:
-    """The whole life of a service process; returns after a graceful stop, exits 1 when killed."""
+          drain_timeout: float | None = None, settings: ProgramSettings | None = None) -> None:
+    """The whole life of a service process; returns after a graceful stop. ``settings``: the program's
+    (qbroker.settings), for its logging, broker and drain timeout. Exits with the codes of every console
+    script (qbroker.exit_codes): 3 and one line when no broker lets it in, 1 when killed by a second signal."""
+    if settings is not None:
+        settings.configure_logging()
+        config = config if config is not None else settings.unit_config()
+        drain_timeout = drain_timeout if drain_timeout is not None else settings.drain_timeout
 
     def build() -> tuple[Unit, Service]:
         unit = Unit(app, config=config)
@@ -129,7 +136,8 @@ def serve_unit(unit: Unit, service: Service, *, drain_timeout: float | None = No
 
 
 def _serve_process(app: str, build: Callable[[], tuple[Unit, Service]], drain_timeout: float | None) -> None:
-    configure_logging()
+    configure_logging()  # nothing more when the program's settings configured it already
+    drop_repeated_connect_errors()
 
     async def main() -> bool:
         unit, service = build()
@@ -138,9 +146,9 @@ def _serve_process(app: str, build: Callable[[], tuple[Unit, Service]], drain_ti
 
     try:
         graceful = run(main())
-    except BrokerUnavailable as exc:  # one line saying why (refused login, vhost, DNS, TLS, ...)
-        exit_fatal(f"{app}: {exc.message}", EXIT_BROKER_UNAVAILABLE, error=type(exc).__name__)
+    except BrokerUnavailable as exc:  # one line saying why (refused login, vhost, DNS, TLS, ...), exit 3
+        exit_fatal(f"{app}: {exc.message}", int(ExitCode.UNREACHABLE), error=type(exc).__name__)
     except QBrokerError as exc:
-        exit_fatal(f"{app}: {exc}", error=type(exc).__name__)
+        exit_fatal(f"{app}: {exc}", int(ExitCode.ERROR), error=type(exc).__name__)
     if not graceful:
-        raise SystemExit(1)
+        raise SystemExit(int(ExitCode.ERROR))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from qbroker.cli.exit_codes import ExitCode
 from qbroker.cli.output import print_json_line, print_result
 from qbroker.cli.session import GlobalOptions, run_with_unit
 
@@ -93,7 +94,7 @@ def show(ctx: typer.Context, which: Annotated[str, typer.Argument(help="Message 
         found, missing = _pick(kept, [which])
         if missing:
             sys.stderr.write(f"qbroker: no kept dead message {which}\n")
-            return 2
+            return int(ExitCode.FAIL)
         print_result(found[0].describe())
         return 0
 

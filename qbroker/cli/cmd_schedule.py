@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from qbroker.cli.exit_codes import UsageProblem
+from qbroker.cli.exit_codes import ExitCode, UsageProblem
 from qbroker.cli.output import print_result, printable
 from qbroker.cli.session import GlobalOptions, run_with_unit, usage_guard
 from qbroker.cli.values import build_body
@@ -98,7 +98,7 @@ def list_(
             return 0
         if active is None:
             sys.stderr.write("no active scheduler answered: start one with 'qbroker schedule serve'\n")
-            return 3
+            return int(ExitCode.UNREACHABLE)
         if not schedules:
             sys.stdout.write("no schedules\n")
         for s in schedules:

@@ -11,15 +11,16 @@ names it with ``--hear``; what is heard there is logged and counted, never answe
 
 from __future__ import annotations
 
-import argparse
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from qbroker.config import Config
+from pydantic import field_validator
+
 from qbroker.context import RequestContext
-from qbroker.metrics_port import MetricsServer, add_metrics_options, check_metrics_options
+from qbroker.metrics_port import MetricsServer
 from qbroker.runner import serve
+from qbroker.settings import ProgramSettings, option
 from qbroker.unit import Unit
 
 APP = "qbroker.dead_letter"
@@ -63,37 +64,36 @@ class DeadLetterProcess:
             self.unit.log.info("alerts heard", counts=dict(self.heard))
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+class DeadLetterSettings(ProgramSettings):
+    prog = "qbroker-dead-letter"
+    description = __doc__.split("\n\n")[0]
+
+    hear: list[str] = option([], "also listen to alerts named NAME (a topic pattern; repeatable), where a "
+                             "deployment's running programs all listen, e.g. TopOSM's `toposm`: logged and counted, "
+                             "never answered", metavar="NAME", repeat=True)
+
+    @field_validator("hear")
+    @classmethod
+    def _alert_names(cls, names: list[str]) -> list[str]:
+        if any(not name or len(name) > 255 for name in names):
+            raise ValueError("--hear takes an alert name of 1 to 255 characters")
+        return names
+
+
+def parse_args(argv: list[str] | None = None) -> DeadLetterSettings:
     """The command line, read before anything touches the broker (``--help`` and mistakes end here)."""
-    p = argparse.ArgumentParser(
-        prog="qbroker-dead-letter", description=__doc__.split("\n\n")[0],
-        epilog="The broker and exchanges come from the environment: QBROKER_URL, QBROKER_EXCHANGE_PREFIX, "
-        "QBROKER_USERNAME, QBROKER_PASSWORD_FILE (see qbroker.config).")
-    p.add_argument("--drain-timeout", type=float, default=None, metavar="SECONDS",
-                   help="on SIGTERM, seconds to finish the dead letters in hand (default QBROKER_DRAIN_TIMEOUT, "
-                   "else 10)")
-    p.add_argument("--hear", action="append", default=[], metavar="NAME",
-                   help="also listen to alerts named NAME (a topic pattern; repeatable), where a deployment's "
-                   "running programs all listen, e.g. TopOSM's `toposm`: logged and counted, never answered")
-    add_metrics_options(p)
-    args = p.parse_args(argv)
-    check_metrics_options(p, args)
-    if args.drain_timeout is not None and args.drain_timeout < 0:
-        p.error("--drain-timeout must not be negative")
-    if any(not name or len(name) > 255 for name in args.hear):
-        p.error("--hear takes an alert name of 1 to 255 characters")
-    return args
+    return DeadLetterSettings.parse(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+    settings = parse_args(argv)
 
     def make_service(unit: Unit) -> DeadLetterProcess:
-        metrics = MetricsServer(NAMESPACE, args.metrics_port, args.metrics_host) if args.metrics_port is not None \
-            else None
-        return DeadLetterProcess(unit, args.hear, metrics)
+        metrics = MetricsServer(NAMESPACE, settings.metrics_port, settings.metrics_host) \
+            if settings.metrics_port is not None else None
+        return DeadLetterProcess(unit, settings.hear, metrics)
 
-    serve(APP, make_service, config=Config(dead_letters=True), drain_timeout=args.drain_timeout)
+    serve(APP, make_service, config=settings.unit_config(dead_letters=True), settings=settings)
 
 
 if __name__ == "__main__":

@@ -6,16 +6,18 @@ from typing import Annotated, Any
 
 import typer
 
-from qbroker.cli.exit_codes import UsageProblem
+from qbroker.cli.exit_codes import ExitCode, UsageProblem
 from qbroker.cli.main import QBrokerApp
 from qbroker.cli.options import (
     AlertExchangeOption,
+    AppOption,
     DeadExchangeOption,
     ExchangePrefixOption,
     ReplyExchangeOption,
     RpcExchangeOption,
     UrlOption,
     VerboseOption,
+    VersionOption,
     make_global_options,
 )
 from qbroker.cli.output import say
@@ -37,7 +39,7 @@ EXAMPLES = """
 Columns: time, kind, name, from app/uuid (-> caller for replies), correlation id, status, size,
 latency (replies, since the request was seen).
 
-Exit codes: 0 done, 3 no broker, 64 usage.
+Exit codes (every console script's, docs/cli.md): 0 done, 3 no broker, 64 usage.
 """
 
 app = QBrokerApp(
@@ -56,7 +58,7 @@ def snoop(
     ] = [],  # noqa: B006
     apps: Annotated[
         list[str],
-        typer.Option("--app", "-a", help="Only messages from/to apps matching this glob (repeatable)."),
+        typer.Option("--from-app", "-a", help="Only messages from/to apps matching this glob (repeatable)."),
     ] = [],  # noqa: B006
     uuids: Annotated[
         list[str], typer.Option("--uuid", "-u", help="Only messages from/to units with this uuid prefix.")
@@ -115,10 +117,9 @@ def snoop(
     reply_exchange: ReplyExchangeOption = None,
     alert_exchange: AlertExchangeOption = None,
     dead_exchange: DeadExchangeOption = None,
-    app_name: Annotated[
-        str | None, typer.Option("--app-name", help="App name of the debugger's unit.")
-    ] = None,
+    app_name: AppOption = None,
     verbose: VerboseOption = False,
+    version: VersionOption = False,
 ) -> None:
     """Watch a QBroker bus: alerts, requests, replies (paired, with latency) and dead messages."""
     from qbroker.cli.snoop.filters import EventFilter
@@ -150,7 +151,7 @@ def snoop(
 
 def _usage(message: str) -> None:
     say(f"qbroker-debug: usage: {message}", style="bold red")
-    raise typer.Exit(64)
+    raise typer.Exit(int(ExitCode.USAGE))
 
 
 def _run(options: GlobalOptions, settings: Any, verbose: bool) -> int:
@@ -166,7 +167,7 @@ def _run(options: GlobalOptions, settings: Any, verbose: bool) -> int:
     try:
         return run(run_debugger(unit, config, settings))
     except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
-        return 130
+        return int(ExitCode.INTERRUPTED)
     except Exception as exc:
         if verbose:
             traceback.print_exc(file=sys.stderr)

@@ -1,22 +1,10 @@
-"""Exit codes of ``qbroker`` and the mapping from core exceptions to them.
-
-0 ok (also ok with a warning), 1 error, 2 fail, 3 timeout or no broker reachable,
-64 usage problem (bad option or argument; EX_USAGE from sysexits.h, so that a typo is never mistaken
-for a remote ``fail``), 130 interrupted by Ctrl-C.
-"""
+"""Mapping the core's exceptions to the exit codes of every console script (qbroker.exit_codes)."""
 
 from __future__ import annotations
 
-from enum import IntEnum
+from qbroker.exit_codes import ExitCode
 
-
-class ExitCode(IntEnum):
-    OK = 0
-    ERROR = 1
-    FAIL = 2
-    UNREACHABLE = 3
-    USAGE = 64
-    INTERRUPTED = 130
+__all__ = ["ExitCode", "UsageProblem", "exit_code_for", "is_unreachable"]
 
 
 class UsageProblem(Exception):

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from qbroker.cli.options import (
     AlertExchangeOption,
+    AppOption,
     DeadExchangeOption,
     ExchangePrefixOption,
     ReplyExchangeOption,
     RpcExchangeOption,
     UrlOption,
     VerboseOption,
+    VersionOption,
     make_global_options,
 )
 
@@ -82,7 +84,8 @@ EXAMPLES = """
 
   qbroker serve greeter:Greeter --app tutorial.greeter
 
-Exit codes: 0 ok (or warn), 1 error, 2 fail, 3 timeout or no broker, 64 usage.
+Exit codes (every console script's, docs/cli.md): 0 ok (or warn), 1 error, 2 fail, 3 timeout or no broker,
+64 usage, 130 interrupted.
 
 Environment: QBROKER_URL, QBROKER_EXCHANGE_PREFIX, QBROKER_{RPC,REPLY,ALERT,DEAD}_EXCHANGE,
 QBROKER_APP, QBROKER_CALL_TIMEOUT.
@@ -109,11 +112,9 @@ def global_options(
     reply_exchange: ReplyExchangeOption = None,
     alert_exchange: AlertExchangeOption = None,
     dead_exchange: DeadExchangeOption = None,
-    app_name: Annotated[
-        str | None,
-        typer.Option("--app", help="App name of the CLI's unit (default qbroker.cli) [env: QBROKER_APP]"),
-    ] = None,
+    app_name: AppOption = None,
     verbose: VerboseOption = False,
+    version: VersionOption = False,
 ) -> None:
     """Global options go before the command: qbroker --url amqp://host/ call NAME ..."""
     ctx.obj = make_global_options(

@@ -12,7 +12,6 @@ place at the end, so a corrupt or non-OSM input leaves nothing half-built behind
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -26,6 +25,11 @@ from typing import Any
 import numpy as np
 import osmium
 import pyarrow.compute as pc
+from pydantic import model_validator
+
+from qbroker.exit_codes import ExitCode
+from qbroker.settings import option
+from services.toposm.settings import StackSettings, stack_option
 
 from . import render_db
 from .bulk_sqlite import analyze, bulk_load_settings, insert_columns
@@ -206,18 +210,30 @@ def import_extract(extract: Path, store: Path, *, replace: bool = False,
         raise
 
 
+class ImportSettings(StackSettings):
+    prog = "toposm-import"
+    description = __doc__.split("\n\n")[0]
+
+    extract: Path = option(help="an OpenStreetMap extract (.osm.pbf, .osm, .osm.bz2)", positional=True,
+                           metavar="EXTRACT")
+    store: Path | None = stack_option("store", help="directory of the embedded stores (render.sqlite, geometry/)")
+    postgis: str | None = stack_option("postgis", help="import with osm2pgsql into this PostGIS database instead "
+                                       "of --store")
+    replace: bool = option(False, "rebuild --store if it already exists")
+    flat_nodes: Path | None = stack_option("flat_nodes", help="with --postgis: keep node locations in this "
+                                           "osm2pgsql flat-nodes file (countries, planet)")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> ImportSettings:
+        if (self.store is None) == (self.postgis is None):
+            raise ValueError("one of --store DIR and --postgis DSN is needed")
+        if self.flat_nodes is not None and not self.postgis:
+            raise ValueError("--flat-nodes goes with --postgis")
+        return self
+
+
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="toposm-import", description=__doc__.split("\n\n")[0])
-    p.add_argument("extract", type=Path, help="an OpenStreetMap extract (.osm.pbf, .osm, .osm.bz2)")
-    target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--store", type=Path, help="directory of the embedded stores (render.sqlite, geometry/)")
-    target.add_argument("--postgis", metavar="DSN", help="import with osm2pgsql into this PostGIS database instead")
-    p.add_argument("--replace", action="store_true", help="rebuild --store if it already exists")
-    p.add_argument("--flat-nodes", type=Path, metavar="FILE",
-                   help="with --postgis: keep node locations in this osm2pgsql flat-nodes file (countries, planet)")
-    a = p.parse_args(argv)
-    if a.flat_nodes is not None and not a.postgis:
-        p.error("--flat-nodes goes with --postgis")
+    a = ImportSettings.parse(argv)
     try:
         if a.postgis:
             from .postgis import import_postgis
@@ -228,11 +244,12 @@ def main(argv: list[str] | None = None) -> None:
             where = connection_params(a.postgis).get("dbname", "the database")  # not the DSN: it may hold a password
             print(f"imported {a.extract} into PostGIS database {where}", file=sys.stderr)
             return
+        assert a.store is not None  # one target (ImportSettings)
         with ImportProgress(enabled=sys.stderr.isatty()) as progress:
             info = import_extract(a.extract, a.store, replace=a.replace, progress=progress)
     except ImportFailed as exc:
         print(f"toposm-import: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise SystemExit(int(ExitCode.ERROR)) from None
     counts = info["counts"]
     rate = sum(counts.values()) / max(info["seconds"], 1e-6)
     print(f"imported {a.extract} into {a.store}: {counts['nodes']} nodes, {counts['ways']} ways, "

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
+from typing import Annotated
 
 import structlog
+from pydantic import BeforeValidator, model_validator
+from pydantic_settings import NoDecode
 from pyspark.sql import SparkSession
 
 from qbroker import Unit, serve
-from qbroker.metrics_port import add_metrics_options, check_metrics_options
+from qbroker.settings import option
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.metrics import NAMESPACE
 from services.spark_bridge.service import SparkBridge
@@ -19,100 +21,86 @@ from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 from services.spark_bridge.stores import Stores
 from services.toposm.contract import SPARK_BRIDGE
 from services.toposm.metrics_port import service_metrics
+from services.toposm.settings import StackSettings, UserList, stack_option
 
 log = structlog.get_logger("spark_bridge")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="qbroker-spark-bridge", description=__doc__)
-    p.add_argument(
-        "--master",
-        default=os.environ.get("SPARK_MASTER", DEFAULT_MASTER),
-        help="local[*] (default), spark://host:7077 (standalone) or sc://host:15002 (Spark Connect)",
-    )
-    p.add_argument("--max-jobs", type=int, default=2, help="jobs running at once; more wait queued")
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        default=Path("spark-bridge-state"),
-        help="job records, logs and stats outputs (survive restarts)",
-    )
-    p.add_argument(
-        "--input-root",
-        action="append",
-        type=Path,
-        default=[Path(r) for r in os.environ.get("SPARK_BRIDGE_INPUT_ROOTS", "").split(os.pathsep) if r],
-        metavar="DIR",
-        help="directory requests may read inputs from (repeatable; env SPARK_BRIDGE_INPUT_ROOTS, "
-        "os.pathsep-separated); default <state-dir>/inputs. Nothing outside these is ever read.",
-    )
-    limits = BridgeLimits()
-    p.add_argument("--max-pending", type=int, default=limits.max_pending_jobs,
-                   help="jobs queued or running at once; past it requests are answered `busy`")
-    p.add_argument("--max-tiles-ceiling", type=int, default=limits.max_tiles,
-                   help="no expire job may expire more tiles than this, whatever it asks")
-    p.add_argument("--max-tiles-per-geometry-ceiling", type=int, default=limits.max_tiles_per_geometry)
-    p.add_argument("--max-input-bytes", type=int, default=limits.max_input_bytes,
-                   help="osmChange bytes (decompressed) one job may read; more fails the job naming the limit")
-    p.add_argument("--max-input-objects", type=int, default=limits.max_input_objects,
-                   help="osmChange objects (and expire-list lines) one job may read")
-    p.add_argument("--keep-jobs", type=int, default=limits.keep_jobs, help="finished job records kept")
-    p.add_argument("--keep-days", type=float, default=limits.keep_seconds / 86_400,
-                   help="finished job records older than this are deleted")
-    p.add_argument("--spark-ui", action="store_true",
-                   help="serve the Spark web UI (off by default: it shows job details to anyone who can connect)")
-    p.add_argument("--store", action="append", type=Path, default=[], metavar="DIR",
-                   help="an OSM store (toposm-import) that expire requests may name to resolve and apply "
-                   "diffs against (repeatable); requests name it by its directory name")
-    p.add_argument("--driver-lookup-mib", type=float, default=DRIVER_LOOKUP_BYTES / (1 << 20), metavar="MIB",
-                   help="rows a diff's store lookups may fetch on the bridge itself (estimated MiB per "
-                   "lookup step, default %(default)g); bigger lookups run in Spark tasks; 0: always in Spark")
-    p.add_argument("--operator-users", default=os.environ.get("TOPOSM_OPERATOR_USERS", ""),
-                   help="broker accounts that see and cancel every job (comma-separated; env TOPOSM_OPERATOR_USERS); "
-                   "every other account sees and cancels only the jobs it submitted")
-    p.add_argument("--app", default=SPARK_BRIDGE, help="qbroker app name of this unit")
-    p.add_argument("--progress-interval", type=float, default=1.0, help="seconds between progress alerts")
-    p.add_argument(
-        "--conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra Spark configuration (repeatable), e.g. spark.driver.memory=2g",
-    )
-    add_metrics_options(p)
-    args = p.parse_args(argv)
-    check_metrics_options(p, args)
-    if args.max_jobs < 1:
-        p.error("--max-jobs must be at least 1")
-    if args.progress_interval <= 0:
-        p.error("--progress-interval must be positive")
-    for item in args.conf:
-        if "=" not in item:
-            p.error(f"--conf {item!r}: expected KEY=VALUE")
-    try:
-        args.limits = BridgeLimits(
-            max_tiles=args.max_tiles_ceiling,
-            max_tiles_per_geometry=args.max_tiles_per_geometry_ceiling,
-            max_pending_jobs=args.max_pending,
-            keep_jobs=args.keep_jobs,
-            keep_seconds=args.keep_days * 86_400,
-            max_input_bytes=args.max_input_bytes,
-            max_input_objects=args.max_input_objects,
-        )
-    except ValueError as exc:
-        p.error(str(exc))
-    for root in args.input_root:
-        if not root.is_dir():
-            p.error(f"--input-root {root}: not a directory")
-    if args.driver_lookup_mib < 0:
-        p.error("--driver-lookup-mib must not be negative")
-    args.driver_lookup_bytes = int(args.driver_lookup_mib * (1 << 20))
-    args.operator_users = frozenset(u.strip() for u in args.operator_users.split(",") if u.strip())
-    try:
-        Stores.of(args.store)  # checked here too so a bad --store is a usage error, not a traceback
-    except ValueError as exc:
-        p.error(str(exc))
-    return args
+def _path_list(value: object) -> object:
+    return [Path(r) for r in value.split(os.pathsep) if r] if isinstance(value, str) else value
+
+
+PathList = Annotated[list[Path], NoDecode, BeforeValidator(_path_list)]
+_LIMITS = BridgeLimits()
+
+
+class BridgeSettings(StackSettings):
+    prog = "qbroker-spark-bridge"
+    description = __doc__
+
+    master: str = option(DEFAULT_MASTER, "local[*], spark://host:7077 (standalone) or sc://host:15002 (Spark "
+                         "Connect)", env=("TOPOSM_SPARK_MASTER", "SPARK_MASTER"), metavar="URL")
+    max_jobs: int = option(2, "jobs running at once; more wait queued", ge=1)
+    state_dir: Path = option(Path("spark-bridge-state"), "job records, logs and stats outputs (survive restarts)",
+                             metavar="DIR")
+    input_root: PathList = option([], "directory requests may read inputs from (repeatable; in the environment "
+                                  "os.pathsep-separated). Nothing outside these is ever read", metavar="DIR",
+                                  repeat=True, env=("TOPOSM_INPUT_ROOTS", "SPARK_BRIDGE_INPUT_ROOTS"),
+                                  default_text="<state-dir>/inputs")
+    max_pending: int = option(_LIMITS.max_pending_jobs, "jobs queued or running at once; past it requests are "
+                              "answered `busy`")
+    max_tiles_ceiling: int = option(_LIMITS.max_tiles, "no expire job may expire more tiles than this, whatever "
+                                    "it asks")
+    max_tiles_per_geometry_ceiling: int = option(_LIMITS.max_tiles_per_geometry,
+                                                 "no geometry of an expire job may expire more tiles than this")
+    max_input_bytes: int = option(_LIMITS.max_input_bytes, "osmChange bytes (decompressed) one job may read; more "
+                                  "fails the job naming the limit")
+    max_input_objects: int = option(_LIMITS.max_input_objects, "osmChange objects (and expire-list lines) one job "
+                                    "may read")
+    keep_jobs: int = option(_LIMITS.keep_jobs, "finished job records kept")
+    keep_days: float = option(_LIMITS.keep_seconds / 86_400, "finished job records older than this are deleted")
+    spark_ui: bool = option(False, "serve the Spark web UI (off by default: it shows job details to anyone who can "
+                            "connect)")
+    store: list[Path] = option([], "an OSM store (toposm-import) that expire requests may name to resolve and "
+                               "apply diffs against (repeatable); requests name it by its directory name",
+                               metavar="DIR", repeat=True)
+    driver_lookup_mib: float = option(DRIVER_LOOKUP_BYTES / (1 << 20), "rows a diff's store lookups may fetch on "
+                                      "the bridge itself (estimated MiB per lookup step); bigger lookups run in "
+                                      "Spark tasks; 0: always in Spark", metavar="MIB", ge=0)
+    operator_users: UserList = stack_option("operator_users", help="broker accounts that see and cancel every job "
+                                            "(comma-separated); every other account sees and cancels only the "
+                                            "jobs it submitted")
+    app: str = option(SPARK_BRIDGE, "qbroker app name of this unit", metavar="NAME")
+    progress_interval: float = option(1.0, "seconds between progress alerts", gt=0)
+    conf: list[str] = option([], "extra Spark configuration (repeatable), e.g. spark.driver.memory=2g",
+                             metavar="KEY=VALUE", repeat=True)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BridgeSettings:
+        for item in self.conf:
+            if "=" not in item:
+                raise ValueError(f"--conf {item!r}: expected KEY=VALUE")
+        self.limits()  # ValueError naming the limit
+        for root in self.input_root:
+            if not root.is_dir():
+                raise ValueError(f"--input-root {root}: not a directory")
+        Stores.of(self.store)  # checked here too so a bad --store is a usage error, not a traceback
+        return self
+
+    def limits(self) -> BridgeLimits:
+        return BridgeLimits(max_tiles=self.max_tiles_ceiling,
+                            max_tiles_per_geometry=self.max_tiles_per_geometry_ceiling,
+                            max_pending_jobs=self.max_pending, keep_jobs=self.keep_jobs,
+                            keep_seconds=self.keep_days * 86_400, max_input_bytes=self.max_input_bytes,
+                            max_input_objects=self.max_input_objects)
+
+    @property
+    def driver_lookup_bytes(self) -> int:
+        return int(self.driver_lookup_mib * (1 << 20))
+
+
+def parse_args(argv: list[str] | None = None) -> BridgeSettings:
+    return BridgeSettings.parse(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -126,11 +114,11 @@ def main(argv: list[str] | None = None) -> None:
 
         return SparkBridge(unit, build, args.state_dir, max_jobs=args.max_jobs,
                            progress_interval=args.progress_interval, input_roots=args.input_root,
-                           limits=args.limits, stores=args.store, driver_lookup_bytes=args.driver_lookup_bytes,
+                           limits=args.limits(), stores=args.store, driver_lookup_bytes=args.driver_lookup_bytes,
                            operator_users=args.operator_users,
                            metrics=service_metrics(NAMESPACE, args.metrics_port, args.metrics_host))
 
-    serve(args.app, make_service)
+    serve(args.app, make_service, settings=args)
 
 
 if __name__ == "__main__":

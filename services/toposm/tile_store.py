@@ -12,7 +12,6 @@ the renderers and toposm-web must be given the same kind.
 
 from __future__ import annotations
 
-import argparse
 import calendar
 import contextlib
 import os
@@ -137,13 +136,8 @@ def open_tile_store(root: str | Path, kind: str = "png") -> TileStore:
     raise ValueError(f"unknown tile store {kind!r}; expected one of {', '.join(TILE_STORE_KINDS)}")
 
 
-def check_tile_store_zoom(p: argparse.ArgumentParser, kind: str, max_zoom: int) -> None:
-    """Refuse (usage error) a ``.meta`` store past the zoom its paths can tell apart."""
+def check_tile_store_zoom(kind: str, max_zoom: int) -> None:
+    """Refuse (ValueError, a usage error) a ``.meta`` store past the zoom its paths can tell apart."""
     if kind == "meta" and max_zoom > MAX_META_ZOOM:
-        p.error(f"--tile-store meta holds zooms up to {MAX_META_ZOOM} (mod_tile's paths); --max-zoom is {max_zoom}")
-
-
-def add_tile_store_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tile-store", choices=TILE_STORE_KINDS, default="png",
-                   help="png: <root>/z/x/y.png (default); meta: mod_tile's .meta files, <root>/z/h4/h3/h2/h1/h0.meta "
-                   "(the queuemaster, the renderers and toposm-web must agree)")
+        raise ValueError(f"--tile-store meta holds zooms up to {MAX_META_ZOOM} (mod_tile's paths); "
+                         f"--max-zoom is {max_zoom}")

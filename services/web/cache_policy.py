@@ -15,10 +15,15 @@ The defaults are those of tile.openstreetmap.org's mod_tile (``ModTileCacheDurat
 
 from __future__ import annotations
 
-import argparse
 import random
 from dataclasses import dataclass
 from email.utils import formatdate
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, field_validator
+from pydantic_settings import NoDecode
+
+from qbroker.settings import option
 
 
 @dataclass(frozen=True)
@@ -58,42 +63,49 @@ class CachePolicy:
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-def _band(text: str) -> tuple[int, int]:
+def _band(text: object) -> object:
+    if not isinstance(text, str):
+        return text
     level, _, seconds = text.partition(":")
     try:
         return int(level), int(seconds)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected ZOOM:SECONDS, e.g. 9:518400") from None
+        raise ValueError(f"{text!r}: expected ZOOM:SECONDS, e.g. 9:518400") from None
 
 
-def add_cache_options(p: argparse.ArgumentParser) -> None:
-    d = CachePolicy()
-    g = p.add_argument_group("tile cache headers (mod_tile's ModTileCache* settings)")
-    g.add_argument("--cache-max", type=int, default=d.max, help="longest max-age of any tile (DurationMax)")
-    g.add_argument("--cache-minimum", type=int, default=d.minimum,
-                   help="max-age floor of a fresh tile above the medium zooms (DurationMinimum)")
-    g.add_argument("--cache-low-zoom", type=_band, default=(d.low_zoom_level, d.low_zoom), metavar="ZOOM:SECONDS",
-                   help="max-age floor up to ZOOM (DurationLowZoom)")
-    g.add_argument("--cache-medium-zoom", type=_band, default=(d.medium_zoom_level, d.medium_zoom),
-                   metavar="ZOOM:SECONDS", help="max-age floor up to ZOOM (DurationMediumZoom)")
-    g.add_argument("--cache-dirty", type=int, default=d.dirty,
-                   help="max-age of a dirty tile, plus up to half of it at random (DurationDirty)")
-    g.add_argument("--cache-age-factor", type=float, default=d.age_factor,
-                   help="a fresh tile may be kept this fraction of its age (LastModifiedFactor)")
-    g.add_argument("--cache-jitter", type=int, default=d.jitter, help="random hold-off added to a fresh tile's max-age")
+ZoomBand = Annotated[tuple[int, int], NoDecode, BeforeValidator(_band)]
+_D = CachePolicy()
+_GROUP = "tile cache headers (mod_tile's ModTileCache* settings)"
 
 
-def cache_policy_from(a: argparse.Namespace) -> CachePolicy:
-    """The policy the options describe; ValueError naming the option that makes no sense."""
-    numbers = {"--cache-max": a.cache_max, "--cache-minimum": a.cache_minimum, "--cache-dirty": a.cache_dirty,
-               "--cache-jitter": a.cache_jitter, "--cache-low-zoom": a.cache_low_zoom[1],
-               "--cache-medium-zoom": a.cache_medium_zoom[1]}
-    for name, value in numbers.items():
-        if value < 0:
-            raise ValueError(f"{name} must not be negative")
-    if a.cache_age_factor < 0:
-        raise ValueError("--cache-age-factor must not be negative")
-    return CachePolicy(max=a.cache_max, minimum=a.cache_minimum, low_zoom_level=a.cache_low_zoom[0],
-                       low_zoom=a.cache_low_zoom[1], medium_zoom_level=a.cache_medium_zoom[0],
-                       medium_zoom=a.cache_medium_zoom[1], dirty=a.cache_dirty, age_factor=a.cache_age_factor,
-                       jitter=a.cache_jitter)
+class CacheOptions(BaseModel):
+    """toposm-web's options for its cache headers (the program's settings inherit them)."""
+
+    cache_max: int = option(_D.max, "longest max-age of any tile (DurationMax)", group=_GROUP, ge=0)
+    cache_minimum: int = option(_D.minimum, "max-age floor of a fresh tile above the medium zooms "
+                                "(DurationMinimum)", group=_GROUP, ge=0)
+    cache_low_zoom: ZoomBand = option((_D.low_zoom_level, _D.low_zoom), "max-age floor up to ZOOM "
+                                      "(DurationLowZoom)", metavar="ZOOM:SECONDS", group=_GROUP,
+                                      default_text=f"{_D.low_zoom_level}:{_D.low_zoom}")
+    cache_medium_zoom: ZoomBand = option((_D.medium_zoom_level, _D.medium_zoom), "max-age floor up to ZOOM "
+                                         "(DurationMediumZoom)", metavar="ZOOM:SECONDS", group=_GROUP,
+                                         default_text=f"{_D.medium_zoom_level}:{_D.medium_zoom}")
+    cache_dirty: int = option(_D.dirty, "max-age of a dirty tile, plus up to half of it at random (DurationDirty)",
+                              group=_GROUP, ge=0)
+    cache_age_factor: float = option(_D.age_factor, "a fresh tile may be kept this fraction of its age "
+                                     "(LastModifiedFactor)", group=_GROUP, ge=0)
+    cache_jitter: int = option(_D.jitter, "random hold-off added to a fresh tile's max-age", group=_GROUP, ge=0)
+
+    @field_validator("cache_low_zoom", "cache_medium_zoom")
+    @classmethod
+    def _seconds_not_negative(cls, band: tuple[int, int]) -> tuple[int, int]:
+        if band[1] < 0:
+            raise ValueError("must not be negative")
+        return band
+
+    def cache_policy(self) -> CachePolicy:
+        """The policy the options describe."""
+        return CachePolicy(max=self.cache_max, minimum=self.cache_minimum, low_zoom_level=self.cache_low_zoom[0],
+                           low_zoom=self.cache_low_zoom[1], medium_zoom_level=self.cache_medium_zoom[0],
+                           medium_zoom=self.cache_medium_zoom[1], dirty=self.cache_dirty,
+                           age_factor=self.cache_age_factor, jitter=self.cache_jitter)

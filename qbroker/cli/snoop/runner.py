@@ -24,6 +24,7 @@ from qbroker.cli.snoop.pairing import RequestTracker
 from qbroker.cli.snoop.render import Renderer
 from qbroker.discovery import ORIGINAL, complete_original, unit_summary
 from qbroker.errors import QBrokerError
+from qbroker.exit_codes import ExitCode
 from qbroker.runner import serve_async
 
 if TYPE_CHECKING:
@@ -297,6 +298,6 @@ async def run_debugger(unit: Unit, config: Config, settings: DebugSettings) -> i
     debugger = Debugger(unit, config, settings)
     graceful = await serve_async(unit, DebuggerService(debugger), stop=debugger.stopping)
     if not graceful:
-        return 130  # killed by a second Ctrl-C: the shell's convention for SIGINT
+        return int(ExitCode.INTERRUPTED)  # killed by a second Ctrl-C: the shell's convention for SIGINT
     say(f"qbroker-debug: {debugger.shown} message(s) shown; queues removed", style="dim")
     return 0

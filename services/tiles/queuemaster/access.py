@@ -3,7 +3,8 @@
 The broker's topic permissions decide who may publish to ``toposm.queuemaster`` at all (renderers and
 clients both must), but the command word is inside the body. So the queuemaster checks the message's
 AMQP ``user_id``, which RabbitMQ validates against the publishing connection's account (a client cannot
-claim to be a renderer), against this policy. ``qbroker provision --env`` prints the settings.
+claim to be a renderer), against this policy (toposm-queuemaster's --renderer-users, --expire-users, --bulk-users).
+``qbroker provision --env`` prints the settings.
 
 A policy without renderer accounts (``renderers is None``) checks nothing: a development bus where every
 program shares one account. docs/security.md says why production must not run that way.
@@ -11,7 +12,6 @@ program shares one account. docs/security.md says why production must not run th
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from qbroker import RequestFailed
@@ -20,12 +20,6 @@ from services.toposm.error_messages import MESSAGES
 
 RENDERER_COMMANDS = frozenset({Command.REGISTER, Command.RENDERED, Command.UNREGISTER})
 BULK_COMMANDS = frozenset({Command.BULK, Command.CANCEL})
-
-
-def _users(raw: str | None) -> frozenset[str] | None:
-    if raw is None or not raw.strip():
-        return None
-    return frozenset(u.strip() for u in raw.split(",") if u.strip())
 
 
 class Forbidden(RequestFailed):
@@ -41,12 +35,6 @@ class AccessPolicy:
     renderers: frozenset[str] | None = None  # accounts whose threads may register/report/unregister
     expirers: frozenset[str] | None = None  # accounts that may send `expire` (None: anyone who may call)
     bulk: frozenset[str] | None = None  # accounts that may pre-render (`bulk`, `cancel`; None: anyone)
-
-    @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> AccessPolicy:
-        env = os.environ if environ is None else environ
-        return cls(renderers=_users(env.get("TOPOSM_RENDERER_USERS")),
-                   expirers=_users(env.get("TOPOSM_EXPIRE_USERS")), bulk=_users(env.get("TOPOSM_BULK_USERS")))
 
     @property
     def strict(self) -> bool:

@@ -1,15 +1,17 @@
-"""``toposm-queuemaster``: run the TopOSM queuemaster (broker from QBROKER_URL)."""
+"""``toposm-queuemaster``: run the TopOSM queuemaster."""
 
 from __future__ import annotations
 
-import argparse
 from contextlib import closing
 from pathlib import Path
 
+from pydantic import model_validator
+
 from qbroker import Unit
-from qbroker.metrics_port import add_metrics_options, check_metrics_options
 from qbroker.runner import serve
-from services.toposm.tile_store import add_tile_store_option, check_tile_store_zoom
+from qbroker.settings import option, shared
+from services.toposm.settings import StackSettings, UserList, check_zooms, stack_option
+from services.toposm.tile_store import TileStoreKind, check_tile_store_zoom
 from services.toposm.tilemath import ZoomRange
 
 from .access import AccessPolicy
@@ -17,70 +19,72 @@ from .buckets import BucketLimits
 from .service import APP, QueuemasterService
 from .state_machine import Queuemaster, QueuemasterSettings
 
-# Seconds a stopping queuemaster waits for handlers in progress (a `rendered` being recorded).
-DRAIN_TIMEOUT = 5.0
+
+class QueuemasterOptions(StackSettings):
+    prog = "toposm-queuemaster"
+    description = __doc__
+
+    tile_root: Path = stack_option("tile_root")
+    tile_store: TileStoreKind = stack_option("tile_store")
+    state_file: Path = option(Path("toposm-queue.sqlite"), "SQLite file persisting the queue", metavar="FILE")
+    min_zoom: int = stack_option("min_zoom")
+    max_zoom: int = stack_option("max_zoom")
+    render_log: Path | None = stack_option("render_log", help="append one JSON line per finished render")
+    render_missing_expired: bool = option(False, "also render expired metatiles that were never rendered")
+    propagate_to_zoom: int | None = option(None, "expire ancestors of expired metatiles down to this zoom",
+                                           metavar="Z", default_text="none")
+    seed: int | None = option(None, "seed the strategy RNG (reproducible picks)", metavar="N",
+                              default_text="random")
+    ping_interval: float = option(1.0, "seconds between liveness checks of each render thread (qbroker threads "
+                                  "are pinged; a seed-wire thread's queue is asked of the broker)", gt=0)
+    ping_misses: int = option(3, "missed checks in a row before a render thread is dead", ge=1)
+    renderer_users: UserList = option(frozenset(), "broker accounts of renderers (comma-separated): only they may "
+                                      "register, report and unregister threads, each only its own. Empty: no "
+                                      "checks (development)", metavar="USERS")
+    expire_users: UserList = option(frozenset(), "accounts that may send `expire`; empty: anyone who may call",
+                                    metavar="USERS")
+    bulk_users: UserList = option(frozenset(), "accounts that may pre-render with toposm-render-list (`bulk`, "
+                                  "`cancel`); empty: anyone who may call", metavar="USERS")
+    max_background_threads: int | None = option(
+        None, "render threads that may render background work (expired and bulk) at once, like Tirex's bucket "
+        "maxproc; the others wait for on-demand requests", metavar="N", default_text="no limit")
+    max_bulk_threads: int | None = option(None, "render threads that may pre-render (toposm-render-list) at once",
+                                          metavar="N", default_text="no limit")
+    # Seconds a stopping queuemaster waits for handlers in progress (a `rendered` being recorded).
+    drain_timeout: float = shared(StackSettings, "drain_timeout", 5.0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> QueuemasterOptions:
+        check_tile_store_zoom(self.tile_store, self.max_zoom)
+        check_zooms(self.min_zoom, self.max_zoom)
+        BucketLimits(background=self.max_background_threads, bulk=self.max_bulk_threads)
+        return self
+
+    def queuemaster_settings(self) -> QueuemasterSettings:
+        return QueuemasterSettings(
+            tile_root=self.tile_root, tile_store=self.tile_store, state_file=self.state_file,
+            zooms=ZoomRange(self.min_zoom, self.max_zoom), render_log=self.render_log,
+            render_missing_expired=self.render_missing_expired, propagate_to_zoom=self.propagate_to_zoom,
+            seed=self.seed, ping_interval=self.ping_interval, ping_misses=self.ping_misses,
+            metrics_port=self.metrics_port, metrics_host=self.metrics_host,
+            buckets=BucketLimits(background=self.max_background_threads, bulk=self.max_bulk_threads),
+            access=AccessPolicy(renderers=self.renderer_users or None, expirers=self.expire_users or None,
+                                bulk=self.bulk_users or None),
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
-    p = argparse.ArgumentParser(prog="toposm-queuemaster", description=__doc__)
-    p.add_argument("--tile-root", type=Path, default=Path("tiles"), help="tile store root (<root>/z/x/y.png)")
-    add_tile_store_option(p)
-    p.add_argument("--state-file", type=Path, default=Path("toposm-queue.sqlite"),
-                   help="SQLite file persisting the queue")
-    p.add_argument("--min-zoom", type=int, default=0)
-    p.add_argument("--max-zoom", type=int, default=18)
-    p.add_argument("--render-log", type=Path, default=None, help="append one JSON line per finished render")
-    p.add_argument("--render-missing-expired", action="store_true",
-                   help="also render expired metatiles that were never rendered")
-    p.add_argument("--propagate-to-zoom", type=int, default=None,
-                   help="expire ancestors of expired metatiles down to this zoom")
-    p.add_argument("--seed", type=int, default=None, help="seed the strategy RNG (reproducible picks)")
-    p.add_argument("--ping-interval", type=float, default=1.0,
-                   help="seconds between liveness checks of each render thread "
-                   "(qbroker threads are pinged; a seed-wire thread's queue is asked of the broker)")
-    p.add_argument("--ping-misses", type=int, default=3, help="missed checks in a row before a render thread is dead")
-    env = AccessPolicy.from_env()
-    p.add_argument("--renderer-users", default=",".join(sorted(env.renderers or ())),
-                   help="broker accounts of renderers (comma-separated; env TOPOSM_RENDERER_USERS): only they may "
-                   "register, report and unregister threads, each only its own. Empty: no checks (development)")
-    p.add_argument("--expire-users", default=",".join(sorted(env.expirers or ())),
-                   help="accounts that may send `expire` (env TOPOSM_EXPIRE_USERS); empty: anyone who may call")
-    p.add_argument("--bulk-users", default=",".join(sorted(env.bulk or ())),
-                   help="accounts that may pre-render with toposm-render-list (`bulk`, `cancel`; env "
-                   "TOPOSM_BULK_USERS); empty: anyone who may call")
-    p.add_argument("--max-background-threads", type=int, default=None, metavar="N",
-                   help="render threads that may render background work (expired and bulk) at once, like "
-                   "Tirex's bucket maxproc; the others wait for on-demand requests (default: no limit)")
-    p.add_argument("--max-bulk-threads", type=int, default=None, metavar="N",
-                   help="render threads that may pre-render (toposm-render-list) at once (default: no limit)")
-    add_metrics_options(p)
-    a = p.parse_args(argv)
-    check_metrics_options(p, a)
-    check_tile_store_zoom(p, a.tile_store, a.max_zoom)
-    try:
-        zooms = ZoomRange(a.min_zoom, a.max_zoom)
-        buckets = BucketLimits(background=a.max_background_threads, bulk=a.max_bulk_threads)
-    except ValueError as exc:
-        p.error(str(exc))
-    return QueuemasterSettings(
-        tile_root=a.tile_root, tile_store=a.tile_store, state_file=a.state_file, zooms=zooms, render_log=a.render_log,
-        render_missing_expired=a.render_missing_expired, propagate_to_zoom=a.propagate_to_zoom, seed=a.seed,
-        ping_interval=a.ping_interval, ping_misses=a.ping_misses, metrics_port=a.metrics_port,
-        metrics_host=a.metrics_host, buckets=buckets,
-        access=AccessPolicy.from_env({"TOPOSM_RENDERER_USERS": a.renderer_users,
-                                      "TOPOSM_EXPIRE_USERS": a.expire_users, "TOPOSM_BULK_USERS": a.bulk_users}),
-    )
-
+    return QueuemasterOptions.parse(argv).queuemaster_settings()
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = parse_args(argv)
+    options = QueuemasterOptions.parse(argv)
     # The state machine outlives the unit: handlers still draining after stop() write to its store.
-    with closing(Queuemaster(settings)) as qm:
+    with closing(Queuemaster(options.queuemaster_settings())) as qm:
         def make_service(unit: Unit) -> QueuemasterService:
             return QueuemasterService(unit, qm)
 
-        serve(APP, make_service, drain_timeout=DRAIN_TIMEOUT)
+        serve(APP, make_service, settings=options)
 
 
 if __name__ == "__main__":

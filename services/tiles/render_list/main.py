@@ -4,36 +4,66 @@ renderd's render_list and Tirex's tirex-batch for the TopOSM queuemaster: each m
 zoom is asked for as a ``bulk`` request, a window of them at a time, below every on-demand request and
 expiry (the queuemaster's ``--max-bulk-threads`` caps the render threads it takes). Ctrl-C or SIGTERM stops
 it within --drain-timeout, withdrawing what it queued; with --resume FILE a later run continues where it
-stopped. Exit status: 0 done, 1 done with failed renders, 3 stopped before the end (resumable), 4 refused.
+stopped. Exit status (docs/cli.md): 0 done, 1 done with failed renders, 2 the queuemaster refused the job,
+3 no broker reachable, or stopped before the end (resumable), 64 usage.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from qbroker import QBrokerError, Unit
-from qbroker.log import configure_logging
+from pydantic import model_validator
+
+from qbroker import BrokerUnavailable, QBrokerError, Unit
+from qbroker.exit_codes import ExitCode
 from qbroker.printable import printable
 from qbroker.runner import run, serve_async
+from qbroker.settings import LogLevel, option, shared
 from services.toposm.contract import Command
 from services.toposm.seed_wire import AllProgramsTopic
+from services.toposm.settings import StackSettings
 
-from .area import AreaError, AreaPlan, BBox, parse_zooms
+from .area import AreaPlan, BBox, parse_zooms
 from .job import JobSettings, RenderListJob
 from .progress import ProgressView
 from .resume import Progress, ResumeError, load, save
 
 APP = "toposm.render_list"
 SAVE_EVERY = 1.0  # seconds between writes of the resume file while running
-EXIT_DONE, EXIT_FAILURES, EXIT_STOPPED, EXIT_REFUSED = 0, 1, 3, 4
+EXIT_DONE, EXIT_FAILURES, EXIT_STOPPED, EXIT_REFUSED = ExitCode.OK, ExitCode.ERROR, ExitCode.UNREACHABLE, ExitCode.FAIL
+
+
+class RenderListSettings(StackSettings):
+    prog = "toposm-render-list"
+    description = __doc__.split("\n\n")[0]
+    epilog = __doc__.split("\n\n", 1)[1]
+
+    bbox: str = option(help="the area, in degrees (WGS84 lon/lat)", metavar="W,S,E,N")
+    zooms: str = option(help="zoom levels, e.g. 10-16 (or one: 14)", metavar="ZMIN-ZMAX")
+    missing_only: bool = option(False, "render only metatiles never rendered before (off: every metatile "
+                                "of the area)")
+    priority: Literal["bulk", "background"] = option("bulk", "bulk: below everything else; background: like "
+                                                     "expired tiles")
+    window: int = option(32, "requests in flight at once (more than the render threads that may pre-render)", ge=1)
+    resume: Path | None = option(None, "keep progress in FILE; a run with the same FILE and area continues where "
+                                 "it stopped", metavar="FILE")
+    request_timeout: float = option(600.0, "seconds one request waits; a metatile still queued then is asked for "
+                                    "again", gt=0)
+    json_report: bool = option(False, "print the report as JSON on stdout", flag="--json")
+    dry_run: bool = option(False, "count the metatiles per zoom and exit (no broker)")
+    # The progress bar is the output: the library's lines only from warnings up.
+    log_level: LogLevel = shared(StackSettings, "log_level", "WARNING")
+
+    @model_validator(mode="after")
+    def _area(self) -> RenderListSettings:
+        AreaPlan(BBox.parse(self.bbox), parse_zooms(self.zooms))  # AreaError: a ValueError naming the mistake
+        return self
 
 
 @dataclass(frozen=True)
@@ -43,39 +73,15 @@ class Options:
     resume: Path | None
     json: bool
     dry_run: bool
+    settings: RenderListSettings
 
 
 def parse_args(argv: list[str] | None = None) -> Options:
-    p = argparse.ArgumentParser(prog="toposm-render-list", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--bbox", required=True, metavar="W,S,E,N", help="the area, in degrees (WGS84 lon/lat)")
-    p.add_argument("--zooms", required=True, metavar="ZMIN-ZMAX", help="zoom levels, e.g. 10-16 (or one: 14)")
-    p.add_argument("--missing-only", action="store_true",
-                   help="render only metatiles never rendered before (default: every metatile of the area)")
-    p.add_argument("--priority", choices=("bulk", "background"), default="bulk",
-                   help="bulk (default): below everything else; background: like expired tiles")
-    p.add_argument("--window", type=int, default=32,
-                   help="requests in flight at once (more than the render threads that may pre-render)")
-    p.add_argument("--resume", type=Path, metavar="FILE",
-                   help="keep progress in FILE; a run with the same FILE and area continues where it stopped")
-    p.add_argument("--request-timeout", type=float, default=600.0,
-                   help="seconds one request waits; a metatile still queued then is asked for again")
-    p.add_argument("--drain-timeout", type=float, default=10.0,
-                   help="on SIGINT/SIGTERM, seconds to wait for the renders already running")
-    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    p.add_argument("--dry-run", action="store_true", help="count the metatiles per zoom and exit (no broker)")
-    a = p.parse_args(argv)
-    try:
-        plan = AreaPlan(BBox.parse(a.bbox), parse_zooms(a.zooms))
-    except AreaError as exc:
-        p.error(str(exc))
-    if a.window < 1:
-        p.error("--window must be at least 1")
-    if a.request_timeout <= 0 or a.drain_timeout < 0:
-        p.error("--request-timeout must be positive and --drain-timeout not negative")
-    return Options(plan, JobSettings(missing_only=a.missing_only, priority=a.priority, window=a.window,
-                                     request_timeout=a.request_timeout, drain_timeout=a.drain_timeout),
-                   a.resume, a.json, a.dry_run)
+    a = RenderListSettings.parse(argv)
+    return Options(AreaPlan(BBox.parse(a.bbox), parse_zooms(a.zooms)),
+                   JobSettings(missing_only=a.missing_only, priority=a.priority, window=a.window,
+                               request_timeout=a.request_timeout, drain_timeout=a.drain_timeout),
+                   a.resume, a.json_report, a.dry_run, a)
 
 
 class RenderListService:
@@ -160,32 +166,37 @@ def main(argv: list[str] | None = None) -> None:
     try:
         progress = load(options.resume, options.plan) if options.resume else Progress.new(options.plan)
     except ResumeError as exc:
-        raise SystemExit(f"toposm-render-list: {exc}") from None
-    configure_logging(os.environ.get("QBROKER_LOG_LEVEL", "WARNING"))  # the progress bar is the output
+        print(f"toposm-render-list: {exc}", file=sys.stderr)
+        raise SystemExit(int(ExitCode.USAGE)) from None
+    options.settings.configure_logging()
     started = time.monotonic()
     services: list[RenderListService] = []
 
     async def go() -> None:
         done = asyncio.Event()
-        unit = Unit(APP)
+        unit = Unit(APP, config=options.settings.unit_config())
         services.append(RenderListService(unit, options, progress, done))
         await serve_async(unit, services[0], stop=done, drain_timeout=1.0)
 
     if not progress.complete:
         try:
             run(go())
-        except QBrokerError as exc:  # e.g. no broker reachable
-            raise SystemExit(f"toposm-render-list: {exc}") from None
+        except BrokerUnavailable as exc:  # one line, and the code of every console script for it
+            print(f"toposm-render-list: {exc.message}", file=sys.stderr)
+            raise SystemExit(int(ExitCode.UNREACHABLE)) from None
+        except QBrokerError as exc:
+            print(f"toposm-render-list: {exc}", file=sys.stderr)
+            raise SystemExit(int(ExitCode.ERROR)) from None
     fatal = services[0].job.fatal if services else None
     result = report(options, progress, time.monotonic() - started, fatal)
     _print_report(result)
     if options.json:
         print(json.dumps(result))
     if fatal:
-        raise SystemExit(EXIT_REFUSED)
+        raise SystemExit(int(EXIT_REFUSED))
     if not progress.complete:
-        raise SystemExit(EXIT_STOPPED)
-    raise SystemExit(EXIT_FAILURES if result["failed"] else EXIT_DONE)
+        raise SystemExit(int(EXIT_STOPPED))
+    raise SystemExit(int(EXIT_FAILURES if result["failed"] else EXIT_DONE))
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ SCRIPTS: dict[str, str] = {
     script: target for pyproject in (ROOT / "pyproject.toml", ROOT / "services" / "pyproject.toml")
     for script, target in tomllib.loads(pyproject.read_text())["project"]["scripts"].items()}
 SCRIPT_HANG = 2 * HANG  # only catches a script that never returns; a healthy one answers in about a second
-# Usage errors: argparse exits 2, the typer CLIs 64 (EX_USAGE).
-USAGE_EXIT_CODES = (2, 64)
+# Usage errors exit 64 (EX_USAGE) in every script: 2 is a remote `fail` (docs/cli.md).
+USAGE_EXIT_CODES = (64,)
 
 
 def _closed_port() -> int:

@@ -145,7 +145,7 @@ async def test_all_binds_everything_and_says_what_it_costs(amqp_url: str, exampl
 
 
 async def test_follows_cli_calls_and_usage(amqp_url: str, example: Example) -> None:
-    snooper = await Snooper.start(amqp_url, "--json", "--app", "qbroker.cli", "--kind", "request")
+    snooper = await Snooper.start(amqp_url, "--json", "--from-app", "qbroker.cli", "--kind", "request")
     try:
         result = await run_cli(amqp_url, "call", "clitest.tiles", "stats")
         assert result.code == 0

@@ -128,4 +128,4 @@ def test_zooms_past_twenty_are_refused_not_written_over_other_metatiles(tmp_path
         run = subprocess.run([str(Path(sys.executable).parent / script), "--tile-root", str(tmp_path),
                               "--tile-store", "meta", "--max-zoom", "21"],
                              capture_output=True, text=True, timeout=HANG)
-        assert run.returncode == 2 and "20" in run.stderr, (script, run.stderr[-1000:])
+        assert run.returncode == 64 and "20" in run.stderr, (script, run.stderr[-1000:])
