@@ -11,7 +11,6 @@ under one of its ``--input-root`` directories. With ``--postgis DSN`` a PostGIS 
 from __future__ import annotations
 
 import signal
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
