@@ -36,9 +36,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from qbroker import __version__
 from qbroker.config import Config, redact_url
 from qbroker.exit_codes import ExitCode
-from qbroker.version import installed_version
 
 
 def _comma_separated(value: Any) -> Any:
@@ -97,6 +97,7 @@ class ProgramSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="QBROKER_", populate_by_name=True, extra="forbid",
                                       validate_default=False)
     prog: ClassVar[str] = "qbroker-program"
+    version: ClassVar[str] = __version__  # what --version reports: the program's own distribution's
     description: ClassVar[str | None] = None
     epilog: ClassVar[str | None] = None
 
@@ -143,7 +144,7 @@ class ProgramSettings(BaseSettings):
     def parser(cls) -> UsageParser:
         p = UsageParser(prog=cls.prog, description=cls.description, epilog=cls.epilog,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("--version", action="version", version=f"{cls.prog} {installed_version()}")
+        p.add_argument("--version", action="version", version=f"{cls.prog} {cls.version}")
         groups: dict[str, argparse._ArgumentGroup] = {}
         for name, field in cls.model_fields.items():
             extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}

@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
+from qbroker import __version__
 from qbroker.cli.session import GlobalOptions
 from qbroker.settings import ProgramSettings
-from qbroker.version import installed_version
 
 
 def _shared_help(name: str) -> str:
@@ -24,7 +24,7 @@ def _shared_help(name: str) -> str:
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"qbroker {installed_version()}")
+        typer.echo(f"qbroker {__version__}")
         raise typer.Exit(0)
 
 

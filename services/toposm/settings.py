@@ -7,11 +7,12 @@ with its own default where it needs one (``qbroker.settings`` reads flags, envir
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic_settings import SettingsConfigDict
 
 from qbroker.settings import ProgramSettings, UserList, option, shared
+from services.toposm import __version__
 from services.toposm.tile_store import TileStoreKind
 
 __all__ = ["StackOptions", "StackSettings", "UserList", "check_zooms", "stack_option"]
@@ -23,6 +24,7 @@ class StackSettings(ProgramSettings):
     """A program of the TopOSM stack: its own options read from ``TOPOSM_*`` (the bus's still ``QBROKER_*``)."""
 
     model_config = SettingsConfigDict(env_prefix="TOPOSM_")
+    version: ClassVar[str] = __version__
 
 
 class StackOptions(StackSettings):

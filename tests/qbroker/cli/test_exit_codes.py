@@ -22,7 +22,7 @@ from harness import HANG
 from qbroker.exit_codes import ExitCode
 from tests.qbroker.cli.test_console_scripts_usage import SCRIPTS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WRONG_PASSWORD = "not-the-password-7f3a"  # noqa: S105 - the wrong one, whose absence from the output is checked
 LIBRARY = ("qbroker", "qbroker-debug", "qbroker-dead-letter")
 

@@ -15,7 +15,7 @@ from qbroker.exit_codes import ExitCode
 from qbroker.settings import ProgramSettings
 from services.tiles.queuemaster.main import QueuemasterOptions
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
@@ -98,11 +98,11 @@ def test_help_shows_each_options_default_and_environment_variable_never_a_passwo
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    from qbroker.version import installed_version
+    from qbroker import __version__
 
     with pytest.raises(SystemExit) as exit_:
         DeadLetterSettings.parse(["--version"])
-    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"qbroker-dead-letter {installed_version()}"
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"qbroker-dead-letter {__version__}"
 
 
 def test_the_shared_options_are_every_programs() -> None:
