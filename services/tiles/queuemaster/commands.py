@@ -60,7 +60,7 @@ class Command:
 
 
 async def _render(qm: Queuemaster, req: RenderTileRequest, reply_to: str | None, user: str | None) -> Any:
-    return await qm.request(req.tile)
+    return await qm.request(req.tile, user=user)
 
 
 async def _expire(qm: Queuemaster, req: ExpireRequest, reply_to: str | None, user: str | None) -> Any:

@@ -30,7 +30,7 @@ from ..messages import RegisterRequest, RenderedRequest, UnregisterRequest
 from ..strategy import choose_for_mix, parse_strategy
 from ..tile_store import open_tile_store
 from ..tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile
-from .access import AccessPolicy, Forbidden
+from .access import AccessPolicy, Forbidden, describe_account
 from .buckets import BucketLimits
 from .expiry_keys import ancestor_keys, expiry_keys
 from .group_commit import GroupCommit
@@ -45,8 +45,13 @@ log = structlog.get_logger("toposm.queuemaster")
 # Text of an expiry broadcast handled per turn of the event loop (and committed together): about 1000
 # tiles, 1-3 ms of parsing and queueing since expiry_keys; one commit per 1000-tile message, not four.
 EXPIRY_CHUNK_CHARS = 16 * 1024
-# Render requests waiting at once; beyond this a new one is answered `busy` (memory stays bounded).
-MAX_WAITERS = 100_000
+# Render and bulk requests waiting at once, in all and per account (the AMQP user-id the broker validated);
+# beyond either a new one is answered `busy`. The total bounds the queuemaster's memory; the per-account cap
+# is below it, so one account alone never fills it (docs/tiles.md "Requests and waiters").
+MAX_WAITS = 20_000
+MAX_WAITS_PER_ACCOUNT = 1_000
+# Seconds a request that carries no deadline (the seed's osm wire; a raw AMQP client) waits for its metatile.
+DEFAULT_DEADLINE = 600.0
 # The deadline of the qbroker request being handled (epoch seconds), set by the bus adapter: the command
 # table's signature stays the same for both wires, and the seed's osm wire carries no deadline.
 request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("request_deadline", default=None)
@@ -71,6 +76,16 @@ class QueuemasterSettings:
     metrics_port: int | None = None  # --metrics-port (services/tiles/metrics_port.py); None: no metrics server
     metrics_host: str = "127.0.0.1"
     tile_store: str = "png"  # png or meta (tile_store.py): how the renderers store what they render
+    max_waits: int = MAX_WAITS  # --max-waits
+    max_waits_per_account: int = MAX_WAITS_PER_ACCOUNT  # --max-waits-per-account
+    default_deadline: float = DEFAULT_DEADLINE  # --default-deadline
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_waits_per_account < self.max_waits:
+            raise ValueError(f"--max-waits-per-account ({self.max_waits_per_account}) must be above 0 and below "
+                             f"--max-waits ({self.max_waits}): one account alone must never fill the queuemaster")
+        if self.default_deadline <= 0:
+            raise ValueError(f"--default-deadline must be above 0, not {self.default_deadline}")
 
 
 class Queuemaster:
@@ -96,7 +111,7 @@ class Queuemaster:
         self.announce_expiry: Callable[[str], Awaitable[None]] | None = None
 
     @property
-    def waiters(self) -> dict[Metatile, list[asyncio.Future[dict[str, Any]]]]:
+    def waiters(self) -> dict[Metatile, dict[asyncio.Future[dict[str, Any]], str | None]]:
         return self.render_waiters.by_metatile
 
     @property
@@ -175,39 +190,60 @@ class Queuemaster:
 
     # -- render requests --------------------------------------------------------------------------------
 
-    async def request(self, tile_text: str, *, deadline: float | None = None) -> dict[str, Any]:
+    async def request(self, tile_text: str, *, deadline: float | None = None,
+                      user: str | None = None) -> dict[str, Any]:
         """Answer when the metatile holding the tile is rendered (at once if it is fresh).
 
-        ``deadline`` (epoch seconds; default: the qbroker request's own, see ``request_deadline``) ends the
-        wait: a waiter whose caller gave up must not stay behind. At ``MAX_WAITERS`` waiting requests a new
-        one is refused ``busy`` rather than growing without bound."""
+        ``deadline`` (epoch seconds; default: the qbroker request's own, see ``request_deadline``, or
+        ``default_deadline`` from now) ends the wait: a waiter whose caller gave up must not stay behind, nor
+        keep the metatile's place (``wait_for``). ``user`` is the account the waits are counted against."""
         deadline = request_deadline.get() if deadline is None else deadline
         tile = self.tile(tile_text)
         m = tile.metatile
         self.stats.count("requested")
         state = self.queue.state_of(m)
         answer = {"command": "rendered", "tile": str(tile), "metatile": str(m)}
+        if state is None and self.tiles.metatile_exists(m):
+            self.stats.count("requested_fresh")
+            return answer
+        self.check_room(user)  # before queueing: a refused request leaves no trace in the queue
         if state is None:
-            if self.tiles.metatile_exists(m):
-                self.stats.count("requested_fresh")
-                return answer
-            self.queue.add(m, "missing")
+            self.queue.request(m, "missing")
         elif state in ("background", "bulk"):
-            self.queue.add(m, "missing" if not self.tiles.metatile_exists(m) else "important")
-        return {**answer, **await self.wait_for(m, deadline)}
+            self.queue.request(m, "missing" if not self.tiles.metatile_exists(m) else "important")
+        return {**answer, **await self.wait_for(m, deadline, user)}
 
-    async def wait_for(self, m: Metatile, deadline: float | None) -> dict[str, Any]:
-        """Wait until the metatile's next render is reported (``render_failed``, ``render_timeout`` at the
-        deadline, ``busy`` at ``MAX_WAITERS``)."""
-        if self.waiting >= MAX_WAITERS:
+    def check_room(self, user: str | None) -> None:
+        """``busy`` when the account holds its share of waits already, or the queuemaster all it keeps."""
+        held = self.render_waiters.held_by(user)
+        if held >= self.settings.max_waits_per_account:
+            self.stats.count("requests_refused_account")
+            raise errored("busy", f"{describe_account(user)} has {held} requests waiting already "
+                                  f"(at most {self.settings.max_waits_per_account} per account)")
+        if self.waiting >= self.settings.max_waits:
             self.stats.count("requests_refused_busy")
             raise errored("busy", f"{self.waiting} render requests are waiting already")
-        future = self.render_waiters.add(m)
+
+    async def wait_for(self, m: Metatile, deadline: float | None, user: str | None = None) -> dict[str, Any]:
+        """Wait until the metatile's next render is reported (``render_failed``; ``render_timeout`` at the
+        deadline, or ``default_deadline`` from now without one; ``busy`` past the caps, ``check_room``).
+
+        When the last waiter of a metatile leaves at its deadline, the metatile loses the place those
+        requests gave it (``RenderQueue.abandon``): work nobody waits for must not stay ahead of work
+        somebody does."""
+        self.check_room(user)
+        if deadline is None:
+            deadline = time.time() + self.settings.default_deadline
+        future = self.render_waiters.add(m, user)
         self.work_available.set()
         try:
             return await self.render_waiters.wait(m, future, deadline)
         except TimeoutError:
             self.stats.count("requests_past_deadline")
+            if not self.render_waiters.has(m):
+                outcome = self.queue.abandon(m)
+                if outcome is not None:
+                    self.stats.count(f"abandoned_{outcome}")
             raise errored("render_timeout", f"metatile {m}") from None
 
     # -- render threads ---------------------------------------------------------------------------------
@@ -393,3 +429,4 @@ class Queuemaster:
             "zoom_range": [self.zooms.min_zoom, self.zooms.max_zoom],
             **self.stats.describe(group_commits=self.commits.commits),
         }
+
