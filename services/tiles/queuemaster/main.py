@@ -15,10 +15,8 @@ from ..tilemath import ZoomRange
 from .access import AccessPolicy
 from .buckets import BucketLimits
 from .service import APP, QueuemasterService
-from .state_machine import Queuemaster, QueuemasterSettings
-
-# Seconds a stopping queuemaster waits for handlers in progress (a `rendered` being recorded).
-DRAIN_TIMEOUT = 5.0
+from .settings import DEFAULT_DEADLINE, DRAIN_TIMEOUT, MAX_WAITS, MAX_WAITS_PER_ACCOUNT, QueuemasterSettings
+from .state_machine import Queuemaster
 
 
 def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
@@ -53,6 +51,19 @@ def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
                    "Tirex's bucket maxproc; the others wait for on-demand requests (default: no limit)")
     p.add_argument("--max-bulk-threads", type=int, default=None, metavar="N",
                    help="render threads that may pre-render (toposm-render-list) at once (default: no limit)")
+    p.add_argument("--max-waits", type=int, default=MAX_WAITS, metavar="N",
+                   help=f"render and bulk requests waiting at once; beyond, a new one is answered busy: bounds the "
+                   f"queuemaster's memory (default {MAX_WAITS})")
+    p.add_argument("--max-waits-per-account", type=int, default=MAX_WAITS_PER_ACCOUNT, metavar="N",
+                   help="requests one account (its broker-validated user-id) may have waiting at once, below "
+                   f"--max-waits: one account never gets another refused (default {MAX_WAITS_PER_ACCOUNT})")
+    p.add_argument("--default-deadline", type=float, default=DEFAULT_DEADLINE, metavar="S",
+                   help="a render or bulk request that carries no deadline (the seed's osm wire) is answered "
+                   "render_timeout after S seconds if its metatile is not rendered by then "
+                   f"(default {DEFAULT_DEADLINE:g})")
+    p.add_argument("--drain-timeout", type=float, default=DRAIN_TIMEOUT, metavar="S",
+                   help="on SIGTERM: answer the waiting requests queuemaster_stopped and let handlers finish for up "
+                   f"to S seconds, then abandon what still runs and exit (default {DRAIN_TIMEOUT:g})")
     add_metrics_options(p)
     a = p.parse_args(argv)
     check_metrics_options(p, a)
@@ -60,27 +71,35 @@ def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
     try:
         zooms = ZoomRange(a.min_zoom, a.max_zoom)
         buckets = BucketLimits(background=a.max_background_threads, bulk=a.max_bulk_threads)
+        return QueuemasterSettings(
+            tile_root=a.tile_root, tile_store=a.tile_store, state_file=a.state_file, zooms=zooms,
+            render_log=a.render_log,
+            render_missing_expired=a.render_missing_expired, propagate_to_zoom=a.propagate_to_zoom, seed=a.seed,
+            ping_interval=a.ping_interval, ping_misses=a.ping_misses, metrics_port=a.metrics_port,
+            metrics_host=a.metrics_host, buckets=buckets,
+            access=AccessPolicy.from_env({"TOPOSM_RENDERER_USERS": a.renderer_users,
+                                          "TOPOSM_EXPIRE_USERS": a.expire_users, "TOPOSM_BULK_USERS": a.bulk_users}),
+            max_waits=a.max_waits, max_waits_per_account=a.max_waits_per_account,
+            default_deadline=a.default_deadline, drain_timeout=a.drain_timeout,
+        )
     except ValueError as exc:
         p.error(str(exc))
-    return QueuemasterSettings(
-        tile_root=a.tile_root, tile_store=a.tile_store, state_file=a.state_file, zooms=zooms, render_log=a.render_log,
-        render_missing_expired=a.render_missing_expired, propagate_to_zoom=a.propagate_to_zoom, seed=a.seed,
-        ping_interval=a.ping_interval, ping_misses=a.ping_misses, metrics_port=a.metrics_port,
-        metrics_host=a.metrics_host, buckets=buckets,
-        access=AccessPolicy.from_env({"TOPOSM_RENDERER_USERS": a.renderer_users,
-                                      "TOPOSM_EXPIRE_USERS": a.expire_users, "TOPOSM_BULK_USERS": a.bulk_users}),
-    )
-
 
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
     # The state machine outlives the unit: handlers still draining after stop() write to its store.
+    services: list[QueuemasterService] = []
     with closing(Queuemaster(settings)) as qm:
         def make_service(unit: Unit) -> QueuemasterService:
-            return QueuemasterService(unit, qm)
+            services.append(QueuemasterService(unit, qm))
+            return services[-1]
 
-        serve(APP, make_service, drain_timeout=DRAIN_TIMEOUT)
+        try:
+            serve(APP, make_service, drain_timeout=settings.drain_timeout)
+        finally:
+            for service in services:  # the rows of the requests answered last are deleted too
+                service.waiter_store.close()
 
 
 if __name__ == "__main__":

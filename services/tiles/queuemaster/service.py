@@ -110,6 +110,9 @@ class QueuemasterService:
             request_deadline.set(ctx.deadline)  # this handler's own task context: render waits end with it
             try:
                 return await command.run(self.qm, request, ctx.reply_to, ctx.user_id)
+            except asyncio.CancelledError:
+                stored = None  # abandoned by a stop past its drain: the row stays, the next run answers it
+                raise
             finally:
                 if stored is not None:
                     self._forget_waiter(stored)

@@ -17,8 +17,6 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -29,9 +27,8 @@ from ..contract import RENDER_ROOT
 from ..messages import RegisterRequest, RenderedRequest, UnregisterRequest
 from ..strategy import choose_for_mix, parse_strategy
 from ..tile_store import open_tile_store
-from ..tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile
-from .access import AccessPolicy, Forbidden, describe_account
-from .buckets import BucketLimits
+from ..tilemath import Metatile, Tile, TileError, parse_metatile, parse_tile
+from .access import Forbidden, describe_account
 from .expiry_keys import ancestor_keys, expiry_keys
 from .group_commit import GroupCommit
 from .queue_store import QueueStore
@@ -39,53 +36,16 @@ from .render_log import RenderLog, RenderLogRecord
 from .render_queue import RenderQueue
 from .render_threads import RenderThread, RenderThreadRegistry
 from .render_waiters import RenderWaiters
+from .settings import QueuemasterSettings
 from .stats import QueuemasterStats
 
 log = structlog.get_logger("toposm.queuemaster")
 # Text of an expiry broadcast handled per turn of the event loop (and committed together): about 1000
 # tiles, 1-3 ms of parsing and queueing since expiry_keys; one commit per 1000-tile message, not four.
 EXPIRY_CHUNK_CHARS = 16 * 1024
-# Render and bulk requests waiting at once, in all and per account (the AMQP user-id the broker validated);
-# beyond either a new one is answered `busy`. The total bounds the queuemaster's memory; the per-account cap
-# is below it, so one account alone never fills it (docs/tiles.md "Requests and waiters").
-MAX_WAITS = 20_000
-MAX_WAITS_PER_ACCOUNT = 1_000
-# Seconds a request that carries no deadline (the seed's osm wire; a raw AMQP client) waits for its metatile.
-DEFAULT_DEADLINE = 600.0
 # The deadline of the qbroker request being handled (epoch seconds), set by the bus adapter: the command
 # table's signature stays the same for both wires, and the seed's osm wire carries no deadline.
 request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("request_deadline", default=None)
-
-
-@dataclass
-class QueuemasterSettings:
-    tile_root: Path
-    state_file: Path
-    zooms: ZoomRange = ZoomRange(0, 18)
-    render_log: Path | None = None
-    # Expirations of never-rendered metatiles are ignored unless this is set (they render on request).
-    render_missing_expired: bool = False
-    # An expired metatile also expires its ancestors down to this zoom; None: no propagation.
-    propagate_to_zoom: int | None = None
-    seed: int | None = None  # strategy RNG seed, for reproducible picks
-    ping_interval: float = 1.0  # liveness: how often each render thread is pinged
-    ping_misses: int = 3  # consecutive unanswered pings (timeouts) before a thread counts as dead
-    dispatch_timeout: float = 5.0
-    access: AccessPolicy = AccessPolicy()  # who may send renderer commands (checked against user_id)
-    buckets: BucketLimits = BucketLimits()  # render threads background and bulk work may take at once
-    metrics_port: int | None = None  # --metrics-port (services/tiles/metrics_port.py); None: no metrics server
-    metrics_host: str = "127.0.0.1"
-    tile_store: str = "png"  # png or meta (tile_store.py): how the renderers store what they render
-    max_waits: int = MAX_WAITS  # --max-waits
-    max_waits_per_account: int = MAX_WAITS_PER_ACCOUNT  # --max-waits-per-account
-    default_deadline: float = DEFAULT_DEADLINE  # --default-deadline
-
-    def __post_init__(self) -> None:
-        if not 0 < self.max_waits_per_account < self.max_waits:
-            raise ValueError(f"--max-waits-per-account ({self.max_waits_per_account}) must be above 0 and below "
-                             f"--max-waits ({self.max_waits}): one account alone must never fill the queuemaster")
-        if self.default_deadline <= 0:
-            raise ValueError(f"--default-deadline must be above 0, not {self.default_deadline}")
 
 
 class Queuemaster:
