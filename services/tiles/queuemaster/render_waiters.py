@@ -41,9 +41,6 @@ class RenderWaiters:
     def held_by(self, account: Account) -> int:
         return self.by_account.get(account, 0)
 
-    def has(self, m: Metatile) -> bool:
-        return m in self.by_metatile
-
     async def wait(self, m: Metatile, future: Waiter, deadline: float | None) -> dict[str, Any]:
         """The render's result; TimeoutError at ``deadline`` (epoch seconds), when only this waiter leaves:
         the metatile stays queued for the others."""

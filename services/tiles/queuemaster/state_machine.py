@@ -21,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from qbroker import RequestError
 from services.error_messages import errored, failed
 
 from ..contract import RENDER_ROOT
@@ -60,6 +61,7 @@ class Queuemaster:
         self.stats = QueuemasterStats()
         self.rng = random.Random(settings.seed)
         self.render_waiters = RenderWaiters()
+        self.requesting: Counter[Metatile] = Counter()  # `render` requests waiting, by metatile
         self.bulk_waiting: dict[Metatile, Counter[str | None]] = {}  # accounts' bulk requests waiting (bulk.py)
         self.work_available = asyncio.Event()  # set whenever a dispatch might now succeed
         self.work_available.set()
@@ -156,7 +158,7 @@ class Queuemaster:
 
         ``deadline`` (epoch seconds; default: the qbroker request's own, see ``request_deadline``, or
         ``default_deadline`` from now) ends the wait: a waiter whose caller gave up must not stay behind, nor
-        keep the metatile's place (``wait_for``). ``user`` is the account the waits are counted against."""
+        keep the metatile's place (``_give_back_place``). ``user`` is the account the wait counts against."""
         deadline = request_deadline.get() if deadline is None else deadline
         tile = self.tile(tile_text)
         m = tile.metatile
@@ -171,7 +173,26 @@ class Queuemaster:
             self.queue.request(m, "missing")
         elif state in ("background", "bulk"):
             self.queue.request(m, "missing" if not self.tiles.metatile_exists(m) else "important")
-        return {**answer, **await self.wait_for(m, deadline, user)}
+        self.requesting[m] += 1
+        gave_up = False
+        try:
+            return {**answer, **await self.wait_for(m, deadline, user)}
+        except RequestError as exc:
+            gave_up = exc.id == "render_timeout"
+            raise
+        finally:
+            self.requesting[m] -= 1
+            if self.requesting[m] <= 0:
+                del self.requesting[m]
+                if gave_up:
+                    self._give_back_place(m)
+
+    def _give_back_place(self, m: Metatile) -> None:
+        """Every request that raised ``m`` has given up: work nobody asks for must not stay ahead of work
+        somebody does (``RenderQueue.abandon``); a bulk request still waiting keeps it at bulk."""
+        outcome = self.queue.abandon(m)
+        if outcome is not None:
+            self.stats.count(f"abandoned_{outcome}")
 
     def check_room(self, user: str | None) -> None:
         """``busy`` when the account holds its share of waits already, or the queuemaster all it keeps."""
@@ -186,11 +207,7 @@ class Queuemaster:
 
     async def wait_for(self, m: Metatile, deadline: float | None, user: str | None = None) -> dict[str, Any]:
         """Wait until the metatile's next render is reported (``render_failed``; ``render_timeout`` at the
-        deadline, or ``default_deadline`` from now without one; ``busy`` past the caps, ``check_room``).
-
-        When the last waiter of a metatile leaves at its deadline, the metatile loses the place those
-        requests gave it (``RenderQueue.abandon``): work nobody waits for must not stay ahead of work
-        somebody does."""
+        deadline, or ``default_deadline`` from now without one; ``busy`` past the caps, ``check_room``)."""
         self.check_room(user)
         if deadline is None:
             deadline = time.time() + self.settings.default_deadline
@@ -200,10 +217,6 @@ class Queuemaster:
             return await self.render_waiters.wait(m, future, deadline)
         except TimeoutError:
             self.stats.count("requests_past_deadline")
-            if not self.render_waiters.has(m):
-                outcome = self.queue.abandon(m)
-                if outcome is not None:
-                    self.stats.count(f"abandoned_{outcome}")
             raise errored("render_timeout", f"metatile {m}") from None
 
     # -- render threads ---------------------------------------------------------------------------------
