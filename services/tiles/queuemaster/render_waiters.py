@@ -72,6 +72,13 @@ class RenderWaiters:
             for future in self._take(m):
                 future.set_exception(RequestError("queuemaster_stopped", "the queuemaster is shutting down"))
 
+    def forget_all(self) -> None:
+        """Let go of every waiter without answering it (a stop answers their callers otherwise): nothing
+        wakes their tasks, which stay parked until cancelled."""
+        self.by_metatile.clear()
+        self.by_account.clear()
+        self.waiting = 0
+
     def count(self) -> int:
         return self.waiting
 

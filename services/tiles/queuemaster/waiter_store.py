@@ -88,6 +88,13 @@ class WaiterStore:
         except sqlite3.Error as exc:  # answered anyway; at worst answered again after a restart
             log.warning("waiter rows not removed", count=len(self._removed), error=str(exc))
 
+    def replies(self, ids: list[int]) -> list[tuple[int, str, str]]:
+        """(id, reply_to, message_id) of those of ``ids`` still kept, in id order."""
+        self.flush()
+        rows = self._db.execute("SELECT id, reply_to, message_id FROM waiters WHERE id IN "
+                                "(SELECT value FROM json_each(?)) ORDER BY id", (json.dumps(ids),)).fetchall()
+        return [(int(i), str(reply_to), str(message_id)) for i, reply_to, message_id in rows]
+
     def flush(self) -> None:
         """Delete the rows of the requests answered since the last flush."""
         if not self._removed:
