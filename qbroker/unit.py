@@ -218,11 +218,10 @@ class Unit:
     async def _abandon_handlers(self, drain_timeout: float) -> None:
         """Cancel every handler still running, at once, and let them unwind before the close.
 
-        Left running, they would compete with the stop for the loop (100,000 detached requests answered
-        one by one took 46 s past a 5 s drain, docs/performance.md), and the process would end only after
-        them. A cancelled handler sends no reply: a request it had not acked is delivered again (as after
-        ``kill()``); a detached one is the handler's business (the queuemaster keeps its row for its next
-        run). A handler that ignores the cancel is waited for no longer than a loop turn or two."""
+        Left running, they would compete with the stop for the loop, and the process would end only
+        after them (docs/performance.md, "Parked render requests"). A cancelled handler sends no reply: a
+        request it had not acked is delivered again (as after ``kill()``); a detached one is the handler's
+        business. One that ignores the cancel is waited for no longer than a second."""
         tasks = [task for task in self._handlers if not task.done()]
         for task in tasks:
             task.cancel()

@@ -314,10 +314,10 @@ class QueuemasterService:
         drain timeout, keep the rows of the rest for the next run, then cancel their handlers (they unwind
         in the unit's drain, the other half).
 
-        Not by waking each request's handler to answer for itself: woken all at once, 100,000 of them held
-        the loop for 85 s past a 5 s drain (docs/performance.md). Taken off the state machine first, no
-        render answers them meanwhile, and a row is deleted only once its answer is out: no request is
-        both unanswered and forgotten."""
+        Not by waking each request's handler to answer for itself: woken all at once, they held the loop
+        long past the drain (docs/performance.md, "Parked render requests"). Taken off the state machine
+        first, no render answers them meanwhile, and a row is deleted only once its answer is out: no
+        request is both unanswered and forgotten."""
         waiting, self._waiting = self._waiting, {}
         self.qm.render_waiters.forget_all()  # their handlers stay parked, costing nothing, until cancelled
         rows = self.waiter_store.replies(list(waiting))
