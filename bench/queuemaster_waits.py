@@ -70,7 +70,9 @@ async def one(code: str, pythonpath: Path, waits: int, workdir: Path) -> dict[st
         args += ["--max-waits-per-account", str(waits), "--max-waits", str(waits + 1)]
     env = {**os.environ, "QBROKER_URL": url, "PYTHONPATH": str(pythonpath), "QBROKER_LOG_FORMAT": "json"}
     with open(log, "wb") as out:
-        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # cwd too: `-m` puts it first on sys.path, before PYTHONPATH
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=pythonpath)
     unit = Unit("bench.client", config=Config(url=url))
     calls: list[asyncio.Task[Any]] = []
     try:
