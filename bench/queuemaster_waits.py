@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench.peers_report import machine  # noqa: E402
-from bench.queuemaster import archive, uptime  # noqa: E402
+from bench.queuemaster import uptime  # noqa: E402
 from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 from qbroker import Config, Unit  # noqa: E402
 
@@ -121,9 +121,10 @@ async def main() -> None:
         workdir = Path(tmp)
         runs = [await one("new", ROOT, a.waits, workdir)]
         if a.old:
-            old = archive(a.old, workdir)
-            subprocess.run(["tar", "-x", "-C", str(old)], check=True, input=subprocess.run(
-                ["git", "-C", str(ROOT), "archive", a.old, "qbroker"], check=True, capture_output=True).stdout)
+            old = workdir / "old"  # the whole tree: `services` and `qbroker` as they were, packages and all
+            old.mkdir()
+            tar = subprocess.run(["git", "-C", str(ROOT), "archive", a.old], check=True, capture_output=True)
+            subprocess.run(["tar", "-x", "-C", str(old)], input=tar.stdout, check=True)
             result["old_commit"] = a.old
             runs.append(await one("old", old, a.waits, workdir))
     result["runs"] = runs
