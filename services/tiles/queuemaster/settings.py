@@ -13,7 +13,7 @@ from .buckets import BucketLimits
 # Render and bulk requests waiting at once, in all and per account (the AMQP user-id the broker validated);
 # beyond either a new one is answered `busy`. The total bounds the queuemaster's memory; the per-account cap
 # is below it, so one account alone never fills it (docs/tiles.md "Requests and waiters").
-MAX_WAITS = 20_000
+MAX_WAITS = 10_000
 MAX_WAITS_PER_ACCOUNT = 1_000
 # Seconds a request that carries no deadline (the seed's osm wire; a raw AMQP client) waits for its metatile.
 DEFAULT_DEADLINE = 600.0

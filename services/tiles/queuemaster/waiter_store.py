@@ -73,7 +73,7 @@ class WaiterStore:
 
     def remove(self, waiter_id: int) -> None:
         """Forget an answered request: with the others answered in the same turn of the event loop, in one
-        statement (20,000 answered at a stop are one delete, not 20,000 commits). Until then a SIGKILL
+        statement (thousands answered at a stop are one delete, not one commit each). Until then a SIGKILL
         has the next run answer it again, as it would a request answered just before the kill."""
         self._removed.append(waiter_id)
         if len(self._removed) == 1:
