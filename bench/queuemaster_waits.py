@@ -32,7 +32,7 @@ from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E4
 from qbroker import Config, Unit  # noqa: E402
 
 QUEUEMASTER = "toposm.queuemaster"
-STOP_EVENTS = ("drain timed out", "handlers abandoned", "waiting requests answered at stop", "unit stopped")
+STOP_EVENTS = ("stopping", "drain timed out", "handlers abandoned", "waiting requests answered at stop", "unit stopped")
 
 
 def rss_mb(pid: int) -> float:

@@ -306,6 +306,7 @@ class Unit:
             self._inflight -= 1
             if task is not None:
                 self._handlers.discard(task)
+                del task  # the frame, kept by a cancelled task's exception, must not keep the task: a cycle
             if self._inflight == 0:
                 self._idle.set()
 

@@ -114,6 +114,7 @@ class QueuemasterService:
             handler = asyncio.current_task()
             if stored is not None and handler is not None:
                 self._waiting[stored] = handler
+            del handler  # kept by this frame, it would make a cycle with a cancelled task's exception
             try:
                 return await command.run(self.qm, request, ctx.reply_to, ctx.user_id)
             except asyncio.CancelledError:
