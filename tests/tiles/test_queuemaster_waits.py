@@ -96,16 +96,24 @@ async def test_an_abandoned_request_gives_back_the_place_it_gave(tmp_path):
     on_expired = await parked(qm, "16/16/0", "a", deadline=soon)
     qm.expire("16/16/0", strict=False)
     assert qm.queue.state_of(expired) == "missing"
+    # never rendered, queued by a request, then expired without --render-missing-expired: still dropped
+    # (the expiry alone would not have queued it)
+    qm.settings.render_missing_expired = False
+    never = Metatile(16, 4, 0)
+    on_never = await parked(qm, "16/32/0", "a", deadline=soon)
+    qm.expire("16/32/0", strict=False)
+    qm.settings.render_missing_expired = True
     # asked for by two: the one who stays keeps its place
     leaving = await parked(qm, "16/24/0", "a", deadline=soon)
     staying = await parked(qm, "16/24/0", "b", deadline=time.time() + HANG)
-    for task in (raised, on_bulk, on_expired, leaving):
+    for task in (raised, on_bulk, on_expired, on_never, leaving):
         await timed_out(task)
     pre.cancel()
     assert qm.queue.state_of(stale) == "background"
     assert qm.queue.state_of(bulk) == "bulk"
     assert qm.queue.state_of(expired) == "background"
     assert qm.queue.state_of(shared) == "missing"
+    assert qm.queue.state_of(never) is None and qm.stats.counters["abandoned_dropped"] == 1
     assert qm.queue.missing == 1 and qm.queue.important == 0
     assert qm.stats.counters["abandoned_lowered"] == 3
     staying.cancel()

@@ -221,9 +221,10 @@ class RenderQueue:
                 rendering[key] = (flying[0], True)
                 dirty.append(key)
                 outcome["marked_dirty"] += 1
-        if self._requested:
+        if self._requested:  # what the expiry alone would have queued (known only for the request: not "known")
             for key in candidates:
-                self._lift_base(key, key >> KEY_ZOOM_SHIFT)
+                if key in self._requested and (keep_unknown is None or keep_unknown(unpack(key))):
+                    self._lift_base(key, key >> KEY_ZOOM_SHIFT)
         if keep_unknown is not None:
             known = self._store.known(candidates)
             kept = [key for key in candidates if key in known or keep_unknown(unpack(key))]
