@@ -221,7 +221,7 @@ class RenderQueue:
                 rendering[key] = (flying[0], True)
                 dirty.append(key)
                 outcome["marked_dirty"] += 1
-        if self._requested:  # what the expiry alone would have queued (known only for the request: not "known")
+        if self._requested:  # the place the expiry alone would give (a row there for a request does not count)
             for key in candidates:
                 if key in self._requested and (keep_unknown is None or keep_unknown(unpack(key))):
                     self._lift_base(key, key >> KEY_ZOOM_SHIFT)
