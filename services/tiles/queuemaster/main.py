@@ -62,8 +62,9 @@ def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
                    "render_timeout after S seconds if its metatile is not rendered by then "
                    f"(default {DEFAULT_DEADLINE:g})")
     p.add_argument("--drain-timeout", type=float, default=DRAIN_TIMEOUT, metavar="S",
-                   help="on SIGTERM: answer the waiting requests queuemaster_stopped and let handlers finish for up "
-                   f"to S seconds, then abandon what still runs and exit (default {DRAIN_TIMEOUT:g})")
+                   help="on SIGTERM: answer waiting requests queuemaster_stopped for up to S/2 seconds (the rest "
+                   "are kept for the next run), let handlers finish until S, then abandon what still runs and exit "
+                   f"(default {DRAIN_TIMEOUT:g})")
     add_metrics_options(p)
     a = p.parse_args(argv)
     check_metrics_options(p, a)
