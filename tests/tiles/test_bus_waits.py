@@ -28,7 +28,9 @@ async def test_requests_whose_callers_all_gave_up_leave_the_queue_to_one_still_w
     tiles = [f"18/{8 * i}/0" for i in range(500)]
     answers = await asyncio.gather(*(client.call(QM, {"command": "render", "tile": tile}, timeout=1)
                                      for tile in tiles), return_exceptions=True)
-    assert all(isinstance(a, CallTimeout) or (isinstance(a, RequestError) and a.id == "render_timeout")
+    # each gave up: at its deadline, or (a busy machine) before the queuemaster took it at all
+    given_up = ("render_timeout", "deadline_passed")
+    assert all(isinstance(a, CallTimeout) or (isinstance(a, RequestError) and a.id in given_up)
                for a in answers), {repr(a) for a in answers}
 
     async def let_go() -> bool:
