@@ -216,12 +216,9 @@ class Unit:
         await self._close()
 
     async def _abandon_handlers(self, drain_timeout: float) -> None:
-        """Cancel every handler still running, at once, and let them unwind before the close.
-
-        Left running, they would compete with the stop for the loop, and the process would end only
-        after them (docs/performance.md, "Parked render requests"). A cancelled handler sends no reply: a
-        request it had not acked is delivered again (as after ``kill()``); a detached one is the handler's
-        business. One that ignores the cancel is waited for no longer than a second."""
+        """Cancel every handler still running, at once: left running, they would compete with the close for
+        the loop (docs/performance.md, "Parked render requests"). A cancelled handler sends no reply (a
+        request not acked is delivered again, as after ``kill()``); one ignoring the cancel is not waited for."""
         tasks = [task for task in self._handlers if not task.done()]
         for task in tasks:
             task.cancel()

@@ -158,7 +158,7 @@ class Queuemaster:
 
         ``deadline`` (epoch seconds; default: the qbroker request's own, see ``request_deadline``, or
         ``default_deadline`` from now) ends the wait: a waiter whose caller gave up must not stay behind, nor
-        keep the metatile's place (``_give_back_place``). ``user`` is the account the wait counts against."""
+        keep the metatile's place (``RenderQueue.abandon``). ``user`` is the account the wait counts against."""
         deadline = request_deadline.get() if deadline is None else deadline
         tile = self.tile(tile_text)
         m = tile.metatile
@@ -184,15 +184,10 @@ class Queuemaster:
             self.requesting[m] -= 1
             if self.requesting[m] <= 0:
                 del self.requesting[m]
-                if gave_up:
-                    self._give_back_place(m)
-
-    def _give_back_place(self, m: Metatile) -> None:
-        """Every request that raised ``m`` has given up: work nobody asks for must not stay ahead of work
-        somebody does (``RenderQueue.abandon``); a bulk request still waiting keeps it at bulk."""
-        outcome = self.queue.abandon(m)
-        if outcome is not None:
-            self.stats.count(f"abandoned_{outcome}")
+                # All who asked gave up: the place they gave it goes (a bulk request still waiting keeps bulk)
+                outcome = self.queue.abandon(m) if gave_up else None
+                if outcome is not None:
+                    self.stats.count(f"abandoned_{outcome}")
 
     def check_room(self, user: str | None) -> None:
         """``busy`` when the account holds its share of waits already, or the queuemaster all it keeps."""
