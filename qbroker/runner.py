@@ -10,9 +10,10 @@ handlers are abandoned and their requests redelivered to another server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Protocol, TypeVar
 
 from qbroker.config import Config
@@ -69,12 +70,30 @@ async def run_service(unit: Unit, service: Service, *, stop: asyncio.Event | Non
         if freeze_heap:
             freeze_startup_heap()
         await stop.wait()
-        try:
-            await service.stop()
-        finally:
-            await unit.stop(drain_timeout)
+        with collector_paused():
+            try:
+                await service.stop()
+            finally:
+                await unit.stop(drain_timeout)
     finally:
         await unit.kill()  # nothing to do after a clean stop
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a service stops (``gc.disable``, restored after).
+
+    A stop may end thousands of handlers at once (the queuemaster's waiting requests, cancelled): each
+    leaves an exception and its frames behind, cyclic garbage, and every collection their number triggers
+    walked all the others still parked: most of the stop's time (docs/performance.md, "Parked render
+    requests"). The process ends soon after; what the pause leaves uncollected is collected then, or never."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 async def serve_async(unit: Unit, service: Service, *, stop: asyncio.Event | None = None,

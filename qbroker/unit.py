@@ -59,6 +59,7 @@ class Unit:
         self.state: State = "new"
         self._hooks: list[OnConnected] = []
         self._inflight = 0
+        self._handlers: set[asyncio.Task[Any]] = set()  # the tasks running ``_track``ed work, for stop()
         self._idle = asyncio.Event()
         self._idle.set()
         self._started_at = 0.0
@@ -208,10 +209,22 @@ class Unit:
             async with asyncio.timeout(timeout):  # not wait_for: 3.11's can swallow a cancel
                 await self._idle.wait()
         except TimeoutError:
-            self.log.warning("drain timed out; closing with handlers still running", running=self._inflight)
+            self.log.warning("drain timed out; abandoning the handlers still running", running=self._inflight)
+            await self._abandon_handlers(timeout)
         await self.bus.flush(timeout)  # the last replies and acks, queued, reach the broker before the close
         await self.announcer.announce(STOP)
         await self._close()
+
+    async def _abandon_handlers(self, drain_timeout: float) -> None:
+        """Cancel every handler still running, at once: left running, they would compete with the close for
+        the loop (docs/performance.md, "Parked render requests"). A cancelled handler sends no reply (a
+        request not acked is delivered again, as after ``kill()``); one ignoring the cancel is not waited for."""
+        tasks = [task for task in self._handlers if not task.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=min(1.0, max(0.05, drain_timeout)))
+        self.log.info("handlers abandoned", count=len(tasks), still_running=self._inflight)
 
     async def kill(self) -> None:
         """Close at once: running handlers are abandoned and their requests redelivered elsewhere."""
@@ -279,12 +292,18 @@ class Unit:
         await self._track(rpc.serve_request(self.bus, address, message))
 
     async def _track(self, work: Awaitable[None]) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
         self._inflight += 1
         self._idle.clear()
         try:
             await work  # what it raises, the bus's consumer guard answers and acks (Bus.settle_failed)
         finally:
             self._inflight -= 1
+            if task is not None:
+                self._handlers.discard(task)
+                del task  # the frame, kept by a cancelled task's exception, must not keep the task: a cycle
             if self._inflight == 0:
                 self._idle.set()
 

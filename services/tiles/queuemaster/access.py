@@ -43,12 +43,12 @@ class AccessPolicy:
     def check(self, command: str, user: str | None) -> None:
         """Raise Forbidden unless ``user`` may send ``command`` at all (threads are checked later)."""
         if command in RENDERER_COMMANDS and self.renderers is not None and user not in self.renderers:
-            raise Forbidden(f"{command!r} is for renderer accounts; {_who(user)} is not one")
+            raise Forbidden(f"{command!r} is for renderer accounts; {describe_account(user)} is not one")
         if command == "expire" and self.expirers is not None and user not in self.expirers:
-            raise Forbidden(f"{_who(user)} may not expire tiles")
+            raise Forbidden(f"{describe_account(user)} may not expire tiles")
         if command in BULK_COMMANDS and self.bulk is not None and user not in self.bulk:
-            raise Forbidden(f"{_who(user)} may not pre-render tiles")
+            raise Forbidden(f"{describe_account(user)} may not pre-render tiles")
 
 
-def _who(user: str | None) -> str:
+def describe_account(user: str | None) -> str:
     return f"account {user!r}" if user else "a message without a user_id"

@@ -31,12 +31,13 @@ async def bulk_render(qm: Queuemaster, req: BulkRenderRequest, user: str | None 
     if req.missing_only and qm.tiles.metatile_exists(m):
         qm.stats.count("bulk_skipped")
         return {**answer, "skipped": True}
+    qm.check_room(user)  # before queueing: a refused request leaves no trace in the queue
     waiting = qm.bulk_waiting.setdefault(m, Counter())
     waiting[user] += 1
     try:
         if qm.queue.state_of(m) != "rendering":  # a render in flight answers this request too
             qm.queue.add(m, req.priority)  # merges with what is queued already, never lowers it
-        return {**answer, **await qm.wait_for(m, request_deadline.get())}
+        return {**answer, **await qm.wait_for(m, request_deadline.get(), user)}
     finally:
         waiting[user] -= 1
         if waiting[user] <= 0:

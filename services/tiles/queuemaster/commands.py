@@ -7,6 +7,7 @@ boundary) and the state-machine method that answers it, so the two wires cannot 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,18 +53,23 @@ class QueuemasterCommand:
     async def run(self, qm: Queuemaster, request: Message, reply_to: str | None, user: str | None = None) -> Any:
         # Both wires come through here, so neither can skip the account check.
         qm.settings.access.check(self.name, user)
+        abandoned = False
         try:
             result = self.answer(qm, request, reply_to, user)
             if isinstance(result, Awaitable):
                 result = await result
+        except asyncio.CancelledError:
+            abandoned = True  # by a stop: nobody is answered, and the store may be closing
+            raise
         finally:
-            # Group commits: what this command changed is on disk before either wire answers it.
-            await qm.commits.durable()
+            if not abandoned:
+                # Group commits: what this command changed is on disk before either wire answers it.
+                await qm.commits.durable()
         return result
 
 
 async def _render(qm: Queuemaster, req: RenderTileRequest, reply_to: str | None, user: str | None) -> Any:
-    return await qm.request(req.tile)
+    return await qm.request(req.tile, user=user)
 
 
 async def _expire(qm: Queuemaster, req: ExpireRequest, reply_to: str | None, user: str | None) -> Any:

@@ -17,7 +17,8 @@ from services.toposm.tilemath import ZoomRange
 from .access import AccessPolicy
 from .buckets import BucketLimits
 from .service import APP, QueuemasterService
-from .state_machine import Queuemaster, QueuemasterSettings
+from .settings import DEFAULT_DEADLINE, DRAIN_TIMEOUT, MAX_WAITS, MAX_WAITS_PER_ACCOUNT, QueuemasterSettings
+from .state_machine import Queuemaster
 
 
 class QueuemasterOptions(StackSettings):
@@ -50,14 +51,23 @@ class QueuemasterOptions(StackSettings):
         "maxproc; the others wait for on-demand requests", metavar="N", default_text="no limit")
     max_bulk_threads: int | None = option(None, "render threads that may pre-render (toposm-render-list) at once",
                                           metavar="N", default_text="no limit")
-    # Seconds a stopping queuemaster waits for handlers in progress (a `rendered` being recorded).
-    drain_timeout: float = shared(StackSettings, "drain_timeout", 5.0)
+    max_waits: int = option(MAX_WAITS, "render and bulk requests waiting at once; beyond, a new one is answered "
+                            "busy: bounds the queuemaster's memory", metavar="N", gt=0)
+    max_waits_per_account: int = option(
+        MAX_WAITS_PER_ACCOUNT, "requests one account (its broker-validated user-id) may have waiting at once, "
+        "below --max-waits: one account never gets another refused", metavar="N", gt=0)
+    default_deadline: float = option(
+        DEFAULT_DEADLINE, "a render or bulk request that carries no deadline (the osm wire) is answered "
+        "render_timeout after this many seconds if its metatile is not rendered by then", metavar="S", gt=0)
+    # On SIGTERM: waiting requests answered queuemaster_stopped for up to half of it (the rest kept for the next
+    # run), handlers let finish until the end of it, then what still runs is abandoned.
+    drain_timeout: float = shared(StackSettings, "drain_timeout", DRAIN_TIMEOUT)
 
     @model_validator(mode="after")
     def _consistent(self) -> QueuemasterOptions:
         check_tile_store_zoom(self.tile_store, self.max_zoom)
         check_zooms(self.min_zoom, self.max_zoom)
-        BucketLimits(background=self.max_background_threads, bulk=self.max_bulk_threads)
+        self.queuemaster_settings()  # its own checks (the caps), read as usage errors
         return self
 
     def queuemaster_settings(self) -> QueuemasterSettings:
@@ -70,6 +80,8 @@ class QueuemasterOptions(StackSettings):
             buckets=BucketLimits(background=self.max_background_threads, bulk=self.max_bulk_threads),
             access=AccessPolicy(renderers=self.renderer_users or None, expirers=self.expire_users or None,
                                 bulk=self.bulk_users or None),
+            max_waits=self.max_waits, max_waits_per_account=self.max_waits_per_account,
+            default_deadline=self.default_deadline, drain_timeout=self.drain_timeout,
         )
 
 
@@ -80,11 +92,17 @@ def parse_args(argv: list[str] | None = None) -> QueuemasterSettings:
 def main(argv: list[str] | None = None) -> None:
     options = QueuemasterOptions.parse(argv)
     # The state machine outlives the unit: handlers still draining after stop() write to its store.
+    services: list[QueuemasterService] = []
     with closing(Queuemaster(options.queuemaster_settings())) as qm:
         def make_service(unit: Unit) -> QueuemasterService:
-            return QueuemasterService(unit, qm)
+            services.append(QueuemasterService(unit, qm))
+            return services[-1]
 
-        serve(APP, make_service, settings=options)
+        try:
+            serve(APP, make_service, settings=options)
+        finally:
+            for service in services:  # the rows of the requests answered last are deleted too
+                service.waiter_store.close()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@ the per-queue counts (the strategies read them for every pick) and the metatiles
 render thread), so memory does not grow with the queue.
 
 Metatiles handed to a renderer stay known as *in flight* (persisted too) until ``finish`` or ``put_back``.
+
+A ``render`` request queues or raises its metatile with ``request``, which remembers (in memory) the class
+the metatile had before; when every request waiting for it has given up, ``abandon`` puts it back there, or
+drops it if requests alone had queued it: work nobody waits for must not stay ahead of work somebody does.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ QueueClass = Literal["missing", "important", "background", "bulk"]
 CLASS_RANK: dict[str, int] = {"missing": 0, "important": 1, "background": 2, "bulk": 3}
 Source = str | int  # MISSING, IMPORTANT, BULK, or a zoom (background queue)
 AddOutcome = Literal["queued", "raised", "merged", "rendering", "marked_dirty"]
+AbandonOutcome = Literal["dropped", "lowered"]
 _NAMED_SRC = {MISSING: SRC_MISSING, IMPORTANT: SRC_IMPORTANT, BULK: SRC_BULK}
 _SRC_CLASS = {SRC_MISSING: "missing", SRC_IMPORTANT: "important", SRC_BULK: "bulk"}
 
@@ -65,6 +70,9 @@ class RenderQueue:
         self._back = itertools.count(high + 1)  # seq for appending
         self._front = itertools.count(min(low - 1, -1), -1)  # seq for putting back at the front
         self._rendering: dict[int, tuple[int, bool]] = {}  # key -> (src, dirty) of the metatiles in flight
+        # key -> the src a metatile would have without the requests that queued or raised it (None: not
+        # queued); raised by bulk requests and expiries that merge into it since. Only requested metatiles.
+        self._requested: dict[int, int | None] = {}
         # Its renderer may still be working on it; if it re-registers with this metatile it is claimed
         # back, otherwise it renders again from the front of its queue.
         with store.batch():
@@ -122,6 +130,50 @@ class RenderQueue:
 
     def add(self, metatile: Metatile, cls: QueueClass) -> AddOutcome:
         """Queue a metatile, merging with what is already queued or rendering."""
+        outcome = self._add(metatile, cls)
+        if self._requested:
+            self._lift_base(pack(metatile), _src(cls, metatile))
+        return outcome
+
+    def request(self, metatile: Metatile, cls: QueueClass) -> AddOutcome:
+        """``add`` for a waiting request: what the metatile had before is remembered for ``abandon``."""
+        key = pack(metatile)
+        before = None if key in self._rendering else self._store.row(key)
+        outcome = self._add(metatile, cls)
+        if outcome in ("queued", "raised"):
+            self._requested.setdefault(key, None if before is None else before[0])
+        return outcome
+
+    def abandon(self, metatile: Metatile) -> AbandonOutcome | None:
+        """Every request waiting for ``metatile`` has given up: take back the place they gave it. Back to
+        the class it had without them, at the end of that queue, or out of the queue if they alone queued
+        it. Not remembered (requested before a restart): an important one goes back to background, a
+        missing one is dropped. A metatile in flight, or queued below the requested classes, stays."""
+        key = pack(metatile)
+        row = None if key in self._rendering else self._store.row(key)
+        if row is None or row[0] not in (SRC_MISSING, SRC_IMPORTANT):
+            return None
+        known = key in self._requested
+        base = self._requested.pop(key, None)
+        if not known:
+            base = None if row[0] == SRC_MISSING else metatile.z
+        self._lengths[row[0]] -= 1
+        if base is None:
+            self._store.delete(key)
+            return "dropped"
+        self._lengths[base] += 1
+        self._store.put(key, base, next(self._back), QUEUED)
+        return "lowered"
+
+    def _lift_base(self, key: int, src: int) -> None:
+        """Something other than a request (bulk, an expiry) wants the requested metatile ``key`` at ``src``:
+        that is where it goes back to should its requests all give up."""
+        if key in self._requested:
+            base = self._requested[key]
+            if base is None or CLASS_RANK[_class_of(src)] < CLASS_RANK[_class_of(base)]:
+                self._requested[key] = src
+
+    def _add(self, metatile: Metatile, cls: QueueClass) -> AddOutcome:
         key = pack(metatile)
         flying = self._rendering.get(key)
         if flying is not None:
@@ -170,6 +222,10 @@ class RenderQueue:
                 rendering[key] = (flying[0], True)
                 dirty.append(key)
                 outcome["marked_dirty"] += 1
+        if self._requested:  # the place the expiry alone would give (a row there for a request does not count)
+            for key in candidates:
+                if key in self._requested and (keep_unknown is None or keep_unknown(unpack(key))):
+                    self._lift_base(key, key >> KEY_ZOOM_SHIFT)
         if keep_unknown is not None:
             known = self._store.known(candidates)
             kept = [key for key in candidates if key in known or keep_unknown(unpack(key))]
@@ -215,6 +271,8 @@ class RenderQueue:
         ``toposm-render-list``); anything raised since (requested, expired) or in flight stays."""
         found = self._store.queued_in([pack(m) for m in metatiles], SRC_BULK)
         if found:
+            for key in found:
+                self._requested.pop(key, None)
             self._store.delete_many(found)
             self._lengths[SRC_BULK] -= len(found)
         return [unpack(key) for key in found]
@@ -252,6 +310,7 @@ class RenderQueue:
         flying = self._rendering.pop(key, None)
         if flying is None:  # not in flight: not ours to finish (a queued one stays queued)
             return False
+        self._requested.pop(key, None)  # rendered: its requests are answered
         if flying[1]:
             self._lengths[metatile.z] += 1
             self._store.put(key, metatile.z, next(self._back), QUEUED)

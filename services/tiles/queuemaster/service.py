@@ -30,6 +30,7 @@ from qbroker import (
     NoServer,
     QBrokerError,
     RequestContext,
+    RequestError,
     RequestFailed,
     Unit,
     UnknownCommand,
@@ -87,6 +88,8 @@ class QueuemasterService:
         self._publishing = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
+        # This run's waiting requests on the qbroker endpoint: their row in the waiter store -> their handler
+        self._waiting: dict[int, asyncio.Task[Any]] = {}
         self.metrics_server = service_metrics(NAMESPACE, qm.settings.metrics_port, qm.settings.metrics_host)
         self.metrics = QueuemasterMetrics(qm, self.metrics_server.registry)
         self.metrics_server.refreshers.append(self.metrics.refresh)
@@ -108,10 +111,18 @@ class QueuemasterService:
                                                    ctx.message_id, ctx.user_id, ctx.deadline)
                 await ctx.detach()
             request_deadline.set(ctx.deadline)  # this handler's own task context: render waits end with it
+            handler = asyncio.current_task()
+            if stored is not None and handler is not None:
+                self._waiting[stored] = handler
+            del handler  # kept by this frame, it would make a cycle with a cancelled task's exception
             try:
                 return await command.run(self.qm, request, ctx.reply_to, ctx.user_id)
+            except asyncio.CancelledError:
+                stored = None  # a stop answers it from its row, or keeps the row for the next run
+                raise
             finally:
                 if stored is not None:
+                    self._waiting.pop(stored, None)
                     self._forget_waiter(stored)
 
         return handle
@@ -292,5 +303,35 @@ class QueuemasterService:
             task.cancel()
         await self.metrics_server.stop()
         await self.osm.stop()
+        await self._answer_stopped()
         self.qm.fail_waiters()
         self.qm.commits.flush()
+
+    async def _answer_stopped(self) -> None:
+        """Answer this run's waiting requests ``queuemaster_stopped`` from their rows, for up to half the
+        drain timeout, keep the rows of the rest for the next run, then cancel their handlers (they unwind
+        in the unit's drain, the other half).
+
+        Not by waking each request's handler to answer for itself: woken all at once, they held the loop
+        long past the drain (docs/performance.md, "Parked render requests"). Taken off the state machine
+        first, no render answers them meanwhile, and a row is deleted only once its answer is out: no
+        request is both unanswered and forgotten."""
+        waiting, self._waiting = self._waiting, {}
+        self.qm.render_waiters.forget_all()  # their handlers stay parked, costing nothing, until cancelled
+        rows = self.waiter_store.replies(list(waiting))
+        error = RequestError("queuemaster_stopped", "the queuemaster is shutting down").to_info(part=QUEUEMASTER)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.settings.drain_timeout / 2
+        answered: list[int] = []
+        for waiter_id, reply_to, message_id in rows:
+            if loop.time() > until:
+                break
+            await self.unit.bus.send_reply(reply_to, message_id, None, error, part=QUEUEMASTER)
+            answered.append(waiter_id)
+        for waiter_id in answered:
+            self.waiter_store.remove(waiter_id)
+        self.waiter_store.flush()
+        for task in waiting.values():
+            task.cancel()
+        if rows:
+            log.info("waiting requests answered at stop", answered=len(answered), kept=len(rows) - len(answered))

@@ -17,22 +17,20 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import structlog
 
+from qbroker import RequestError
 from services.toposm.contract import RENDER_ROOT, Command
 from services.toposm.error_messages import errored, failed
 from services.toposm.messages import RegisterRequest, RenderedRequest, UnregisterRequest
 from services.toposm.render_log import RenderLogRecord
 from services.toposm.strategy import choose_for_mix, parse_strategy
 from services.toposm.tile_store import open_tile_store
-from services.toposm.tilemath import Metatile, Tile, TileError, ZoomRange, parse_metatile, parse_tile
+from services.toposm.tilemath import Metatile, Tile, TileError, parse_metatile, parse_tile
 
-from .access import AccessPolicy, Forbidden
-from .buckets import BucketLimits
+from .access import Forbidden, describe_account
 from .expiry_keys import ancestor_keys, expiry_keys
 from .group_commit import GroupCommit
 from .queue_store import QueueStore
@@ -40,38 +38,16 @@ from .render_log import RenderLog
 from .render_queue import RenderQueue
 from .render_threads import RenderThread, RenderThreadRegistry
 from .render_waiters import RenderWaiters
+from .settings import QueuemasterSettings
 from .stats import QueuemasterStats
 
 log = structlog.get_logger("toposm.queuemaster")
 # Text of an expiry broadcast handled per turn of the event loop (and committed together): about 1000
 # tiles, short enough a turn; one commit per 1000-tile message, not four (docs/performance.md, "The queuemaster").
 EXPIRY_CHUNK_CHARS = 16 * 1024
-# Render requests waiting at once; beyond this a new one is answered `busy` (memory stays bounded).
-MAX_WAITERS = 100_000
 # The deadline of the qbroker request being handled (epoch seconds), set by the bus adapter: the command
 # table's signature stays the same for both wires, and the osm wire carries no deadline.
 request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("request_deadline", default=None)
-
-
-@dataclass
-class QueuemasterSettings:
-    tile_root: Path
-    state_file: Path
-    zooms: ZoomRange = ZoomRange(0, 18)
-    render_log: Path | None = None
-    # Expirations of never-rendered metatiles are ignored unless this is set (they render on request).
-    render_missing_expired: bool = False
-    # An expired metatile also expires its ancestors down to this zoom; None: no propagation.
-    propagate_to_zoom: int | None = None
-    seed: int | None = None  # strategy RNG seed, for reproducible picks
-    ping_interval: float = 1.0  # liveness: how often each render thread is pinged
-    ping_misses: int = 3  # consecutive unanswered pings (timeouts) before a thread counts as dead
-    dispatch_timeout: float = 5.0
-    access: AccessPolicy = AccessPolicy()  # who may send renderer commands (checked against user_id)
-    buckets: BucketLimits = BucketLimits()  # render threads background and bulk work may take at once
-    metrics_port: int | None = None  # --metrics-port (services/toposm/metrics_port.py); None: no metrics server
-    metrics_host: str = "127.0.0.1"
-    tile_store: str = "png"  # png or meta (tile_store.py): how the renderers store what they render
 
 
 class Queuemaster:
@@ -86,6 +62,7 @@ class Queuemaster:
         self.stats = QueuemasterStats()
         self.rng = random.Random(settings.seed)
         self.render_waiters = RenderWaiters()
+        self.requesting: Counter[Metatile] = Counter()  # `render` requests waiting, by metatile
         self.bulk_waiting: dict[Metatile, Counter[str | None]] = {}  # accounts' bulk requests waiting (bulk.py)
         self.work_available = asyncio.Event()  # set whenever a dispatch might now succeed
         self.work_available.set()
@@ -97,7 +74,7 @@ class Queuemaster:
         self.announce_expiry: Callable[[str], Awaitable[None]] | None = None
 
     @property
-    def waiters(self) -> dict[Metatile, list[asyncio.Future[dict[str, Any]]]]:
+    def waiters(self) -> dict[Metatile, dict[asyncio.Future[dict[str, Any]], str | None]]:
         return self.render_waiters.by_metatile
 
     @property
@@ -176,34 +153,61 @@ class Queuemaster:
 
     # -- render requests --------------------------------------------------------------------------------
 
-    async def request(self, tile_text: str, *, deadline: float | None = None) -> dict[str, Any]:
+    async def request(self, tile_text: str, *, deadline: float | None = None,
+                      user: str | None = None) -> dict[str, Any]:
         """Answer when the metatile holding the tile is rendered (at once if it is fresh).
 
-        ``deadline`` (epoch seconds; default: the qbroker request's own, see ``request_deadline``) ends the
-        wait: a waiter whose caller gave up must not stay behind. At ``MAX_WAITERS`` waiting requests a new
-        one is refused ``busy`` rather than growing without bound."""
+        ``deadline`` (epoch seconds; default: the qbroker request's own, see ``request_deadline``, or
+        ``default_deadline`` from now) ends the wait: a waiter whose caller gave up must not stay behind, nor
+        keep the metatile's place (``RenderQueue.abandon``). ``user`` is the account the wait counts against."""
         deadline = request_deadline.get() if deadline is None else deadline
         tile = self.tile(tile_text)
         m = tile.metatile
         self.stats.count("requested")
         state = self.queue.state_of(m)
         answer = {"command": Command.RENDERED, "tile": str(tile), "metatile": str(m)}
+        if state is None and self.tiles.metatile_exists(m):
+            self.stats.count("requested_fresh")
+            return answer
+        self.check_room(user)  # before queueing: a refused request leaves no trace in the queue
         if state is None:
-            if self.tiles.metatile_exists(m):
-                self.stats.count("requested_fresh")
-                return answer
-            self.queue.add(m, "missing")
+            self.queue.request(m, "missing")
         elif state in ("background", "bulk"):
-            self.queue.add(m, "missing" if not self.tiles.metatile_exists(m) else "important")
-        return {**answer, **await self.wait_for(m, deadline)}
+            self.queue.request(m, "missing" if not self.tiles.metatile_exists(m) else "important")
+        self.requesting[m] += 1
+        gave_up = False
+        try:
+            return {**answer, **await self.wait_for(m, deadline, user)}
+        except RequestError as exc:
+            gave_up = exc.id == "render_timeout"
+            raise
+        finally:
+            self.requesting[m] -= 1
+            if self.requesting[m] <= 0:
+                del self.requesting[m]
+                # All who asked gave up: the place they gave it goes (a bulk request still waiting keeps bulk)
+                outcome = self.queue.abandon(m) if gave_up else None
+                if outcome is not None:
+                    self.stats.count(f"abandoned_{outcome}")
 
-    async def wait_for(self, m: Metatile, deadline: float | None) -> dict[str, Any]:
-        """Wait until the metatile's next render is reported (``render_failed``, ``render_timeout`` at the
-        deadline, ``busy`` at ``MAX_WAITERS``)."""
-        if self.waiting >= MAX_WAITERS:
+    def check_room(self, user: str | None) -> None:
+        """``busy`` when the account holds its share of waits already, or the queuemaster all it keeps."""
+        held = self.render_waiters.held_by(user)
+        if held >= self.settings.max_waits_per_account:
+            self.stats.count("requests_refused_account")
+            raise errored("busy", f"{describe_account(user)} has {held} requests waiting already "
+                                  f"(at most {self.settings.max_waits_per_account} per account)")
+        if self.waiting >= self.settings.max_waits:
             self.stats.count("requests_refused_busy")
             raise errored("busy", f"{self.waiting} render requests are waiting already")
-        future = self.render_waiters.add(m)
+
+    async def wait_for(self, m: Metatile, deadline: float | None, user: str | None = None) -> dict[str, Any]:
+        """Wait until the metatile's next render is reported (``render_failed``; ``render_timeout`` at the
+        deadline, or ``default_deadline`` from now without one; ``busy`` past the caps, ``check_room``)."""
+        self.check_room(user)
+        if deadline is None:
+            deadline = time.time() + self.settings.default_deadline
+        future = self.render_waiters.add(m, user)
         self.work_available.set()
         try:
             return await self.render_waiters.wait(m, future, deadline)
@@ -394,3 +398,4 @@ class Queuemaster:
             "zoom_range": [self.zooms.min_zoom, self.zooms.max_zoom],
             **self.stats.describe(group_commits=self.commits.commits),
         }
+

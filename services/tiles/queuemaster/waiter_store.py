@@ -11,11 +11,17 @@ write: a committed row survives the process being SIGKILLed.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger("toposm.queuemaster")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS waiters (
@@ -53,6 +59,7 @@ class WaiterStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(waiters)")}
+        self._removed: list[int] = []  # answered, deleted together at the end of the loop's turn (remove)
         if "wire" not in columns:  # a state file from before osm-wire waiters were kept
             self._db.execute("ALTER TABLE waiters ADD COLUMN wire TEXT NOT NULL DEFAULT 'qbroker'")
 
@@ -65,8 +72,36 @@ class WaiterStore:
         return int(cursor.lastrowid or 0)
 
     def remove(self, waiter_id: int) -> None:
+        """Forget an answered request: with the others answered in the same turn of the event loop, in one
+        statement (thousands answered at a stop are one delete, not one commit each). Until then a SIGKILL
+        has the next run answer it again, as it would a request answered just before the kill."""
+        self._removed.append(waiter_id)
+        if len(self._removed) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self._flush_soon)
+            except RuntimeError:  # no loop (a tool, a test): at once
+                self.flush()
+
+    def _flush_soon(self) -> None:
+        try:
+            self.flush()
+        except sqlite3.Error as exc:  # answered anyway; at worst answered again after a restart
+            log.warning("waiter rows not removed", count=len(self._removed), error=str(exc))
+
+    def replies(self, ids: list[int]) -> list[tuple[int, str, str]]:
+        """(id, reply_to, message_id) of those of ``ids`` still kept, in id order."""
+        self.flush()
+        rows = self._db.execute("SELECT id, reply_to, message_id FROM waiters WHERE id IN "
+                                "(SELECT value FROM json_each(?)) ORDER BY id", (json.dumps(ids),)).fetchall()
+        return [(int(i), str(reply_to), str(message_id)) for i, reply_to, message_id in rows]
+
+    def flush(self) -> None:
+        """Delete the rows of the requests answered since the last flush."""
+        if not self._removed:
+            return
         self._before_write()
-        self._db.execute("DELETE FROM waiters WHERE id = ?", (waiter_id,))
+        removed, self._removed = self._removed, []
+        self._db.execute("DELETE FROM waiters WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(removed),))
 
     def take_live(self, now: float | None = None) -> list[StoredWaiter]:
         """The waiters left by the last run whose callers still wait; the expired ones are dropped."""
@@ -78,7 +113,9 @@ class WaiterStore:
         return [StoredWaiter(*row) for row in rows]
 
     def count(self) -> int:
+        self.flush()
         return int(self._db.execute("SELECT count(*) FROM waiters").fetchone()[0])
 
     def close(self) -> None:
+        self.flush()
         self._db.close()

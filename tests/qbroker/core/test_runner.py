@@ -7,10 +7,12 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import structlog
 
-from qbroker import Unit
+from qbroker import RequestContext, Unit
 from qbroker.runner import run_service
 from tests.conftest import MakeUnit
 from tests.qbroker.core.waits import HANG
@@ -110,3 +112,48 @@ async def test_serve_kills_on_a_second_signal(make_unit: MakeUnit, amqp_url: str
     finally:
         if proc.returncode is None:
             proc.kill()
+
+
+
+async def test_a_stop_abandons_the_handlers_still_running_when_its_drain_times_out(make_unit: MakeUnit) -> None:
+    """Handlers that keep working past the drain timeout are cancelled then, all at once, before anything
+    else of the stop: no handler takes another step once the drain has timed out (with 100,000 of them,
+    those steps were 46 s of the close competing with them, docs/performance.md)."""
+    unit = await make_unit("test.drain")
+    n = 200
+    started, cancelled, steps_after_drain = 0, 0, 0
+    all_started = asyncio.Event()
+    logs: list[dict[str, Any]] = []
+
+    def drain_over() -> bool:
+        return any(entry["event"].startswith("drain timed out") for entry in logs)
+
+    @unit.rpc("t.drain.busy")
+    async def busy(ctx: RequestContext) -> None:
+        nonlocal started, cancelled, steps_after_drain
+        await ctx.detach()
+        started += 1
+        if started == n:
+            all_started.set()
+        try:
+            while True:  # working on, one short step after another (not stuck: the loop keeps turning)
+                await asyncio.sleep(0.001)
+                steps_after_drain += drain_over()
+        except asyncio.CancelledError:
+            cancelled += 1
+            raise
+
+    await unit.start()
+    client = await make_unit("test.client")
+    await client.start()
+    for _ in range(n):
+        await client.cast("t.drain.busy")
+    await asyncio.wait_for(all_started.wait(), HANG)
+    with structlog.testing.capture_logs() as captured:
+        logs = captured
+        await unit.stop(drain_timeout=0.2)
+    assert drain_over() and unit.state == "stopped"
+    assert steps_after_drain == 0
+    assert cancelled == n
+    [abandoned] = [entry for entry in logs if entry["event"] == "handlers abandoned"]
+    assert abandoned["count"] == n

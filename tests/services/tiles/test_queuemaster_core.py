@@ -19,10 +19,10 @@ def make_qm(tmp_path, **kw):
     return Queuemaster(settings)
 
 
-async def requested(qm, tile):
+async def requested(qm, tile, **kw):
     """Start a ``render`` request; return its task once its waiter is in place (request() then says so)."""
     qm.work_available.clear()
-    task = asyncio.create_task(qm.request(tile))
+    task = asyncio.create_task(qm.request(tile, **kw))
     await asyncio.wait_for(qm.work_available.wait(), 10)
     return task
 
@@ -170,18 +170,20 @@ async def test_waiter_ends_at_the_request_deadline_and_leaves_no_trace(tmp_path)
         await qm.request("12/2000/1400", deadline=time.time() + 0.05)  # nobody renders it
     assert info.value.id == "render_timeout"
     assert qm.waiters == {} and qm.waiting == 0  # the waiter is gone, not leaked
-    assert qm.queue.state_of(Tile(12, 2000, 1400).metatile) is not None  # the metatile stays queued
+    # ...and so is the metatile it alone had queued: nobody waits for it any more
+    assert qm.queue.state_of(Tile(12, 2000, 1400).metatile) is None
+    assert qm.stats.counters["abandoned_dropped"] == 1
     qm.close()
 
 
-async def test_waiters_are_capped(tmp_path, monkeypatch):
-    monkeypatch.setattr(state_machine, "MAX_WAITERS", 2)
-    qm = make_qm(tmp_path)
-    first = await requested(qm, "12/0/0")
-    second = await requested(qm, "12/8/8")
+async def test_waiters_are_capped(tmp_path):
+    qm = make_qm(tmp_path, max_waits=2, max_waits_per_account=1)
+    first = await requested(qm, "12/0/0", user="a")
+    second = await requested(qm, "12/8/8", user="b")
     with pytest.raises(RequestError) as info:
-        await qm.request("12/16/16")
+        await qm.request("12/16/16", user="c")
     assert info.value.id == "busy"
+    assert qm.queue.state_of(Tile(12, 16, 16).metatile) is None  # refused before it was queued
     qm.fail_waiters()
     for task in (first, second):
         with pytest.raises(RequestError):

@@ -234,7 +234,8 @@ async def test_waiting_clients_cannot_shut_render_threads_out_of_the_osm_wire(bu
     be taken, or nothing is ever rendered again and every waiting request waits for good."""
     from services.tiles.queuemaster.osm_wire import MAX_COMMANDS
 
-    bus.queuemaster()
+    # One account (this bus has one) may hold fewer waits than the wire's slots: let it fill them here.
+    bus.queuemaster("--max-waits-per-account", str(2 * MAX_COMMANDS))
     client = await bus.client()
     connection, exchange, replies = await osm_client(bus.url)
     raw = SeedRenderThread(bus.tile_root)
