@@ -122,7 +122,7 @@ class ProgramSettings(BaseSettings):
     @model_validator(mode="after")
     def _metrics_servable(self) -> Self:
         if self.metrics_port is not None and importlib.util.find_spec("prometheus_client") is None:
-            raise ValueError("--metrics-port needs prometheus-client: pip install 'qbroker[metrics]'")
+            raise ValueError("--metrics-port needs prometheus-client: pip install 'qbroker-amqp[metrics]'")
         return self
 
     @classmethod
