@@ -76,7 +76,7 @@ def known_params(model: type[BaseModel], params: dict[str, Any]) -> tuple[dict[s
 # (declaring it only where its account may, on a bus without accounts), and what differs is named with its cost.
 OSM = topic_exchange(OSM_EXCHANGE, costs={
     "durable": "it is gone after a broker restart with its bindings (the queuemaster's durable queue then misses "
-               "what is published on osm) until a program declares it again; a seed program declares it durable "
+               "what is published on osm) until a program declares it again; a TopOSM program declares it durable "
                "or passively (docs/tiles.md)"})
 
 
@@ -149,7 +149,7 @@ class AllProgramsTopic:
         self._on_command = on_command
         self.heard: Counter[str] = Counter()
         self._metric = (PromCounter("toposm_program_commands", "Commands heard on `toposm` (where every program "
-                                    "listens), by command: the seed's `queuemaster online`, or other",
+                                    "listens), by command: the protocol's `queuemaster online`, or other",
                                     ["command"], registry=registry) if registry is not None else None)
         if self._metric is not None:
             for label in (Command.QUEUEMASTER_ONLINE.value, OTHER_COMMAND):

@@ -37,7 +37,7 @@ class QueuemasterOptions(StackSettings):
     seed: int | None = option(None, "seed the strategy RNG (reproducible picks)", metavar="N",
                               default_text="random")
     ping_interval: float = option(1.0, "seconds between liveness checks of each render thread (qbroker threads "
-                                  "are pinged; a seed-wire thread's queue is asked of the broker)", gt=0)
+                                  "are pinged; an osm-wire thread's queue is asked of the broker)", gt=0)
     ping_misses: int = option(3, "missed checks in a row before a render thread is dead", ge=1)
     renderer_users: UserList = option(frozenset(), "broker accounts of renderers (comma-separated): only they may "
                                       "register, report and unregister threads, each only its own. Empty: no "

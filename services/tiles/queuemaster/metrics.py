@@ -43,7 +43,7 @@ class QueuemasterMetrics:
         self.dispatch = Histogram("toposm_queuemaster_dispatch_seconds",
                                   "From sending `render` to a render thread until it accepted the metatile",
                                   buckets=DISPATCH_BUCKETS, registry=registry)
-        self.osm_wire = Counter("toposm_queuemaster_osm_wire", "On the seed's osm wire: commands refused for their "
+        self.osm_wire = Counter("toposm_queuemaster_osm_wire", "On the osm wire: commands refused for their "
                                 "reply_to (a queue of the bus's own), unknown parameters ignored", ["event"],
                                 registry=registry)
         for event in OSM_WIRE_EVENTS:

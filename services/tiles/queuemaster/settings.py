@@ -16,7 +16,7 @@ from .buckets import BucketLimits
 # is below it, so one account alone never fills it (docs/tiles.md "Requests and waiters").
 MAX_WAITS = 10_000
 MAX_WAITS_PER_ACCOUNT = 1_000
-# Seconds a request that carries no deadline (the seed's osm wire; a raw AMQP client) waits for its metatile.
+# Seconds a request that carries no deadline (the osm wire; a raw AMQP client) waits for its metatile.
 DEFAULT_DEADLINE = 600.0
 # Seconds a stopping queuemaster waits for handlers in progress (the answers to its waiting requests, a
 # `rendered` being recorded); then what still runs is abandoned (qbroker.unit.Unit.stop).

@@ -70,7 +70,7 @@ class OsmSide:
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         body = seed_command(message.body)
         if body is None:
-            log.info("osm message is not a seed command; dropped", routing_key=message.routing_key)
+            log.info("osm message is not a TopOSM command; dropped", routing_key=message.routing_key)
             return
         command = body["command"]
         if command == Command.QUEUEMASTER_ONLINE:
