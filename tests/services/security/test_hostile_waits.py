@@ -1,4 +1,4 @@
-"""A client account that parks render requests (docs/security.md, "Attacks and answers (issue 34)"): what
+"""A client account that parks render requests (docs/security.md, "Attacks and answers": parked render requests): what
 one account holds never gets another refused, and a request without a deadline does not wait for ever.
 The queuemaster runs in-process with its own account and its default caps; no renderer runs."""
 

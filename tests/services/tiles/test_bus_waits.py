@@ -1,6 +1,6 @@
 """Waiting requests against the real queuemaster process on RabbitMQ: requests whose callers all gave up
 leave the queue to the ones still waiting, and a SIGTERM with thousands waiting ends right after the drain
-(docs/tiles.md "Requests and waiters", docs/security.md "Attacks and answers (issue 34)")."""
+(docs/tiles.md "Requests and waiters", docs/security.md "Attacks and answers": parked render requests)."""
 
 from __future__ import annotations
 
