@@ -58,10 +58,10 @@ class Unit(UnitCalls):
         self.handler_observers = self.bus.middleware.observers
         self.state: State = "new"
         self._hooks: list[OnConnected] = []
-        self.work = HandlerWork(self.log)  # the handlers running now, for draining on stop()
+        self.handler_work = HandlerWork(self.log)  # the handlers running now, for draining on stop()
         self._started_at = 0.0
         self.scheduler = Scheduler(self.log)
-        self.serving = EndpointServing(self.bus, self.work.track)
+        self.serving = EndpointServing(self.bus, self.handler_work.track)
         # Bounded: a handler stuck in a thread holds one slot; once all are held, further sync requests
         # wait (and their endpoint timeout still answers the caller), the loop never does.
         self.sync_pool = ThreadPoolExecutor(max_workers=config.sync_handler_threads,
@@ -202,7 +202,7 @@ class Unit(UnitCalls):
         await self.scheduler.close()
         await self.bus.stop_consuming()
         timeout = self.config.drain_timeout if drain_timeout is None else drain_timeout
-        await self.work.drain(timeout)  # on a timeout, the handlers still running are cancelled
+        await self.handler_work.drain(timeout)  # on a timeout, the handlers still running are cancelled
         await self.bus.flush(timeout)  # the last replies and acks, queued, reach the broker before the close
         await self.announcer.announce(STOP)
         await self._close()
@@ -267,10 +267,10 @@ class Unit(UnitCalls):
         if message.routing_key in ANNOUNCEMENTS and self.presence.heard(message, self.listeners):
             await message.ack()  # no listener of ours asked for it
             return
-        await self.work.track(serve_alert(self.bus, self.listeners, message))
+        await self.handler_work.track(serve_alert(self.bus, self.listeners, message))
 
     async def _on_addressed(self, address: Endpoint, message: AbstractIncomingMessage) -> None:
-        await self.work.track(rpc.serve_request(self.bus, address, message))
+        await self.handler_work.track(rpc.serve_request(self.bus, address, message))
 
     # -- discovery ---------------------------------------------------------------------------------
 
