@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import ChannelNotFoundEntity
-from aiormq.exceptions import ChannelAccessRefused, DeliveryError
+from aiormq.exceptions import DeliveryError
 from structlog.typing import FilteringBoundLogger
 
 from qbroker.amqp_properties import copy_headers
@@ -38,16 +38,15 @@ from qbroker.errors import (
     InternalError,
     ReplyTooLarge,
     RequestError,
-    RequestFailed,
 )
-from qbroker.exchanges import Exchanges, declare_unit_queue, ensure_topology, open_exchanges
+from qbroker.exchanges import declare_unit_queue, ensure_topology
 from qbroker.guaranteed import GuaranteedRequests
 from qbroker.middleware import MiddlewareStack
 from qbroker.original_dialect import ForOriginal, for_original
+from qbroker.publish_channels import PublishChannels, Role
 from qbroker.replies import PendingReplies, Reply, failed_reply, parse_reply
-from qbroker.transport import Channel, Connection, Consumer, Exchange, Queue
+from qbroker.transport import Channel, Connection, Consumer, Queue
 
-Role = Literal["rpc", "reply", "alert", "dead"]
 OnConnected = Callable[[Connection], Awaitable[None]]
 
 
@@ -67,11 +66,7 @@ class Bus:
         self.middleware = MiddlewareStack()
         self.supervisor = ConnectionSupervisor(config, self._connected, self._lost, app=app, uuid=uuid)
         self._on_connected = on_connected
-        self._exchanges: Exchanges | None = None
-        self._unconfirmed_reply: Exchange | None = None  # the reply exchange on a channel without confirms
-        self._publisher: Channel | None = None  # the channel with confirms that ``_exchanges`` are on
-        self._publish_channels: tuple[Channel, ...] = ()  # it and the one without confirms, for replies
-        self._reopening: asyncio.Future[None] | None = None
+        self.publishing = PublishChannels(config, log, self.supervisor, lambda: self._serving)
         self._consumers: list[tuple[Queue, str]] = []
         # Between start() and stop_consuming(): a channel the broker closes under us means "reconnect".
         self._serving = False
@@ -98,7 +93,7 @@ class Bus:
         the request would run again elsewhere. One round trip on the publishing channel (a no-op
         ``basic.qos``; that channel consumes nothing) comes back only after everything queued before it
         was written, in order, on the same socket. Never raises: at worst the stop is what a kill is."""
-        publisher = self._publisher
+        publisher = self.publishing.channel
         if publisher is None or publisher.is_closed:
             return
         with contextlib.suppress(Exception):
@@ -120,61 +115,16 @@ class Bus:
         self._consumers = []
         channel = await connection.channel(publisher_confirms=True)
         await ensure_topology(connection, self.config, self.log, channel)
-        self._exchanges = await self._open_publisher(connection, None if channel.is_closed else channel)
+        exchanges = await self.publishing.open(connection, None if channel.is_closed else channel)
+        self.publishing.exchanges = exchanges
         own = await self.channel(connection, confirms=False)
         reply_queue = await declare_unit_queue(own, self.config, "reply", self.uuid)
-        await reply_queue.bind(self._exchanges.reply, routing_key=self.uuid)
+        await reply_queue.bind(exchanges.reply, routing_key=self.uuid)
         await reply_queue.consume(self._on_reply, no_ack=True)
         await self._on_connected(connection)
 
-    async def _open_publisher(self, connection: Connection, channel: Channel | None = None) -> Exchanges:
-        """The publishing channels: one with publisher confirms for requests, alerts and copies, and one
-        without for replies (see ``send_reply``). The broker closes a channel when it refuses one publish
-        (a message over its max_message_size, a forged user-id): then only these two are reopened, so
-        consumers and the calls in flight carry on; only publishes unconfirmed at that moment fail."""
-        if channel is None:
-            channel = await connection.channel(publisher_confirms=True)
-        exchanges = await open_exchanges(channel, self.config)
-        replies = await connection.channel(publisher_confirms=False)
-        self._unconfirmed_reply = await replies.get_exchange(exchanges.reply.name, ensure=False)
-        self._publisher = channel
-        self._publish_channels = (channel, replies)
-
-        def _closed(_: object, exc: BaseException | None = None) -> None:
-            if exc is None or not self._serving or connection.is_closed or self._exchanges is not exchanges:
-                return
-            self.log.warning("publish channel closed by broker; reopening it", error=repr(exc))
-            self._replace_publisher(connection)
-
-        channel.close_callbacks.add(_closed)
-        replies.close_callbacks.add(_closed)
-        return exchanges
-
-    def _replace_publisher(self, connection: Connection) -> None:
-        self._exchanges = self._unconfirmed_reply = self._publisher = None
-        for channel in self._publish_channels:
-            if not channel.is_closed:
-                asyncio.ensure_future(_quietly(channel.close()))
-        self._reopening = asyncio.ensure_future(self._reopen_publisher(connection))
-
-    def _publish_refused(self, channel: Channel | None, exc: BaseException) -> None:
-        """The broker nacked a publish on ``channel``. RabbitMQ (3.10) goes on nacking every publish to a quorum
-        queue on a channel whose publishes to it were refused while the queue had no leader (a node died), and
-        accepts a fresh channel's at once: so the publishing channels are replaced, as after a refusal."""
-        connection = self.connection
-        if channel is None or channel is not self._publisher or connection is None or connection.is_closed:
-            return
-        self.log.warning("publish refused by the broker; opening fresh publish channels", error=repr(exc))
-        self._replace_publisher(connection)
-
-    async def _reopen_publisher(self, connection: Connection) -> None:
-        try:
-            self._exchanges = await self._open_publisher(connection)
-        except Exception as exc:  # the connection is going too: the supervisor starts over
-            self.supervisor.lose(exc)
-
     async def _lost(self, exc: BaseException | None) -> None:
-        self._exchanges = self._unconfirmed_reply = self._publisher = None
+        self.publishing.lost()
         self.guaranteed.connection_lost()
         self.pending.fail_all(ConnectionLost("connection to the broker was lost; the request may be retried"))
 
@@ -289,25 +239,9 @@ class Bus:
         """Publish, refusing here what the broker would refuse by closing our shared channel. With
         ``confirm`` (always, but for replies) this returns once the broker has the message, else once it
         is written to the connection."""
-        exchanges = self._exchanges
-        if exchanges is None and self._reopening is not None and not self._reopening.done():
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._reopening)
-            exchanges = self._exchanges
-        if exchanges is None:
-            raise ConnectionLost("not connected to a broker")
+        exchanges = await self.publishing.ready()
         self.check_size(message)
-        exchange = (self._unconfirmed_reply if not confirm and role == "reply" else None) or getattr(exchanges, role)
-        channel = self._publisher
-        try:
-            await exchange.publish(message, routing_key=routing_key, mandatory=False)
-        except DeliveryError as exc:
-            self._publish_refused(channel, exc)
-            raise
-        except ChannelAccessRefused as exc:
-            # The broker's permissions say this account may not publish that (docs/security.md): no retry
-            # or reconnect changes it, so say so instead of passing on a transport exception.
-            raise RequestFailed("forbidden", f"the broker refused {routing_key!r} on {role}: {exc}") from None
+        await self.publishing.publish(exchanges, role, routing_key, message, confirm=confirm)
 
     def copy_message(self, message: AbstractIncomingMessage, headers: dict[str, Any], *, reply: bool = True,
                      ttl: float | None = None) -> OutgoingMessage:
@@ -403,7 +337,3 @@ REPLY_CONFIRM_TRIES = 4
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
-
-async def _quietly(closing: Awaitable[object]) -> None:
-    with contextlib.suppress(Exception):  # closing what the broker may have closed already
-        await closing

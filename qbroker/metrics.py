@@ -22,11 +22,9 @@ listed in docs/metrics.md.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
-import itertools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIServer
@@ -36,12 +34,12 @@ try:
 except ModuleNotFoundError as exc:  # say what to install, not just which module is missing
     raise ModuleNotFoundError(f"qbroker.metrics needs prometheus-client: pip install 'qbroker-amqp[metrics]' ({exc})",
                               name=exc.name) from exc
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from qbroker.context import RequestContext
 from qbroker.errors import ErrorInfo, QBrokerError, is_known_error_id
+from qbroker.metric_families import OTHER, Counts, NameLabels, Timings
 from qbroker.middleware import Middleware, Next, Outcome, Sending
 
 if TYPE_CHECKING:
@@ -49,7 +47,6 @@ if TYPE_CHECKING:
     from qbroker.transport import Connection
     from qbroker.unit import Unit
 
-OTHER = "other"
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # Why the dead-letter collector got a request: the broker's x-death reasons and qbroker's own (dead_letter.classify).
 DEAD_LETTER_REASONS = ("unroutable", "expired", "rejected", "maxlen", "delivery_limit", "poison",
@@ -59,80 +56,6 @@ HANDLED_KINDS = ("rpc", "alert")
 WAITING_KINDS = ("call", "gather")  # sends that wait for replies
 
 
-class _Names:
-    """A name's label: ``label(name)`` (the name itself by default); the first ``cap`` distinct labels as
-    themselves, every later one as ``other``. ``known`` remembers the labels of up to ``4 * cap`` names (the
-    hot path reads it); a name past those is labelled afresh each time, so an endless stream of new names
-    (a per-process endpoint of a renderer restarted every day) costs no memory and keeps its label."""
-
-    def __init__(self, cap: int, label: Callable[[str], str] | None = None) -> None:
-        self.cap = cap
-        self.label = label
-        self.known: dict[str, str] = {}
-        self.labels: set[str] = set()
-
-    def __call__(self, name: str) -> str:
-        found = self.known.get(name)
-        if found is not None:
-            return found
-        label = name if self.label is None else self.label(name)
-        if label not in self.labels:
-            if len(self.labels) >= self.cap:
-                label = OTHER
-            else:
-                self.labels.add(label)
-        if len(self.known) < 4 * self.cap:
-            self.known[name] = label
-        return label
-
-
-class _Counts:
-    """A counter (``gauge``: a gauge) family's values by label values. Plain numbers, changed on the event loop
-    without a lock (prometheus-client's own metrics take one per update, most of what metrics would cost a
-    request: docs/decisions.md, "The operator's view"); read by ``family`` at scrape time from a copy (one C-level call,
-    atomic under the GIL), so the HTTP thread never sees a value half written."""
-
-    def __init__(self, name: str, documentation: str, labels: Sequence[str], kind: str = "counter") -> None:
-        self.name, self.documentation, self.labels, self.kind = name, documentation, tuple(labels), kind
-        self.values: dict[tuple[str, ...], float] = {}
-
-    def inc(self, key: tuple[str, ...], amount: float = 1.0) -> None:
-        values = self.values
-        values[key] = values.get(key, 0.0) + amount
-
-    def family(self, empty: bool = False) -> Metric:
-        cls = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
-        family = cls(self.name, self.documentation, labels=self.labels)
-        for key, value in ([] if empty else list(self.values.items())):
-            family.add_metric(key, value)
-        return family
-
-
-class _Timings:
-    """A histogram family's values: per label values one list of bucket counts (not cumulative; the last is
-    +Inf) followed by the sum, copied whole at scrape time, so count, buckets and sum agree."""
-
-    def __init__(self, name: str, documentation: str, labels: Sequence[str], bounds: Sequence[float]) -> None:
-        self.name, self.documentation, self.labels = name, documentation, tuple(labels)
-        self.bounds = tuple(bounds)
-        self.le = [*(floatToGoString(b) for b in self.bounds), "+Inf"]
-        self.values: dict[tuple[str, ...], list[float]] = {}
-
-    def observe(self, key: tuple[str, ...], seconds: float) -> None:
-        row = self.values.get(key)
-        if row is None:
-            row = self.values[key] = [0.0] * (len(self.bounds) + 2)
-        row[bisect.bisect_left(self.bounds, seconds)] += 1  # the first bound >= seconds: le is inclusive
-        row[-1] += seconds
-
-    def family(self, empty: bool = False) -> Metric:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
-        for key, row in ([] if empty else list(self.values.items())):
-            counts = list(row)
-            family.add_metric(key, list(zip(self.le, itertools.accumulate(counts[:-1]), strict=True)), counts[-1])
-        return family
-
-
 class UnitMetrics(Collector):
     """The library's own metrics for one or more units (of one event loop), on one registry."""
 
@@ -140,33 +63,33 @@ class UnitMetrics(Collector):
                  error_ids: Iterable[str] = (), endpoint_label: Callable[[str], str] | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.max_names = max_names
-        self._handled_names = _Names(max_names, endpoint_label)
-        self._sent_names = _Names(max_names, endpoint_label)
+        self._handled_names = NameLabels(max_names, endpoint_label)
+        self._sent_names = NameLabels(max_names, endpoint_label)
         self._handled_labels, self._sent_labels = self._handled_names.known, self._sent_names.known
         self._dead_letter_collectors: list[DeadLetterCollector] = []
         self._error_ids = set(error_ids)
-        self.handled = _Counts("qbroker_handled", "Requests and alerts handled, by endpoint (or alert name), kind "
-                               "and status", ["endpoint", "kind", "status"])
-        self.handler_errors = _Counts("qbroker_handler_errors", "Handled messages whose status was error or fail",
-                                      ["endpoint", "kind", "status"])
-        self.duration = _Timings("qbroker_handler_duration_seconds", "Time to answer requests and alerts (built-in "
-                                 "links and handler), by endpoint and kind", ["endpoint", "kind"], DURATION_BUCKETS)
-        self.handlers_running = _Counts("qbroker_handlers_in_flight", "Requests and alerts being handled now, by "
-                                        "kind", ["kind"], "gauge")
-        self.sent = _Counts("qbroker_calls", "Calls, casts, alerts and gathers this unit sent, by name, kind and "
-                            "outcome status", ["endpoint", "kind", "status"])
-        self.call_duration = _Timings("qbroker_call_duration_seconds", "Calls from first send to reply or error "
-                                      "(retries included), by name", ["endpoint"], DURATION_BUCKETS)
-        self.calls_waiting = _Counts("qbroker_calls_in_flight", "Calls and gathers waiting for replies now, by kind",
-                                     ["kind"], "gauge")
-        self.errors = _Counts("qbroker_errors", "Errors by error id: side caller (what a call, cast, alert or gather "
-                              "ended with), side handler (what a request or alert was answered with)",
-                              ["side", "error_id"])
-        self.connections = _Counts("qbroker_connections", "Broker connections up (one per connected unit)", [],
-                                   "gauge")
-        self.reconnects = _Counts("qbroker_reconnects", "Broker connections re-established after a loss", [])
-        self.dead_letters_answered = _Counts("qbroker_dead_letters_answered", "Dead requests this unit's "
-                                             "dead-letter collector answered, by reason", ["reason"])
+        self.handled = Counts("qbroker_handled", "Requests and alerts handled, by endpoint (or alert name), kind "
+                              "and status", ["endpoint", "kind", "status"])
+        self.handler_errors = Counts("qbroker_handler_errors", "Handled messages whose status was error or fail",
+                                     ["endpoint", "kind", "status"])
+        self.duration = Timings("qbroker_handler_duration_seconds", "Time to answer requests and alerts (built-in "
+                                "links and handler), by endpoint and kind", ["endpoint", "kind"], DURATION_BUCKETS)
+        self.handlers_running = Counts("qbroker_handlers_in_flight", "Requests and alerts being handled now, by "
+                                       "kind", ["kind"], "gauge")
+        self.sent = Counts("qbroker_calls", "Calls, casts, alerts and gathers this unit sent, by name, kind and "
+                           "outcome status", ["endpoint", "kind", "status"])
+        self.call_duration = Timings("qbroker_call_duration_seconds", "Calls from first send to reply or error "
+                                     "(retries included), by name", ["endpoint"], DURATION_BUCKETS)
+        self.calls_waiting = Counts("qbroker_calls_in_flight", "Calls and gathers waiting for replies now, by kind",
+                                    ["kind"], "gauge")
+        self.errors = Counts("qbroker_errors", "Errors by error id: side caller (what a call, cast, alert or gather "
+                             "ended with), side handler (what a request or alert was answered with)",
+                             ["side", "error_id"])
+        self.connections = Counts("qbroker_connections", "Broker connections up (one per connected unit)", [],
+                                  "gauge")
+        self.reconnects = Counts("qbroker_reconnects", "Broker connections re-established after a loss", [])
+        self.dead_letters_answered = Counts("qbroker_dead_letters_answered", "Dead requests this unit's "
+                                            "dead-letter collector answered, by reason", ["reason"])
         for kind in HANDLED_KINDS:  # the gauges are there (at 0) before anything happened
             self.handlers_running.inc((kind,), 0)
         for kind in WAITING_KINDS:
@@ -213,7 +136,7 @@ class UnitMetrics(Collector):
 
     def observe(self, endpoint: str, kind: str, status: str, seconds: float, error_id: str | None = None) -> None:
         """One request or alert handled (also a ``HandlerObserver``: ``unit.handler_observers.append``).
-        Once per request: the updates are written out, not calls of ``_Counts.inc``."""
+        Once per request: the updates are written out, not calls of ``Counts.inc``."""
         try:
             name = self._handled_labels[endpoint]  # the usual case: a dict subscript, cheaper than .get
         except KeyError:

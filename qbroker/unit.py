@@ -8,37 +8,37 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
 from aio_pika.abc import AbstractIncomingMessage
 
 from qbroker import rpc
-from qbroker.alerts import Listener, gather, serve_alert
+from qbroker.alerts import Listener, serve_alert
 from qbroker.bus import Bus
 from qbroker.config import Config
 from qbroker.dead_letter import DeadLetterCollector
 from qbroker.discovery import START, STOP, Announcer
 from qbroker.endpoints import CommandEndpoint, Endpoint, EndpointOptions, EndpointSettings
-from qbroker.envelope import JSON, new_message_id
-from qbroker.errors import ConnectionLost, ErrorInfo, NotStarted
+from qbroker.errors import NotStarted
 from qbroker.exchanges import declare_unit_queue
+from qbroker.handler_work import HandlerWork
 from qbroker.handlers import Extra, Handler
 from qbroker.log import dropped_log_lines, get_logger
 from qbroker.middleware import Middleware
 from qbroker.presence import ANNOUNCEMENTS, PING, Presence
-from qbroker.replies import PendingReplies, Reply
-from qbroker.schedule import Schedule, Scheduler
+from qbroker.replies import PendingReplies
+from qbroker.schedule import Scheduler
 from qbroker.serving import EndpointServing, broadcast_key, broadcast_listener
 from qbroker.transport import Connection, Queue
+from qbroker.unit_calls import State, UnitCalls
 
 F = TypeVar("F", bound=Callable[..., Any])
 OnConnected = Callable[[Connection], Awaitable[None]]
-State = Literal["new", "starting", "started", "stopping", "stopped"]
 
 
-class Unit:
+class Unit(UnitCalls):
     """Connect, declare, serve endpoints and listeners, call and alert. See docs/library.md."""
 
     def __init__(self, app: str | None = None, *, config: Config | None = None, **overrides: Any) -> None:
@@ -58,13 +58,10 @@ class Unit:
         self.handler_observers = self.bus.middleware.observers
         self.state: State = "new"
         self._hooks: list[OnConnected] = []
-        self._inflight = 0
-        self._handlers: set[asyncio.Task[Any]] = set()  # the tasks running ``_track``ed work, for stop()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self.handler_work = HandlerWork(self.log)  # the handlers running now, for draining on stop()
         self._started_at = 0.0
         self.scheduler = Scheduler(self.log)
-        self.serving = EndpointServing(self.bus, self._track)
+        self.serving = EndpointServing(self.bus, self.handler_work.track)
         # Bounded: a handler stuck in a thread holds one slot; once all are held, further sync requests
         # wait (and their endpoint timeout still answers the caller), the loop never does.
         self.sync_pool = ThreadPoolExecutor(max_workers=config.sync_handler_threads,
@@ -205,26 +202,10 @@ class Unit:
         await self.scheduler.close()
         await self.bus.stop_consuming()
         timeout = self.config.drain_timeout if drain_timeout is None else drain_timeout
-        try:
-            async with asyncio.timeout(timeout):  # not wait_for: 3.11's can swallow a cancel
-                await self._idle.wait()
-        except TimeoutError:
-            self.log.warning("drain timed out; abandoning the handlers still running", running=self._inflight)
-            await self._abandon_handlers(timeout)
+        await self.handler_work.drain(timeout)  # on a timeout, the handlers still running are cancelled
         await self.bus.flush(timeout)  # the last replies and acks, queued, reach the broker before the close
         await self.announcer.announce(STOP)
         await self._close()
-
-    async def _abandon_handlers(self, drain_timeout: float) -> None:
-        """Cancel every handler still running, at once: left running, they would compete with the close for
-        the loop (docs/performance.md, "Parked render requests"). A cancelled handler sends no reply (a
-        request not acked is delivered again, as after ``kill()``); one ignoring the cancel is not waited for."""
-        tasks = [task for task in self._handlers if not task.done()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=min(1.0, max(0.05, drain_timeout)))
-        self.log.info("handlers abandoned", count=len(tasks), still_running=self._inflight)
 
     async def kill(self) -> None:
         """Close at once: running handlers are abandoned and their requests redelivered elsewhere."""
@@ -286,126 +267,10 @@ class Unit:
         if message.routing_key in ANNOUNCEMENTS and self.presence.heard(message, self.listeners):
             await message.ack()  # no listener of ours asked for it
             return
-        await self._track(serve_alert(self.bus, self.listeners, message))
+        await self.handler_work.track(serve_alert(self.bus, self.listeners, message))
 
     async def _on_addressed(self, address: Endpoint, message: AbstractIncomingMessage) -> None:
-        await self._track(rpc.serve_request(self.bus, address, message))
-
-    async def _track(self, work: Awaitable[None]) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-        self._inflight += 1
-        self._idle.clear()
-        try:
-            await work  # what it raises, the bus's consumer guard answers and acks (Bus.settle_failed)
-        finally:
-            self._inflight -= 1
-            if task is not None:
-                self._handlers.discard(task)
-                del task  # the frame, kept by a cancelled task's exception, must not keep the task: a cycle
-            if self._inflight == 0:
-                self._idle.set()
-
-    # -- calling and alerting ------------------------------------------------------------------------
-
-    def _check_started(self, what: str) -> None:
-        if self.state not in ("starting", "started"):
-            raise NotStarted(f"{what}() on a unit that is {self.state}: call start() first")
-
-    async def call_reply(self, name: str, body: Any = None, *, timeout: float | None = None, debug: bool = False,
-                         priority: int | None = None, retries: int = 0, content_type: str = JSON,
-                         guarantee: bool = False, on_delivered: Callable[[Reply], object] | None = None) -> Reply:
-        """Call ``name``; return the Reply (ok or warn), raise the remote error (error or fail).
-
-        ``guarantee``: a persistent request that survives a broker restart; ``on_delivered(notice)``: called
-        when a server picks the request up (RQ DELIVERED). See docs/semantics.md."""
-        self._check_started("call")
-        timeout = self.config.call_timeout if timeout is None else timeout
-        return await rpc.call_with_retries(self.bus, name, body, timeout=timeout, debug=debug, priority=priority,
-                                           retries=retries, content_type=content_type, guarantee=guarantee,
-                                           on_delivered=on_delivered, running=self._running)
-
-    def _running(self) -> bool:
-        return self.state in ("starting", "started")
-
-    async def call(self, name: str, body: Any = None, *, timeout: float | None = None, debug: bool = False,
-                   priority: int | None = None, retries: int = 0, content_type: str = JSON,
-                   guarantee: bool = False, on_delivered: Callable[[Reply], object] | None = None) -> Any:
-        """Call ``name`` and return the reply body; raise the remote error."""
-        reply = await self.call_reply(name, body, timeout=timeout, debug=debug, priority=priority,
-                                      retries=retries, content_type=content_type, guarantee=guarantee,
-                                      on_delivered=on_delivered)
-        return reply.body
-
-    async def cast(self, name: str, body: Any = None, *, priority: int | None = None,
-                   ttl: float | None = None, content_type: str = JSON, guarantee: bool = False) -> None:
-        """A one-way request (RQ NOREPLY): one server handles it, nobody is answered; ``guarantee``: persistent."""
-        self._check_started("cast")
-        # Unserved casts expire (to `dead`, counted) instead of running as a stale burst on restart.
-        ttl = self.config.cast_ttl if ttl is None else ttl
-        with self.bus.middleware.sending("cast", name) as sending:
-            message = self.bus.make_message(body, kind="rpc", name=name, message_id=new_message_id(),
-                                            content_type=content_type, expiration_s=ttl, priority=priority,
-                                            deadline=time.time() + ttl, persistent=guarantee,
-                                            extra_headers=sending.headers)
-            if not await self.bus.wait_connected(self.config.call_timeout):
-                raise ConnectionLost(f"not connected to a broker (cast {name})")
-            if guarantee:  # confirmed, published again across a lost connection for up to call_timeout
-                loop = asyncio.get_running_loop()
-                await rpc.publish_until_confirmed(self.bus, name, message, until=loop.time() + self.config.call_timeout,
-                                                  expires_at=loop.time() + ttl)
-            else:
-                await self.bus.publish("rpc", name, message)
-
-    def schedule(self, name: str, body: Any = None, *, every: float | None = None, cron: str | None = None,
-                 kind: Literal["cast", "alert"] = "cast", nohaste: bool = False) -> Schedule:
-        """Send ``name`` every ``every`` seconds or on a ``cron`` line until unscheduled or stopped."""
-        self._check_started("schedule")
-
-        made: list[Schedule] = []
-
-        async def send() -> None:
-            if kind == "alert":
-                await self.alert(name, body)
-            else:
-                # A send is stale once the next one is due: that is its TTL (at most cast_ttl).
-                due = made[0].next_delay(time.time(), first=False) if made else self.config.cast_ttl
-                await self.cast(name, body, ttl=max(0.001, min(due, self.config.cast_ttl)))
-
-        made.append(self.scheduler.add(name, kind, send, every=every, cron=cron, nohaste=nohaste))
-        return made[0]
-
-    def unschedule(self, schedule_id: str) -> bool:
-        return self.scheduler.remove(schedule_id)
-
-    async def alert(self, name: str, body: Any = None, *, content_type: str = JSON,
-                    error: ErrorInfo | None = None, message_id: str | None = None) -> None:
-        """Broadcast the alert ``name`` to every listener whose pattern matches (nobody answers).
-
-        ``error`` attaches an error element: report an error state, or (status ``ok``) say it is over.
-        ``message_id`` (default: a new random one) lets a sender give one event the same id wherever it
-        publishes it, so listeners that hear it twice can tell."""
-        self._check_started("alert")
-        with self.bus.middleware.sending("alert", name) as sending:
-            message = self.bus.make_message(body, kind="alert", name=name, message_id=message_id or new_message_id(),
-                                            content_type=content_type, error=error, extra_headers=sending.headers)
-            if not await self.bus.wait_connected(self.config.call_timeout):
-                raise ConnectionLost(f"not connected to a broker (alert {name})")
-            await self.bus.publish("alert", name, message)
-
-    def gather(self, name: str, body: Any = None, *, timeout: float | None = None, max_replies: int | None = None,
-               gap: float | None = None, content_type: str = JSON) -> AsyncIterator[Reply]:
-        """Broadcast ``name`` and iterate over the replies (stops on count, deadline or gap)."""
-        self._check_started("gather")
-        return gather(self.bus, name, body, timeout=self.config.call_timeout if timeout is None else timeout,
-                      max_replies=max_replies, gap=gap, content_type=content_type)
-
-    def broadcast(self, name: str, body: Any = None, *, timeout: float | None = None,
-                  max_replies: int | None = None, gap: float | None = None) -> AsyncIterator[Reply]:
-        """Send a request to *every* server of ``name`` (RQ BROADCAST) and iterate over their replies,
-        as ``gather`` does (errors come as replies with ``reply.error``, not raised)."""
-        return self.gather(broadcast_key(name), body, timeout=timeout, max_replies=max_replies, gap=gap)
+        await self.handler_work.track(rpc.serve_request(self.bus, address, message))
 
     # -- discovery ---------------------------------------------------------------------------------
 

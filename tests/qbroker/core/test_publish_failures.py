@@ -124,12 +124,12 @@ async def test_a_guaranteed_reply_the_broker_refuses_serves_the_request_again(ma
     full = await channel.declare_queue("", exclusive=True,
                                        arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
     await full.bind(client.config.exchange_name("reply"), routing_key=client.uuid)
-    refused_on = server.bus._publisher
+    refused_on = server.bus.publishing.channel
     call = asyncio.ensure_future(client.call("t.refused_reply", guarantee=True, timeout=60))
     await asyncio.wait_for(again.wait(), 60)
     # and publishes on fresh channels from the first nack on: RabbitMQ 3.10 goes on nacking a quorum queue on a
     # channel whose publish to it was refused during a leader election (seen on harness/rabbitmq_cluster.py)
-    assert server.bus._publisher is not refused_on
+    assert server.bus.publishing.channel is not refused_on
     await full.delete()
     assert await asyncio.wait_for(call, 60) in (1, 2)  # the first answer to arrive (each was nacked, not lost)
     assert runs[0] == runs[1]  # one request, served twice
