@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench.peers_report import machine  # noqa: E402
-from bench.queuemaster import uptime  # noqa: E402
+from bench.queuemaster_procs import uptime  # noqa: E402
 from harness.broker import create_vhost, delete_vhost, url_for_vhost  # noqa: E402
 from qbroker import Config, Unit  # noqa: E402
 

@@ -7,7 +7,7 @@ rebuilt way. Node locations and way node lists are the geometry store's (the mid
 ``render_db.attach_geometry``), which holds the state *before* the diff until the diff is committed there
 too, after this store (``spark_bridge.store_job``; ``store_diff.apply_to_store`` without Spark): the state
 after the diff is that state with the diff's own nodes and ways laid over it, and this store refuses a diff
-when the geometry store is not at its own state (``_check_in_step``). Areas and
+when the geometry store is not at its own state (``render_diff_checks.check_in_step``). Areas and
 multipolygons are rebuilt by running the same feature code as the import over a small OSM file holding
 those ways and relations with their nodes' stored locations, so libosmium assembles them exactly as it did
 at import; the file leaves out the ways and relations whose tags make no feature (unless a multipolygon in
@@ -34,9 +34,10 @@ import osmium
 from . import render_db
 from .coastline import SEA_STALE
 from .features import FeatureExtractor, line_coords
-from .geometry import GEOMETRY_DB, GEOMETRY_DIR, GeometryStoreError, Manifest
-from .osc_input import UnreadableOsc, osm_objects, supersedes
+from .geometry import GEOMETRY_DB, GEOMETRY_DIR
+from .osc_input import UnreadableOsc, osm_objects
 from .render_db import GEOMETRY
+from .render_diff_checks import RenderStoreError, already_applied, check_in_step, diff_plan
 from .tags import area_features, line_features, relation_makes_area
 
 _CHUNK = 500  # ids per IN (...) query, well under SQLite's variable limit
@@ -44,11 +45,6 @@ _CHUNK = 500  # ids per IN (...) query, well under SQLite's variable limit
 _LOCATIONS = f"SELECT id, lon, lat FROM {GEOMETRY}.nodes WHERE id IN ({{}})"  # noqa: S608
 _NODE_LISTS = f"SELECT id, nodes FROM {GEOMETRY}.ways WHERE id IN ({{}})"  # noqa: S608
 _WAYS_OF_NODES = f"SELECT DISTINCT way_id FROM {GEOMETRY}.node_ways WHERE node_id IN ({{}})"  # noqa: S608
-_MANIFEST = f"SELECT value FROM {GEOMETRY}.meta WHERE key = 'manifest'"  # noqa: S608
-
-
-class RenderStoreError(Exception):
-    """The store or the diff is unusable; nothing was applied. The message names the file and the problem."""
 
 
 def _chunks(ids: Iterable[int]) -> Iterable[list[int]]:
@@ -284,50 +280,6 @@ class _RebuildHandler(osmium.SimpleHandler):
         self.features.area(a)
 
 
-def _diff_plan(osc_path: Path) -> tuple[dict[str, set[int]], set[int]]:
-    """A first, cheap read of the diff: the ids of its objects by type (n/w/r), so that the stored state of
-    all of them is looked up in a few batched queries, and the positions in the file of the versions to
-    apply. An object may appear several times (a minutely diff can carry several versions of it, a merged
-    one in any order): the reader's version rule (``osc_input.supersedes``) picks one, as for the geometry
-    store, so the two stores end in the same state whatever the order in the file."""
-    ids: dict[str, set[int]] = {"n": set(), "w": set(), "r": set()}
-    winners: dict[tuple[str, int], tuple[int, int]] = {}  # (type, id) -> (version, position)
-    for position, obj in enumerate(osm_objects(osc_path, str(osc_path))):
-        if isinstance(obj, osmium.osm.Changeset):
-            continue  # not in an osmChange; nothing to apply
-        kind = obj.type_str()
-        ids[kind].add(obj.id)
-        known = winners.get((kind, obj.id))
-        if supersedes(obj.version, None if known is None else known[0]):
-            winners[(kind, obj.id)] = (obj.version, position)
-    return ids, {position for _, position in winners.values()}
-
-
-def _check_in_step(conn: sqlite3.Connection, store_dir: Path) -> None:
-    """Refuse a diff unless the geometry store holds the state this store is at (as many diffs committed):
-    the diff is laid over that state, and over any other the rebuilt features would be wrong."""
-    row = conn.execute(_MANIFEST).fetchone()
-    try:
-        geometry = Manifest.from_json(row[0]).commits if row is not None else None
-    except (GeometryStoreError, ValueError, KeyError, TypeError) as exc:
-        raise RenderStoreError(f"{store_dir}: unreadable geometry store manifest ({exc})") from None
-    rendering = int(render_db.get_meta(conn, "diffs_applied") or 0)
-    if geometry != rendering:
-        raise RenderStoreError(f"{store_dir}: the geometry store has {geometry} diffs applied and the rendering "
-                               f"store {rendering}; apply the missing diffs to the geometry store first (this store "
-                               "reads node locations and way node lists there)")
-
-
-def _already_applied(conn: sqlite3.Connection, sequence: int | None, sha256: str | None) -> bool:
-    """By sequence when both the diff and the store have one, else by digest: the geometry store's rule
-    (``geometry_apply.check_sequence``). Two replication diffs may be byte-identical (two empty minutes):
-    skipping the second by its digest here while the geometry store applied it put the stores out of step."""
-    stored = render_db.get_meta(conn, "sequence")
-    if sequence is not None and stored is not None and stored.isdigit():
-        return int(stored) >= sequence
-    return sha256 is not None and render_db.get_meta(conn, "last_diff_sha256") == sha256
-
-
 def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
               sha256: str | None = None, commit_if: Callable[[], bool] | None = None,
               connection: sqlite3.Connection | None = None) -> dict[str, int]:
@@ -357,12 +309,12 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
                                    f"({GEOMETRY_DIR}/{GEOMETRY_DB}); import the extract with toposm-import")
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if _already_applied(conn, sequence, sha256):
+            if already_applied(conn, sequence, sha256):
                 conn.execute("ROLLBACK")
                 return {"skipped": 1}
-            _check_in_step(conn, store_dir)
+            check_in_step(conn, store_dir)
             applier = _DiffApplier(conn)
-            ids, applied_positions = _diff_plan(osc_path)
+            ids, applied_positions = diff_plan(osc_path)
             applier.preload(ids)
             for position, obj in enumerate(osm_objects(osc_path, str(osc_path))):
                 if position not in applied_positions:

@@ -6,7 +6,7 @@ log and the counters. The bus adapter (``service``) feeds it validated messages,
 on the event loop thread. Queue mutations are committed to SQLite before the method returns, until the
 bus adapter starts ``commits`` (a ``GroupCommit``): then mutations join one transaction, and whoever
 answers a message first awaits ``commits.durable()``, which commits it, so nothing is acknowledged before
-it is on disk.
+it is on disk. Expiry lists come in through ``ExpiryIntake`` (``expiry_intake``), which it inherits.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from services.toposm.tile_store import open_tile_store
 from services.toposm.tilemath import Metatile, Tile, TileError, parse_metatile, parse_tile
 
 from .access import Forbidden, describe_account
-from .expiry_keys import ancestor_keys, expiry_keys
+from .expiry_intake import ExpiryIntake
 from .group_commit import GroupCommit
 from .queue_store import QueueStore
 from .render_log import RenderLog
@@ -42,15 +42,12 @@ from .settings import QueuemasterSettings
 from .stats import QueuemasterStats
 
 log = structlog.get_logger("toposm.queuemaster")
-# Text of an expiry broadcast handled per turn of the event loop (and committed together): about 1000
-# tiles, short enough a turn; one commit per 1000-tile message, not four (docs/performance.md, "The queuemaster").
-EXPIRY_CHUNK_CHARS = 16 * 1024
 # The deadline of the qbroker request being handled (epoch seconds), set by the bus adapter: the command
 # table's signature stays the same for both wires, and the osm wire carries no deadline.
 request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("request_deadline", default=None)
 
 
-class Queuemaster:
+class Queuemaster(ExpiryIntake):
     def __init__(self, settings: QueuemasterSettings) -> None:
         self.settings = settings
         self.zooms = settings.zooms
@@ -102,54 +99,6 @@ class Queuemaster:
             return parse_metatile(text, self.zooms)
         except TileError as exc:
             raise failed("invalid_metatile", str(exc)) from None
-
-    # -- expirations ------------------------------------------------------------------------------------
-
-    def expire(self, text: str, *, strict: bool) -> dict[str, Any]:
-        """Queue the metatiles of an expiry list ``z/x/y;...`` (with ancestors as configured).
-
-        ``strict`` (the ``expire`` command) refuses a list with any invalid item; the alert path (nobody to
-        answer) takes the valid items and logs the others.
-        """
-        keys, problems = expiry_keys(text, self.zooms)  # packed metatile keys: no object per tile
-        if problems and strict:
-            more = " ..." if len(problems) > 5 else ""
-            raise failed("invalid_tile", "; ".join(problems[:5]) + more)
-        if problems:
-            self.stats.count("invalid_expiry_items", len(problems))
-            log.warning("invalid expiry items ignored", count=len(problems), first=problems[0])
-        # Spark sends each expired metatile as its top-left tile, so dedup by metatile before anything else.
-        metatiles: dict[int, None] = dict.fromkeys(keys)
-        propagate = self.settings.propagate_to_zoom
-        if propagate is not None:
-            ancestor_keys(metatiles, max(propagate, self.zooms.min_zoom))
-        outcome: dict[str, int] = {"queued": 0, "merged": 0, "raised": 0, "rendering": 0, "marked_dirty": 0,
-                                   "not_rendered_yet": 0}
-        # One lookup and one insert statement for the whole message (one transaction), not two per metatile.
-        keep = None if self.settings.render_missing_expired else self.tiles.metatile_exists
-        outcome.update(self.queue.add_expired_keys(metatiles, keep_unknown=keep))
-        self.stats.count("expired", len(keys))
-        if outcome["queued"]:
-            self.work_available.set()
-        return {"tiles": len(keys), "metatiles": len(metatiles), "invalid": len(problems), **outcome}
-
-    async def expire_in_chunks(self, text: str) -> dict[str, Any]:
-        """The broadcast path (``strict=False``) for lists of any size: about ``EXPIRY_CHUNK_CHARS`` of text
-        at a time, yielding to the loop in between, so a 16 MiB list (a million tiles, seconds of work)
-        never stops pings, replies or heartbeats for more than a few milliseconds. Counts are summed over
-        the chunks (a metatile named in two chunks counts twice under ``metatiles``; it is queued once)."""
-        totals: dict[str, int] = {}
-        pos = 0
-        while pos < len(text):
-            end = text.find(";", pos + EXPIRY_CHUNK_CHARS)
-            end = len(text) if end < 0 else end
-            chunk = text[pos:end].strip("; \n")
-            pos = end + 1
-            if chunk:
-                for key, value in self.expire(chunk, strict=False).items():
-                    totals[key] = totals.get(key, 0) + value
-            await asyncio.sleep(0)
-        return totals
 
     # -- render requests --------------------------------------------------------------------------------
 

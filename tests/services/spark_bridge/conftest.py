@@ -6,13 +6,16 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from harness.osm import Extract, read_extract
 from harness.pytest_plugin import heavy
 from services.spark_bridge.limits import BridgeLimits
 from services.spark_bridge.service import SparkBridge
+from tests.services.osmstore.conftest import helsinki, imported_store, osm_data, store  # noqa: F401 - fixtures
 
 # pyspark warns about pandas 3 on import of its pandas helpers; the bridge does not use pandas.
 warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
@@ -60,3 +63,8 @@ async def client(make_unit):
     unit = await make_unit("test.spark.client")
     await unit.start()
     return unit
+
+
+@pytest.fixture(scope="module")
+def extract(helsinki: Path) -> Extract:  # noqa: F811 - the osmstore fixture imported above
+    return read_extract(helsinki)

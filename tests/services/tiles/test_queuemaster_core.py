@@ -6,7 +6,7 @@ import json
 import pytest
 
 from qbroker import RequestError, RequestFailed
-from services.tiles.queuemaster import state_machine
+from services.tiles.queuemaster import expiry_intake
 from services.tiles.queuemaster.state_machine import Queuemaster, QueuemasterSettings
 from services.tiles.renderer.worker import render_metatile
 from services.toposm.messages import RegisterRequest, RenderedRequest, UnregisterRequest
@@ -216,7 +216,7 @@ async def test_big_expiry_broadcast_is_taken_in_chunks(tmp_path):
     await task
     assert out is not None and out["tiles"] == 160_000 and out["invalid"] == 0
     assert qm.queue.queued_count() == 50 * 50  # every metatile queued once
-    assert turns > len(text) // state_machine.EXPIRY_CHUNK_CHARS // 2  # other work ran between chunks
+    assert turns > len(text) // expiry_intake.EXPIRY_CHUNK_CHARS // 2  # other work ran between chunks
     print(f"\nEXPIRY-CHUNK: {len(text)} bytes in {turns} loop turns, longest hold {longest * 1000:.1f} ms")
     qm.close()
 
