@@ -24,21 +24,28 @@ TESTS = {
     "fuzz": ("tests/qbroker/core/test_fuzz.py", "fuzz:"),
     "osm": ("tests/services/tiles/test_osm_fuzz.py", "OSM-FUZZ:"),
     "restart": ("tests/qbroker/core/test_reconnect.py::test_broker_restart_with_1000_calls_in_flight", "RESTART-1000:"),
-    "renderer": ("tests/services/tiles/test_bus_faults.py::test_renderer_sigkill_mid_render_is_redispatched",
-                 "RENDERER-SIGKILL:"),
-    "queuemaster": ("tests/services/tiles/test_bus_faults.py::"
-                    "test_queuemaster_sigkill_with_10000_queued_and_50_requesters", "QM-SIGKILL:"),
-    "stale": ("tests/qbroker/core/test_stale_service.py::test_stopped_service_answers_no_server_after_grace",
-              "STALE:"),
+    "renderer": (
+        "tests/services/tiles/test_bus_faults.py::test_renderer_sigkill_mid_render_is_redispatched",
+        "RENDERER-SIGKILL:",
+    ),
+    "queuemaster": (
+        "tests/services/tiles/test_bus_faults.py::test_queuemaster_sigkill_with_10000_queued_and_50_requesters",
+        "QM-SIGKILL:",
+    ),
+    "stale": ("tests/qbroker/core/test_stale_service.py::test_stopped_service_answers_no_server_after_grace", "STALE:"),
 }
 
 
 def run(what: str, count: int) -> int:
     path, marker = TESTS[what]
     env = dict(os.environ, QBROKER_FUZZ_COUNT=str(count))
-    proc = subprocess.run([sys.executable, "-m", "pytest", path, "-q", "-s", "-p", "no:cacheprovider",
-                           "-o", "timeout=7200"],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", path, "-q", "-s", "-p", "no:cacheprovider", "-o", "timeout=7200"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     figures = [line for line in proc.stdout.splitlines() if marker in line]
     summary = [line for line in proc.stdout.splitlines() if " passed" in line or " failed" in line]
     for line in figures + summary[-1:]:

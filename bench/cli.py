@@ -223,11 +223,7 @@ def main() -> None:
     ready.wait(30)
     try:
         result = {
-            "machine": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "platform": platform.platform(),
-            },
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
             "startup_ms": {
                 "qbroker_help_median": _wall([str(BIN / "qbroker"), "--help"], prefix, args.runs),
                 "qbroker_call_median": _wall(

@@ -40,8 +40,11 @@ WARMUP = 200
 
 
 def _spread(values: list[float], digits: int = 3) -> dict[str, float]:
-    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
-            "max": round(max(values), digits)}
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+    }
 
 
 async def _pair(url: str, metrics: bool) -> tuple[Any, Any]:
@@ -106,9 +109,25 @@ def _child(tree: str, url: str, metrics: bool, calls: int) -> None:
 
 def _instructions(tree: str, url: str, metrics: bool, calls: int) -> int:
     env = {**os.environ, "QBROKER_LOG_LEVEL": "WARNING", "PYTHONPATH": ""}
-    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
-                          "--child", tree, url, str(int(metrics)), str(calls)],
-                         capture_output=True, text=True, env=env, timeout=3600, check=True)
+    out = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--child",
+            tree,
+            url,
+            str(int(metrics)),
+            str(calls),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3600,
+        check=True,
+    )
     found = re.search(r"Collected : ([0-9,]+)", out.stderr)
     if found is None:
         raise RuntimeError(f"no instruction count from callgrind: {out.stderr[-2000:]}")
@@ -121,20 +140,28 @@ def _instruction_run(args: argparse.Namespace, url: str) -> dict[str, Any]:
         archive = subprocess.run(["git", "archive", args.old, "qbroker"], cwd=ROOT, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", old_tree], input=archive.stdout, check=True)
         for round_no in range(args.rounds):
-            for variant, tree, metrics in (("old", old_tree, False), ("old_metrics", old_tree, True),
-                                           ("new", str(ROOT), False), ("new_metrics", str(ROOT), True)):
+            for variant, tree, metrics in (
+                ("old", old_tree, False),
+                ("old_metrics", old_tree, True),
+                ("new", str(ROOT), False),
+                ("new_metrics", str(ROOT), True),
+            ):
                 base = _instructions(tree, url, metrics, 0)
                 total = _instructions(tree, url, metrics, args.calls)
                 per_call[variant].append((total - base) / args.calls)
-                print(f"round {round_no + 1} {variant:<11} {per_call[variant][-1]:10.0f} instructions per call",
-                      file=sys.stderr)
+                print(
+                    f"round {round_no + 1} {variant:<11} {per_call[variant][-1]:10.0f} instructions per call",
+                    file=sys.stderr,
+                )
     old, new, metered = per_call["old"], per_call["new"], per_call["new_metrics"]
-    return {"instructions_per_call": {v: _spread(c, 0) for v, c in per_call.items()},
-            "new/old": _spread([n / o for n, o in zip(new, old, strict=True)]),
-            "new_metrics/old_metrics": _spread([n / o for n, o in zip(metered, per_call["old_metrics"], strict=True)]),
-            "new_metrics/new": _spread([m / n for m, n in zip(metered, new, strict=True)]),
-            "new_metrics - new": _spread([m - n for m, n in zip(metered, new, strict=True)], 0),
-            "samples": per_call}
+    return {
+        "instructions_per_call": {v: _spread(c, 0) for v, c in per_call.items()},
+        "new/old": _spread([n / o for n, o in zip(new, old, strict=True)]),
+        "new_metrics/old_metrics": _spread([n / o for n, o in zip(metered, per_call["old_metrics"], strict=True)]),
+        "new_metrics/new": _spread([m / n for m, n in zip(metered, new, strict=True)]),
+        "new_metrics - new": _spread([m - n for m, n in zip(metered, new, strict=True)], 0),
+        "samples": per_call,
+    }
 
 
 def _time_run(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
@@ -174,17 +201,32 @@ def main() -> None:
     from harness.broker import create_vhost, delete_vhost, url_for_vhost
 
     vhosts = [create_vhost("qbroker-metrics-bench") for _ in VARIANTS] if args.transport == "rabbitmq" else []
-    urls = {name: url_for_vhost(vhost) for name, vhost in zip(VARIANTS, vhosts, strict=True)} if vhosts else \
-        {name: "memory://" for name in VARIANTS}
+    urls = (
+        {name: url_for_vhost(vhost) for name, vhost in zip(VARIANTS, vhosts, strict=True)}
+        if vhosts
+        else {name: "memory://" for name in VARIANTS}
+    )
     load_before = os.getloadavg()
     try:
         result = _instruction_run(args, urls["plain"]) if args.instructions else _time_run(args, urls)
     finally:
         for vhost in vhosts:
             delete_vhost(vhost)
-    print(json.dumps({"mode": "instructions" if args.instructions else "time", "transport": args.transport,
-                      "old": args.old, "calls": args.calls, "nproc": os.cpu_count(), "load_before": load_before,
-                      "load_after": os.getloadavg(), **result}, indent=2))
+    print(
+        json.dumps(
+            {
+                "mode": "instructions" if args.instructions else "time",
+                "transport": args.transport,
+                "old": args.old,
+                "calls": args.calls,
+                "nproc": os.cpu_count(),
+                "load_before": load_before,
+                "load_after": os.getloadavg(),
+                **result,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

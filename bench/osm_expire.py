@@ -51,9 +51,13 @@ def make_diff(extract: Extract, objects: int, seed: int) -> str:
     rng = random.Random(seed)
     nodes = rng.sample(sorted(extract.nodes), min(len(extract.nodes), objects * 60 // 100))
     ways = rng.sample(sorted(extract.ways), min(len(extract.ways), objects * 30 // 100))
-    edited, deleted = ways[: len(ways) * 5 // 6], ways[len(ways) * 5 // 6:]
-    modify = [node_xml(n, extract.nodes[n][0] + rng.uniform(-2e-4, 2e-4),
-                       extract.nodes[n][1] + rng.uniform(-1e-4, 1e-4), version=5) for n in nodes]
+    edited, deleted = ways[: len(ways) * 5 // 6], ways[len(ways) * 5 // 6 :]
+    modify = [
+        node_xml(
+            n, extract.nodes[n][0] + rng.uniform(-2e-4, 2e-4), extract.nodes[n][1] + rng.uniform(-1e-4, 1e-4), version=5
+        )
+        for n in nodes
+    ]
     modify += [way_xml(w, extract.ways[w][0], {**extract.ways[w][1], "note": "bench"}, version=5) for w in edited]
     delete = [f'<way id="{w}" version="6"/>' for w in deleted]
     create: list[str] = []
@@ -62,8 +66,14 @@ def make_diff(extract: Extract, objects: int, seed: int) -> str:
     for i in range(max(new_nodes, 0)):
         create.append(node_xml(base + i, 24.93 + rng.uniform(0, 0.03), 60.16 + rng.uniform(0, 0.015), version=1))
         if i % 4 == 3:
-            create.append(way_xml(base + 10_000_000 + i, [base + i - 3, base + i - 2, base + i - 1, base + i],
-                                  {"highway": "footway"}, version=1))
+            create.append(
+                way_xml(
+                    base + 10_000_000 + i,
+                    [base + i - 3, base + i - 2, base + i - 1, base + i],
+                    {"highway": "footway"},
+                    version=1,
+                )
+            )
     return osc(create=create, modify=modify, delete=delete)
 
 
@@ -76,8 +86,14 @@ def bench_import(extract: Path, runs: int) -> dict[str, Any]:
             best = info
     assert best is not None
     objects = sum(best["counts"].values())
-    return {"extract": extract.name, "bytes": best["source_size"], "objects": objects, "counts": best["counts"],
-            "seconds": best["seconds"], "objects_per_second": round(objects / best["seconds"])}
+    return {
+        "extract": extract.name,
+        "bytes": best["source_size"],
+        "objects": objects,
+        "counts": best["counts"],
+        "seconds": best["seconds"],
+        "objects_per_second": round(objects / best["seconds"]),
+    }
 
 
 class TimedExpire:
@@ -118,15 +134,23 @@ class TimedExpire:
 
 async def bench_expire(store: Path, work: Path, objects: int, runs: int, url: str) -> dict[str, Any]:
     extract = read_extract(ROOT / "var" / "osm" / "Helsinki.osm.pbf")
-    spark = build_session("local[2]", "bench-osm-expire", {"spark.sql.shuffle.partitions": "4",
-                                                            "spark.ui.enabled": "false"})
+    spark = build_session(
+        "local[2]", "bench-osm-expire", {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"}
+    )
     spark.sparkContext.setLogLevel("ERROR")
     bridge_unit = Unit(SPARK_BRIDGE, config=Config(url=url))
     client = TimedExpire(url)
     live = work / "store"
     shutil.copytree(store, live)
-    bridge = SparkBridge(bridge_unit, spark, work / "state", max_jobs=1, input_roots=[work], stores=[live],
-                         limits=BridgeLimits(max_tiles=10**9, max_tiles_per_geometry=10**9))
+    bridge = SparkBridge(
+        bridge_unit,
+        spark,
+        work / "state",
+        max_jobs=1,
+        input_roots=[work],
+        stores=[live],
+        limits=BridgeLimits(max_tiles=10**9, max_tiles_per_geometry=10**9),
+    )
     await bridge_unit.start()
     await client.unit.start()
     results = []
@@ -137,19 +161,22 @@ async def bench_expire(store: Path, work: Path, objects: int, runs: int, url: st
             diff = work / f"diff-{run}.osc.gz"
             diff.write_bytes(gzip.compress(make_diff(extract, objects, seed=run).encode()))
             reply, last, to_reply = await client.call(
-                {"paths": [str(diff)], "store": live.name, "sequence": 1, "min_zoom": 10, "max_zoom": 18},
-                settle=60)
+                {"paths": [str(diff)], "store": live.name, "sequence": 1, "min_zoom": 10, "max_zoom": 18}, settle=60
+            )
             result = reply["result"]
             if run == 0:
                 continue
-            results.append({
-                "seconds_to_last_expiration": round(last, 3) if last is not None else None,
-                "seconds_to_reply": round(to_reply, 3),
-                "changed_objects": result["inputs"]["osc_nodes"] + result["inputs"]["osc_ways"],
-                "ways_expired": result["inputs"]["ways"],
-                "total_tiles": result["total_tiles"], "total_metatiles": result["total_metatiles"],
-                "messages": result["published"]["messages"],
-            })
+            results.append(
+                {
+                    "seconds_to_last_expiration": round(last, 3) if last is not None else None,
+                    "seconds_to_reply": round(to_reply, 3),
+                    "changed_objects": result["inputs"]["osc_nodes"] + result["inputs"]["osc_ways"],
+                    "ways_expired": result["inputs"]["ways"],
+                    "total_tiles": result["total_tiles"],
+                    "total_metatiles": result["total_metatiles"],
+                    "messages": result["published"]["messages"],
+                }
+            )
     finally:
         await client.unit.stop()
         await bridge.close()
@@ -165,8 +192,14 @@ def main() -> None:
     p.add_argument("--imports", type=int, default=3)
     a = p.parse_args()
     extract = helsinki_extract()
-    out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                       "platform": platform.platform(), "load_avg": os.getloadavg()}}
+    out: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_avg": os.getloadavg(),
+        }
+    }
     out["import"] = bench_import(extract, a.imports)
     vhost = create_vhost("qbroker-bench")
     try:

@@ -82,40 +82,88 @@ def import_ours(extract: Path, store: Path, code: Path) -> dict[str, Any]:
     before = load()
     started = time.perf_counter()
     # cwd too: `python -c` puts the working directory first on sys.path, before PYTHONPATH
-    run = subprocess.run([sys.executable, "-c", _IMPORT, str(extract.resolve()), str(store.resolve())],
-                         capture_output=True, text=True, cwd=code, env={**os.environ, "PYTHONPATH": str(code)},
-                         check=False)
+    run = subprocess.run(
+        [sys.executable, "-c", _IMPORT, str(extract.resolve()), str(store.resolve())],
+        capture_output=True,
+        text=True,
+        cwd=code,
+        env={**os.environ, "PYTHONPATH": str(code)},
+        check=False,
+    )
     seconds = time.perf_counter() - started
     if run.returncode:
         raise SystemExit(f"import of {extract} failed: {run.stderr[-2000:]}")
     out = json.loads(run.stdout.strip().splitlines()[-1])
     objects = sum(out["counts"].values())
     self_mb, worker_mb = out["self_rss_kb"] / 1024, out["worker_rss_kb"] / 1024
-    return {"objects": objects, "seconds": round(seconds, 2), "objects_per_second": round(objects / seconds),
-            "cpu_seconds": round(out["cpu"], 2), "peak_rss_mb": round(self_mb + worker_mb),
-            "peak_rss_main_mb": round(self_mb), "peak_rss_worker_mb": round(worker_mb),
-            "store_mb": round(du(store) / 1e6, 1), "load_before": before, "load_after": load()}
+    return {
+        "objects": objects,
+        "seconds": round(seconds, 2),
+        "objects_per_second": round(objects / seconds),
+        "cpu_seconds": round(out["cpu"], 2),
+        "peak_rss_mb": round(self_mb + worker_mb),
+        "peak_rss_main_mb": round(self_mb),
+        "peak_rss_worker_mb": round(worker_mb),
+        "store_mb": round(du(store) / 1e6, 1),
+        "load_before": before,
+        "load_after": load(),
+    }
 
 
 def import_osm2pgsql(extract: Path, dsn: str, cache_mb: int, processes: int) -> dict[str, Any]:
     before = load()
     started = time.perf_counter()
-    child = subprocess.Popen(["osm2pgsql", "--create", "--slim", "--cache", str(cache_mb), "--number-processes",
-                              str(processes), "--log-progress", "false", "--database", dsn, str(extract)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [
+            "osm2pgsql",
+            "--create",
+            "--slim",
+            "--cache",
+            str(cache_mb),
+            "--number-processes",
+            str(processes),
+            "--log-progress",
+            "false",
+            "--database",
+            dsn,
+            str(extract),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     assert child.stderr is not None
     err = child.stderr.read()
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"osm2pgsql failed on {extract}: {err.decode()[-2000:]}")
-    return {"seconds": round(seconds, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
-            "peak_rss_mb": round(usage.ru_maxrss / 1024), "load_before": before, "load_after": load()}
+    return {
+        "seconds": round(seconds, 2),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024),
+        "load_before": before,
+        "load_after": load(),
+    }
 
 
 def drop_database(name: str) -> None:
-    subprocess.run(["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-c",
-                    f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"], capture_output=True, check=False)
+    subprocess.run(
+        [
+            "psql",
+            "-X",
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-c",
+            f"DROP DATABASE IF EXISTS {name} WITH (FORCE)",
+        ],
+        capture_output=True,
+        check=False,
+    )
 
 
 def old_tree(rev: str, work: Path) -> Path:
@@ -144,14 +192,20 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     peer = not a.no_peer and shutil.which("osm2pgsql") is not None
     cores = len(os.sched_getaffinity(0))
-    out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "cores_usable": cores,
-                                       "python": platform.python_version(), "platform": platform.platform(),
-                                       "load_avg_before": os.getloadavg()},
-                           "osm2pgsql": subprocess.run(["osm2pgsql", "--version"], capture_output=True,
-                                                       text=True).stderr.splitlines()[0] if peer else None,
-                           "osm2pgsql_args": f"--create --slim --cache {a.osm2pgsql_cache} --number-processes "
-                                             f"{cores}" if peer else None,
-                           "sizes": []}
+    out: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "cores_usable": cores,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_avg_before": os.getloadavg(),
+        },
+        "osm2pgsql": subprocess.run(["osm2pgsql", "--version"], capture_output=True, text=True).stderr.splitlines()[0]
+        if peer
+        else None,
+        "osm2pgsql_args": f"--create --slim --cache {a.osm2pgsql_cache} --number-processes {cores}" if peer else None,
+        "sizes": [],
+    }
     old = old_tree(a.old, work) if a.old else None
     src = read_source(extract)
     db = f"bench_import_{os.getpid()}"

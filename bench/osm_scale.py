@@ -61,8 +61,10 @@ RENDER_ZOOMS = (15, 16, 17)
 # The diff over all copies (the issue's), and the same changes as K=1's confined to copy 0: at every K the same
 # ways and metatiles, so what differs is the store's size alone.
 DIFF_COPIES: dict[str, int | None] = {"spread": None, "confined": 1}
-_IMPORT = ("import json, sys; from pathlib import Path; from services.osmstore.importer import import_extract; "
-           "print(json.dumps(import_extract(Path(sys.argv[1]), Path(sys.argv[2]))))")
+_IMPORT = (
+    "import json, sys; from pathlib import Path; from services.osmstore.importer import import_extract; "
+    "print(json.dumps(import_extract(Path(sys.argv[1]), Path(sys.argv[2]))))"
+)
 
 
 def warm_files(store: Path) -> None:
@@ -81,8 +83,11 @@ def import_store(extract: Path, store: Path) -> dict[str, Any]:
     """Import in a child process: its own peak RSS, nothing cached in this one."""
     shutil.rmtree(store, ignore_errors=True)
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-c", _IMPORT, str(extract), str(store)], stdout=subprocess.PIPE,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    child = subprocess.Popen(
+        [sys.executable, "-c", _IMPORT, str(extract), str(store)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert child.stdout is not None
     out = child.stdout.read()
     _, status, usage = os.wait4(child.pid, 0)
@@ -92,14 +97,20 @@ def import_store(extract: Path, store: Path) -> dict[str, Any]:
     info = json.loads(out)
     objects = sum(info["counts"].values())
     seconds = time.perf_counter() - started
-    return {"nodes": info["counts"]["nodes"], "objects": objects, "import_seconds": round(seconds, 2),
-            "objects_per_second": round(objects / seconds), "peak_rss_mb": round(usage.ru_maxrss / 1024),
-            "store_mb": round(du(store) / 1e6, 1),
-            "geometry_mb": round(du(store / "geometry") / 1e6, 1)}
+    return {
+        "nodes": info["counts"]["nodes"],
+        "objects": objects,
+        "import_seconds": round(seconds, 2),
+        "objects_per_second": round(objects / seconds),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024),
+        "store_mb": round(du(store) / 1e6, 1),
+        "geometry_mb": round(du(store / "geometry") / 1e6, 1),
+    }
 
 
-def cached_stores(ks: list[int], cache: Path, rebuild: bool = False
-                  ) -> tuple[dict[int, Scale], dict[int, Path], dict[int, dict[str, Any]]]:
+def cached_stores(
+    ks: list[int], cache: Path, rebuild: bool = False
+) -> tuple[dict[int, Scale], dict[int, Path], dict[int, dict[str, Any]]]:
     """Each K's scale, imported store and import record: from ``cache`` when there, else generated and
     imported into it (the record says how long that took)."""
     extract = helsinki_extract()
@@ -117,8 +128,12 @@ def cached_stores(ks: list[int], cache: Path, rebuild: bool = False
         pbf = cache / f"helsinki-x{k}.osm.pbf"
         started = time.perf_counter()
         scales[k].write_pbf(pbf)
-        rows[k] = {"k": k, "generate_seconds": round(time.perf_counter() - started, 2),
-                   "pbf_mb": round(pbf.stat().st_size / 1e6, 1), "load_avg": os.getloadavg()}
+        rows[k] = {
+            "k": k,
+            "generate_seconds": round(time.perf_counter() - started, 2),
+            "pbf_mb": round(pbf.stat().st_size / 1e6, 1),
+            "load_avg": os.getloadavg(),
+        }
         rows[k].update(import_store(pbf, stores[k]))
         record.write_text(json.dumps(rows[k]))
         print(json.dumps(rows[k]), file=sys.stderr)
@@ -126,8 +141,9 @@ def cached_stores(ks: list[int], cache: Path, rebuild: bool = False
 
 
 @contextlib.asynccontextmanager
-async def running_bridge(stores: list[Path], work: Path, url: str,
-                         driver_lookup_bytes: int | None = None) -> AsyncIterator[tuple[Any, Any]]:
+async def running_bridge(
+    stores: list[Path], work: Path, url: str, driver_lookup_bytes: int | None = None
+) -> AsyncIterator[tuple[Any, Any]]:
     """An in-process bridge over ``stores`` (``local[2]``, no tile limits; ``driver_lookup_bytes``: the
     bridge's ``--driver-lookup-mib``, default its own) and a client timing its calls."""
     # Imported here: generating and importing (--import-only) needs no Spark.
@@ -138,15 +154,22 @@ async def running_bridge(stores: list[Path], work: Path, url: str,
     from services.spark_bridge.spark_session import build_session
     from services.spark_bridge.store_lookup import DRIVER_LOOKUP_BYTES
 
-    spark = build_session("local[2]", "bench-osm-scale", {"spark.sql.shuffle.partitions": "4",
-                                                          "spark.ui.enabled": "false"})
+    spark = build_session(
+        "local[2]", "bench-osm-scale", {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"}
+    )
     spark.sparkContext.setLogLevel("ERROR")
     bridge_unit = Unit(SPARK_BRIDGE, config=Config(url=url))
     client = TimedExpire(url)
-    bridge = SparkBridge(bridge_unit, spark, work / "state", max_jobs=1, input_roots=[work], stores=stores,
-                         limits=BridgeLimits(max_tiles=10**9, max_tiles_per_geometry=10**9),
-                         driver_lookup_bytes=DRIVER_LOOKUP_BYTES if driver_lookup_bytes is None
-                         else driver_lookup_bytes)
+    bridge = SparkBridge(
+        bridge_unit,
+        spark,
+        work / "state",
+        max_jobs=1,
+        input_roots=[work],
+        stores=stores,
+        limits=BridgeLimits(max_tiles=10**9, max_tiles_per_geometry=10**9),
+        driver_lookup_bytes=DRIVER_LOOKUP_BYTES if driver_lookup_bytes is None else driver_lookup_bytes,
+    )
     await bridge_unit.start()
     await client.unit.start()
     freeze_startup_heap()  # as qbroker.serve does once a service has started
@@ -159,37 +182,51 @@ async def running_bridge(stores: list[Path], work: Path, url: str,
         spark.stop()
 
 
-async def timed_diff(bridge: Any, client: Any, store: Path, scale: Scale, work: Path,
-                     weight: int = 1, copies: int | None = None) -> dict[str, Any]:
+async def timed_diff(
+    bridge: Any, client: Any, store: Path, scale: Scale, work: Path, weight: int = 1, copies: int | None = None
+) -> dict[str, Any]:
     """The store's next diff (``weight`` x ~1,000 objects, over the first ``copies`` copies, default all) from
     the call to its reply, then the bridge's background work after it (the sea refresh) waited for."""
     sequence = (GeometryStore.of_store(store).sequence or 0) + 1
     diff = write_diff(scale, sequence, work / f"diff-{store.name}-{sequence}.osc.gz", weight, copies)
     load = os.getloadavg()[0]
     reply, last, to_reply = await client.call(
-        {"paths": [str(diff)], "store": store.name, "sequence": sequence, "min_zoom": 10, "max_zoom": 18},
-        settle=60)
+        {"paths": [str(diff)], "store": store.name, "sequence": sequence, "min_zoom": 10, "max_zoom": 18}, settle=60
+    )
     result = reply["result"]
     assert result["store"].get("applied"), result["store"]
     started = time.perf_counter()
     await asyncio.to_thread(bridge.stores.sea[store.resolve()].wait_idle)
     background = time.perf_counter() - started
-    return {"seconds_to_reply": round(to_reply, 3),
-            "seconds_to_last_expiration": None if last is None else round(last, 3),
-            "load_avg_1min": round(load, 2),
-            "objects": result["inputs"]["osc_nodes"] + result["inputs"]["osc_ways"],
-            "ways_expired": result["inputs"]["ways"],
-            "tiles": result["total_tiles"], "metatiles": result["total_metatiles"],
-            "metatiles_per_zoom": result["metatiles_per_zoom"],
-            "phase_seconds": result.get("phase_seconds"),
-            "render_store": {name: v for name, v in result["store"].get("render", {}).items()
-                             if name.startswith(("prepare", "features_")) or name == "ways_rebuilt"},
-            "sea_stale": bool(result["store"].get("render", {}).get("sea_stale")),
-            "sea_refresh_seconds_after_reply": round(background, 3)}
+    return {
+        "seconds_to_reply": round(to_reply, 3),
+        "seconds_to_last_expiration": None if last is None else round(last, 3),
+        "load_avg_1min": round(load, 2),
+        "objects": result["inputs"]["osc_nodes"] + result["inputs"]["osc_ways"],
+        "ways_expired": result["inputs"]["ways"],
+        "tiles": result["total_tiles"],
+        "metatiles": result["total_metatiles"],
+        "metatiles_per_zoom": result["metatiles_per_zoom"],
+        "phase_seconds": result.get("phase_seconds"),
+        "render_store": {
+            name: v
+            for name, v in result["store"].get("render", {}).items()
+            if name.startswith(("prepare", "features_")) or name == "ways_rebuilt"
+        },
+        "sea_stale": bool(result["store"].get("render", {}).get("sea_stale")),
+        "sea_refresh_seconds_after_reply": round(background, 3),
+    }
 
 
-async def time_diffs(stores: dict[int, Path], scales: dict[int, Scale], work: Path, runs: int, gap: float,
-                     url: str, confined: bool = False) -> dict[tuple[int, str], list[dict[str, Any]]]:
+async def time_diffs(
+    stores: dict[int, Path],
+    scales: dict[int, Scale],
+    work: Path,
+    runs: int,
+    gap: float,
+    url: str,
+    confined: bool = False,
+) -> dict[tuple[int, str], list[dict[str, Any]]]:
     """Per (K, "spread" or "confined"), the timed diffs: with ``confined``, each K also takes the K=1 diff's
     changes in copy 0 (DIFF_COPIES), after its spread diff in the same turn."""
     variants = DIFF_COPIES if confined else {"spread": None}
@@ -205,8 +242,13 @@ async def time_diffs(stores: dict[int, Path], scales: dict[int, Scale], work: Pa
     return out
 
 
-def render_metatiles(stores: dict[int, Path], scale: Scale, passes: int = 4, zooms: tuple[int, ...] = RENDER_ZOOMS,
-                     box: tuple[float, float, float, float] | None = None) -> dict[int, dict[str, Any]]:
+def render_metatiles(
+    stores: dict[int, Path],
+    scale: Scale,
+    passes: int = 4,
+    zooms: tuple[int, ...] = RENDER_ZOOMS,
+    box: tuple[float, float, float, float] | None = None,
+) -> dict[int, dict[str, Any]]:
     """Seconds per metatile (median over every pass but the first, and per zoom) for the metatiles covering
     ``box`` (default copy 0) at ``zooms``, from every store, the stores taking turns metatile by metatile (the
     load falls on all)."""
@@ -223,18 +265,25 @@ def render_metatiles(stores: dict[int, Path], scale: Scale, passes: int = 4, zoo
                 backend.render(mt)
                 if done:
                     timings[k].append((mt.z, time.perf_counter() - started))
-    return {k: {"metatiles": [str(m) for m in metatiles], "renders": len(t),
-                "median_seconds": round(statistics.median(s for _, s in t), 4),
-                "median_seconds_per_zoom": {z: round(statistics.median(s for tz, s in t if tz == z), 4)
-                                            for z in sorted({tz for tz, _ in t})},
-                "total_seconds": round(sum(s for _, s in t), 3)}
-            for k, t in timings.items()}
+    return {
+        k: {
+            "metatiles": [str(m) for m in metatiles],
+            "renders": len(t),
+            "median_seconds": round(statistics.median(s for _, s in t), 4),
+            "median_seconds_per_zoom": {
+                z: round(statistics.median(s for tz, s in t if tz == z), 4) for z in sorted({tz for tz, _ in t})
+            },
+            "total_seconds": round(sum(s for _, s in t), 3),
+        }
+        for k, t in timings.items()
+    }
 
 
 def _phase_medians(runs: list[dict[str, Any]]) -> dict[str, float]:
     phases = sorted({name for r in runs for name in (r["phase_seconds"] or {})})
-    return {name: round(statistics.median((r["phase_seconds"] or {}).get(name, 0.0) for r in runs), 3)
-            for name in phases}
+    return {
+        name: round(statistics.median((r["phase_seconds"] or {}).get(name, 0.0) for r in runs), 3) for name in phases
+    }
 
 
 def main() -> None:
@@ -242,16 +291,29 @@ def main() -> None:
     p.add_argument("--k", default="1,10,50,200", help="scale factors, comma-separated (the first is the baseline)")
     p.add_argument("--runs", type=int, default=5, help="timed diffs per K (after one warm-up each)")
     p.add_argument("--gap", type=float, default=3.0, help="seconds between two diffs, once the bridge is idle")
-    p.add_argument("--cache", type=Path, default=ROOT / "var" / "bench-cache" / "osm-scale",
-                   help="where the extracts and stores are kept between runs")
+    p.add_argument(
+        "--cache",
+        type=Path,
+        default=ROOT / "var" / "bench-cache" / "osm-scale",
+        help="where the extracts and stores are kept between runs",
+    )
     p.add_argument("--rebuild", action="store_true", help="import the stores again even if cached")
     p.add_argument("--import-only", action="store_true", help="generate and import what is not cached, then stop")
-    p.add_argument("--confined", action="store_true",
-                   help="also time, at every K, the K=1 diff's changes confined to copy 0 (the store's size alone)")
+    p.add_argument(
+        "--confined",
+        action="store_true",
+        help="also time, at every K, the K=1 diff's changes confined to copy 0 (the store's size alone)",
+    )
     a = p.parse_args()
     ks = [int(v) for v in a.k.split(",")]
-    out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                       "platform": platform.platform(), "load_avg_before": os.getloadavg()}}
+    out: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_avg_before": os.getloadavg(),
+        }
+    }
     cache = a.cache.resolve()
     scales, stores, rows = cached_stores(ks, cache, a.rebuild)
     if a.import_only:
@@ -275,10 +337,15 @@ def main() -> None:
             for k in ks:
                 runs = diffs[(k, variant)]
                 median = statistics.median(r["seconds_to_reply"] for r in runs)
-                rows[k].update({f"{prefix}diff_seconds_median": round(median, 3),
-                                f"{prefix}diff_seconds": [r["seconds_to_reply"] for r in runs],
-                                f"{prefix}diff_ratio_to_first": round(median / base, 2),
-                                f"{prefix}diff_phase_medians": _phase_medians(runs), f"{prefix}diff_runs": runs})
+                rows[k].update(
+                    {
+                        f"{prefix}diff_seconds_median": round(median, 3),
+                        f"{prefix}diff_seconds": [r["seconds_to_reply"] for r in runs],
+                        f"{prefix}diff_ratio_to_first": round(median / base, 2),
+                        f"{prefix}diff_phase_medians": _phase_medians(runs),
+                        f"{prefix}diff_runs": runs,
+                    }
+                )
         renders = render_metatiles(stores, scales[ks[0]])
         out["render"] = {str(k): r for k, r in renders.items()}
         for k in ks:

@@ -85,8 +85,10 @@ def read_source(extract: Path) -> Source:
     src = Source(universe={k: sorted(v) for k, v in ids.items()})
     src.nodes = sorted((src.rank("n", i), lon, lat, v, t) for i, lon, lat, v, t in raw_nodes)
     src.ways = sorted((src.rank("w", i), [src.rank("n", r) for r in refs], v, t) for i, refs, v, t in raw_ways)
-    src.relations = sorted((src.rank("r", i), [(t, src.rank(t, r), role) for t, r, role in members], v, tags)
-                           for i, members, v, tags in raw_rels)
+    src.relations = sorted(
+        (src.rank("r", i), [(t, src.rank(t, r), role) for t, r, role in members], v, tags)
+        for i, members, v, tags in raw_rels
+    )
     for rank, refs, _, _ in src.ways:
         for r in refs:
             src.node_ways.setdefault(r, []).append(rank)
@@ -134,21 +136,38 @@ class Scale:
         try:
             for rank, lon, lat, version, tags in self.src.nodes:
                 for c, (dx, dy) in enumerate(offsets):
-                    writer.add_node(osmium.osm.mutable.Node(id=self.oid("n", rank, c), version=version,
-                                                            location=(lon + dx, lat + dy), tags=tags))
+                    writer.add_node(
+                        osmium.osm.mutable.Node(
+                            id=self.oid("n", rank, c), version=version, location=(lon + dx, lat + dy), tags=tags
+                        )
+                    )
             for rank, refs, version, tags in self.src.ways:
                 for c in range(self.k):
-                    writer.add_way(osmium.osm.mutable.Way(id=self.oid("w", rank, c), version=version, tags=tags,
-                                                          nodes=[self.oid("n", r, c) for r in refs]))
+                    writer.add_way(
+                        osmium.osm.mutable.Way(
+                            id=self.oid("w", rank, c),
+                            version=version,
+                            tags=tags,
+                            nodes=[self.oid("n", r, c) for r in refs],
+                        )
+                    )
             for rank, members, version, tags in self.src.relations:
                 for c in range(self.k):
-                    writer.add_relation(osmium.osm.mutable.Relation(
-                        id=self.oid("r", rank, c), version=version, tags=tags,
-                        members=[(t, self.oid(t, r, c), role) for t, r, role in members]))
+                    writer.add_relation(
+                        osmium.osm.mutable.Relation(
+                            id=self.oid("r", rank, c),
+                            version=version,
+                            tags=tags,
+                            members=[(t, self.oid(t, r, c), role) for t, r, role in members],
+                        )
+                    )
         finally:
             writer.close()
-        return {"nodes": len(self.src.nodes) * self.k, "ways": len(self.src.ways) * self.k,
-                "relations": len(self.src.relations) * self.k}
+        return {
+            "nodes": len(self.src.nodes) * self.k,
+            "ways": len(self.src.ways) * self.k,
+            "relations": len(self.src.relations) * self.k,
+        }
 
     def diff(self, seed: int, weight: int = 1, copies: int | None = None) -> str:
         """The benchmark's osmChange (XML text): the same changes at every K (the objects drawn by ``seed``),
@@ -161,22 +180,43 @@ class Scale:
         ways, moves = self._independent(random.Random(f"objects {seed}"), rng, weight, spread)
         for (rank, lon, lat, version, tags), c in moves:
             dx, dy = self.offset(c)
-            modify.append(node_xml(self.oid("n", rank, c), lon + dx + rng.uniform(-2e-4, 2e-4),
-                                   lat + dy + rng.uniform(-1e-4, 1e-4), dict(tags), version + 1))
+            modify.append(
+                node_xml(
+                    self.oid("n", rank, c),
+                    lon + dx + rng.uniform(-2e-4, 2e-4),
+                    lat + dy + rng.uniform(-1e-4, 1e-4),
+                    dict(tags),
+                    version + 1,
+                )
+            )
         for (rank, refs, version, tags), c in ways:
-            modify.append(way_xml(self.oid("w", rank, c), [self.oid("n", r, c) for r in refs],
-                                  {**dict(tags), "note": f"bench {seed}"}, version + 1))
+            modify.append(
+                way_xml(
+                    self.oid("w", rank, c),
+                    [self.oid("n", r, c) for r in refs],
+                    {**dict(tags), "note": f"bench {seed}"},
+                    version + 1,
+                )
+            )
         create: list[str] = []
         top = self.oid("n", len(src.universe["n"]), 0)  # above every id of the scaled extract
         w, s, e, n = src.box
         for i in range(DIFF_NEW_NODES * weight):
             dx, dy = self.offset(rng.randrange(spread))
-            create.append(node_xml(top + seed * NEW_IDS_PER_DIFF + i, rng.uniform(w, e) + dx,
-                                   rng.uniform(s, n) + dy, {"amenity": "bench"}, 1))
+            create.append(
+                node_xml(
+                    top + seed * NEW_IDS_PER_DIFF + i,
+                    rng.uniform(w, e) + dx,
+                    rng.uniform(s, n) + dy,
+                    {"amenity": "bench"},
+                    1,
+                )
+            )
         return osc(create=create, modify=modify)
 
-    def _independent(self, objects: random.Random, copies: random.Random, weight: int, spread: int
-                     ) -> tuple[list[Any], list[Any]]:
+    def _independent(
+        self, objects: random.Random, copies: random.Random, weight: int, spread: int
+    ) -> tuple[list[Any], list[Any]]:
         """``weight`` x DIFF_WAY_EDITS ways and x DIFF_NODE_MOVES nodes, each with the copy it is edited in:
         in ``weight`` groups, no two objects of a group sharing a way or a relation (nor one drawn twice),
         drawn by ``objects``; group ``g``'s in the copies ``c % weight == g`` of the first ``spread``, drawn

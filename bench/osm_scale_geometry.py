@@ -70,8 +70,13 @@ Resolve = Callable[..., Any]
 
 def resolution_at(ref: str, work: Path) -> Resolve:
     """``resolve`` as git revision ``ref`` has it (its store_expire.py, imported from a copy in ``work``)."""
-    source = subprocess.run(["git", "show", f"{ref}:services/spark_bridge/store_expire.py"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{ref}:services/spark_bridge/store_expire.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     path = work / f"store_expire_at_{ref.replace('/', '_')}.py"
     path.write_text(source)
     spec = spec_from_file_location(path.stem, path)
@@ -81,8 +86,9 @@ def resolution_at(ref: str, work: Path) -> Resolve:
     return module.resolve  # type: ignore[no-any-return]
 
 
-def time_diff(store: Path, scale: Scale, work: Path, before: Resolve | None = None,
-              before_first: bool = False) -> dict[str, float]:
+def time_diff(
+    store: Path, scale: Scale, work: Path, before: Resolve | None = None, before_first: bool = False
+) -> dict[str, float]:
     geometry = GeometryStore.of_store(store)
     with geometry.locked() as manifest:
         sequence = (manifest.sequence or 0) + 1
@@ -99,11 +105,17 @@ def time_diff(store: Path, scale: Scale, work: Path, before: Resolve | None = No
         committing = time.perf_counter()
         apply_locked(geometry, manifest, diff, sequence)
         done = time.perf_counter()
-    out.update({"resolve": round(resolved - started, 4), "resolve_cpu": round(cpu, 4),
-                "commit": round(done - committing, 4),
-                "total": round(resolved - started + done - committing, 4), "ways": resolution.counts["ways"],
-                "parent_relations": resolution.counts.get("parent_relations", 0),
-                "segments": resolution.segments.num_rows})
+    out.update(
+        {
+            "resolve": round(resolved - started, 4),
+            "resolve_cpu": round(cpu, 4),
+            "commit": round(done - committing, 4),
+            "total": round(resolved - started + done - committing, 4),
+            "ways": resolution.counts["ways"],
+            "parent_relations": resolution.counts.get("parent_relations", 0),
+            "segments": resolution.segments.num_rows,
+        }
+    )
     if before is not None:
         out["ratio_to_before"] = round(out["resolve"] / out["before_resolve"], 3)
         out["cpu_ratio_to_before"] = round(out["resolve_cpu"] / out["before_resolve_cpu"], 3)
@@ -113,9 +125,12 @@ def time_diff(store: Path, scale: Scale, work: Path, before: Resolve | None = No
 def _resolve_timed(fn: Resolve, diff: Any, geometry: GeometryStore, manifest: Any, prefix: str) -> dict[str, float]:
     started, cpu = time.perf_counter(), time.process_time()
     resolution = fn(None, diff, geometry, manifest, 18)
-    return {f"{prefix}resolve": round(time.perf_counter() - started, 4),
-            f"{prefix}resolve_cpu": round(time.process_time() - cpu, 4), f"{prefix}ways": resolution.counts["ways"],
-            f"{prefix}segments": resolution.segments.num_rows}
+    return {
+        f"{prefix}resolve": round(time.perf_counter() - started, 4),
+        f"{prefix}resolve_cpu": round(time.process_time() - cpu, 4),
+        f"{prefix}ways": resolution.counts["ways"],
+        f"{prefix}segments": resolution.segments.num_rows,
+    }
 
 
 def reusable(store: Path) -> bool:
@@ -147,8 +162,13 @@ def main() -> None:
         stores[k] = work / f"geometry-x{k}"
         seconds = 0.0 if a.keep and reusable(stores[k]) else build(pbf, stores[k])
         db = stores[k] / GEOMETRY_DIR / "geometry.sqlite"
-        rows[k] = {"k": k, "nodes": GeometryStore.of_store(stores[k]).manifest().counts["nodes"],
-                   "build_seconds": round(seconds, 1), "geometry_mb": round(db.stat().st_size / 1e6, 1), "runs": []}
+        rows[k] = {
+            "k": k,
+            "nodes": GeometryStore.of_store(stores[k]).manifest().counts["nodes"],
+            "build_seconds": round(seconds, 1),
+            "geometry_mb": round(db.stat().st_size / 1e6, 1),
+            "runs": [],
+        }
         print(json.dumps({x: v for x, v in rows[k].items() if x != "runs"}), file=sys.stderr)
     before = resolution_at(a.before, work) if a.before else None
     for run in range(a.runs + 1):  # the K's take turns; run 0 warms up
@@ -160,18 +180,22 @@ def main() -> None:
     base = statistics.median(r["total"] for r in rows[ks[0]]["runs"])
     for k in ks:
         median = statistics.median(r["total"] for r in rows[k]["runs"])
-        rows[k].update(median_seconds=round(median, 4), ratio_to_first=round(median / base, 2),
-                       median_resolve=round(statistics.median(r["resolve"] for r in rows[k]["runs"]), 4),
-                       median_commit=round(statistics.median(r["commit"] for r in rows[k]["runs"]), 4))
+        rows[k].update(
+            median_seconds=round(median, 4),
+            ratio_to_first=round(median / base, 2),
+            median_resolve=round(statistics.median(r["resolve"] for r in rows[k]["runs"]), 4),
+            median_commit=round(statistics.median(r["commit"] for r in rows[k]["runs"]), 4),
+        )
         if before is not None:
             runs = rows[k]["runs"]
-            rows[k].update(before=a.before,
-                           median_before_resolve=round(statistics.median(r["before_resolve"] for r in runs), 4),
-                           median_ratio_to_before=round(statistics.median(r["ratio_to_before"] for r in runs), 3),
-                           median_resolve_cpu=round(statistics.median(r["resolve_cpu"] for r in runs), 4),
-                           median_before_resolve_cpu=round(statistics.median(r["before_resolve_cpu"] for r in runs), 4),
-                           median_cpu_ratio_to_before=round(statistics.median(r["cpu_ratio_to_before"] for r in runs),
-                                                            3))
+            rows[k].update(
+                before=a.before,
+                median_before_resolve=round(statistics.median(r["before_resolve"] for r in runs), 4),
+                median_ratio_to_before=round(statistics.median(r["ratio_to_before"] for r in runs), 3),
+                median_resolve_cpu=round(statistics.median(r["resolve_cpu"] for r in runs), 4),
+                median_before_resolve_cpu=round(statistics.median(r["before_resolve_cpu"] for r in runs), 4),
+                median_cpu_ratio_to_before=round(statistics.median(r["cpu_ratio_to_before"] for r in runs), 3),
+            )
     print(json.dumps({"cpus": os.cpu_count(), "load_avg": os.getloadavg(), "sizes": [rows[k] for k in ks]}, indent=2))
 
 

@@ -75,8 +75,11 @@ async def measure(call: Call, n: int, concurrency: int) -> dict[str, float]:
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(min(n, concurrency))))
     elapsed = time.perf_counter() - started
-    return {"calls_per_s": n / elapsed, "p50_ms": _percentile(latencies, 0.5) * 1000,
-            "p99_ms": _percentile(latencies, 0.99) * 1000}
+    return {
+        "calls_per_s": n / elapsed,
+        "p50_ms": _percentile(latencies, 0.5) * 1000,
+        "p99_ms": _percentile(latencies, 0.99) * 1000,
+    }
 
 
 def calls_at(level: int, calls: int) -> int:
@@ -106,8 +109,9 @@ class AlertClock:
         return float(at)
 
 
-def _serve_all_process(urls: dict[str, str], loop: str, ready: Event, stop: Event,
-                       delivered: Queue[tuple[str, float]]) -> None:
+def _serve_all_process(
+    urls: dict[str, str], loop: str, ready: Event, stop: Event, delivered: Queue[tuple[str, float]]
+) -> None:
     """The ``two`` variant's other process: every echo server and alert listener."""
     os.environ.setdefault("QBROKER_LOG_LEVEL", "WARNING")
 
@@ -126,8 +130,9 @@ def _serve_all_process(urls: dict[str, str], loop: str, ready: Event, stop: Even
     _run(main(), loop)
 
 
-async def _variant(args: argparse.Namespace, urls: dict[str, str], clock: AlertClock, in_process: bool,
-                   log: Callable[[str], None]) -> Samples:
+async def _variant(
+    args: argparse.Namespace, urls: dict[str, str], clock: AlertClock, in_process: bool, log: Callable[[str], None]
+) -> Samples:
     stops: list[Stop] = []
     calls: dict[str, Call] = {}
     publishers: dict[str, Publish] = {}
@@ -145,8 +150,10 @@ async def _variant(args: argparse.Namespace, urls: dict[str, str], clock: AlertC
     for call in calls.values():  # warm up: connections, caches, the broker's queue processes
         await measure(call, args.warmup, 1)
         await measure(call, args.warmup, 16)
-    samples: Samples = {"rpc": {str(level): {name: [] for name in calls} for level in args.levels},
-                        "alerts": {name: [] for name in publishers}}
+    samples: Samples = {
+        "rpc": {str(level): {name: [] for name in calls} for level in args.levels},
+        "alerts": {name: [] for name in publishers},
+    }
     order = list(calls)
     one_way = list(publishers)
     try:
@@ -157,9 +164,11 @@ async def _variant(args: argparse.Namespace, urls: dict[str, str], clock: AlertC
                 for name in rotated:
                     result = await measure(calls[name], calls_at(level, args.calls), level)
                     samples["rpc"][str(level)][name].append(result)
-                    log(f"round {round_no + 1} level {level:>3} {name:<13} {result['calls_per_s']:8.1f} calls/s "
-                        f"p99 {result['p99_ms']:7.1f} ms")
-            for name in one_way[round_no % len(one_way):] + one_way[:round_no % len(one_way)]:
+                    log(
+                        f"round {round_no + 1} level {level:>3} {name:<13} {result['calls_per_s']:8.1f} calls/s "
+                        f"p99 {result['p99_ms']:7.1f} ms"
+                    )
+            for name in one_way[round_no % len(one_way) :] + one_way[: round_no % len(one_way)]:
                 run = uuid.uuid4().hex[:8]
                 if in_process:
                     clock.waiting[run] = asyncio.get_running_loop().create_future()
@@ -167,8 +176,12 @@ async def _variant(args: argparse.Namespace, urls: dict[str, str], clock: AlertC
                 await publishers[name](run, args.alerts, args.window)
                 published = time.perf_counter()
                 finished = await clock.wait(run, 120)
-                samples["alerts"][name].append({"published_per_s": args.alerts / (published - started),
-                                                "delivered_per_s": args.alerts / (finished - started)})
+                samples["alerts"][name].append(
+                    {
+                        "published_per_s": args.alerts / (published - started),
+                        "delivered_per_s": args.alerts / (finished - started),
+                    }
+                )
                 log(f"round {round_no + 1} alerts {name:<13} {samples['alerts'][name][-1]['delivered_per_s']:8.1f}/s")
     finally:
         for stop in reversed(stops):
@@ -200,8 +213,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
             ctx = multiprocessing.get_context("spawn")
             ready, stop = ctx.Event(), ctx.Event()
             delivered: Queue[tuple[str, float]] = ctx.Queue()
-            server = ctx.Process(target=_serve_all_process, args=(urls, args.loop, ready, stop, delivered),
-                                 daemon=True)
+            server = ctx.Process(target=_serve_all_process, args=(urls, args.loop, ready, stop, delivered), daemon=True)
             server.start()
             try:
                 if not ready.wait(60):
@@ -214,10 +226,17 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
         with ThreadPoolExecutor(len(vhosts)) as pool:
             list(pool.map(delete_vhost, vhosts.values()))
     result: dict[str, Any] = {
-        "machine": machine(), "loop": args.loop, "load_average_before_after": [load_before, os.getloadavg()],
+        "machine": machine(),
+        "loop": args.loop,
+        "load_average_before_after": [load_before, os.getloadavg()],
         "versions": {p: _version(p) for p in ("aio-pika", "aiormq", "pamqp", "faststream", "uvloop")},
-        "settings": {"rounds": args.rounds, "calls": {str(level): calls_at(level, args.calls) for level in args.levels},
-                     "alerts": args.alerts, "alert_window": args.window, "warmup": args.warmup},
+        "settings": {
+            "rounds": args.rounds,
+            "calls": {str(level): calls_at(level, args.calls) for level in args.levels},
+            "alerts": args.alerts,
+            "alert_window": args.window,
+            "warmup": args.warmup,
+        },
         "variants": {variant: summarize(s) for variant, s in samples.items()},
     }
     result["goals"] = goals(result["variants"])
@@ -242,8 +261,11 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=256, help="alerts awaiting their confirm at a time")
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--variants", default="same,two", help="same (one process), two (servers apart)")
-    parser.add_argument("--contenders", default=",".join(c for c in CONTENDERS if c != "qbroker_metrics"),
-                        help="default: all but qbroker_metrics (not a peer: the library instrumented)")
+    parser.add_argument(
+        "--contenders",
+        default=",".join(c for c in CONTENDERS if c != "qbroker_metrics"),
+        help="default: all but qbroker_metrics (not a peer: the library instrumented)",
+    )
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop", help="in every process")
     parser.add_argument("--plot", default=str(ROOT / "docs" / "img" / "peers.png"), help="PNG ('' for none)")
     parser.add_argument("--output", default="", help="also write the JSON here")

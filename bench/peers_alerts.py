@@ -75,8 +75,9 @@ async def _qbroker_connect(url: str) -> tuple[Publish, Stop]:
     return publish, unit.stop
 
 
-async def _raw_listen(url: str, done: Done, check: Callable[[DeliveredMessage], None] | None = None, *,
-                      queued: bool = False) -> Stop:
+async def _raw_listen(
+    url: str, done: Done, check: Callable[[DeliveredMessage], None] | None = None, *, queued: bool = False
+) -> Stop:
     """One raw aiormq listener (prefetch 256, an ack per message), checking each message with ``check``;
     with ``queued`` its acks are queued on the connection instead of awaited, as qbroker's are."""
     connection = await aiormq.connect(url)
@@ -109,8 +110,12 @@ async def _floor_connect(url: str) -> tuple[Publish, Stop]:
     async def publish(run: str, n: int, window: int) -> None:
         async def one(i: int) -> object:
             body = orjson.dumps({"run": run, "n": n, "i": i})
-            confirm = await channel.basic_publish(body, exchange="alert", routing_key="bench.tick",
-                                                  properties=Basic.Properties(content_type="application/json"))
+            confirm = await channel.basic_publish(
+                body,
+                exchange="alert",
+                routing_key="bench.tick",
+                properties=Basic.Properties(content_type="application/json"),
+            )
             if not isinstance(confirm, Basic.Ack):
                 raise RuntimeError(f"alert not confirmed: {confirm!r}")
             return confirm
@@ -123,6 +128,7 @@ async def _floor_connect(url: str) -> tuple[Publish, Stop]:
 # Not a peer: floor_oneway carrying qbroker's alert envelope (header table with version/app/name, app-id,
 # message-id, type, user-id, timestamp) and checking it on arrival as qbroker does, its writes queued as
 # qbroker's are: what qbroker's alerts would cost on raw aiormq with today's wire format.
+
 
 def _wire_check(message: DeliveredMessage) -> None:
     props = message.header.properties
@@ -145,11 +151,17 @@ async def _wire_connect(url: str) -> tuple[Publish, Stop]:
         async def one(i: int) -> object:
             body = orjson.dumps({"run": run, "n": n, "i": i})
             properties = Basic.Properties(
-                content_type="application/json", app_id=me, message_id=uuid.uuid4().hex, message_type="alert",
-                user_id="guest", timestamp=datetime.now(tz=UTC),
-                headers={"version": 1, "app": "bench.alerter", "name": "bench.tick"})
-            confirm = await channel.basic_publish(body, exchange="alert", routing_key="bench.tick",
-                                                  properties=properties, wait=False)
+                content_type="application/json",
+                app_id=me,
+                message_id=uuid.uuid4().hex,
+                message_type="alert",
+                user_id="guest",
+                timestamp=datetime.now(tz=UTC),
+                headers={"version": 1, "app": "bench.alerter", "name": "bench.tick"},
+            )
+            confirm = await channel.basic_publish(
+                body, exchange="alert", routing_key="bench.tick", properties=properties, wait=False
+            )
             if not isinstance(confirm, Basic.Ack):
                 raise RuntimeError(f"alert not confirmed: {confirm!r}")
             return confirm
@@ -160,7 +172,8 @@ async def _wire_connect(url: str) -> tuple[Publish, Stop]:
 
 
 ONE_WAY: dict[str, OneWay] = {
-    c.name: c for c in (
+    c.name: c
+    for c in (
         OneWay("qbroker", _qbroker_listen, _qbroker_connect),
         OneWay("floor_oneway", _floor_listen, _floor_connect),
         OneWay("qbroker_wire_oneway", _wire_listen, _wire_connect),

@@ -48,6 +48,7 @@ from qbroker.metrics import instrument
 
 # -- qbroker -------------------------------------------------------------------------------------------
 
+
 async def _qbroker_serve(url: str, *, metrics: bool = False) -> Stop:
     unit = Unit("bench.server", config=Config(url=url))
     if metrics:
@@ -83,6 +84,7 @@ async def _qbroker_metrics_connect(url: str) -> tuple[Call, Stop]:
 
 # -- aio-pika patterns.RPC ---------------------------------------------------------------------------
 
+
 async def _aio_pika_serve(url: str) -> Stop:
     connection = await aio_pika.connect(url)
     channel = await connection.channel()
@@ -108,6 +110,7 @@ async def _aio_pika_connect(url: str) -> tuple[Call, Stop]:
 
 
 # -- FastStream ------------------------------------------------------------------------------------------
+
 
 def _faststream_broker(url: str) -> Any:
     from faststream.rabbit import RabbitBroker  # optional (the bench extra): imported only when run
@@ -138,7 +141,8 @@ async def _faststream_connect(url: str) -> tuple[Call, Stop]:
 
 
 CONTENDERS: dict[str, Contender] = {
-    c.name: c for c in (
+    c.name: c
+    for c in (
         Contender("qbroker", _qbroker_serve, _qbroker_connect),
         Contender("qbroker_metrics", _qbroker_metrics_serve, _qbroker_metrics_connect),
         Contender("aio_pika_rpc", _aio_pika_serve, _aio_pika_connect),

@@ -21,6 +21,7 @@ from bench.peers_rpc_contender import PAYLOAD, PAYLOAD_BYTES, Call, Stop
 
 # -- raw aiormq floors ---------------------------------------------------------------------------------
 
+
 class _Replies:
     """Futures by correlation id, resolved by a no-ack reply consumer."""
 
@@ -75,8 +76,13 @@ async def _seed_serve(url: str, answer: Answer, *, reply_channel: bool, queued: 
 
     async def on_request(message: DeliveredMessage) -> None:
         body, properties = answer(message)
-        await publish.basic_publish(body, exchange="reply", routing_key=message.header.properties.reply_to or "",
-                                    properties=properties, wait=not queued)
+        await publish.basic_publish(
+            body,
+            exchange="reply",
+            routing_key=message.header.properties.reply_to or "",
+            properties=properties,
+            wait=not queued,
+        )
         await consume.basic_ack(message.delivery_tag or 0, wait=not queued)  # after the reply, as the protocol does
 
     await consume.basic_consume("rpc_bench.echo", on_request, no_ack=False)
@@ -115,8 +121,11 @@ async def _floor_seed_client(url: str, *, queued: bool) -> tuple[Call, Stop]:
     async def call() -> object:
         message_id, future = replies.expect()
         properties = Basic.Properties(message_id=message_id, reply_to=me, content_type="application/json")
-        publish = asyncio.ensure_future(channel.basic_publish(PAYLOAD_BYTES, exchange="rpc", routing_key="bench.echo",
-                                                             properties=properties, wait=not queued))
+        publish = asyncio.ensure_future(
+            channel.basic_publish(
+                PAYLOAD_BYTES, exchange="rpc", routing_key="bench.echo", properties=properties, wait=not queued
+            )
+        )
         publish.add_done_callback(_confirm_failed(future))
         return await future
 
@@ -138,8 +147,9 @@ async def floor_direct_serve(url: str) -> Stop:
 
     async def on_request(message: DeliveredMessage) -> None:
         props = message.header.properties
-        await channel.basic_publish(message.body, routing_key=props.reply_to or "",
-                                    properties=Basic.Properties(correlation_id=props.message_id))
+        await channel.basic_publish(
+            message.body, routing_key=props.reply_to or "", properties=Basic.Properties(correlation_id=props.message_id)
+        )
 
     await channel.basic_consume("bench-echo", on_request, no_ack=True)
     return connection.close
@@ -167,15 +177,23 @@ async def floor_direct_connect(url: str) -> tuple[Call, Stop]:
 # written (without a confirm, as qbroker sends them) before the request's ack, writes queued as qbroker
 # queues them.
 
+
 def _wire_properties(kind: str, app: str, app_id: str, message_id: str, **extra: Any) -> Basic.Properties:
     headers: dict[str, Any] = {"version": 1, "app": app}
     if "name" in extra:
         headers["name"] = extra.pop("name")
     if "deadline" in extra:
         headers["deadline"] = extra.pop("deadline")
-    return Basic.Properties(content_type="application/json", app_id=app_id, message_id=message_id, message_type=kind,
-                            user_id="guest", timestamp=datetime.now(tz=UTC), headers=headers,
-                            **extra)
+    return Basic.Properties(
+        content_type="application/json",
+        app_id=app_id,
+        message_id=message_id,
+        message_type=kind,
+        user_id="guest",
+        timestamp=datetime.now(tz=UTC),
+        headers=headers,
+        **extra,
+    )
 
 
 def _wire_check(message: DeliveredMessage) -> Any:
@@ -195,8 +213,9 @@ async def wire_serve(url: str) -> Stop:
     def answer(message: DeliveredMessage) -> tuple[bytes, Basic.Properties]:
         body = _wire_check(message)
         correlation_id = message.header.properties.message_id
-        return orjson.dumps(body), _wire_properties("reply", "bench.server", me, uuid.uuid4().hex,
-                                                    correlation_id=correlation_id)
+        return orjson.dumps(body), _wire_properties(
+            "reply", "bench.server", me, uuid.uuid4().hex, correlation_id=correlation_id
+        )
 
     # Replies on a channel of their own and writes queued, as qbroker sends them.
     return await _seed_serve(url, answer, reply_channel=True, queued=True)
@@ -217,11 +236,21 @@ async def wire_connect(url: str) -> tuple[Call, Stop]:
         message_id = uuid.uuid4().hex
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         pending[message_id] = future
-        properties = _wire_properties("rpc", "bench.client", me, message_id, reply_to=me, name="bench.echo",
-                                      deadline=int((time.time() + 60) * 1000), expiration="59000")
-        publish = asyncio.ensure_future(channel.basic_publish(orjson.dumps(PAYLOAD), exchange="rpc",
-                                                             routing_key="bench.echo", properties=properties,
-                                                             wait=False))
+        properties = _wire_properties(
+            "rpc",
+            "bench.client",
+            me,
+            message_id,
+            reply_to=me,
+            name="bench.echo",
+            deadline=int((time.time() + 60) * 1000),
+            expiration="59000",
+        )
+        publish = asyncio.ensure_future(
+            channel.basic_publish(
+                orjson.dumps(PAYLOAD), exchange="rpc", routing_key="bench.echo", properties=properties, wait=False
+            )
+        )
         publish.add_done_callback(_confirm_failed(future))
         return await future
 

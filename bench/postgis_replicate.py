@@ -61,24 +61,39 @@ async def one_run(extract: Path, dsn: str, url: str, tmp: Path, zooms: tuple[int
         heard.append((time.perf_counter(), body))
 
     await listener.start()
-    settings = FollowSettings(source=source, store=None, store_name="postgis", postgis=dsn, spool=tmp / "spool",
-                              start=1, min_zoom=zooms[0], max_zoom=zooms[1])
+    settings = FollowSettings(
+        source=source,
+        store=None,
+        store_name="postgis",
+        postgis=dsn,
+        spool=tmp / "spool",
+        start=1,
+        min_zoom=zooms[0],
+        max_zoom=zooms[1],
+    )
     follower = Follower(Unit("toposm.replicate", config=Config(url=url)), settings)
     await follower.unit.start()
     try:
         started = time.perf_counter()
         await follower.catch_up()
         batch_s = time.perf_counter() - started
-        metatiles = int(follower.metrics_server.registry.get_sample_value("toposm_replicate_expired_metatiles_total")
-                        or 0)
+        metatiles = int(
+            follower.metrics_server.registry.get_sample_value("toposm_replicate_expired_metatiles_total") or 0
+        )
         while len({t for _, body in heard for t in body.split(";")}) < metatiles:
             await asyncio.sleep(0.01)
         heard_s = heard[-1][0] - started
     finally:
         await follower.unit.stop()
         await listener.stop()
-    return {"append_s": round(append_s, 3), "batch_s": round(batch_s, 3), "heard_s": round(heard_s, 3),
-            "tiles": tiles, "metatiles": metatiles, "messages": len(heard)}
+    return {
+        "append_s": round(append_s, 3),
+        "batch_s": round(batch_s, 3),
+        "heard_s": round(heard_s, 3),
+        "tiles": tiles,
+        "metatiles": metatiles,
+        "messages": len(heard),
+    }
 
 
 def main() -> None:
@@ -98,18 +113,28 @@ def main() -> None:
             edit = helsinki_edit(extract)
             publish(Path(tmp) / "replication", 1, edit.text, "2026-11-24T00:01:00Z")
             for _ in range(a.repeat):
-                runs.append(asyncio.run(one_run(extract, dsn, url_for_vhost(vhost), Path(tmp),
-                                                (a.min_zoom, a.max_zoom))))
+                runs.append(
+                    asyncio.run(one_run(extract, dsn, url_for_vhost(vhost), Path(tmp), (a.min_zoom, a.max_zoom)))
+                )
                 load.append(os.getloadavg()[0])
     finally:
         delete_vhost(vhost)
         psql(dsn.rsplit("/", 1)[0] + "/postgres", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
     median = {k: statistics.median(float(r[k]) for r in runs) for k in ("append_s", "batch_s", "heard_s")}
     what = f"the demo's: Mikonkatu renamed ({len(edit.streets)} ways), a building corner moved, a new building"
-    print(json.dumps({"edit": what,
-                      "zooms": [a.min_zoom, a.max_zoom], "nproc": os.cpu_count(),
-                      "load": [round(x, 2) for x in load], "runs": runs,
-                      "median": {k: round(v, 3) for k, v in median.items()}}, indent=2))
+    print(
+        json.dumps(
+            {
+                "edit": what,
+                "zooms": [a.min_zoom, a.max_zoom],
+                "nproc": os.cpu_count(),
+                "load": [round(x, 2) for x in load],
+                "runs": runs,
+                "median": {k: round(v, 3) for k, v in median.items()},
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -69,32 +69,51 @@ async def bench_dispatch(n_renderers: int, n_metatiles: int, workdir: Path) -> d
     try:
         await unit.start()
         await wait_for(unit, lambda s: True)
-        procs += [start([str(BIN / "toposm-renderer"), "--threads", "1", "--backend", "testpattern",
-                         "--tile-root", str(workdir / "tiles")], url, workdir / f"r{i}.log")
-                  for i in range(n_renderers)]
+        procs += [
+            start(
+                [
+                    str(BIN / "toposm-renderer"),
+                    "--threads",
+                    "1",
+                    "--backend",
+                    "testpattern",
+                    "--tile-root",
+                    str(workdir / "tiles"),
+                ],
+                url,
+                workdir / f"r{i}.log",
+            )
+            for i in range(n_renderers)
+        ]
         await wait_for(unit, lambda s: len(s["renderers"]) == n_renderers, 60)
         t0 = time.perf_counter()
         await unit.call(QUEUEMASTER, {"command": "expire", "tiles": metatile_tiles(n_metatiles)})
         await wait_for(unit, lambda s: s["counters"]["rendered"] >= n_metatiles)
         elapsed = time.perf_counter() - t0
-        return {"renderers": n_renderers, "metatiles": n_metatiles, "seconds": round(elapsed, 3),
-                "metatiles_per_second": round(n_metatiles / elapsed, 2),
-                "tiles_per_second": round(64 * n_metatiles / elapsed, 1)}
+        return {
+            "renderers": n_renderers,
+            "metatiles": n_metatiles,
+            "seconds": round(elapsed, 3),
+            "metatiles_per_second": round(n_metatiles / elapsed, 2),
+            "tiles_per_second": round(64 * n_metatiles / elapsed, 1),
+        }
     finally:
         await unit.stop(drain_timeout=1)
         stop(procs)
         delete_vhost(vhost)
 
 
-async def bench_expiry(n_messages: int, per_message: int, workdir: Path,
-                       services_from: Path | None = None) -> dict[str, Any]:
+async def bench_expiry(
+    n_messages: int, per_message: int, workdir: Path, services_from: Path | None = None
+) -> dict[str, Any]:
     vhost = create_vhost("qbroker-bench")
     url = url_for_vhost(vhost)
-    procs = [start(queuemaster_command(workdir, f"tiles-exp-{uuid.uuid4().hex}", services_from), url,
-                   workdir / "qm-exp.log")]
+    procs = [
+        start(queuemaster_command(workdir, f"tiles-exp-{uuid.uuid4().hex}", services_from), url, workdir / "qm-exp.log")
+    ]
     unit = Unit("bench.expirer", config=Config(url=url))
     tiles = metatile_tiles(n_messages * per_message, zoom=16)
-    bodies = [join_expiry_list(tiles[i * per_message:(i + 1) * per_message]) for i in range(n_messages)]
+    bodies = [join_expiry_list(tiles[i * per_message : (i + 1) * per_message]) for i in range(n_messages)]
     try:
         await unit.start()
         await wait_for(unit, lambda s: True)
@@ -107,20 +126,27 @@ async def bench_expiry(n_messages: int, per_message: int, workdir: Path,
         elapsed, cpu = time.perf_counter() - t0, cpu_seconds(procs[0].pid) - cpu0
         # Per CPU-second of the queuemaster process: steadier than wall time on a shared machine. (The
         # 50 ms stats polls that detect the end are included: a few of them per run.)
-        return {"code": "old" if services_from else "new", "messages": n_messages, "tiles_per_message": per_message,
-                "tiles": total, "queued": s["queues"]["total"], "seconds": round(elapsed, 3),
-                "publishing_seconds": round(published, 3),
-                "tiles_per_second": round(total / elapsed, 1),
-                "tiles_per_queuemaster_cpu_second": round(total / cpu) if cpu > 0 else None,
-                "load_average": os.getloadavg()[0]}
+        return {
+            "code": "old" if services_from else "new",
+            "messages": n_messages,
+            "tiles_per_message": per_message,
+            "tiles": total,
+            "queued": s["queues"]["total"],
+            "seconds": round(elapsed, 3),
+            "publishing_seconds": round(published, 3),
+            "tiles_per_second": round(total / elapsed, 1),
+            "tiles_per_queuemaster_cpu_second": round(total / cpu) if cpu > 0 else None,
+            "load_average": os.getloadavg()[0],
+        }
     finally:
         await unit.stop(drain_timeout=1)
         stop(procs)
         delete_vhost(vhost)
 
 
-async def bench_expiry_pairs(pairs: int, n_messages: int, per_message: int, workdir: Path,
-                             old_services: Path | None) -> dict[str, Any]:
+async def bench_expiry_pairs(
+    pairs: int, n_messages: int, per_message: int, workdir: Path, old_services: Path | None
+) -> dict[str, Any]:
     """The new code's expiry ingestion, alternating with the old code's when given, in fresh processes."""
     runs = []
     for _ in range(pairs):
@@ -132,8 +158,11 @@ async def bench_expiry_pairs(pairs: int, n_messages: int, per_message: int, work
         mine = [r for r in runs if r["code"] == code]
         for key in ("tiles_per_second", "tiles_per_queuemaster_cpu_second"):
             if mine:
-                summary[f"{code}_{key}"] = {"median": statistics.median(r[key] for r in mine),
-                                            "min": min(r[key] for r in mine), "max": max(r[key] for r in mine)}
+                summary[f"{code}_{key}"] = {
+                    "median": statistics.median(r[key] for r in mine),
+                    "min": min(r[key] for r in mine),
+                    "max": max(r[key] for r in mine),
+                }
     return {"runs": runs, "summary": summary}
 
 
@@ -164,8 +193,12 @@ async def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="null_vs_floor rounds")
     p.add_argument("--floor-calls", type=int, default=600, help="sequential floor calls per round")
     p.add_argument("--big-queue", type=int, default=10_000_000, help="metatiles queued by big_queue")
-    p.add_argument("--old", metavar="COMMIT", help="null_vs_floor and expiry also run this commit's queuemaster "
-                   "(its services/ from `git archive`), in the same rounds")
+    p.add_argument(
+        "--old",
+        metavar="COMMIT",
+        help="null_vs_floor and expiry also run this commit's queuemaster "
+        "(its services/ from `git archive`), in the same rounds",
+    )
     p.add_argument("--only", default=SCENARIOS, help=f"comma-separated subset of {SCENARIOS}")
     a = p.parse_args()
     only = set(a.only.split(","))
@@ -182,7 +215,8 @@ async def main() -> None:
             result["dispatch_null"] = [await bench_dispatch_null(n, a.null_metatiles, workdir) for n in (1, 8)]
         if "null_vs_floor" in only:
             result["null_vs_floor"] = await bench_dispatch_null_vs_floor(
-                8, a.null_metatiles // a.rounds, a.rounds, a.floor_calls, workdir, old_services)
+                8, a.null_metatiles // a.rounds, a.rounds, a.floor_calls, workdir, old_services
+            )
         if "expiry" in only:
             result["expiry"] = await bench_expiry_pairs(a.expiry_pairs, a.expiry_messages, 1000, workdir, old_services)
         if "ingest" in only:

@@ -98,15 +98,21 @@ async def bench_dispatch_null(n_threads: int, n_metatiles: int, workdir: Path) -
         await unit.start()
         await wait_for(unit, lambda s: True)
         for i in range(n_threads):
-            await unit.call(QUEUEMASTER, {"command": "register", "hostname": "bench",
-                                                   "pid": os.getpid(), "threadid": i, "strategy": "by_zoom"})
+            await unit.call(
+                QUEUEMASTER,
+                {"command": "register", "hostname": "bench", "pid": os.getpid(), "threadid": i, "strategy": "by_zoom"},
+            )
         t0 = time.perf_counter()
         done = acks.expect(n_metatiles)
         await unit.call(QUEUEMASTER, {"command": "expire", "tiles": metatile_tiles(n_metatiles)})
         await asyncio.wait_for(done.wait(), 300)
         elapsed = time.perf_counter() - t0
-        return {"null_render_threads": n_threads, "metatiles": n_metatiles, "seconds": round(elapsed, 3),
-                "metatiles_per_second": round(n_metatiles / elapsed, 1)}
+        return {
+            "null_render_threads": n_threads,
+            "metatiles": n_metatiles,
+            "seconds": round(elapsed, 3),
+            "metatiles_per_second": round(n_metatiles / elapsed, 1),
+        }
     finally:
         await unit.stop(drain_timeout=1)
         stop(procs)
@@ -136,8 +142,10 @@ class NullDispatch:
         await self.unit.start()
         await wait_for(self.unit, lambda s: True)
         for i in range(self.n_threads):
-            await self.unit.call(QUEUEMASTER, {"command": "register", "hostname": "bench",
-                                                        "pid": os.getpid(), "threadid": i, "strategy": "by_zoom"})
+            await self.unit.call(
+                QUEUEMASTER,
+                {"command": "register", "hostname": "bench", "pid": os.getpid(), "threadid": i, "strategy": "by_zoom"},
+            )
         await self.round(100, 10**6)  # warm up
 
     async def round(self, n: int, first: int) -> dict[str, float | None]:
@@ -145,8 +153,12 @@ class NullDispatch:
         self.sent += n
         done = self.acks.expect(self.sent)
         rabbit = rabbit_pids()
-        t0, cpu0, own0, mq0 = time.perf_counter(), cpu_seconds(self.proc.pid), time.process_time(), \
-            sum(cpu_seconds(p) for p in rabbit)
+        t0, cpu0, own0, mq0 = (
+            time.perf_counter(),
+            cpu_seconds(self.proc.pid),
+            time.process_time(),
+            sum(cpu_seconds(p) for p in rabbit),
+        )
         await self.unit.call(QUEUEMASTER, {"command": "expire", "tiles": metatile_tiles(n, first=first)})
         await asyncio.wait_for(done.wait(), 300)
         elapsed = time.perf_counter() - t0
@@ -156,12 +168,15 @@ class NullDispatch:
         per_metatile: float | None = None
         if commits is not None:  # older code does not count them
             per_metatile, self.commits = round((commits - self.commits) / n, 3), commits
-        return {"metatiles_per_s": round(n / elapsed, 1), "commits_per_metatile": per_metatile,
-                # What one dispatched metatile costs the queuemaster (two RPCs and the queue), the null
-                # renderers (this process) and RabbitMQ (shared with anything else on the machine).
-                "queuemaster_cpu_ms": round((cpu - cpu0) * ms, 3),
-                "null_renderers_cpu_ms": round((own - own0) * ms, 3),
-                "rabbitmq_cpu_ms": round((mq - mq0) * ms, 3)}
+        return {
+            "metatiles_per_s": round(n / elapsed, 1),
+            "commits_per_metatile": per_metatile,
+            # What one dispatched metatile costs the queuemaster (two RPCs and the queue), the null
+            # renderers (this process) and RabbitMQ (shared with anything else on the machine).
+            "queuemaster_cpu_ms": round((cpu - cpu0) * ms, 3),
+            "null_renderers_cpu_ms": round((own - own0) * ms, 3),
+            "rabbitmq_cpu_ms": round((mq - mq0) * ms, 3),
+        }
 
     async def stop(self) -> None:
         await self.unit.stop(drain_timeout=1)
@@ -170,8 +185,9 @@ class NullDispatch:
         delete_vhost(self.vhost)
 
 
-async def bench_dispatch_null_vs_floor(n_threads: int, per_round: int, rounds: int, floor_calls: int,
-                                       workdir: Path, old_services: Path | None = None) -> dict[str, Any]:
+async def bench_dispatch_null_vs_floor(
+    n_threads: int, per_round: int, rounds: int, floor_calls: int, workdir: Path, old_services: Path | None = None
+) -> dict[str, Any]:
     """Null dispatch and the sequential RPC floors (bench/peers_rpc.py, client and server in this process),
     interleaved in rounds; the ratio is taken within each round. With ``old_services`` (a directory holding
     an older ``services/``, e.g. from ``git archive``) the old queuemaster runs in the same rounds."""
@@ -194,17 +210,19 @@ async def bench_dispatch_null_vs_floor(n_threads: int, per_round: int, rounds: i
         for r in range(rounds):
             row: dict[str, Any] = {"load_average": os.getloadavg()[0]}
             order: list[Any] = [*names, *dispatchers]
-            for item in order[r % len(order):] + order[:r % len(order)]:  # rotate who goes first
+            for item in order[r % len(order) :] + order[: r % len(order)]:  # rotate who goes first
                 if isinstance(item, str):
-                    row[item + "_sequential_calls_per_s"] = round((await measure(floors[item], floor_calls, 1))
-                                                                  ["calls_per_s"], 1)
+                    row[item + "_sequential_calls_per_s"] = round(
+                        (await measure(floors[item], floor_calls, 1))["calls_per_s"], 1
+                    )
                 else:
                     for key, value in (await item.round(per_round, r * per_round)).items():
                         row[f"{item.name}_{key}"] = value
             for d in dispatchers:
                 for name in names:
-                    row[f"{d.name}_ratio_to_{name}"] = round(row[f"{d.name}_metatiles_per_s"]
-                                                             / row[name + "_sequential_calls_per_s"], 3)
+                    row[f"{d.name}_ratio_to_{name}"] = round(
+                        row[f"{d.name}_metatiles_per_s"] / row[name + "_sequential_calls_per_s"], 3
+                    )
             if old_services is not None:
                 row["null_new_over_old"] = round(row["null_metatiles_per_s"] / row["null_old_metatiles_per_s"], 3)
             rows.append(row)
@@ -218,6 +236,12 @@ async def bench_dispatch_null_vs_floor(n_threads: int, per_round: int, rounds: i
     keys = [key for key in (rows[0] if rows else {}) if rows[0][key] is not None]
     summary = {key: round(statistics.median(row[key] for row in rows), 3) for key in keys}
     ranges = {key: [min(row[key] for row in rows), max(row[key] for row in rows)] for key in keys}
-    return {"null_render_threads": n_threads, "metatiles_per_round": per_round, "floor_calls": floor_calls,
-            "old_services": str(old_services) if old_services else None,
-            "rounds": rows, "median": summary, "range": ranges}
+    return {
+        "null_render_threads": n_threads,
+        "metatiles_per_round": per_round,
+        "floor_calls": floor_calls,
+        "old_services": str(old_services) if old_services else None,
+        "rounds": rows,
+        "median": summary,
+        "range": ranges,
+    }

@@ -31,8 +31,14 @@ def start(args: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:
 
 
 def queuemaster_args(workdir: Path, tiles: str) -> list[str]:
-    return [str(BIN / "toposm-queuemaster"), "--tile-root", str(workdir / tiles), "--state-file",
-            str(workdir / f"q-{uuid.uuid4().hex}.sqlite"), "--render-missing-expired"]
+    return [
+        str(BIN / "toposm-queuemaster"),
+        "--tile-root",
+        str(workdir / tiles),
+        "--state-file",
+        str(workdir / f"q-{uuid.uuid4().hex}.sqlite"),
+        "--render-missing-expired",
+    ]
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -81,8 +87,13 @@ def queuemaster_command(workdir: Path, tiles: str, services_from: Path | None) -
     if services_from is None:
         return args
     # Older code: its services/ first on the path (qbroker stays the working tree's, the same for both).
-    return [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-            "from services.tiles.queuemaster.main import main; main()", str(services_from), *args[1:]]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); from services.tiles.queuemaster.main import main; main()",
+        str(services_from),
+        *args[1:],
+    ]
 
 
 def uptime() -> str:

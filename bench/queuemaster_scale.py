@@ -44,12 +44,15 @@ def expiry_bodies(n_tiles: int, per_message: int, zoom: int = 16) -> list[str]:
     """Messages of distinct metatiles, as their top-left tiles (the Spark expiry convention)."""
     side = (1 << zoom) >> 3
     tiles = [f"{zoom}/{(i % side) * 8}/{(i // side) * 8}" for i in range(n_tiles)]
-    return [join_expiry_list(tiles[i:i + per_message]) for i in range(0, n_tiles, per_message)]
+    return [join_expiry_list(tiles[i : i + per_message]) for i in range(0, n_tiles, per_message)]
 
 
 def bench_ingest(n_tiles: int, workdir: Path, per_message: int = 1000) -> dict[str, Any]:
-    qm = Queuemaster(QueuemasterSettings(tile_root=workdir / "tiles-ingest", state_file=workdir / "ingest.sqlite",
-                                         render_missing_expired=True))
+    qm = Queuemaster(
+        QueuemasterSettings(
+            tile_root=workdir / "tiles-ingest", state_file=workdir / "ingest.sqlite", render_missing_expired=True
+        )
+    )
     bodies = expiry_bodies(n_tiles, per_message)
     wall, cpu = time.perf_counter(), time.process_time()
     for body in bodies:
@@ -57,8 +60,14 @@ def bench_ingest(n_tiles: int, workdir: Path, per_message: int = 1000) -> dict[s
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     queued = qm.queue.queued_count()
     qm.close()
-    return {"tiles": n_tiles, "tiles_per_message": per_message, "queued": queued, "seconds": round(wall, 3),
-            "tiles_per_second": round(n_tiles / wall), "tiles_per_cpu_second": round(n_tiles / cpu)}
+    return {
+        "tiles": n_tiles,
+        "tiles_per_message": per_message,
+        "queued": queued,
+        "seconds": round(wall, 3),
+        "tiles_per_second": round(n_tiles / wall),
+        "tiles_per_cpu_second": round(n_tiles / cpu),
+    }
 
 
 def _time_picks(q: RenderQueue, source: int | str, picks: int, *, batch: bool = False) -> float:
@@ -96,19 +105,34 @@ def bench_big_queue(size: int, workdir: Path, picks: int = 2000, chunk: int = 10
             q.add_expired([Metatile(18, i // side, i % side) for i in range(filled, filled + n)])
             filled += n
         fill_seconds += time.perf_counter() - started
-        picks_at.append({"queued": q.queued_count(), "us_per_pick": round(_time_picks(q, 18, picks), 1),
-                         "us_per_pick_uncommitted": round(_time_picks(q, 18, picks, batch=True), 1)})
+        picks_at.append(
+            {
+                "queued": q.queued_count(),
+                "us_per_pick": round(_time_picks(q, 18, picks), 1),
+                "us_per_pick_uncommitted": round(_time_picks(q, 18, picks, batch=True), 1),
+            }
+        )
     raised = min(size // 2, 100_000)  # raising is per request, so a sample of them, not millions
     with q.batch():
         for i in range(0, 2 * raised, 2):
             q.add(Metatile(18, i // side, i % side), "important")
-    mixed = {"queued": q.queued_count(), "raised_to_important": raised,
-             "us_per_background_pick": round(_time_picks(q, 18, picks), 1),
-             "us_per_important_pick": round(_time_picks(q, "important", picks), 1)}
-    return {"metatiles": size, "fill_seconds": round(fill_seconds, 1),
-            "fill_metatiles_per_second": round(size / fill_seconds), "picks": picks_at, "after_raising": mixed,
-            "rss_mb_before": rss_before, "rss_mb_after": rss_mb(), "rss_mb_peak": rss_mb("VmHWM"),
-            "state_file_mb": round(sum(p.stat().st_size for p in workdir.glob("big.sqlite*")) / 2**20, 1)}
+    mixed = {
+        "queued": q.queued_count(),
+        "raised_to_important": raised,
+        "us_per_background_pick": round(_time_picks(q, 18, picks), 1),
+        "us_per_important_pick": round(_time_picks(q, "important", picks), 1),
+    }
+    return {
+        "metatiles": size,
+        "fill_seconds": round(fill_seconds, 1),
+        "fill_metatiles_per_second": round(size / fill_seconds),
+        "picks": picks_at,
+        "after_raising": mixed,
+        "rss_mb_before": rss_before,
+        "rss_mb_after": rss_mb(),
+        "rss_mb_peak": rss_mb("VmHWM"),
+        "state_file_mb": round(sum(p.stat().st_size for p in workdir.glob("big.sqlite*")) / 2**20, 1),
+    }
 
 
 def main() -> None:
@@ -117,8 +141,11 @@ def main() -> None:
     p.add_argument("--ingest-tiles", type=int, default=200_000)
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="toposm-scale-") as tmp:
-        result = {"cpus": os.cpu_count(), "ingest": bench_ingest(a.ingest_tiles, Path(tmp)),
-                  "big_queue": bench_big_queue(a.big_queue, Path(tmp))}
+        result = {
+            "cpus": os.cpu_count(),
+            "ingest": bench_ingest(a.ingest_tiles, Path(tmp)),
+            "big_queue": bench_big_queue(a.big_queue, Path(tmp)),
+        }
     print(json.dumps(result, indent=2))
 
 

@@ -64,15 +64,23 @@ async def one(code: str, pythonpath: Path, waits: int, workdir: Path) -> dict[st
     vhost = create_vhost("qbroker-bench")
     url = url_for_vhost(vhost)
     log = workdir / f"{code}.log"
-    args = [sys.executable, "-m", "services.tiles.queuemaster.main", "--tile-root", str(workdir / "tiles"),
-            "--state-file", str(workdir / f"{code}.sqlite")]
+    args = [
+        sys.executable,
+        "-m",
+        "services.tiles.queuemaster.main",
+        "--tile-root",
+        str(workdir / "tiles"),
+        "--state-file",
+        str(workdir / f"{code}.sqlite"),
+    ]
     if code == "new":
         args += ["--max-waits-per-account", str(waits), "--max-waits", str(waits + 1)]
     env = {**os.environ, "QBROKER_URL": url, "PYTHONPATH": str(pythonpath), "QBROKER_LOG_FORMAT": "json"}
     with open(log, "wb") as out:
         # cwd too: `-m` puts it first on sys.path, before PYTHONPATH
-        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                cwd=pythonpath)
+        proc = subprocess.Popen(
+            args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=pythonpath
+        )
     unit = Unit("bench.client", config=Config(url=url))
     calls: list[asyncio.Task[Any]] = []
     try:
@@ -80,8 +88,10 @@ async def one(code: str, pythonpath: Path, waits: int, workdir: Path) -> dict[st
         await until(unit, lambda s: True)
         before = rss_mb(proc.pid)
         started = time.perf_counter()
-        calls = [asyncio.create_task(unit.call(QUEUEMASTER, {"command": "render", "tile": "18/0/0"}, timeout=3600))
-                 for _ in range(waits)]
+        calls = [
+            asyncio.create_task(unit.call(QUEUEMASTER, {"command": "render", "tile": "18/0/0"}, timeout=3600))
+            for _ in range(waits)
+        ]
         await until(unit, lambda s: s["waiting_requests"] >= waits)
         parked_s = time.perf_counter() - started
         with_waits = rss_mb(proc.pid)
@@ -93,13 +103,23 @@ async def one(code: str, pythonpath: Path, waits: int, workdir: Path) -> dict[st
         code_exit = await asyncio.to_thread(proc.wait, 600)
         stop_s = time.perf_counter() - t0
         events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
-        stop_log = [{k: v for k, v in e.items() if k not in ("app", "uuid", "level")}
-                    for e in events if e["event"].startswith(STOP_EVENTS)]
-        return {"code": code, "waits": waits, "rss_mb_before": round(before, 1),
-                "rss_mb_with_waits": round(with_waits, 1),
-                "kb_per_wait": round((with_waits - before) * 1024 / waits, 2), "parking_s": round(parked_s, 2),
-                "stats_s": round(stats_s, 3), "sigterm_to_exit_s": round(stop_s, 2), "exit_code": code_exit,
-                "stop_log": stop_log}
+        stop_log = [
+            {k: v for k, v in e.items() if k not in ("app", "uuid", "level")}
+            for e in events
+            if e["event"].startswith(STOP_EVENTS)
+        ]
+        return {
+            "code": code,
+            "waits": waits,
+            "rss_mb_before": round(before, 1),
+            "rss_mb_with_waits": round(with_waits, 1),
+            "kb_per_wait": round((with_waits - before) * 1024 / waits, 2),
+            "parking_s": round(parked_s, 2),
+            "stats_s": round(stats_s, 3),
+            "sigterm_to_exit_s": round(stop_s, 2),
+            "exit_code": code_exit,
+            "stop_log": stop_log,
+        }
     finally:
         for call in calls:
             call.cancel()
@@ -130,8 +150,10 @@ async def main() -> None:
     result["runs"] = runs
     if len(runs) == 2:
         new, old_run = runs
-        result["new_over_old"] = {key: round(new[key] / old_run[key], 3) if old_run[key] else None
-                                  for key in ("kb_per_wait", "stats_s", "sigterm_to_exit_s")}
+        result["new_over_old"] = {
+            key: round(new[key] / old_run[key], 3) if old_run[key] else None
+            for key in ("kb_per_wait", "stats_s", "sigterm_to_exit_s")
+        }
     result["load_after"] = uptime()
     print(json.dumps(result, indent=2))
 

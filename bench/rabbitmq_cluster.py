@@ -33,8 +33,15 @@ from qbroker import Config, QBrokerError, Unit  # noqa: E402
 
 
 def _config(cluster: Cluster, queue_type: str, prefix: str, durable_reply_queue: bool = False) -> Config:
-    return Config(url=cluster.url(0), queue_type=queue_type, exchange_prefix=prefix, heartbeat=5,
-                  reconnect_backoff_max=0.5, connect_timeout=2, durable_reply_queue=durable_reply_queue)
+    return Config(
+        url=cluster.url(0),
+        queue_type=queue_type,
+        exchange_prefix=prefix,
+        heartbeat=5,
+        reconnect_backoff_max=0.5,
+        connect_timeout=2,
+        durable_reply_queue=durable_reply_queue,
+    )
 
 
 async def _measure(client: Unit, calls: int, concurrency: int, guarantee: bool) -> dict[str, Any]:
@@ -55,9 +62,12 @@ async def _measure(client: Unit, calls: int, concurrency: int, guarantee: bool) 
     await asyncio.gather(*(one(n) for n in range(calls * 4)))
     concurrent = calls * 4 / (time.perf_counter() - started)
     latencies.sort()
-    return {"sequential_calls_per_s": round(sequential), f"concurrent{concurrency}_calls_per_s": round(concurrent),
-            "sequential_p50_ms": round(statistics.median(latencies) * 1000, 2),
-            "sequential_p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2)}
+    return {
+        "sequential_calls_per_s": round(sequential),
+        f"concurrent{concurrency}_calls_per_s": round(concurrent),
+        "sequential_p50_ms": round(statistics.median(latencies) * 1000, 2),
+        "sequential_p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
+    }
 
 
 async def _rates(cluster: Cluster, calls: int, concurrency: int, rounds: int) -> dict[str, Any]:
@@ -77,8 +87,9 @@ async def _rates(cluster: Cluster, calls: int, concurrency: int, rounds: int) ->
         for guarantee in (False, True):
             # A guaranteed call's reply queue must outlive the caller's node too: durable (a quorum queue when
             # the rest are); a plain call's is the usual exclusive one.
-            clients[queue_type, guarantee] = Unit("bench.client", config=_config(
-                cluster, queue_type, prefix, durable_reply_queue=guarantee))
+            clients[queue_type, guarantee] = Unit(
+                "bench.client", config=_config(cluster, queue_type, prefix, durable_reply_queue=guarantee)
+            )
             units.append(clients[queue_type, guarantee])
     for unit in units:
         await unit.start()
@@ -90,7 +101,8 @@ async def _rates(cluster: Cluster, calls: int, concurrency: int, rounds: int) ->
                 for queue_type in order:
                     key = f"{queue_type}.{'guaranteed' if guarantee else 'plain'}"
                     figures.setdefault(key, []).append(
-                        await _measure(clients[queue_type, guarantee], calls, concurrency, guarantee))
+                        await _measure(clients[queue_type, guarantee], calls, concurrency, guarantee)
+                    )
     finally:
         for unit in reversed(units):
             await unit.stop()
@@ -100,10 +112,14 @@ async def _rates(cluster: Cluster, calls: int, concurrency: int, rounds: int) ->
     for kind in ("plain", "guaranteed"):
         for name in figures[f"classic.{kind}"][0]:
             if name.endswith("per_s"):
-                ratios = sorted(q[name] / c[name] for q, c in zip(figures[f"quorum.{kind}"],
-                                                                   figures[f"classic.{kind}"], strict=True))
+                ratios = sorted(
+                    q[name] / c[name]
+                    for q, c in zip(figures[f"quorum.{kind}"], figures[f"classic.{kind}"], strict=True)
+                )
                 out["quorum_over_classic"][f"{kind}.{name}"] = {
-                    "median": round(statistics.median(ratios), 2), "range": [round(ratios[0], 2), round(ratios[-1], 2)]}
+                    "median": round(statistics.median(ratios), 2),
+                    "range": [round(ratios[0], 2), round(ratios[-1], 2)],
+                }
     return out
 
 
@@ -133,8 +149,12 @@ async def _failover(cluster: Cluster) -> dict[str, Any]:
             except QBrokerError:
                 await asyncio.sleep(0.05)
         answered = time.perf_counter() - killed
-        return {"killed": leader, "first_answer_after_s": round(answered, 2), "calls_tried": attempts,
-                "new_leader": cluster.queue_leader(f"{prefix}rpc_bench.echo")}
+        return {
+            "killed": leader,
+            "first_answer_after_s": round(answered, 2),
+            "calls_tried": attempts,
+            "new_leader": cluster.queue_leader(f"{prefix}rpc_bench.echo"),
+        }
     finally:
         await client.stop(drain_timeout=1)
         await server.stop(drain_timeout=1)
@@ -145,9 +165,12 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     cluster = start_cluster(args.nodes)
     boot = time.perf_counter() - started
     try:
-        result: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                              "load_before": os.getloadavg()},
-                                  "nodes": args.nodes, "cluster_start_s": round(boot, 1), "calls": args.calls}
+        result: dict[str, Any] = {
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_before": os.getloadavg()},
+            "nodes": args.nodes,
+            "cluster_start_s": round(boot, 1),
+            "calls": args.calls,
+        }
         result.update(asyncio.run(_rates(cluster, args.calls, args.concurrency, args.rounds)))
         result["failover"] = asyncio.run(_failover(cluster))
         result["machine"]["load_after"] = os.getloadavg()
@@ -172,8 +195,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "start":
         cluster = start_cluster(args.nodes, args.dir)
-        print(json.dumps({"dir": str(cluster.base), "QBROKER_URL": cluster.url(),
-                          "nodes": [{"name": n.name, "port": n.port} for n in cluster.nodes]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "dir": str(cluster.base),
+                    "QBROKER_URL": cluster.url(),
+                    "nodes": [{"name": n.name, "port": n.port} for n in cluster.nodes],
+                },
+                indent=2,
+            )
+        )
     elif args.command == "stop":
         stop_cluster(Cluster.load(args.dir))
     else:

@@ -25,6 +25,7 @@ def _one(code: str | None, store: Path, diff: Path) -> None:
         sys.path.insert(0, code)
     sys.path.insert(0, str(ROOT)) if not code else sys.path.append(str(ROOT))
     from services.osmstore.render_store import apply_osc
+
     t0 = time.perf_counter()
     stats = apply_osc(store, diff, sequence=1)
     print(json.dumps({"seconds": time.perf_counter() - t0, "stats": stats}))
@@ -64,12 +65,26 @@ def main() -> None:
             live = args.work / f"live-{name}"
             shutil.rmtree(live, ignore_errors=True)
             shutil.copytree(base, live)
-            out = subprocess.run([sys.executable, __file__, "--one", code or "", str(live), str(diff)],
-                                 check=True, capture_output=True, text=True, cwd=ROOT).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", code or "", str(live), str(diff)],
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            ).stdout
             times[name].append(json.loads(out.splitlines()[-1])["seconds"])
-    print(json.dumps({"load": os.getloadavg(), **{
-        name: {"median": statistics.median(ts), "min": min(ts), "max": max(ts), "runs": ts}
-        for name, ts in times.items()}}, indent=1))
+    print(
+        json.dumps(
+            {
+                "load": os.getloadavg(),
+                **{
+                    name: {"median": statistics.median(ts), "min": min(ts), "max": max(ts), "runs": ts}
+                    for name, ts in times.items()
+                },
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

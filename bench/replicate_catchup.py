@@ -48,12 +48,15 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             source = Path(tmp) / "replication"
             for seq in range(1, a.diffs + 1):  # each diff moves 200 nodes (a busy minute in a city)
-                chunk = nodes[(seq - 1) * 200: seq * 200]
-                publish(source, seq, osc(modify=[node_xml(n, x + 0.0001 * seq, y, version=10 + seq)
-                                                 for n, (x, y) in chunk]))
+                chunk = nodes[(seq - 1) * 200 : seq * 200]
+                publish(
+                    source, seq, osc(modify=[node_xml(n, x + 0.0001 * seq, y, version=10 + seq) for n, (x, y) in chunk])
+                )
             src = LocalSource(source)
-            singles = [asyncio.run(build_batch(src, s, s, Path(tmp) / "spool", published=a.diffs))
-                       for s in range(1, a.diffs + 1)]
+            singles = [
+                asyncio.run(build_batch(src, s, s, Path(tmp) / "spool", published=a.diffs))
+                for s in range(1, a.diffs + 1)
+            ]
             for _ in range(a.repeat):
                 import_postgis(extract_path, dsn)
                 started = time.perf_counter()
@@ -70,10 +73,20 @@ def main() -> None:
     finally:
         psql(dsn.rsplit("/", 1)[0] + "/postgres", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
     med = {k: statistics.median(v) for k, v in runs.items()}
-    print(json.dumps({"diffs": a.diffs, "osc_bytes": size, "nproc": os.cpu_count(), "load": os.getloadavg()[0],
-                      "runs": {k: [round(x, 3) for x in v] for k, v in runs.items()},
-                      "median_s": {k: round(v, 3) for k, v in med.items()},
-                      "merged_over_one_per_diff": round(med["merged"] / med["one_per_diff"], 3)}, indent=2))
+    print(
+        json.dumps(
+            {
+                "diffs": a.diffs,
+                "osc_bytes": size,
+                "nproc": os.cpu_count(),
+                "load": os.getloadavg()[0],
+                "runs": {k: [round(x, 3) for x in v] for k, v in runs.items()},
+                "median_s": {k: round(v, 3) for k, v in med.items()},
+                "merged_over_one_per_diff": round(med["merged"] / med["one_per_diff"], 3),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

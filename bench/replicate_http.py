@@ -49,8 +49,10 @@ async def measure(url: str, spool: Path, a: argparse.Namespace) -> dict[str, flo
             merged.discard()
     finally:
         await source.close()
-    return {"download_mb_per_s": round(a.diff_mb / statistics.median(download), 1),
-            "batch_s": round(statistics.median(batch), 3)}
+    return {
+        "download_mb_per_s": round(a.diff_mb / statistics.median(download), 1),
+        "batch_s": round(statistics.median(batch), 3),
+    }
 
 
 def main() -> None:
@@ -63,8 +65,11 @@ def main() -> None:
         root = Path(tmp) / "mirror"
         for seq in range(1, a.diffs + 1):  # ~100 KB of gzip each, a minutely diff's order
             first = seq * 20_000
-            publish(root, seq, osc(modify=[node_xml(n, 24.9 + n * 1e-7, 60.1, version=seq + 1)
-                                           for n in range(first, first + 20_000)]))
+            publish(
+                root,
+                seq,
+                osc(modify=[node_xml(n, 24.9 + n * 1e-7, 60.1, version=seq + 1) for n in range(first, first + 20_000)]),
+            )
         big = diff_path(root, 1_000_000)
         big.parent.mkdir(parents=True)
         big.write_bytes(os.urandom(a.diff_mb << 20))

@@ -67,8 +67,9 @@ def _percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def _bench(url: str, prefix: str, n_seq: int, n_conc: int, n_alerts: int, concurrency: int,
-                 n_no_server: int) -> dict[str, object]:
+async def _bench(
+    url: str, prefix: str, n_seq: int, n_conc: int, n_alerts: int, concurrency: int, n_no_server: int
+) -> dict[str, object]:
     client = Unit("bench.client", config=Config(url=url, exchange_prefix=prefix))
     await client.start()
     payload = {"text": "hello", "n": 1}
@@ -121,21 +122,27 @@ async def _bench(url: str, prefix: str, n_seq: int, n_conc: int, n_alerts: int, 
     ms = 1000.0
     return {
         "sequential": {
-            "calls": n_seq, "calls_per_s": round(n_seq / seq_elapsed, 1),
-            "p50_ms": round(_percentile(latencies, 0.5) * ms, 3), "p99_ms": round(_percentile(latencies, 0.99) * ms, 3),
+            "calls": n_seq,
+            "calls_per_s": round(n_seq / seq_elapsed, 1),
+            "p50_ms": round(_percentile(latencies, 0.5) * ms, 3),
+            "p99_ms": round(_percentile(latencies, 0.99) * ms, 3),
             "mean_ms": round(statistics.fmean(latencies) * ms, 3),
         },
         "concurrent": {
-            "calls": n_conc, "in_flight": concurrency, "calls_per_s": round(n_conc / conc_elapsed, 1),
+            "calls": n_conc,
+            "in_flight": concurrency,
+            "calls_per_s": round(n_conc / conc_elapsed, 1),
             "p50_ms": round(_percentile(conc_latencies, 0.5) * ms, 3),
             "p99_ms": round(_percentile(conc_latencies, 0.99) * ms, 3),
         },
         "alerts": {
-            "messages": n_alerts, "published_per_s": round(n_alerts / published, 1),
+            "messages": n_alerts,
+            "published_per_s": round(n_alerts / published, 1),
             "delivered_per_s": round(n_alerts / delivered, 1),
         },
         "no_server": {
-            "calls": n_no_server, "answered_no_server": len(no_server),
+            "calls": n_no_server,
+            "answered_no_server": len(no_server),
             "p50_ms": round(_percentile(no_server, 0.5) * ms, 3) if no_server else None,
             "p99_ms": round(_percentile(no_server, 0.99) * ms, 3) if no_server else None,
         },
@@ -149,8 +156,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--alerts", type=int, default=20000)
     parser.add_argument("--no-server", type=int, default=300, help="calls to a name nobody serves")
-    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",
-                        help="event loop of both processes (qbroker.run picks uvloop when installed)")
+    parser.add_argument(
+        "--loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="event loop of both processes (qbroker.run picks uvloop when installed)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("QBROKER_LOG_LEVEL", "WARNING")
     from qbroker.log import configure_logging
@@ -166,15 +177,19 @@ def main() -> None:
     try:
         if not ready.wait(30):
             raise SystemExit("bench server did not start")
-        result = _run(_bench(url, prefix, args.seq, args.conc, args.alerts, args.concurrency,
-                                     args.no_server), args.loop)
+        result = _run(
+            _bench(url, prefix, args.seq, args.conc, args.alerts, args.concurrency, args.no_server), args.loop
+        )
     finally:
         stop.set()
         server.join(15)
         delete_vhost(vhost)
     result["loop"] = args.loop
-    result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                         "processor": platform.processor() or platform.machine()}
+    result["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "processor": platform.processor() or platform.machine(),
+    }
     print(json.dumps(result, indent=2))
 
 

@@ -64,15 +64,20 @@ def _child(tree: str, contender: str, calls: int, level: int) -> None:
 
 def _measure(tree: str, contender: str, calls: int, level: int) -> dict[str, float]:
     env = {**os.environ, "QBROKER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, __file__, "--child", tree, contender, str(calls), str(level)],
-                         capture_output=True, text=True, env=env, timeout=600, check=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", tree, contender, str(calls), str(level)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=True,
+    )
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
 def _median_range(values: list[float]) -> dict[str, float]:
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
-            "max": round(max(values), 3)}
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
 
 
 def main() -> None:
@@ -87,48 +92,77 @@ def main() -> None:
     parser.add_argument("--metrics", action="store_true", help="also measure the new library instrumented")
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
-    variants = [("old", "qbroker"), ("new", "qbroker"), *([("new_metrics", "qbroker_metrics")] if args.metrics else []),
-                ("floor_seed", "floor_seed")]
+    variants = [
+        ("old", "qbroker"),
+        ("new", "qbroker"),
+        *([("new_metrics", "qbroker_metrics")] if args.metrics else []),
+        ("floor_seed", "floor_seed"),
+    ]
     samples: dict[str, dict[str, list[dict[str, float]]]] = {
-        str(level): {variant: [] for variant, _ in variants} for level in levels}
+        str(level): {variant: [] for variant, _ in variants} for level in levels
+    }
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as old_tree:
-        archive = subprocess.run(["git", "archive", args.old, "qbroker", "bench"], cwd=ROOT, capture_output=True,
-                                 check=True)
+        archive = subprocess.run(
+            ["git", "archive", args.old, "qbroker", "bench"], cwd=ROOT, capture_output=True, check=True
+        )
         subprocess.run(["tar", "-x", "-C", old_tree], input=archive.stdout, check=True)
         for round_no in range(args.rounds):
             for level in levels:
                 for variant, contender in variants:
                     result = _measure(old_tree if variant == "old" else str(ROOT), contender, args.calls, level)
                     samples[str(level)][variant].append(result)
-                    print(f"round {round_no + 1} level {level:>3} {variant:<11} {result['calls_per_s']:7.0f} calls/s "
-                          f"{result['cpu_us_per_call']:5.0f} us CPU per call", file=sys.stderr)
+                    print(
+                        f"round {round_no + 1} level {level:>3} {variant:<11} {result['calls_per_s']:7.0f} calls/s "
+                        f"{result['cpu_us_per_call']:5.0f} us CPU per call",
+                        file=sys.stderr,
+                    )
     summary: dict[str, Any] = {}
     for level, by_variant in samples.items():
         old, new, floor = by_variant["old"], by_variant["new"], by_variant["floor_seed"]
         summary[level] = {
             "calls_per_s": {v: _median_range([r["calls_per_s"] for r in runs]) for v, runs in by_variant.items()},
-            "cpu_us_per_call": {v: _median_range([r["cpu_us_per_call"] for r in runs])
-                                for v, runs in by_variant.items()},
+            "cpu_us_per_call": {
+                v: _median_range([r["cpu_us_per_call"] for r in runs]) for v, runs in by_variant.items()
+            },
             "new/old calls_per_s": _median_range(
-                [n["calls_per_s"] / o["calls_per_s"] for n, o in zip(new, old, strict=True)]),
+                [n["calls_per_s"] / o["calls_per_s"] for n, o in zip(new, old, strict=True)]
+            ),
             "new/floor_seed calls_per_s": _median_range(
-                [n["calls_per_s"] / f["calls_per_s"] for n, f in zip(new, floor, strict=True)]),
+                [n["calls_per_s"] / f["calls_per_s"] for n, f in zip(new, floor, strict=True)]
+            ),
             "old/floor_seed calls_per_s": _median_range(
-                [o["calls_per_s"] / f["calls_per_s"] for o, f in zip(old, floor, strict=True)]),
+                [o["calls_per_s"] / f["calls_per_s"] for o, f in zip(old, floor, strict=True)]
+            ),
             "new/old cpu_us_per_call": _median_range(
-                [n["cpu_us_per_call"] / o["cpu_us_per_call"] for n, o in zip(new, old, strict=True)]),
+                [n["cpu_us_per_call"] / o["cpu_us_per_call"] for n, o in zip(new, old, strict=True)]
+            ),
         }
         if "new_metrics" in by_variant:
             metered = by_variant["new_metrics"]
             summary[level]["new_metrics/new calls_per_s"] = _median_range(
-                [m["calls_per_s"] / n["calls_per_s"] for m, n in zip(metered, new, strict=True)])
+                [m["calls_per_s"] / n["calls_per_s"] for m, n in zip(metered, new, strict=True)]
+            )
             summary[level]["new_metrics/new cpu_us_per_call"] = _median_range(
-                [m["cpu_us_per_call"] / n["cpu_us_per_call"] for m, n in zip(metered, new, strict=True)])
-    print(json.dumps({"old": args.old, "new": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                                             capture_output=True, text=True).stdout.strip(),
-                      "calls": args.calls, "rounds": args.rounds, "load_before": load_before,
-                      "load_after": os.getloadavg(), "summary": summary, "samples": samples}, indent=2))
+                [m["cpu_us_per_call"] / n["cpu_us_per_call"] for m, n in zip(metered, new, strict=True)]
+            )
+    print(
+        json.dumps(
+            {
+                "old": args.old,
+                "new": subprocess.run(
+                    ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+                ).stdout.strip(),
+                "calls": args.calls,
+                "rounds": args.rounds,
+                "load_before": load_before,
+                "load_after": os.getloadavg(),
+                "summary": summary,
+                "samples": samples,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

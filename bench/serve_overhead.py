@@ -40,8 +40,12 @@ def _child(tree: str, requests: int, metrics: bool) -> None:
 
     class Message:  # what aio-pika hands a consumer, as far as serve_request reads it
         def __init__(self) -> None:
-            self.headers = {"version": 1, "app": "bench", "name": "bench.echo",
-                            "deadline": int((time.time() + 3600) * 1000)}
+            self.headers = {
+                "version": 1,
+                "app": "bench",
+                "name": "bench.echo",
+                "deadline": int((time.time() + 3600) * 1000),
+            }
             self.body = orjson.dumps({"text": "hello", "times": 2})
             self.message_id, self.reply_to, self.correlation_id = "m" * 32, "r" * 32, None
             self.content_type, self.app_id, self.type, self.user_id = "application/json", "a" * 32, "rpc", None
@@ -84,8 +88,14 @@ def _child(tree: str, requests: int, metrics: bool) -> None:
 
 def _measure(tree: str, requests: int, metrics: bool = False) -> float:
     env = {**os.environ, "QBROKER_LOG_LEVEL": "WARNING", "PYTHONPATH": ""}
-    out = subprocess.run([sys.executable, __file__, "--child", tree, str(requests), str(int(metrics))],
-                         capture_output=True, text=True, env=env, timeout=600, check=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", tree, str(requests), str(int(metrics))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=True,
+    )
     return float(json.loads(out.stdout.strip().splitlines()[-1])["cpu_us_per_request"])
 
 
@@ -114,8 +124,11 @@ def main() -> None:
                 order.reverse()  # none always goes first
             for variant, tree, results in order:
                 results.append(_measure(tree, args.requests, variant == "new_metrics"))
-            print(f"round {round_no + 1}: old {old_us[-1]:.1f} us, new {new_us[-1]:.1f} us"
-                  + (f", new_metrics {metered_us[-1]:.1f} us" if args.metrics else ""), file=sys.stderr)
+            print(
+                f"round {round_no + 1}: old {old_us[-1]:.1f} us, new {new_us[-1]:.1f} us"
+                + (f", new_metrics {metered_us[-1]:.1f} us" if args.metrics else ""),
+                file=sys.stderr,
+            )
     ratios = [n / o for n, o in zip(new_us, old_us, strict=True)]
     metered: dict[str, object] = {}
     if args.metrics:
@@ -126,25 +139,46 @@ def main() -> None:
             "new_metrics/new cpu of the fastest runs": round(min(metered_us) / min(new_us), 3),
             "new_metrics - new us of the fastest runs": round(min(metered_us) - min(new_us), 2),
         }
-    print(json.dumps({
-        "old": args.old, "requests": args.requests, "rounds": args.rounds, "nproc": os.cpu_count(),
-        "load_before": load_before, "load_after": os.getloadavg(),
-        "old_cpu_us_per_request": {"median": round(statistics.median(old_us), 2), "min": round(min(old_us), 2),
-                                   "max": round(max(old_us), 2)},
-        "new_cpu_us_per_request": {"median": round(statistics.median(new_us), 2), "min": round(min(new_us), 2),
-                                   "max": round(max(new_us), 2)},
-        "new/old cpu": {"median": round(statistics.median(ratios), 3), "min": round(min(ratios), 3),
-                        "max": round(max(ratios), 3)},
-        # On a loaded machine other processes only ever add CPU time (cache, frequency): the least of
-        # each side is the closest to its own cost.
-        "new/old cpu of the fastest runs": round(min(new_us) / min(old_us), 3),
-        **metered,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "old": args.old,
+                "requests": args.requests,
+                "rounds": args.rounds,
+                "nproc": os.cpu_count(),
+                "load_before": load_before,
+                "load_after": os.getloadavg(),
+                "old_cpu_us_per_request": {
+                    "median": round(statistics.median(old_us), 2),
+                    "min": round(min(old_us), 2),
+                    "max": round(max(old_us), 2),
+                },
+                "new_cpu_us_per_request": {
+                    "median": round(statistics.median(new_us), 2),
+                    "min": round(min(new_us), 2),
+                    "max": round(max(new_us), 2),
+                },
+                "new/old cpu": {
+                    "median": round(statistics.median(ratios), 3),
+                    "min": round(min(ratios), 3),
+                    "max": round(max(ratios), 3),
+                },
+                # On a loaded machine other processes only ever add CPU time (cache, frequency): the least of
+                # each side is the closest to its own cost.
+                "new/old cpu of the fastest runs": round(min(new_us) / min(old_us), 3),
+                **metered,
+            },
+            indent=2,
+        )
+    )
 
 
 def _spread(values: list[float], digits: int) -> dict[str, float]:
-    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
-            "max": round(max(values), digits)}
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+    }
 
 
 if __name__ == "__main__":

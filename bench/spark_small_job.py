@@ -82,13 +82,14 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
         y = 90_000 + g.integers(0, 4096, n, dtype=np.int64)
         with path.open("w") as out:
             for start in range(0, n, 1_000_000):
-                xs, ys = x[start:start + 1_000_000], y[start:start + 1_000_000]
+                xs, ys = x[start : start + 1_000_000], y[start : start + 1_000_000]
                 out.write("".join(f"18/{a}/{b}\n" for a, b in zip(xs.tolist(), ys.tolist(), strict=True)))
         return path
 
     async def measure(tmp: Path, url: str) -> dict[str, Any]:
-        spark = build_session("local[*]", "bench-spark-small-job", {"spark.ui.enabled": "false",
-                                                                     "spark.driver.memory": "4g"})
+        spark = build_session(
+            "local[*]", "bench-spark-small-job", {"spark.ui.enabled": "false", "spark.driver.memory": "4g"}
+        )
         spark.sparkContext.setLogLevel("ERROR")
         tracker = spark.sparkContext.statusTracker()
         store = tmp / "helsinki"
@@ -99,20 +100,26 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
         shutil.copytree(store, live)
         bridge_unit = Unit(SPARK_BRIDGE, config=Config(url=url))
         client = TimedExpire(url)
-        bridge = SparkBridge(bridge_unit, spark, work / "state", max_jobs=1, input_roots=[work], stores=[live],
-                             limits=BridgeLimits())
+        bridge = SparkBridge(
+            bridge_unit, spark, work / "state", max_jobs=1, input_roots=[work], stores=[live], limits=BridgeLimits()
+        )
         await bridge_unit.start()
         await client.unit.start()
 
         async def call(params: dict[str, Any]) -> dict[str, Any]:
-            reply, last, to_reply = await client.call({**params, "min_zoom": ZOOMS[0], "max_zoom": ZOOMS[1]},
-                                                      settle=120)
+            reply, last, to_reply = await client.call(
+                {**params, "min_zoom": ZOOMS[0], "max_zoom": ZOOMS[1]}, settle=120
+            )
             result = reply["result"]
-            return {"seconds_to_last_expiration": round(last, 3) if last is not None else None,
-                    "seconds_to_reply": round(to_reply, 3),
-                    "spark_jobs": len(tracker.getJobIdsForGroup(job_tag(reply["job_id"]))),
-                    "total_tiles": result["total_tiles"], "total_metatiles": result["total_metatiles"],
-                    "messages": result["published"]["messages"], "inputs": result["inputs"]}
+            return {
+                "seconds_to_last_expiration": round(last, 3) if last is not None else None,
+                "seconds_to_reply": round(to_reply, 3),
+                "spark_jobs": len(tracker.getJobIdsForGroup(job_tag(reply["job_id"]))),
+                "total_tiles": result["total_tiles"],
+                "total_metatiles": result["total_metatiles"],
+                "messages": result["published"]["messages"],
+                "inputs": result["inputs"],
+            }
 
         async def diff_run(seed: int) -> dict[str, Any]:
             shutil.rmtree(live)
@@ -159,12 +166,14 @@ def _summary(variants: list[dict[str, Any]]) -> dict[str, Any]:
     for kind in ("tiles", "diff"):
         runs = [r for v in variants for r in v[kind]]
         last = [r["seconds_to_last_expiration"] for r in runs if r["seconds_to_last_expiration"] is not None]
-        out[kind] = {"runs": len(runs),
-                     "median_seconds_to_last_expiration": _median(runs, "seconds_to_last_expiration"),
-                     "median_seconds_to_reply": _median(runs, "seconds_to_reply"),
-                     "min_seconds_to_last_expiration": min(last, default=None),
-                     "max_seconds_to_last_expiration": max(last, default=None),
-                     "median_spark_jobs": _median(runs, "spark_jobs")}
+        out[kind] = {
+            "runs": len(runs),
+            "median_seconds_to_last_expiration": _median(runs, "seconds_to_last_expiration"),
+            "median_seconds_to_reply": _median(runs, "seconds_to_reply"),
+            "min_seconds_to_last_expiration": min(last, default=None),
+            "max_seconds_to_last_expiration": max(last, default=None),
+            "median_spark_jobs": _median(runs, "spark_jobs"),
+        }
     scaling = [s for v in variants for s in v["scaling"]]
     if scaling:
         by_size: dict[int, list[float]] = {}
@@ -172,8 +181,10 @@ def _summary(variants: list[dict[str, Any]]) -> dict[str, Any]:
             by_size.setdefault(s["input_tiles"], []).append(s["seconds_to_last_expiration"])
         out["scaling"] = {str(n): round(statistics.median(t), 3) for n, t in sorted(by_size.items())}
         sizes = sorted(by_size)
-        out["scaling_ratios"] = {f"{a}->{b}": round(statistics.median(by_size[b]) / statistics.median(by_size[a]), 2)
-                                 for a, b in zip(sizes, sizes[1:], strict=False)}
+        out["scaling_ratios"] = {
+            f"{a}->{b}": round(statistics.median(by_size[b]) / statistics.median(by_size[a]), 2)
+            for a, b in zip(sizes, sizes[1:], strict=False)
+        }
     return out
 
 
@@ -183,10 +194,15 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=1, help="with --compare: old/new process pairs, alternating")
     p.add_argument("--tiles", type=int, default=10_000)
     p.add_argument("--objects", type=int, default=10_000)
-    p.add_argument("--scaling", type=lambda s: [int(n) for n in s.split(",") if n], default=[],
-                   help="comma-separated input sizes for the scaling runs (e.g. 1000000,10000000)")
-    p.add_argument("--old-scaling", action="store_true",
-                   help="with --compare: run the scaling sizes on the old code too")
+    p.add_argument(
+        "--scaling",
+        type=lambda s: [int(n) for n in s.split(",") if n],
+        default=[],
+        help="comma-separated input sizes for the scaling runs (e.g. 1000000,10000000)",
+    )
+    p.add_argument(
+        "--old-scaling", action="store_true", help="with --compare: run the scaling sizes on the old code too"
+    )
     p.add_argument("--compare", metavar="REV", help="also run git revision REV's services/ and report ratios")
     p.add_argument("--code", help=argparse.SUPPRESS)  # child mode: a directory holding services/
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -195,14 +211,33 @@ def main() -> None:
         print(json.dumps(_child(a)))
         return
     subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, check=True)
-    out: dict[str, Any] = {"benchmark": "spark bridge small jobs through the bus",
-                           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                       "platform": platform.platform(), "load_avg_before": os.getloadavg()},
-                           "zooms": list(ZOOMS), "tiles": a.tiles, "objects": a.objects}
+    out: dict[str, Any] = {
+        "benchmark": "spark bridge small jobs through the bus",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_avg_before": os.getloadavg(),
+        },
+        "zooms": list(ZOOMS),
+        "tiles": a.tiles,
+        "objects": a.objects,
+    }
 
     def child(code: str | None, scaling: list[int]) -> dict[str, Any]:
-        cmd = [sys.executable, __file__, "--child", "--runs", str(a.runs), "--tiles", str(a.tiles),
-               "--objects", str(a.objects), "--scaling", ",".join(map(str, scaling))]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            "--runs",
+            str(a.runs),
+            "--tiles",
+            str(a.tiles),
+            "--objects",
+            str(a.objects),
+            "--scaling",
+            ",".join(map(str, scaling)),
+        ]
         if code:
             cmd += ["--code", code]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
@@ -212,11 +247,15 @@ def main() -> None:
     old_runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         if a.compare:
-            archive = subprocess.run(["git", "archive", a.compare, "services"], cwd=ROOT, capture_output=True,
-                                     check=True).stdout
+            archive = subprocess.run(
+                ["git", "archive", a.compare, "services"], cwd=ROOT, capture_output=True, check=True
+            ).stdout
             subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-            out["old"] = {"revision": subprocess.run(["git", "rev-parse", "--short", a.compare], cwd=ROOT,
-                                                     capture_output=True, text=True, check=True).stdout.strip()}
+            out["old"] = {
+                "revision": subprocess.run(
+                    ["git", "rev-parse", "--short", a.compare], cwd=ROOT, capture_output=True, text=True, check=True
+                ).stdout.strip()
+            }
         for pair in range(a.pairs if a.compare else 1):
             if a.compare:
                 old_runs.append(child(tmp, a.scaling if a.old_scaling and pair == 0 else []))

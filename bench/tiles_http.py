@@ -119,8 +119,13 @@ def nginx_peer(root: Path, work: Path, port: int) -> tuple[list[str], Path]:
 
 
 def wrk(url: str, script: Path, connections: int, seconds: float, threads: int) -> dict[str, Any]:
-    out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", "-s", str(script), url],
-                         capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+    out = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", "-s", str(script), url],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=True,
+    ).stdout
     line = next(ln for ln in out.splitlines() if ln.startswith("WRKJSON "))
     result: dict[str, Any] = json.loads(line.removeprefix("WRKJSON "))
     result["rps"] = round(result["requests"] / (result["duration_us"] / 1e6), 1)
@@ -132,8 +137,11 @@ def measure(name: str, port: int, script: Path, args: argparse.Namespace, connec
     wrk(url, script, connections, 1, args.threads)  # warm-up: page cache, keep-alive pools, workers
     result = wrk(url, script, connections, args.seconds, args.threads)
     if result["non_2xx"] or result["errors"]:
-        print(f"warning: {name} at {connections} connections: {result['non_2xx']} non-2xx, "
-              f"{result['errors']} socket errors", file=sys.stderr)
+        print(
+            f"warning: {name} at {connections} connections: {result['non_2xx']} non-2xx, "
+            f"{result['errors']} socket errors",
+            file=sys.stderr,
+        )
     return result
 
 
@@ -168,23 +176,40 @@ def main(argv: list[str] | None = None) -> None:
         script.write_text(WRK_SCRIPT % (", ".join(json.dumps(x) for x in paths), 1))
         sizes = [(root / x.removeprefix("/tiles/")).stat().st_size for x in paths]
         report: dict[str, Any] = {
-            "bench": "tiles_http", "nproc": os.cpu_count(), "loadavg_before": loadavg(),
-            "tiles": len(paths), "zooms": sorted({int(x.split("/")[2]) for x in paths}),
-            "mean_tile_bytes": round(sum(sizes) / len(sizes)), "seconds": args.seconds, "wrk_threads": args.threads,
-            "runs": []}
+            "bench": "tiles_http",
+            "nproc": os.cpu_count(),
+            "loadavg_before": loadavg(),
+            "tiles": len(paths),
+            "zooms": sorted({int(x.split("/")[2]) for x in paths}),
+            "mean_tile_bytes": round(sum(sizes) / len(sizes)),
+            "seconds": args.seconds,
+            "wrk_threads": args.threads,
+            "runs": [],
+        }
         peer_port, front_port = free_port("127.0.0.1"), free_port("127.0.0.1")
         peer_cmd, _ = nginx_peer(root, work, peer_port)
-        front_cmd = [str(BIN / "toposm-web"), "--tile-root", str(root), "--port", str(front_port),
-                     "--front", "nginx", "--poll-interval", "5"]
+        front_cmd = [
+            str(BIN / "toposm-web"),
+            "--tile-root",
+            str(root),
+            "--port",
+            str(front_port),
+            "--front",
+            "nginx",
+            "--poll-interval",
+            "5",
+        ]
         ports = {"nginx": peer_port, "front": front_port}
         # Both run throughout and take turns, who goes first alternating: a neighbour's load that rises or
         # falls during a pair then favours each side in turn (the machine is shared).
-        with server(peer_cmd, f"http://127.0.0.1:{peer_port}{paths[0]}", work / "peer.log"), \
-                server(front_cmd, f"http://127.0.0.1:{front_port}/api/status", work / "front.log"):
+        with (
+            server(peer_cmd, f"http://127.0.0.1:{peer_port}{paths[0]}", work / "peer.log"),
+            server(front_cmd, f"http://127.0.0.1:{front_port}/api/status", work / "front.log"),
+        ):
             for rnd in range(args.rounds):
                 for conns in args.connections:
                     run: dict[str, Any] = {"round": rnd, "connections": conns}
-                    for name in (("nginx", "front") if rnd % 2 == 0 else ("front", "nginx")):
+                    for name in ("nginx", "front") if rnd % 2 == 0 else ("front", "nginx"):
                         run[name] = measure(name, ports[name], script, args, conns)
                     run["front_rps_ratio"] = round(run["front"]["rps"] / run["nginx"]["rps"], 3)
                     run["front_p99_ratio"] = round(run["front"]["p99_us"] / max(run["nginx"]["p99_us"], 1), 3)
@@ -199,8 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         for key in ("front_rps_ratio", "front_p99_ratio"):
             for conns in args.connections:
                 values = sorted(r[key] for r in report["runs"] if r["connections"] == conns)
-                report[f"{key}_c{conns}"] = {"min": values[0], "median": values[len(values) // 2],
-                                             "max": values[-1]}
+                report[f"{key}_c{conns}"] = {"min": values[0], "median": values[len(values) // 2], "max": values[-1]}
         report["loadavg_after"] = loadavg()
         print(json.dumps(report, indent=2))
     finally:

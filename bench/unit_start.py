@@ -62,8 +62,9 @@ def _child_starts(tree: str, url: str, starts: int) -> None:
 
 def _run(*args: str) -> str:
     env = {**os.environ, "QBROKER_LOG_LEVEL": "WARNING", "PYTHONPATH": ""}
-    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env, timeout=600,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, env=env, timeout=600, check=True
+    )
     return done.stdout.strip().splitlines()[-1]
 
 
@@ -75,8 +76,11 @@ def _account(vhost: str, tree: str, name: str) -> str:
 
 
 def _spread(values: list[float], digits: int) -> dict[str, float]:
-    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
-            "max": round(max(values), digits)}
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+    }
 
 
 def main() -> None:
@@ -98,8 +102,9 @@ def main() -> None:
     medians: dict[str, list[float]] = {f"{tree}_{who}": [] for tree in ("old", "new") for who in ("guest", "client")}
     try:
         with tempfile.TemporaryDirectory() as old_tree:
-            archive = subprocess.run(["git", "archive", args.old, "qbroker", "services"], cwd=ROOT,
-                                     capture_output=True, check=True)
+            archive = subprocess.run(
+                ["git", "archive", args.old, "qbroker", "services"], cwd=ROOT, capture_output=True, check=True
+            )
             subprocess.run(["tar", "-x", "-C", old_tree], input=archive.stdout, check=True)
             trees = {"old": old_tree, "new": str(ROOT)}
             urls = {"old": _account(vhost, old_tree, users[0]), "new": _account(vhost, str(ROOT), users[1])}
@@ -112,20 +117,33 @@ def main() -> None:
                     url = url_for_vhost(vhost) if who == "guest" else urls[tree]
                     took = json.loads(_run("--child", trees[tree], url, str(args.starts)))
                     medians[f"{tree}_{who}"].append(statistics.median(took))
-                print(f"round {round_no + 1}: " + ", ".join(f"{k} {v[-1]:.1f} ms" for k, v in medians.items()),
-                      file=sys.stderr)
+                print(
+                    f"round {round_no + 1}: " + ", ".join(f"{k} {v[-1]:.1f} ms" for k, v in medians.items()),
+                    file=sys.stderr,
+                )
     finally:
         for user in users:
             rabbitmqctl("delete_user", user, check=False)
         delete_vhost(vhost)
-    ratios = {who: [n / o for n, o in zip(medians[f"new_{who}"], medians[f"old_{who}"], strict=True)]
-              for who in ("guest", "client")}
-    print(json.dumps({
-        "old": args.old, "rounds": args.rounds, "starts": args.starts, "nproc": os.cpu_count(),
-        "load_before": load_before, "load_after": os.getloadavg(),
-        **{f"{key}_start_ms": _spread(values, 1) for key, values in medians.items()},
-        **{f"new/old start ({who})": _spread(values, 3) for who, values in ratios.items()},
-    }, indent=1))
+    ratios = {
+        who: [n / o for n, o in zip(medians[f"new_{who}"], medians[f"old_{who}"], strict=True)]
+        for who in ("guest", "client")
+    }
+    print(
+        json.dumps(
+            {
+                "old": args.old,
+                "rounds": args.rounds,
+                "starts": args.starts,
+                "nproc": os.cpu_count(),
+                "load_before": load_before,
+                "load_after": os.getloadavg(),
+                **{f"{key}_start_ms": _spread(values, 1) for key, values in medians.items()},
+                **{f"new/old start ({who})": _spread(values, 3) for who, values in ratios.items()},
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -93,8 +93,7 @@ async def show_the_stack(unit: Unit, demo: Demo) -> None:
     print(f"  the edited street (Mikonkatu) on the map: {demo.street_map}", flush=True)
     step("waiting for the queuemaster, the renderers and the Spark bridge")
     deadline = time.monotonic() + 120
-    while len((await wait_until_answering(unit, QUEUEMASTER, StatsRequest().body(), 60))["renderers"]) < \
-            demo.renderers:
+    while len((await wait_until_answering(unit, QUEUEMASTER, StatsRequest().body(), 60))["renderers"]) < demo.renderers:
         if time.monotonic() > deadline:
             raise TimeoutError("renderers did not register")
         await asyncio.sleep(0.5)
@@ -112,8 +111,9 @@ async def render_edit_rerender(unit: Unit, demo: Demo) -> None:
     step(f"requesting the tiles of central Helsinki at {lon:.4f},{lat:.4f}, zooms 10-17 (answered when drawn)")
     started = time.monotonic()
     tiles = [tile_at(lon, lat, z) for z in range(10, 18)]
-    replies = await asyncio.gather(*(unit.call(QUEUEMASTER, RenderTileRequest(tile=str(t)).body(), timeout=180)
-                                     for t in tiles))
+    replies = await asyncio.gather(
+        *(unit.call(QUEUEMASTER, RenderTileRequest(tile=str(t)).body(), timeout=180) for t in tiles)
+    )
     for reply in replies:
         print(f"  {reply['tile']:<16} rendered (metatile {reply['metatile']})")
     print(f"  {len(replies)} tiles in {time.monotonic() - started:.1f}s")
@@ -122,18 +122,24 @@ async def render_edit_rerender(unit: Unit, demo: Demo) -> None:
     for z in (16, 17):
         write_overview(tile_store, tile_at(lon, lat, z).metatile, workdir / f"before-{z}.png")
 
-    step(f"an OSM edit published as replication diff 1: {edit.streets and 'Mikonkatu'} renamed "
-         f"Qbrokerinkatu, node {edit.moved_node} moved, building {edit.new_building} drawn")
+    step(
+        f"an OSM edit published as replication diff 1: {edit.streets and 'Mikonkatu'} renamed "
+        f"Qbrokerinkatu, node {edit.moved_node} moved, building {edit.new_building} drawn"
+    )
     diff = publish(workdir / "replication", 1, edit.text, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     print(f"  {diff.relative_to(workdir)} and state.txt written; running toposm-replicate --once")
     status = await replicate(workdir, demo.store, demo.client_env)
     inputs = status.get("inputs") or {}
-    print(f"  applied sequence {status['sequence']}: {status['metatiles']} metatiles expired (zooms 12-17); "
-          f"ways resolved from the geometry store: {inputs.get('ways')}, moved nodes: {inputs.get('moved_nodes')}")
+    print(
+        f"  applied sequence {status['sequence']}: {status['metatiles']} metatiles expired (zooms 12-17); "
+        f"ways resolved from the geometry store: {inputs.get('ways')}, moved nodes: {inputs.get('moved_nodes')}"
+    )
     await asyncio.sleep(1.0)  # the expirations are broadcasts: let the queuemaster take them in
     after = await wait_queue_empty(unit)
-    print(f"  queuemaster: {after['counters']['expired'] - before['expired']} metatiles expired, "
-          f"{after['counters']['rendered'] - before['rendered']} re-rendered")
+    print(
+        f"  queuemaster: {after['counters']['expired'] - before['expired']} metatiles expired, "
+        f"{after['counters']['rendered'] - before['rendered']} re-rendered"
+    )
     for z in (16, 17):
         write_overview(tile_store, tile_at(lon, lat, z).metatile, workdir / f"after-{z}.png")
         changed = changed_pixels(workdir / f"before-{z}.png", workdir / f"after-{z}.png")
@@ -142,24 +148,34 @@ async def render_edit_rerender(unit: Unit, demo: Demo) -> None:
 
 async def show_stats(unit: Unit, demo: Demo) -> None:
     step("render stats from the queuemaster's render log, computed by Spark")
-    stats = await unit.call(SPARK_STATS, {"paths": [str((demo.workdir / "render.log").resolve())], "wait": True,
-                                            "chart": True}, timeout=300)
+    stats = await unit.call(
+        SPARK_STATS, {"paths": [str((demo.workdir / "render.log").resolve())], "wait": True, "chart": True}, timeout=300
+    )
     summary = stats.get("result", stats)
     print(f"  {'zoom':>4} {'renders':>8} {'failures':>8} {'p50 s':>7} {'p95 s':>7} {'p99 s':>7}")
     for row in summary.get("per_zoom", []):
-        print(f"  {row['zoom']:>4} {row['renders']:>8} {row['failures']:>8} {row['p50']:>7.3f} "
-              f"{row['p95']:>7.3f} {row['p99']:>7.3f}")
+        print(
+            f"  {row['zoom']:>4} {row['renders']:>8} {row['failures']:>8} {row['p50']:>7.3f} "
+            f"{row['p95']:>7.3f} {row['p99']:>7.3f}"
+        )
     for row in summary.get("per_host", []):
-        print(f"  host {row['host']}: {row['renders']} renders by {row['renderers']} renderers, "
-              f"p95 {row['p95']:.3f}s")
+        print(f"  host {row['host']}: {row['renders']} renders by {row['renderers']} renderers, p95 {row['p95']:.3f}s")
     outputs = summary.get("outputs") or {}
     if outputs:
-        print(f"  written: {outputs.get('json')}, {len(outputs.get('parquet') or {})} Parquet tables, "
-              f"chart {outputs.get('chart')}")
+        print(
+            f"  written: {outputs.get('json')}, {len(outputs.get('parquet') or {})} Parquet tables, "
+            f"chart {outputs.get('chart')}"
+        )
 
     step("the same from the shell: qbroker call toposm.queuemaster stats")
-    cli = await asyncio.create_subprocess_exec(str(BIN / "qbroker"), "call", QUEUEMASTER, "stats",
-                                               stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    cli = await asyncio.create_subprocess_exec(
+        str(BIN / "qbroker"),
+        "call",
+        QUEUEMASTER,
+        "stats",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(cli.communicate(), 60)
     answer = demo.workdir / "queuemaster-stats.json"
     answer.write_bytes(out)
@@ -210,8 +226,7 @@ def main() -> None:
     own = qbroker.Config()
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    print(f"qbroker demo on {own.urls[0].split('@')[-1]} (exchange prefix {own.exchange_prefix!r}); logs in "
-          f"{workdir}")
+    print(f"qbroker demo on {own.urls[0].split('@')[-1]} (exchange prefix {own.exchange_prefix!r}); logs in {workdir}")
     use_accounts, why = (args.accounts, "as asked") if args.accounts is not None else can_provision_here()
     if args.clean:
         sys.exit(clean(workdir, own, use_accounts))
@@ -261,14 +276,17 @@ def prepare_data(workdir: Path) -> tuple[Path, DemoEdit]:
     from services.osmstore.importer import import_extract
 
     root = Path(__file__).resolve().parents[1]
-    data = subprocess.run([str(root / "bin" / "ensure-osm-data")], cwd=root, capture_output=True, text=True,
-                          timeout=600, check=True).stdout.strip()
+    data = subprocess.run(
+        [str(root / "bin" / "ensure-osm-data")], cwd=root, capture_output=True, text=True, timeout=600, check=True
+    ).stdout.strip()
     extract = root / data / "Helsinki.osm.pbf"
     step(f"importing {extract.name} (OpenStreetMap, ODbL) into {workdir / 'helsinki'}")
     started = time.monotonic()
     info = import_extract(extract, workdir / "helsinki", replace=True)
-    print(f"  {info['counts']} in {time.monotonic() - started:.1f}s: rendering store (SQLite R*Tree) and "
-          f"geometry store (Parquet, {info['geometry']['way_nodes']} way-node rows)")
+    print(
+        f"  {info['counts']} in {time.monotonic() - started:.1f}s: rendering store (SQLite R*Tree) and "
+        f"geometry store (Parquet, {info['geometry']['way_nodes']} way-node rows)"
+    )
     shutil.rmtree(workdir / "replication", ignore_errors=True)
     return workdir / "helsinki", helsinki_edit(extract)
 
@@ -278,24 +296,58 @@ def run_demo(args: argparse.Namespace, workdir: Path, accounts: DemoAccounts | N
     bridge_log = workdir / "spark-bridge.log"
     with open(bridge_log, "ab") as log:  # the process has its own copy of the descriptor
         bridge = subprocess.Popen(
-            [str(BIN / "qbroker-spark-bridge"), "--master", "local[2]", "--state-dir", str(workdir / "spark-state"),
-             "--store", str(store),  # the store replication diffs are resolved against and applied to
-             "--input-root", str(workdir),  # the demo's changes and render log live here
-             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(BIN / "qbroker-spark-bridge"),
+                "--master",
+                "local[2]",
+                "--state-dir",
+                str(workdir / "spark-state"),
+                "--store",
+                str(store),  # the store replication diffs are resolved against and applied to
+                "--input-root",
+                str(workdir),  # the demo's changes and render log live here
+                "--conf",
+                "spark.ui.enabled=false",
+                "--conf",
+                "spark.sql.shuffle.partitions=4",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             env=accounts.env("spark") if accounts is not None else None,
         )
     pids = PidFile(workdir)
     pids.add(bridge.pid)
     try:
         port = free_port(args.web_port)
-        with start_stack(workdir, renderers=args.renderers, backend="mapnik", web_port=port,
-                         env_for=accounts.env if accounts is not None else None, store=store) as procs:
+        with start_stack(
+            workdir,
+            renderers=args.renderers,
+            backend="mapnik",
+            web_port=port,
+            env_for=accounts.env if accounts is not None else None,
+            store=store,
+        ) as procs:
             pids.add(*(p.pid for p in procs))
-            services = [Service(bridge, bridge_log),
-                        *(Service(p, service_log(workdir, i)) for i, p in enumerate(procs))]
-            qbroker.run(run(Demo(workdir, args.renderers, f"http://127.0.0.1:{port}", args.keep_running, edit, store,
-                                 accounts.env("client") if accounts is not None else None, services, endpoints)))
+            services = [
+                Service(bridge, bridge_log),
+                *(Service(p, service_log(workdir, i)) for i, p in enumerate(procs)),
+            ]
+            qbroker.run(
+                run(
+                    Demo(
+                        workdir,
+                        args.renderers,
+                        f"http://127.0.0.1:{port}",
+                        args.keep_running,
+                        edit,
+                        store,
+                        accounts.env("client") if accounts is not None else None,
+                        services,
+                        endpoints,
+                    )
+                )
+            )
     finally:
         if bridge.poll() is None:
             bridge.terminate()

@@ -19,8 +19,14 @@ from qbroker.cli.cmd_provision import apply, remove
 from qbroker.cli.deployment import load_deployment, service_env
 from qbroker.cli.roles import load_roles
 
-ROLES = {"queuemaster": "queuemaster", "renderer": "renderer", "spark": "spark_bridge", "web": "web",
-         "ops": "operator", "client": "client"}
+ROLES = {
+    "queuemaster": "queuemaster",
+    "renderer": "renderer",
+    "spark": "spark_bridge",
+    "web": "web",
+    "ops": "operator",
+    "client": "client",
+}
 
 
 class DemoAccounts:
@@ -29,8 +35,12 @@ class DemoAccounts:
 
     def env(self, program: str) -> dict[str, str]:
         """The environment of ``program`` (a key of ROLES): its account, and what its receivers check."""
-        return {**os.environ, **self.services, "QBROKER_USERNAME": self.names[program],
-                "QBROKER_PASSWORD_FILE": str(self.files[self.names[program]])}
+        return {
+            **os.environ,
+            **self.services,
+            "QBROKER_USERNAME": self.names[program],
+            "QBROKER_PASSWORD_FILE": str(self.files[self.names[program]]),
+        }
 
 
 @contextlib.contextmanager
@@ -42,8 +52,7 @@ def demo_accounts(workdir: Path, url: str, prefix: str) -> Iterator[DemoAccounts
     # Kept until the accounts are deleted: a run killed before that leaves it for the next (demo/leftovers.py).
     description = workdir / DEPLOYMENT_FILE
     accounts = "".join(f'[[account]]\nname = "{names[p]}"\nrole = "{role}"\n\n' for p, role in ROLES.items())
-    description.write_text(f'vhost = "{vhost}"\nexchange_prefix = "{prefix}"\nsecrets_dir = "secrets"\n\n'
-                           f"{accounts}")
+    description.write_text(f'vhost = "{vhost}"\nexchange_prefix = "{prefix}"\nsecrets_dir = "secrets"\n\n{accounts}')
     roles = load_roles()  # the services' own roles, from their entry points
     deployment = load_deployment(description, roles)
     try:

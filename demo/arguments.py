@@ -49,24 +49,40 @@ def version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"{PROG} (qbroker {version()})")
-    parser.add_argument("--workdir", type=Path, default=Path("var/demo"),
-                        help="where the data, tiles, logs and pictures go (default: %(default)s)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("var/demo"),
+        help="where the data, tiles, logs and pictures go (default: %(default)s)",
+    )
     parser.add_argument("--renderers", type=int, default=2, help="renderer processes (default: %(default)s)")
-    parser.add_argument("--web-port", type=int, default=8080,
-                        help="toposm-web's port (default: %(default)s; another if taken)")
-    parser.add_argument("--keep-running", action="store_true",
-                        help="leave the services up until Ctrl-C (or SIGTERM, SIGHUP); a service that ends "
-                             "meanwhile is reported at once")
-    parser.add_argument("--accounts", action=argparse.BooleanOptionalAction, default=None,
-                        help="one broker account per program, made with `qbroker provision` (needs rabbitmqctl "
-                             "on this host) and deleted afterwards; see docs/security.md. Default: on when the "
-                             "broker is local and rabbitmqctl can be run here")
-    parser.add_argument("--clean", action="store_true",
-                        help="only remove what earlier runs in WORKDIR left (processes, broker accounts) and the "
-                             "demo's exchanges and queues on the broker, then exit")
+    parser.add_argument(
+        "--web-port", type=int, default=8080, help="toposm-web's port (default: %(default)s; another if taken)"
+    )
+    parser.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="leave the services up until Ctrl-C (or SIGTERM, SIGHUP); a service that ends "
+        "meanwhile is reported at once",
+    )
+    parser.add_argument(
+        "--accounts",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one broker account per program, made with `qbroker provision` (needs rabbitmqctl "
+        "on this host) and deleted afterwards; see docs/security.md. Default: on when the "
+        "broker is local and rabbitmqctl can be run here",
+    )
+    parser.add_argument(
+        "--clean",
+        action="store_true",
+        help="only remove what earlier runs in WORKDIR left (processes, broker accounts) and the "
+        "demo's exchanges and queues on the broker, then exit",
+    )
     return parser
 
 

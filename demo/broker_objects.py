@@ -99,12 +99,18 @@ class Removal:
         """What an operator reads: every object by name, and how to remove what is still there."""
         out = []
         if self.removed:
-            out.append("  removed from the broker: " + ", ".join(
-                f"{item} ({messages} message{'' if messages == 1 else 's'})" if messages is not None else str(item)
-                for item, messages in self.removed.items()))
+            out.append(
+                "  removed from the broker: "
+                + ", ".join(
+                    f"{item} ({messages} message{'' if messages == 1 else 's'})" if messages is not None else str(item)
+                    for item, messages in self.removed.items()
+                )
+            )
         for why in dict.fromkeys(self.kept.values()):
-            out.append(f"  kept on the broker, in use ({why}): "
-                       + ", ".join(str(item) for item, reason in self.kept.items() if reason == why))
+            out.append(
+                f"  kept on the broker, in use ({why}): "
+                + ", ".join(str(item) for item, reason in self.kept.items() if reason == why)
+            )
         if self.unreachable:
             out.append(f"  could not reach the broker to remove the demo's exchanges and queues: {self.unreachable}")
         elif self.refused:
@@ -112,8 +118,10 @@ class Removal:
         out += [f"    {item}" for item in self.refused or self.unreached]
         command = f"{CLEAN_COMMAND} --workdir {workdir}"
         if self.refused or self.unreached:
-            out.append(f"  remove them with: QBROKER_USERNAME=<an account that may> QBROKER_PASSWORD_FILE=<its "
-                       f"password file> {command}")
+            out.append(
+                f"  remove them with: QBROKER_USERNAME=<an account that may> QBROKER_PASSWORD_FILE=<its "
+                f"password file> {command}"
+            )
         elif self.kept:
             out.append(f"  remove them once that program has stopped: {command}")
         return out
@@ -135,8 +143,13 @@ def candidates(config: Config, endpoints: Iterable[str] = ()) -> list[BrokerObje
     of each of its services' names and of each endpoint given (those its services answered with)."""
     shared = [BrokerObject(item.kind, item.name) for item in shared_topology(config, (OSM_EXCHANGE,))]
     served = {*service_names(), *endpoints}
-    return in_order([*shared, BrokerObject("queue", QUEUEMASTER_OSM_QUEUE),
-                     *(BrokerObject("queue", config.queue_name("rpc", name)) for name in served)])
+    return in_order(
+        [
+            *shared,
+            BrokerObject("queue", QUEUEMASTER_OSM_QUEUE),
+            *(BrokerObject("queue", config.queue_name("rpc", name)) for name in served),
+        ]
+    )
 
 
 def prefix_owned(config: Config, item: BrokerObject) -> bool:
@@ -171,8 +184,9 @@ class Record:
         self.path.unlink(missing_ok=True)
 
 
-async def _on_channel(connection: aio_pika.abc.AbstractConnection,
-                      operation: Callable[[aio_pika.abc.AbstractChannel], Awaitable[Any]]) -> Any:
+async def _on_channel(
+    connection: aio_pika.abc.AbstractConnection, operation: Callable[[aio_pika.abc.AbstractChannel], Awaitable[Any]]
+) -> Any:
     """``operation`` on a channel of its own: a refusal closes the channel it happens on."""
     channel = await connection.channel(publisher_confirms=False)
     try:
@@ -184,6 +198,7 @@ async def _on_channel(connection: aio_pika.abc.AbstractConnection,
 
 async def _passive(connection: aio_pika.abc.AbstractConnection, item: BrokerObject) -> Any:
     """The exchange or queue as it is (a passive declare needs no permission); None when it is not there."""
+
     async def declare(channel: aio_pika.abc.AbstractChannel) -> Any:
         if item.kind == "exchange":
             return await channel.declare_exchange(item.name, passive=True)
@@ -210,8 +225,11 @@ async def claim(config: Config, workdir: Path) -> list[BrokerObject]:
     unprefixed ones are recorded in the work dir."""
     connection = await connect_amqp(broker_url(config.urls[0], config), timeout=config.connect_timeout)
     try:
-        owned = [item for item in candidates(config)
-                 if prefix_owned(config, item) or await _passive(connection, item) is None]
+        owned = [
+            item
+            for item in candidates(config)
+            if prefix_owned(config, item) or await _passive(connection, item) is None
+        ]
     finally:
         await connection.close()
     Record(workdir).write(config, [item for item in owned if not prefix_owned(config, item)])
@@ -253,19 +271,23 @@ async def _remove(config: Config, objects: list[BrokerObject], removal: Removal)
             except ChannelAccessRefused:
                 removal.refused.append(item)
             except (ChannelPreconditionFailed, ChannelLockedResource):
-                removal.kept[item] = ("another program consumes it" if item.kind == "queue" else
-                                      "queues of other programs are bound to it")
+                removal.kept[item] = (
+                    "another program consumes it"
+                    if item.kind == "queue"
+                    else "queues of other programs are bound to it"
+                )
             else:
-                removal.removed[item] = (int(found.declaration_result.message_count) if item.kind == "queue"
-                                         else None)
+                removal.removed[item] = int(found.declaration_result.message_count) if item.kind == "queue" else None
     finally:
         await connection.close()
 
 
-def owned_after(config: Config, workdir: Path, claimed: Iterable[BrokerObject] = (),
-                endpoints: Iterable[str] = ()) -> list[BrokerObject]:
+def owned_after(
+    config: Config, workdir: Path, claimed: Iterable[BrokerObject] = (), endpoints: Iterable[str] = ()
+) -> list[BrokerObject]:
     """What a run (or, with nothing claimed, an earlier one in ``workdir``) owns at its end: what it claimed,
     what the work dir records, and the prefix's objects with the request queues of ``endpoints``."""
     recorded = Record(workdir).read(config) or []
-    return in_order([*claimed, *recorded, *(item for item in candidates(config, endpoints)
-                                            if prefix_owned(config, item))])
+    return in_order(
+        [*claimed, *recorded, *(item for item in candidates(config, endpoints) if prefix_owned(config, item))]
+    )

@@ -105,16 +105,19 @@ def clear_leftovers(workdir: Path, accounts: bool, broker: Config | None) -> lis
         objects = run(remove(broker, owned_after(broker, workdir), workdir))
     if not stopped and not removed and (objects is None or (objects.complete and not objects.removed)):
         return []
-    return [f"an earlier run in this work dir was stopped without cleaning up: stopped {len(stopped)} of its "
-            f"processes, deleted {len(removed)} of its broker accounts, removed "
-            f"{len(objects.removed) if objects else 0} of its exchanges and queues",
-            *(objects.lines(workdir) if objects is not None else [])]
+    return [
+        f"an earlier run in this work dir was stopped without cleaning up: stopped {len(stopped)} of its "
+        f"processes, deleted {len(removed)} of its broker accounts, removed "
+        f"{len(objects.removed) if objects else 0} of its exchanges and queues",
+        *(objects.lines(workdir) if objects is not None else []),
+    ]
 
 
 def stop_on_signals(*signals: signal.Signals) -> None:
     """Make SIGTERM, SIGHUP, ... stop the demo as Ctrl-C does: a KeyboardInterrupt, so every ``finally`` (services
     stopped, accounts deleted) runs. Further signals of these kinds are ignored, so they cannot cut the clean-up
     short (a supervisor repeating its SIGTERM, a terminal sending SIGHUP then SIGTERM)."""
+
     def interrupt(signum: int, frame: object) -> None:
         for sig in signals:
             signal.signal(sig, signal.SIG_IGN)

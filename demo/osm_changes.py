@@ -66,23 +66,47 @@ def helsinki_edit(extract: Path) -> DemoEdit:
     # The building corner nearest the street's middle: moved ~15 m away from it.
     corner = min((r for refs in buildings.values() for r in refs[:-1]), key=distance)
     cx, cy = nodes[corner]
-    moved = (cx + (cx - lon) / max(distance(corner), 1e-9) * 0.00025, cy + (cy - lat) / max(distance(corner), 1e-9)
-             * 0.00012)
+    moved = (
+        cx + (cx - lon) / max(distance(corner), 1e-9) * 0.00025,
+        cy + (cy - lat) / max(distance(corner), 1e-9) * 0.00012,
+    )
     # A new 20 m x 15 m building a little north-east of the street's middle.
     bx, by = lon + 0.0006, lat + 0.0003
     square = [(bx, by), (bx + 0.00036, by), (bx + 0.00036, by + 0.000135), (bx, by + 0.000135)]
     new_nodes = [_node(NEW_BUILDING_ID + 1 + i, x, y, 1) for i, (x, y) in enumerate(square)]
     ring = [NEW_BUILDING_ID + 1 + i for i in range(4)] + [NEW_BUILDING_ID + 1]
-    building = (f'<way id="{NEW_BUILDING_ID}" version="1">' + "".join(f'<nd ref="{r}"/>' for r in ring)
-                + _tags({"building": "yes", "name": "Qbroker House"}) + "</way>")
-    renamed = [f'<way id="{wid}" version="{version + 1}">' + "".join(f'<nd ref="{r}"/>' for r in refs)
-               + _tags({**tags, "name": NEW_NAME}) + "</way>" for wid, (refs, tags, version) in streets.items()]
-    text = "\n".join([
-        '<?xml version="1.0" encoding="UTF-8"?>', '<osmChange version="0.6" generator="qbroker demo">',
-        "<modify>", _node(corner, *moved, 99), *renamed, "</modify>",
-        "<create>", *new_nodes, building, "</create>", "</osmChange>", ""])
-    return DemoEdit(centre=(lon, lat), streets=sorted(streets), moved_node=corner, new_building=NEW_BUILDING_ID,
-                    text=text)
+    building = (
+        f'<way id="{NEW_BUILDING_ID}" version="1">'
+        + "".join(f'<nd ref="{r}"/>' for r in ring)
+        + _tags({"building": "yes", "name": "Qbroker House"})
+        + "</way>"
+    )
+    renamed = [
+        f'<way id="{wid}" version="{version + 1}">'
+        + "".join(f'<nd ref="{r}"/>' for r in refs)
+        + _tags({**tags, "name": NEW_NAME})
+        + "</way>"
+        for wid, (refs, tags, version) in streets.items()
+    ]
+    text = "\n".join(
+        [
+            '<?xml version="1.0" encoding="UTF-8"?>',
+            '<osmChange version="0.6" generator="qbroker demo">',
+            "<modify>",
+            _node(corner, *moved, 99),
+            *renamed,
+            "</modify>",
+            "<create>",
+            *new_nodes,
+            building,
+            "</create>",
+            "</osmChange>",
+            "",
+        ]
+    )
+    return DemoEdit(
+        centre=(lon, lat), streets=sorted(streets), moved_node=corner, new_building=NEW_BUILDING_ID, text=text
+    )
 
 
 def publish(source: Path, sequence: int, text: str, timestamp: str) -> Path:

@@ -20,9 +20,23 @@ ERROR_TAIL = 1000  # characters of a failed run's output in the error; all of it
 async def replicate(workdir: Path, store: Path, env: dict[str, str] | None) -> dict[str, Any]:
     """Run toposm-replicate once over the demo's replication directory; returns STORE/replication.json."""
     proc = await asyncio.create_subprocess_exec(
-        str(BIN / "toposm-replicate"), "--source", str(workdir / "replication"), "--store", str(store),
-        "--start", "1", "--once", "--min-zoom", "12", "--max-zoom", "17",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True)
+        str(BIN / "toposm-replicate"),
+        "--source",
+        str(workdir / "replication"),
+        "--store",
+        str(store),
+        "--start",
+        "1",
+        "--once",
+        "--min-zoom",
+        "12",
+        "--max-zoom",
+        "17",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     PidFile(workdir).add(proc.pid)
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), 600)

@@ -48,10 +48,16 @@ def town_tile(zoom: int) -> Tile:
 
 
 @contextmanager
-def start_stack(workdir: Path, *, renderers: int = 2, backend: str = "mapnik",
-                strategy: str = "by_work_available", web_port: int | None = None,
-                env_for: Callable[[str], dict[str, str]] | None = None,
-                store: Path | None = None) -> Iterator[list[subprocess.Popen[bytes]]]:
+def start_stack(
+    workdir: Path,
+    *,
+    renderers: int = 2,
+    backend: str = "mapnik",
+    strategy: str = "by_work_available",
+    web_port: int | None = None,
+    env_for: Callable[[str], dict[str, str]] | None = None,
+    store: Path | None = None,
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Run a queuemaster, ``renderers`` single-thread renderers and (``web_port``) toposm-web until the block exits.
 
     ``env_for(program)`` ("queuemaster", "renderer", "web") gives a program's environment, e.g. its own
@@ -60,20 +66,34 @@ def start_stack(workdir: Path, *, renderers: int = 2, backend: str = "mapnik",
     workdir.mkdir(parents=True, exist_ok=True)
     common = ["--tile-root", str(workdir / "tiles")]
     programs = ["queuemaster", *["renderer"] * renderers, *(["web"] if web_port is not None else [])]
-    commands = [[str(BIN / "toposm-queuemaster"), *common, "--state-file", str(workdir / "queue.sqlite"),
-                 "--render-log", str(workdir / "render.log"), "--propagate-to-zoom", "12"]]
+    commands = [
+        [
+            str(BIN / "toposm-queuemaster"),
+            *common,
+            "--state-file",
+            str(workdir / "queue.sqlite"),
+            "--render-log",
+            str(workdir / "render.log"),
+            "--propagate-to-zoom",
+            "12",
+        ]
+    ]
     data = ["--store", str(store)] if store is not None else []
-    commands += [[str(BIN / "toposm-renderer"), *common, "--backend", backend, "--strategy", strategy, *data]
-                 for _ in range(renderers)]
+    commands += [
+        [str(BIN / "toposm-renderer"), *common, "--backend", backend, "--strategy", strategy, *data]
+        for _ in range(renderers)
+    ]
     if web_port is not None:
-        commands.append([str(BIN / "toposm-web"), *common, "--render-log", str(workdir / "render.log"),
-                         "--port", str(web_port)])
+        commands.append(
+            [str(BIN / "toposm-web"), *common, "--render-log", str(workdir / "render.log"), "--port", str(web_port)]
+        )
     procs = []
     for i, (program, command) in enumerate(zip(programs, commands, strict=True)):
         env = env_for(program) if env_for is not None else None
         with open(service_log(workdir, i), "ab") as log:  # the process has its own copy of the descriptor
-            procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                          env=env))
+            procs.append(
+                subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+            )
     try:
         yield procs
     finally:
@@ -111,4 +131,3 @@ def write_overview(store: TileStore, metatile: Metatile, path: Path) -> None:
     for tile in metatile.tiles():
         image.paste(Image.open(store.path(tile)), ((tile.x - x0) * TILE_SIZE, (tile.y - y0) * TILE_SIZE))
     image.save(path)
-

@@ -28,9 +28,14 @@ from qbroker.testing import eventually as _eventually
 HANG = 60.0
 
 
-async def eventually(predicate: Callable[[], Any], timeout: float = HANG, interval: float = 0.05, *,
-                     ignore: tuple[type[BaseException], ...] = (QBrokerError,),
-                     context: Callable[[], object] | None = None) -> Any:
+async def eventually(
+    predicate: Callable[[], Any],
+    timeout: float = HANG,
+    interval: float = 0.05,
+    *,
+    ignore: tuple[type[BaseException], ...] = (QBrokerError,),
+    context: Callable[[], object] | None = None,
+) -> Any:
     """Wait until ``predicate()`` (a function or coroutine function) returns something true, and return it;
     a QBrokerError (a service not up yet) counts as not yet. Fails the test after ``timeout``, with what
     ``context()`` says then (a service's log tail, what is still missing)."""

@@ -58,8 +58,9 @@ def _index_url() -> str:
     configured = os.environ.get("PIP_INDEX_URL")
     if configured:
         return configured
-    done = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True, timeout=60
+    )
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else DEFAULT_INDEX
 
 
@@ -70,8 +71,9 @@ def check_index(timeout: float = 15.0) -> None:
         with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310 (the configured index)
             answer.read(1)
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        raise IndexUnreachable(f"the package index {url} is unreachable ({exc}); the original QBroker's "
-                               "environment cannot be built") from exc
+        raise IndexUnreachable(
+            f"the package index {url} is unreachable ({exc}); the original QBroker's environment cannot be built"
+        ) from exc
 
 
 @contextlib.contextmanager

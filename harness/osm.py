@@ -19,8 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def osm_data_dir() -> Path:
     """The directory of the real extracts (bin/ensure-osm-data puts them there, from the repository: no download)."""
-    out = subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"bin/ensure-osm-data failed: {out.stderr}")
     return ROOT / out.stdout.strip()
@@ -58,21 +57,23 @@ def read_extract(path: Path) -> Extract:
     return ex
 
 
-
 def street_node(extract: Extract, name: str = "Mannerheimintie") -> tuple[int, float, float]:
     """The second node of the lowest-id highway called ``name``: (id, lon, lat)."""
-    street = next(w for w, (_refs, tags) in sorted(extract.ways.items())
-                  if tags.get("name") == name and tags.get("highway"))
+    street = next(
+        w for w, (_refs, tags) in sorted(extract.ways.items()) if tags.get("name") == name and tags.get("highway")
+    )
     node = extract.ways[street][0][1]
     lon, lat = extract.nodes[node]
     return node, lon, lat
+
 
 def _tags(tags: dict[str, str]) -> str:
     return "".join(f"<tag k={quoteattr(k)} v={quoteattr(v)}/>" for k, v in tags.items())
 
 
-def node_xml(nid: int, lon: float | None, lat: float | None, tags: dict[str, str] | None = None,
-             version: int = 2) -> str:
+def node_xml(
+    nid: int, lon: float | None, lat: float | None, tags: dict[str, str] | None = None, version: int = 2
+) -> str:
     """A node; without lon/lat as replication diffs carry deletions."""
     where = f' lat="{lat:.7f}" lon="{lon:.7f}"' if lon is not None and lat is not None else ""
     return f'<node id="{nid}" version="{version}"{where}>{_tags(tags or {})}</node>'
@@ -83,8 +84,9 @@ def way_xml(wid: int, refs: list[int], tags: dict[str, str] | None = None, versi
     return f'<way id="{wid}" version="{version}">{nds}{_tags(tags or {})}</way>'
 
 
-def relation_xml(rid: int, members: list[tuple[str, int, str]], tags: dict[str, str] | None = None,
-                 version: int = 2) -> str:
+def relation_xml(
+    rid: int, members: list[tuple[str, int, str]], tags: dict[str, str] | None = None, version: int = 2
+) -> str:
     """A relation; ``members`` as (type, ref, role)."""
     mxml = "".join(f'<member type="{t}" ref="{ref}" role={quoteattr(role)}/>' for t, ref, role in members)
     return f'<relation id="{rid}" version="{version}">{mxml}{_tags(tags or {})}</relation>'
@@ -129,8 +131,14 @@ def osc(create: Iterable[object] = (), modify: Iterable[object] = (), delete: It
     return osc_blocks((("create", create), ("modify", modify), ("delete", delete)))
 
 
-def write_osc(path: Path, text: str | None = None, *, create: Iterable[object] = (), modify: Iterable[object] = (),
-              delete: Iterable[object] = ()) -> Path:
+def write_osc(
+    path: Path,
+    text: str | None = None,
+    *,
+    create: Iterable[object] = (),
+    modify: Iterable[object] = (),
+    delete: Iterable[object] = (),
+) -> Path:
     """Write ``text`` (or ``osc(create, modify, delete)``) to ``path``, gzipped if its name ends in .gz."""
     data = (osc(create, modify, delete) if text is None else text).encode()
     if path.name.endswith(".gz"):
@@ -149,8 +157,11 @@ def publish(source: Path, sequence: int, text: str | bytes) -> Path:
 
 def coastline_node(extract: Extract) -> int:
     """A node in the middle of a coastline way, located in the extract."""
-    return next(refs[len(refs) // 2] for _, (refs, tags) in sorted(extract.ways.items())
-                if tags.get("natural") == "coastline" and refs[len(refs) // 2] in extract.nodes)
+    return next(
+        refs[len(refs) // 2]
+        for _, (refs, tags) in sorted(extract.ways.items())
+        if tags.get("natural") == "coastline" and refs[len(refs) // 2] in extract.nodes
+    )
 
 
 def renumber(extract: Path, out: Path) -> dict[int, int]:
@@ -165,8 +176,9 @@ def renumber(extract: Path, out: Path) -> dict[int, int]:
         if obj.is_node():
             writer.add_node(obj.replace(id=ids["n"][obj.id]))
         elif obj.is_way():
-            writer.add_way(obj.replace(id=ids["w"][obj.id], nodes=[ids["n"][n.ref] for n in obj.nodes
-                                                                   if n.ref in ids["n"]]))
+            writer.add_way(
+                obj.replace(id=ids["w"][obj.id], nodes=[ids["n"][n.ref] for n in obj.nodes if n.ref in ids["n"]])
+            )
         else:
             members = [(m.type, ids[m.type][m.ref], m.role) for m in obj.members if m.ref in ids[m.type]]
             writer.add_relation(obj.replace(id=ids["r"][obj.id], members=members))

@@ -57,8 +57,9 @@ class PrivateNode:
                     return
             except OSError:
                 if crash_dump.exists():
-                    raise NodeDied(f"private RabbitMQ node {self.name} died while starting: "
-                                   f"{_crash_slogan(crash_dump)}") from None
+                    raise NodeDied(
+                        f"private RabbitMQ node {self.name} died while starting: {_crash_slogan(crash_dump)}"
+                    ) from None
                 time.sleep(0.2)
         raise RuntimeError(f"private RabbitMQ node {self.name} did not listen on {self.port} in {timeout}s")
 
@@ -75,8 +76,9 @@ def _crash_slogan(dump: Path) -> str:
     return "no slogan in the crash dump"
 
 
-def start_private_node(config: str | None = None, files: dict[str, bytes] | None = None,
-                       attempts: int = 3) -> PrivateNode:
+def start_private_node(
+    config: str | None = None, files: dict[str, bytes] | None = None, attempts: int = 3
+) -> PrivateNode:
     """A fresh node; ``config`` is its rabbitmq.conf (e.g. a TLS listener) and ``files`` are written next
     to it first (certificates), owned by the node's user, so the config can name them as ``{base}/name``.
 
@@ -100,8 +102,13 @@ def _start_once(config: str | None, files: dict[str, bytes] | None) -> PrivateNo
     return node
 
 
-def prepare_node(config: str | None = None, files: dict[str, bytes] | None = None, *, name: str | None = None,
-                 base: Path | None = None) -> tuple[PrivateNode, dict[str, str]]:
+def prepare_node(
+    config: str | None = None,
+    files: dict[str, bytes] | None = None,
+    *,
+    name: str | None = None,
+    base: Path | None = None,
+) -> tuple[PrivateNode, dict[str, str]]:
     """A node's data directory (``base``, a fresh temp dir by default), files and free ports, and the
     environment that starts it; nothing runs yet. ``{base}`` in ``config`` is the data directory."""
     port = free_port()

@@ -39,8 +39,12 @@ class Provisioned:
 
     def config(self, role: str, **overrides: Any) -> Config:
         """A unit config that logs in as ``role``'s account, password from its file (not the URL)."""
-        return Config(url=f"amqp://{HOST}/{self.deployment.vhost}", username=self.names[role],
-                      password_file=self.passwords[role], **overrides)
+        return Config(
+            url=f"amqp://{HOST}/{self.deployment.vhost}",
+            username=self.names[role],
+            password_file=self.passwords[role],
+            **overrides,
+        )
 
     def url_with_password(self, role: str) -> str:
         password = self.passwords[role].read_text().strip()
@@ -52,16 +56,15 @@ def provisioned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provisione
     tag = uuid.uuid4().hex[:8]
     base = tmp_path_factory.mktemp("deployment")
     names = {role: f"t{tag}-{role}" for role in ROLES}
-    accounts = "".join(
-        f'[[account]]\nname = "{name}"\nrole = "{role.rstrip("2")}"\n\n' for role, name in names.items()
-    )
+    accounts = "".join(f'[[account]]\nname = "{name}"\nrole = "{role.rstrip("2")}"\n\n' for role, name in names.items())
     description = base / "deployment.toml"
     description.write_text(f'vhost = "qbroker-sec-{tag}"\nsecrets_dir = "secrets"\n\n{accounts}')
     deployment = load_deployment(description, load_roles())  # the roles the installed services register
     try:
         # The real command line, as an operator would run it.
-        done = subprocess.run([str(BIN / "qbroker"), "provision", str(description), "--env"],
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [str(BIN / "qbroker"), "provision", str(description), "--env"], capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr
         passwords = {role: deployment.secrets_dir / f"{name}.password" for role, name in names.items()}
         for path in passwords.values():

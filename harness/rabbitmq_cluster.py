@@ -61,14 +61,29 @@ class Cluster:
 
     def queue_leader(self, queue: str, vhost: str = "/") -> str | None:
         """The node name of the leader of quorum queue ``queue`` (asked of a running node), or None."""
-        out = rabbitmqctl("-n", self.running()[0].name, "list_queues", "-p", vhost, "name", "leader",
-                          "--formatter", "json").stdout
+        out = rabbitmqctl(
+            "-n", self.running()[0].name, "list_queues", "-p", vhost, "name", "leader", "--formatter", "json"
+        ).stdout
         return next((q.get("leader") for q in json.loads(out) if q.get("name") == queue), None)
 
     def queues(self, vhost: str = "/") -> list[dict[str, object]]:
         """Every queue of ``vhost`` with its type, leader, members and state (for failure messages)."""
-        out = rabbitmqctl("-n", self.running()[0].name, "list_queues", "-p", vhost, "name", "type", "leader",
-                          "members", "online", "state", "messages", "--formatter", "json").stdout
+        out = rabbitmqctl(
+            "-n",
+            self.running()[0].name,
+            "list_queues",
+            "-p",
+            vhost,
+            "name",
+            "type",
+            "leader",
+            "members",
+            "online",
+            "state",
+            "messages",
+            "--formatter",
+            "json",
+        ).stdout
         return list(json.loads(out))
 
     def running_members(self) -> list[str]:
@@ -99,8 +114,10 @@ def _config(names: list[str]) -> str:
     lines += [f"cluster_formation.classic_config.nodes.{i} = {name}" for i, name in enumerate(names, 1)]
     # No lock with classic discovery: a random delay spreads simultaneous boots (default 5-60 s); a short one
     # is enough here, and a node that formed a cluster of its own anyway is joined by ``start_cluster``.
-    lines += ["cluster_formation.randomized_startup_delay_range.min = 0",
-              "cluster_formation.randomized_startup_delay_range.max = 2"]
+    lines += [
+        "cluster_formation.randomized_startup_delay_range.min = 0",
+        "cluster_formation.randomized_startup_delay_range.max = 2",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -175,8 +192,10 @@ def _formed(cluster: Cluster, names: list[str], timeout: float, join_after: floa
 
 def stop_cluster(cluster: Cluster, *, keep: bool = False) -> None:
     """Stop every node that still runs (in parallel) and remove the directory unless ``keep``."""
-    stops = [threading.Thread(target=rabbitmqctl, args=("-n", n.name, "stop"), kwargs={"check": False})
-             for n in cluster.running()]
+    stops = [
+        threading.Thread(target=rabbitmqctl, args=("-n", n.name, "stop"), kwargs={"check": False})
+        for n in cluster.running()
+    ]
     for thread in stops:
         thread.start()
     for thread in stops:

@@ -72,14 +72,17 @@ class TcpRelay:
             return
         pair = _Relayed(client_writer, broker_writer)
         self._relayed.add(pair)
-        pair.tasks = [asyncio.ensure_future(_pipe(client_reader, broker_writer, pair, towards_client=False)),
-                      asyncio.ensure_future(_pipe(broker_reader, client_writer, pair, towards_client=True))]
+        pair.tasks = [
+            asyncio.ensure_future(_pipe(client_reader, broker_writer, pair, towards_client=False)),
+            asyncio.ensure_future(_pipe(broker_reader, client_writer, pair, towards_client=True)),
+        ]
         await asyncio.gather(*pair.tasks, return_exceptions=True)
         self._relayed.discard(pair)
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pair: _Relayed, *,
-                towards_client: bool) -> None:
+async def _pipe(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pair: _Relayed, *, towards_client: bool
+) -> None:
     with contextlib.suppress(OSError):
         while data := await reader.read(65536):
             if towards_client and pair.held:

@@ -73,28 +73,44 @@ async def serve_alert(bus: Bus, listeners: list[Listener], message: AbstractInco
         refusal = exc.to_info(part=name)
         bus.middleware.tell_refused(name, "alert", refusal, bus.log)
         if message.reply_to:
-            await bus.send_reply(message.reply_to, message.message_id, None, refusal, part=name,
-                                 original=for_original(message.headers))
+            await bus.send_reply(
+                message.reply_to, message.message_id, None, refusal, part=name, original=for_original(message.headers)
+            )
         await message.ack()
         return
     original = for_original(message.headers) if header.reply_to else None
     for listener in listeners:
         if not topic_matches(listener.pattern, name):
             continue
-        ctx = RequestContext(header=header, kind="alert", logger=bus.log, message=message, error=alert_error,
-                             part=name)
+        ctx = RequestContext(header=header, kind="alert", logger=bus.log, message=message, error=alert_error, part=name)
         result, error = await listener.run(bus)(ctx, body)
         if error is not None and error.status in ("error", "fail"):
             ctx.log.warning("alert listener failed", pattern=listener.pattern, error=error.message)
         if header.reply_to and (result is not None or error is not None):
             info = debug_info(bus.app, bus.uuid, name, listener=listener.pattern) if header.debug else None
-            await bus.send_reply(header.reply_to, header.message_id, result, error, debug=header.debug, part=name,
-                                 original=original, debug_info=info)
+            await bus.send_reply(
+                header.reply_to,
+                header.message_id,
+                result,
+                error,
+                debug=header.debug,
+                part=name,
+                original=original,
+                debug_info=info,
+            )
     await message.ack()
 
 
-async def gather(bus: Bus, name: str, body: Any, *, timeout: float, max_replies: int | None = None,
-                 gap: float | None = None, content_type: str = JSON) -> AsyncIterator[Reply]:
+async def gather(
+    bus: Bus,
+    name: str,
+    body: Any,
+    *,
+    timeout: float,
+    max_replies: int | None = None,
+    gap: float | None = None,
+    content_type: str = JSON,
+) -> AsyncIterator[Reply]:
     """Broadcast ``name`` and yield replies until ``max_replies``, the deadline, or ``gap`` of silence."""
     with bus.middleware.sending("gather", name) as sending:
         replies = _gather(bus, name, body, timeout, max_replies, gap, content_type, sending.headers)
@@ -103,15 +119,30 @@ async def gather(bus: Bus, name: str, body: Any, *, timeout: float, max_replies:
                 yield reply
 
 
-async def _gather(bus: Bus, name: str, body: Any, timeout: float, max_replies: int | None, gap: float | None,
-                  content_type: str, headers: dict[str, Any]) -> AsyncGenerator[Reply, None]:
+async def _gather(
+    bus: Bus,
+    name: str,
+    body: Any,
+    timeout: float,
+    max_replies: int | None,
+    gap: float | None,
+    content_type: str,
+    headers: dict[str, Any],
+) -> AsyncGenerator[Reply, None]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     message_id = new_message_id()
     replies = bus.pending.open_gather(message_id)
     try:
-        message = bus.make_message(body, kind="alert", name=name, message_id=message_id,
-                                    reply_to=bus.uuid, content_type=content_type, extra_headers=headers)
+        message = bus.make_message(
+            body,
+            kind="alert",
+            name=name,
+            message_id=message_id,
+            reply_to=bus.uuid,
+            content_type=content_type,
+            extra_headers=headers,
+        )
         await bus.publish("alert", name, message)
         count = 0
         while max_replies is None or count < max_replies:
@@ -131,4 +162,3 @@ async def _gather(bus: Bus, name: str, body: Any, timeout: float, max_replies: i
             yield reply
     finally:
         bus.pending.close_gather(message_id)
-

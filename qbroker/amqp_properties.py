@@ -166,8 +166,11 @@ class WireProperties(Basic.Properties):
         self.expiration = expiration_ms(message.expiration) if message.expiration is not None else None
         self.message_id = message.message_id
         timestamp = message.timestamp
-        self.timestamp = (datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
-                          if isinstance(timestamp, int | float) else timestamp)
+        self.timestamp = (
+            datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
+            if isinstance(timestamp, int | float)
+            else timestamp
+        )
         self.message_type = message.type
         self.user_id = message.user_id
         self.app_id = message.app_id

@@ -145,7 +145,7 @@ class Delivery:
 
     def _settle(self, verb: str) -> int | None:
         if self.no_ack:
-            raise TypeError(f"Can't {verb} message with \"no_ack\" flag")
+            raise TypeError(f'Can\'t {verb} message with "no_ack" flag')
         if self._processed:
             raise MessageProcessError("Message already processed", self)
         return self._message.delivery_tag
@@ -171,8 +171,10 @@ class Delivery:
         self._processed = True
 
     def __repr__(self) -> str:
-        return (f"<Delivery exchange={self.exchange!r} routing_key={self.routing_key!r} "
-                f"message_id={self.message_id!r} tag={self.delivery_tag}>")
+        return (
+            f"<Delivery exchange={self.exchange!r} routing_key={self.routing_key!r} "
+            f"message_id={self.message_id!r} tag={self.delivery_tag}>"
+        )
 
 
 class _Queue(aio_pika.Queue):
@@ -195,8 +197,13 @@ class _Queue(aio_pika.Queue):
 
         channel = await self.channel.get_underlay_channel()
         consume_ok = await channel.basic_consume(
-            queue=self.name, consumer_callback=deliver, exclusive=exclusive, no_ack=no_ack,
-            arguments=arguments, consumer_tag=consumer_tag, timeout=timeout,
+            queue=self.name,
+            consumer_callback=deliver,
+            exclusive=exclusive,
+            no_ack=no_ack,
+            arguments=arguments,
+            consumer_tag=consumer_tag,
+            timeout=timeout,
         )
         if consume_ok.consumer_tag is None:
             raise RuntimeError("the broker gave no consumer tag")
@@ -227,8 +234,14 @@ class _Exchange(aio_pika.Exchange):
         # aiormq's Channel, whose basic_publish takes ``wait`` (its abstract class does not say so).
         channel = cast(aiormq.Channel, await self.channel.get_underlay_channel())
         return await channel.basic_publish(
-            message.body, exchange=self.name, routing_key=routing_key, properties=message.properties,
-            mandatory=mandatory, immediate=immediate, timeout=timeout, wait=False,
+            message.body,
+            exchange=self.name,
+            routing_key=routing_key,
+            properties=message.properties,
+            mandatory=mandatory,
+            immediate=immediate,
+            timeout=timeout,
+            wait=False,
         )
 
 

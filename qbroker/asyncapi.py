@@ -50,7 +50,7 @@ def _schema_problem(schema: Any) -> str | None:
             return f"a schema nests deeper than {MAX_SCHEMA_DEPTH}"
         if isinstance(node, dict):
             ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[len("#/$defs/"):] not in defs:
+            if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[len("#/$defs/") :] not in defs:
                 return f"$ref {ref[:100]!r} names no $defs entry"
             pending.extend((value, depth + 1) for value in node.values())
         elif isinstance(node, list):
@@ -66,8 +66,12 @@ def _endpoint_problem(described: Any) -> str | None:
         return "commands is not an object"
     for command, schema in commands.items():
         required = schema.get("required", []) if isinstance(schema, dict) else None
-        if not isinstance(schema, dict) or not isinstance(schema.get("properties", {}), dict) \
-                or not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        if (
+            not isinstance(schema, dict)
+            or not isinstance(schema.get("properties", {}), dict)
+            or not isinstance(required, list)
+            or not all(isinstance(r, str) for r in required)
+        ):
             return f"command {command[:100]!r}: not an object schema"
     for schema in (described.get("schema"), described.get("result"), *commands.values()):
         if schema and (problem := _schema_problem(schema)):
@@ -99,8 +103,11 @@ def description_problem(unit: Any) -> str | None:
 def describe_code(unit: Unit) -> dict[str, Any]:
     """``unit.describe()`` plus what only the code knows: listener and result schemas."""
     described = unit.describe()
-    described["alerts"] = {listener.pattern: listener.handler.json_schema()
-                           for listener in unit.listeners if isinstance(listener.handler, Handler)}
+    described["alerts"] = {
+        listener.pattern: listener.handler.json_schema()
+        for listener in unit.listeners
+        if isinstance(listener.handler, Handler)
+    }
     for name, endpoint in unit.endpoints.items():
         if endpoint.handler is not None:
             described["endpoints"][name]["result"] = endpoint.handler.result_schema()
@@ -126,8 +133,8 @@ class _Schemas:
         """``node`` with its ``#/$defs/<name>`` references to the names in ``renamed`` renamed (others kept)."""
         if isinstance(node, dict):
             ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[len("#/$defs/"):] in renamed:
-                return {**node, "$ref": "#/$defs/" + renamed[ref[len("#/$defs/"):]]}
+            if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[len("#/$defs/") :] in renamed:
+                return {**node, "$ref": "#/$defs/" + renamed[ref[len("#/$defs/") :]]}
             return {key: _Schemas.rename_refs(value, renamed) for key, value in node.items()}
         if isinstance(node, list):
             return [_Schemas.rename_refs(item, renamed) for item in node]
@@ -137,7 +144,7 @@ class _Schemas:
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return {**node, "$ref": REF + "schemas/" + renamed[ref[len("#/$defs/"):]]}
+                return {**node, "$ref": REF + "schemas/" + renamed[ref[len("#/$defs/") :]]}
             return {key: self._rewrite(value, renamed) for key, value in node.items()}
         if isinstance(node, list):
             return [self._rewrite(item, renamed) for item in node]
@@ -153,15 +160,23 @@ def _headers_schema(reply: bool) -> dict[str, Any]:
     }
     if reply:
         properties["error"] = {"$ref": REF + "schemas/ErrorElement"}
-        properties["notice"] = {"type": "string", "enum": ["delivered"],
-                                "description": "not the reply: the request reached a server"}
+        properties["notice"] = {
+            "type": "string",
+            "enum": ["delivered"],
+            "description": "not the reply: the request reached a server",
+        }
     else:
         properties["name"] = {"type": "string", "description": "the endpoint or alert name"}
         properties["deadline"] = {"type": "integer", "description": "epoch milliseconds the caller waits until"}
-        properties["notify"] = {"type": "string", "enum": ["delivered"],
-                                "description": "ask for a delivered notice before the reply"}
-        properties["error"] = {"$ref": REF + "schemas/ErrorElement",
-                               "description": "an alert's error state (status ok: it is over)"}
+        properties["notify"] = {
+            "type": "string",
+            "enum": ["delivered"],
+            "description": "ask for a delivered notice before the reply",
+        }
+        properties["error"] = {
+            "$ref": REF + "schemas/ErrorElement",
+            "description": "an alert's error state (status ok: it is over)",
+        }
     return {"type": "object", "required": ["version"], "properties": properties}
 
 
@@ -169,12 +184,17 @@ def _exchange(config: Config, role: Literal["rpc", "reply", "alert"], kind: str,
     return {"name": config.exchange_name(role), "type": kind, "durable": True, "autoDelete": False, "vhost": vhost}
 
 
-def _topic_channel(address: str, title: str, description: str, message: str, message_id: str,
-                   exchange: dict[str, Any]) -> dict[str, Any]:
+def _topic_channel(
+    address: str, title: str, description: str, message: str, message_id: str, exchange: dict[str, Any]
+) -> dict[str, Any]:
     """A channel whose address is a routing key (or a topic pattern) on ``exchange``."""
-    return {"address": address, "title": title, "description": description,
-            "messages": {message: {"$ref": REF + f"messages/{message_id}"}},
-            "bindings": {"amqp": {"is": "routingKey", "exchange": exchange, "bindingVersion": BINDING_VERSION}}}
+    return {
+        "address": address,
+        "title": title,
+        "description": description,
+        "messages": {message: {"$ref": REF + f"messages/{message_id}"}},
+        "bindings": {"amqp": {"is": "routingKey", "exchange": exchange, "bindingVersion": BINDING_VERSION}},
+    }
 
 
 def _payload(described: dict[str, Any]) -> dict[str, Any]:
@@ -203,8 +223,9 @@ def _payload(described: dict[str, Any]) -> dict[str, Any]:
     return {"oneOf": variants, **({"$defs": defs} if defs else {})}
 
 
-def document(units: list[dict[str, Any]], *, config: Config | None = None, title: str = "qbroker bus",
-             version: str = "1.0.0") -> dict[str, Any]:
+def document(
+    units: list[dict[str, Any]], *, config: Config | None = None, title: str = "qbroker bus", version: str = "1.0.0"
+) -> dict[str, Any]:
     """The AsyncAPI 3.0 document of ``units`` (``describe()``/``describe_code()`` dicts)."""
     config = config or Config()
     url = urlsplit(config.urls[0])  # the host only: credentials never go into a document
@@ -213,17 +234,32 @@ def document(units: list[dict[str, Any]], *, config: Config | None = None, title
     schemas.schemas["ErrorElement"] = ErrorInfo.model_json_schema()
     schemas.schemas["RequestHeaders"] = _headers_schema(reply=False)
     schemas.schemas["ReplyHeaders"] = _headers_schema(reply=True)
-    messages: dict[str, Any] = {"error": {
-        "name": "error", "title": "an error reply", "contentType": "application/json",
-        "summary": "Any request may be answered with an empty body and the error element in the headers.",
-        "headers": {"$ref": REF + "schemas/ReplyHeaders"}, "payload": {"type": "null"},
-        "bindings": {"amqp": {"messageType": "reply", "bindingVersion": BINDING_VERSION}}}}
-    channels: dict[str, Any] = {"reply": {
-        "address": "{uuid}", "title": "a caller's reply queue (reply_<uuid>)",
-        "parameters": {"uuid": {"description": "the calling unit's uuid (its reply-to)"}},
-        "messages": {"error": {"$ref": REF + "messages/error"}},
-        "bindings": {"amqp": {"is": "routingKey", "exchange": _exchange(config, "reply", "direct", vhost),
-                              "bindingVersion": BINDING_VERSION}}}}
+    messages: dict[str, Any] = {
+        "error": {
+            "name": "error",
+            "title": "an error reply",
+            "contentType": "application/json",
+            "summary": "Any request may be answered with an empty body and the error element in the headers.",
+            "headers": {"$ref": REF + "schemas/ReplyHeaders"},
+            "payload": {"type": "null"},
+            "bindings": {"amqp": {"messageType": "reply", "bindingVersion": BINDING_VERSION}},
+        }
+    }
+    channels: dict[str, Any] = {
+        "reply": {
+            "address": "{uuid}",
+            "title": "a caller's reply queue (reply_<uuid>)",
+            "parameters": {"uuid": {"description": "the calling unit's uuid (its reply-to)"}},
+            "messages": {"error": {"$ref": REF + "messages/error"}},
+            "bindings": {
+                "amqp": {
+                    "is": "routingKey",
+                    "exchange": _exchange(config, "reply", "direct", vhost),
+                    "bindingVersion": BINDING_VERSION,
+                }
+            },
+        }
+    }
     operations: dict[str, Any] = {}
     endpoints: dict[str, tuple[dict[str, Any], list[str]]] = {}
     alerts: dict[str, tuple[dict[str, Any], list[str]]] = {}
@@ -239,48 +275,87 @@ def document(units: list[dict[str, Any]], *, config: Config | None = None, title
         key = _id(name)
         served_by = ", ".join(sorted(set(apps)))
         messages[f"{key}.request"] = {
-            "name": f"{key}.request", "title": f"request {name}", "contentType": "application/json",
+            "name": f"{key}.request",
+            "title": f"request {name}",
+            "contentType": "application/json",
             "headers": {"$ref": REF + "schemas/RequestHeaders"},
             "payload": schemas.add(f"{key}.request", _payload(described)),
-            "bindings": {"amqp": {"messageType": "rpc", "bindingVersion": BINDING_VERSION}}}
+            "bindings": {"amqp": {"messageType": "rpc", "bindingVersion": BINDING_VERSION}},
+        }
         messages[f"{key}.reply"] = {
-            "name": f"{key}.reply", "title": f"reply of {name}", "contentType": "application/json",
+            "name": f"{key}.reply",
+            "title": f"reply of {name}",
+            "contentType": "application/json",
             "headers": {"$ref": REF + "schemas/ReplyHeaders"},
             "payload": schemas.add(f"{key}.reply", described.get("result") or {}),
-            "bindings": {"amqp": {"messageType": "reply", "bindingVersion": BINDING_VERSION}}}
+            "bindings": {"amqp": {"messageType": "reply", "bindingVersion": BINDING_VERSION}},
+        }
         channels["reply"]["messages"][f"{key}.reply"] = {"$ref": REF + f"messages/{key}.reply"}
-        channels[f"rpc.{key}"] = _topic_channel(name, f"requests to {name}", f"served by {served_by}",
-                                                "request", f"{key}.request", _exchange(config, "rpc", "topic", vhost))
+        channels[f"rpc.{key}"] = _topic_channel(
+            name,
+            f"requests to {name}",
+            f"served by {served_by}",
+            "request",
+            f"{key}.request",
+            _exchange(config, "rpc", "topic", vhost),
+        )
         operations[f"serve.{key}"] = {
-            "action": "receive", "channel": {"$ref": f"#/channels/rpc.{key}"},
+            "action": "receive",
+            "channel": {"$ref": f"#/channels/rpc.{key}"},
             "summary": f"{served_by} answer{'s' if len(set(apps)) == 1 else ''} {name}",
             "messages": [{"$ref": f"#/channels/rpc.{key}/messages/request"}],
             "bindings": {"amqp": {"ack": True, "bindingVersion": BINDING_VERSION}},
-            "reply": {"channel": {"$ref": "#/channels/reply"}, "address": {"location": "$message.header#/reply_to"},
-                      "messages": [{"$ref": f"#/channels/reply/messages/{key}.reply"},
-                                   {"$ref": "#/channels/reply/messages/error"}]}}
+            "reply": {
+                "channel": {"$ref": "#/channels/reply"},
+                "address": {"location": "$message.header#/reply_to"},
+                "messages": [
+                    {"$ref": f"#/channels/reply/messages/{key}.reply"},
+                    {"$ref": "#/channels/reply/messages/error"},
+                ],
+            },
+        }
     for pattern, (schema, apps) in sorted(alerts.items()):
         key = _id(pattern)
         messages[f"{key}.alert"] = {
-            "name": f"{key}.alert", "title": f"alert {pattern}", "contentType": "application/json",
-            "headers": {"$ref": REF + "schemas/RequestHeaders"}, "payload": schemas.add(f"{key}.alert", schema),
-            "bindings": {"amqp": {"messageType": "alert", "bindingVersion": BINDING_VERSION}}}
+            "name": f"{key}.alert",
+            "title": f"alert {pattern}",
+            "contentType": "application/json",
+            "headers": {"$ref": REF + "schemas/RequestHeaders"},
+            "payload": schemas.add(f"{key}.alert", schema),
+            "bindings": {"amqp": {"messageType": "alert", "bindingVersion": BINDING_VERSION}},
+        }
         channels[f"alert.{key}"] = _topic_channel(
-            pattern, f"alerts matching {pattern}", "a topic pattern on the alert exchange ('*' one word, '#' any "
-            "number)", "alert", f"{key}.alert", _exchange(config, "alert", "topic", vhost))
+            pattern,
+            f"alerts matching {pattern}",
+            "a topic pattern on the alert exchange ('*' one word, '#' any number)",
+            "alert",
+            f"{key}.alert",
+            _exchange(config, "alert", "topic", vhost),
+        )
         operations[f"listen.{key}"] = {
-            "action": "receive", "channel": {"$ref": f"#/channels/alert.{key}"},
+            "action": "receive",
+            "channel": {"$ref": f"#/channels/alert.{key}"},
             "summary": f"{', '.join(sorted(set(apps)))} listen{'s' if len(set(apps)) == 1 else ''} to {pattern}",
-            "messages": [{"$ref": f"#/channels/alert.{key}/messages/alert"}]}
+            "messages": [{"$ref": f"#/channels/alert.{key}/messages/alert"}],
+        }
     return {
         "asyncapi": ASYNCAPI_VERSION,
-        "info": {"title": title, "version": version,
-                 "description": "QBroker AMQP structure: RPC on the rpc exchange with replies to reply_<uuid>, "
-                                "alerts on the alert exchange, undeliverable requests to dead."},
+        "info": {
+            "title": title,
+            "version": version,
+            "description": "QBroker AMQP structure: RPC on the rpc exchange with replies to reply_<uuid>, "
+            "alerts on the alert exchange, undeliverable requests to dead.",
+        },
         "defaultContentType": "application/json",
-        "servers": {"rabbitmq": {"host": url.hostname and f"{url.hostname}:{url.port or 5672}" or "localhost:5672",
-                                 "protocol": "amqps" if url.scheme == "amqps" else "amqp",
-                                 "protocolVersion": "0.9.1", "pathname": "/" + quote(vhost, safe="")}},
-        "channels": channels, "operations": operations,
+        "servers": {
+            "rabbitmq": {
+                "host": url.hostname and f"{url.hostname}:{url.port or 5672}" or "localhost:5672",
+                "protocol": "amqps" if url.scheme == "amqps" else "amqp",
+                "protocolVersion": "0.9.1",
+                "pathname": "/" + quote(vhost, safe=""),
+            }
+        },
+        "channels": channels,
+        "operations": operations,
         "components": {"schemas": schemas.schemas, "messages": messages},
     }

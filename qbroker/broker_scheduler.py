@@ -277,8 +277,7 @@ class BrokerScheduler:
         spec = running.state.schedule
         while True:
             state = running.state
-            running.due = next_due(spec, now=self.clock.now(), last_run=state.last_run,
-                                   created_at=state.created_at)
+            running.due = next_due(spec, now=self.clock.now(), last_run=state.last_run, created_at=state.created_at)
             await self.clock.sleep_until(running.due)
             if self.unit.state != "started":
                 return
@@ -309,28 +308,42 @@ class BrokerScheduler:
             return  # not persisted: a failover repeats at most one send
         with contextlib.suppress(Exception):
             # On our own consuming channel (confirmed), no channel or declare per send.
-            await channel.default_exchange.publish(_message(self.unit, state.model_dump(mode="json")),
-                                                   routing_key=self.queue_name)
+            await channel.default_exchange.publish(
+                _message(self.unit, state.model_dump(mode="json")), routing_key=self.queue_name
+            )
 
     # -- listing ---------------------------------------------------------------------------------------
 
     async def _answer_list(self) -> dict[str, Any]:
-        return {"uuid": self.unit.uuid, "app": self.unit.app, "active": self.active,
-                "schedules": [self._describe(r) for r in self._running.values()] if self.active else []}
+        return {
+            "uuid": self.unit.uuid,
+            "app": self.unit.app,
+            "active": self.active,
+            "schedules": [self._describe(r) for r in self._running.values()] if self.active else [],
+        }
 
     @staticmethod
     def _describe(running: _Running) -> dict[str, Any]:
         state = running.state
-        return {"id": state.schedule.id, **state.schedule.model_dump(mode="json", exclude_none=True),
-                "runs": state.runs, "last_run": state.last_run, "next_due": running.due,
-                "created_at": state.created_at}
+        return {
+            "id": state.schedule.id,
+            **state.schedule.model_dump(mode="json", exclude_none=True),
+            "runs": state.runs,
+            "last_run": state.last_run,
+            "next_due": running.due,
+            "created_at": state.created_at,
+        }
 
 
 # -- clients: add, remove, list ------------------------------------------------------------------------
 
+
 async def declare_schedules_queue(channel: AbstractChannel, config: Config) -> aio_pika.abc.AbstractQueue:
-    return await channel.declare_queue(schedules_queue(config), durable=True,
-                                       arguments={"x-single-active-consumer": True, **config.durable_queue_type()})
+    return await channel.declare_queue(
+        schedules_queue(config),
+        durable=True,
+        arguments={"x-single-active-consumer": True, **config.durable_queue_type()},
+    )
 
 
 def _message(unit: Unit, op: dict[str, Any]) -> aio_pika.Message:
@@ -338,8 +351,12 @@ def _message(unit: Unit, op: dict[str, Any]) -> aio_pika.Message:
     if len(body) > MAX_SCHEDULE_BYTES:
         raise ValueError(f"schedule of {len(body)} bytes is over the {MAX_SCHEDULE_BYTES}-byte limit")
     # user-id: the broker checks it is our own account, so ``owners`` can trust it.
-    return aio_pika.Message(body, content_type="application/json", user_id=unit.bus.supervisor.user,
-                            delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+    return aio_pika.Message(
+        body,
+        content_type="application/json",
+        user_id=unit.bus.supervisor.user,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+    )
 
 
 async def _publish(unit: Unit, op: dict[str, Any], connection: Connection | None = None) -> None:

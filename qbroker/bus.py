@@ -31,14 +31,7 @@ from qbroker.envelope import (
     new_message_id,
     trusted_sender,
 )
-from qbroker.errors import (
-    BadMessage,
-    ConnectionLost,
-    ErrorInfo,
-    InternalError,
-    ReplyTooLarge,
-    RequestError,
-)
+from qbroker.errors import BadMessage, ConnectionLost, ErrorInfo, InternalError, ReplyTooLarge, RequestError
 from qbroker.exchanges import declare_unit_queue, ensure_topology
 from qbroker.guaranteed import GuaranteedRequests
 from qbroker.middleware import MiddlewareStack
@@ -53,8 +46,9 @@ OnConnected = Callable[[Connection], Awaitable[None]]
 class Bus:
     """One unit's connection to the broker and the operations on it that everything above shares."""
 
-    def __init__(self, config: Config, *, app: str, uuid: str, log: FilteringBoundLogger,
-                 on_connected: OnConnected) -> None:
+    def __init__(
+        self, config: Config, *, app: str, uuid: str, log: FilteringBoundLogger, on_connected: OnConnected
+    ) -> None:
         self.config = config
         self.app = app
         self.uuid = uuid
@@ -164,8 +158,9 @@ class Bus:
         channel.close_callbacks.add(_channel_closed)
         return channel
 
-    async def add_consumer(self, queue: Queue, consumer: Consumer, *, part: str, answer: bool = True,
-                           priority: int | None = None) -> str:
+    async def add_consumer(
+        self, queue: Queue, consumer: Consumer, *, part: str, answer: bool = True, priority: int | None = None
+    ) -> str:
         """Consume ``queue`` until stop_consuming() (or the connection ends), at consumer ``priority``.
 
         Whatever ``consumer`` raises, the message is settled (see ``settle_failed``), so no bug or
@@ -191,21 +186,28 @@ class Bus:
 
         return guarded
 
-    async def settle_failed(self, message: AbstractIncomingMessage, exc: BaseException, *, part: str,
-                            answer: bool = True) -> None:
+    async def settle_failed(
+        self, message: AbstractIncomingMessage, exc: BaseException, *, part: str, answer: bool = True
+    ) -> None:
         """A consumer failed on ``message``: answer ``fail`` if it asks for a reply, then ack it."""
         if getattr(message, "processed", False):
             # Acked already (e.g. a detached request): its reply is the handler's business.
-            self.log.warning("message handling failed after ack", part=part, error=repr(exc),
-                             correlation_id=_text(message.message_id))
+            self.log.warning(
+                "message handling failed after ack",
+                part=part,
+                error=repr(exc),
+                correlation_id=_text(message.message_id),
+            )
             return
-        self.log.error("message handling failed; acking it", part=part, error=repr(exc),
-                       correlation_id=_text(message.message_id))
+        self.log.error(
+            "message handling failed; acking it", part=part, error=repr(exc), correlation_id=_text(message.message_id)
+        )
         reply_to, message_id = message.reply_to, message.message_id
         if answer and isinstance(reply_to, str) and reply_to and isinstance(message_id, str) and message_id:
             error = InternalError(f"{part} could not process the message ({type(exc).__name__})")
-            await self.send_reply(reply_to, message_id, None, error.to_info(part=part), part=part,
-                                  original=for_original(message.headers))
+            await self.send_reply(
+                reply_to, message_id, None, error.to_info(part=part), part=part, original=for_original(message.headers)
+            )
         with contextlib.suppress(Exception):  # a lost connection requeues it: nothing more to do
             await message.ack()
 
@@ -231,11 +233,17 @@ class Bus:
 
     def make_message(self, body: Any, *, kind: MessageKind, message_id: str, **fields: Any) -> OutgoingMessage:
         # user-id is the connection's own account: RabbitMQ checks it, so receivers may trust it.
-        return build_message(body, kind=kind, app_id=self.uuid, app=self.app, message_id=message_id,
-                             user_id=self.supervisor.user, **fields)
+        return build_message(
+            body,
+            kind=kind,
+            app_id=self.uuid,
+            app=self.app,
+            message_id=message_id,
+            user_id=self.supervisor.user,
+            **fields,
+        )
 
-    async def publish(self, role: Role, routing_key: str, message: OutgoingMessage, *,
-                      confirm: bool = True) -> None:
+    async def publish(self, role: Role, routing_key: str, message: OutgoingMessage, *, confirm: bool = True) -> None:
         """Publish, refusing here what the broker would refuse by closing our shared channel. With
         ``confirm`` (always, but for replies) this returns once the broker has the message, else once it
         is written to the connection."""
@@ -243,8 +251,9 @@ class Bus:
         self.check_size(message)
         await self.publishing.publish(exchanges, role, routing_key, message, confirm=confirm)
 
-    def copy_message(self, message: AbstractIncomingMessage, headers: dict[str, Any], *, reply: bool = True,
-                     ttl: float | None = None) -> OutgoingMessage:
+    def copy_message(
+        self, message: AbstractIncomingMessage, headers: dict[str, Any], *, reply: bool = True, ttl: float | None = None
+    ) -> OutgoingMessage:
         """A re-publishable copy of a received message with ``headers`` added. The broker refuses a user-id
         that is not our own account, so the copy carries ours, and the original sender's account travels
         in ``SENDER_HEADER``, which receivers believe only on a message from their own account
@@ -257,11 +266,20 @@ class Bus:
             extra[SENDER_HEADER] = ""  # a forged claim is not passed on as if we had vouched for it
         table = copy_headers(dict(message.headers or {}), extra)  # within a frame whatever the sender sent
         return OutgoingMessage(
-            message.body, headers=table, content_type=message.content_type,
-            content_encoding=message.content_encoding, app_id=message.app_id, message_id=message.message_id,
-            reply_to=message.reply_to if reply else None, correlation_id=message.correlation_id,
-            type=message.type, priority=message.priority, expiration=max(0.001, ttl) if ttl is not None else None,
-            timestamp=message.timestamp, delivery_mode=message.delivery_mode or 1, user_id=self.supervisor.user,
+            message.body,
+            headers=table,
+            content_type=message.content_type,
+            content_encoding=message.content_encoding,
+            app_id=message.app_id,
+            message_id=message.message_id,
+            reply_to=message.reply_to if reply else None,
+            correlation_id=message.correlation_id,
+            type=message.type,
+            priority=message.priority,
+            expiration=max(0.001, ttl) if ttl is not None else None,
+            timestamp=message.timestamp,
+            delivery_mode=message.delivery_mode or 1,
+            user_id=self.supervisor.user,
         )
 
     def check_size(self, message: OutgoingMessage) -> None:
@@ -275,15 +293,26 @@ class Bus:
         """RQ DELIVERED: tell a caller that asked that its request reached this server. Never raises.
         ``confirm`` as for its reply, which must go on the same channel to arrive after it."""
         try:
-            message = self.make_message(None, kind="reply", message_id=new_message_id(),
-                                        correlation_id=correlation_id, notice="delivered")
+            message = self.make_message(
+                None, kind="reply", message_id=new_message_id(), correlation_id=correlation_id, notice="delivered"
+            )
             await self.publish("reply", reply_to, message, confirm=confirm)
         except Exception as exc:  # only a notice: the reply itself still follows
             self.log.debug("delivered notice not sent", correlation_id=correlation_id, error=repr(exc))
 
-    async def send_reply(self, reply_to: str, correlation_id: str | None, body: Any, error: ErrorInfo | None,
-                         *, debug: bool = False, confirm: bool = False, part: str = "qbroker.reply",
-                         original: ForOriginal | None = None, debug_info: dict[str, Any] | None = None) -> bool:
+    async def send_reply(
+        self,
+        reply_to: str,
+        correlation_id: str | None,
+        body: Any,
+        error: ErrorInfo | None,
+        *,
+        debug: bool = False,
+        confirm: bool = False,
+        part: str = "qbroker.reply",
+        original: ForOriginal | None = None,
+        debug_info: dict[str, Any] | None = None,
+    ) -> bool:
         """Publish one reply; never raises (a lost connection means the request is redelivered). Returns
         whether it went out: with ``confirm``, whether the broker confirmed it, after a few tries when the
         broker refuses it (a quorum reply queue electing a new leader after a node loss nacks meanwhile).
@@ -297,17 +326,26 @@ class Bus:
         extra = {DEBUG_INFO_HEADER: debug_info} if debug_info is not None else None
         try:
             try:  # the hot path, inline: _reply() for the rare ones below
-                message = self.make_message(body, kind="reply", message_id=new_message_id(), debug=debug,
-                                            correlation_id=correlation_id, error=error, extra_headers=extra,
-                                            error_extra=original.error_keys(error) if original and error else None)
+                message = self.make_message(
+                    body,
+                    kind="reply",
+                    message_id=new_message_id(),
+                    debug=debug,
+                    correlation_id=correlation_id,
+                    error=error,
+                    extra_headers=extra,
+                    error_extra=original.error_keys(error) if original and error else None,
+                )
             except CodecError as exc:
                 bad = RequestError("bad_result", "the handler's result cannot be encoded", detail=str(exc))
                 message = self._reply(correlation_id, None, bad.to_info(part=part), debug, extra, original)
             if len(message.body) > self.config.max_body_bytes:
-                big = ReplyTooLarge(f"the reply of {len(message.body)} bytes exceeds the limit of "
-                                    f"{self.config.max_body_bytes} bytes")
-                self.log.warning("reply too large; answering with an error", correlation_id=correlation_id,
-                                 size=len(message.body))
+                big = ReplyTooLarge(
+                    f"the reply of {len(message.body)} bytes exceeds the limit of {self.config.max_body_bytes} bytes"
+                )
+                self.log.warning(
+                    "reply too large; answering with an error", correlation_id=correlation_id, size=len(message.body)
+                )
                 message = self._reply(correlation_id, None, big.to_info(part=part), debug, extra, original)
             tries = REPLY_CONFIRM_TRIES if confirm else 1
             for attempt in range(1, tries + 1):
@@ -322,11 +360,25 @@ class Bus:
             self.log.warning("reply not sent", correlation_id=correlation_id, error=str(exc) or type(exc).__name__)
         return False
 
-    def _reply(self, correlation_id: str | None, body: Any, error: ErrorInfo | None, debug: bool,
-               extra: dict[str, Any] | None, original: ForOriginal | None) -> OutgoingMessage:
-        return self.make_message(body, kind="reply", message_id=new_message_id(), correlation_id=correlation_id,
-                                 error=error, debug=debug, extra_headers=extra,
-                                 error_extra=original.error_keys(error) if original and error else None)
+    def _reply(
+        self,
+        correlation_id: str | None,
+        body: Any,
+        error: ErrorInfo | None,
+        debug: bool,
+        extra: dict[str, Any] | None,
+        original: ForOriginal | None,
+    ) -> OutgoingMessage:
+        return self.make_message(
+            body,
+            kind="reply",
+            message_id=new_message_id(),
+            correlation_id=correlation_id,
+            error=error,
+            debug=debug,
+            extra_headers=extra,
+            error_extra=original.error_keys(error) if original and error else None,
+        )
 
 
 # A guaranteed request's reply the broker refuses is published again this often (waits of 0.4, 0.8, 1.6 s)
@@ -336,4 +388,3 @@ REPLY_CONFIRM_TRIES = 4
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
-

@@ -48,8 +48,13 @@ class Config(BaseSettings):
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     # The body types read (anything else is refused ``bad_body``); the last two are the original QBroker's JSON
     # and bytes (docs/interop.md).
-    accept: list[str] = ["application/json", "text/plain", "application/octet-stream", "application/json+obj",
-                         "application/binary"]
+    accept: list[str] = [
+        "application/json",
+        "text/plain",
+        "application/octet-stream",
+        "application/json+obj",
+        "application/binary",
+    ]
     # Every unit helps answer dead requests, so a call to a missing service fails in milliseconds
     # even without a standalone collector. Turn off for units that must not touch the shared queue.
     dead_letters: bool = True

@@ -119,21 +119,29 @@ def refusal(exc: BaseException, url: str, config: Config) -> BrokerUnavailable:
     causes = _causes(exc)
     text = str(exc) or type(exc).__name__
     if isinstance(exc, aio_pika.exceptions.ProbableAuthenticationError | aio_pika.exceptions.AuthenticationError):
-        return BrokerAuthRefused(f"authentication refused for user {user!r} at {where} "
-                                 f"(ACCESS_REFUSED: wrong user name or password)")
+        return BrokerAuthRefused(
+            f"authentication refused for user {user!r} at {where} (ACCESS_REFUSED: wrong user name or password)"
+        )
     # RabbitMQ answers connection.open with connection.close NOT_ALLOWED when the vhost does not exist, is
     # down, or the user has no permissions on it; aiormq reports that close as an unexpected frame and drops
     # its reply text, so the frame's name is what tells it apart.
-    if isinstance(exc, aio_pika.exceptions.ConnectionClosed) and exc.args[:1] == (530,) or (
-            isinstance(exc, aio_pika.exceptions.InvalidFrameError) and "Connection.Close" in text):
-        return BrokerVhostRefused(f"vhost {_vhost(url)!r} not allowed for user {user!r} at {where} (NOT_ALLOWED: "
-                                  f"no such vhost, the vhost is down, or the user has no permissions on it)")
+    if (
+        isinstance(exc, aio_pika.exceptions.ConnectionClosed)
+        and exc.args[:1] == (530,)
+        or (isinstance(exc, aio_pika.exceptions.InvalidFrameError) and "Connection.Close" in text)
+    ):
+        return BrokerVhostRefused(
+            f"vhost {_vhost(url)!r} not allowed for user {user!r} at {where} (NOT_ALLOWED: "
+            f"no such vhost, the vhost is down, or the user has no permissions on it)"
+        )
     if any(isinstance(c, socket.gaierror) for c in causes):
         host = urlsplit(url).hostname or ""
         return BrokerHostUnknown(f"cannot resolve host {host!r} of {where} ({_os_text(causes)})")
     if any(isinstance(c, ssl.SSLError) for c in causes):
-        return BrokerTlsFailed(f"TLS handshake failed with {where} ({_os_text(causes)}): "
-                               f"not a TLS port, or a certificate that does not verify")
+        return BrokerTlsFailed(
+            f"TLS handshake failed with {where} ({_os_text(causes)}): "
+            f"not a TLS port, or a certificate that does not verify"
+        )
     if any(isinstance(c, ConnectionRefusedError) for c in causes):
         return BrokerConnectionRefused(f"no broker reachable at {where}: connection refused")
     if isinstance(exc, TimeoutError):
@@ -193,16 +201,23 @@ class ConnectionSupervisor:
             url = self._urls[self.url_index]
             try:
                 connect = transport_for(url)
-                return await connect(_with_heartbeat(broker_url(url, self._config), self._config.heartbeat),
-                                     timeout=self._config.connect_timeout)
+                return await connect(
+                    _with_heartbeat(broker_url(url, self._config), self._config.heartbeat),
+                    timeout=self._config.connect_timeout,
+                )
             except (TimeoutError, OSError, aio_pika.exceptions.AMQPError) as exc:
                 refused = refusal(exc, url, self._config)
                 if refusals is not None:
                     refusals.append(refused)
                 # A refused login or vhost is an error, not a passing state; a reconnect still retries it, as
                 # RabbitMQ refuses a vhost while it restarts and a rotated password file is read at each connect.
-                log = self._log.debug if refusals is not None else \
-                    self._log.warning if refused.retryable else self._log.error
+                log = (
+                    self._log.debug
+                    if refusals is not None
+                    else self._log.warning
+                    if refused.retryable
+                    else self._log.error
+                )
                 log("broker unreachable", url=redact_url(url), cause=refused.id, error=refused.message)
                 # Move the failing broker to the back of the line (RQ's SERVER_FULL rule).
                 self.url_index = (self.url_index + 1) % len(self._urls)

@@ -34,8 +34,7 @@ class RequestContext:
         """The unit's logger bound with this message's name, kind and correlation id (bound on first use:
         most requests never log)."""
         if self._bound is None:
-            self._bound = self.logger.bind(name=self.header.name, kind=self.kind,
-                                           correlation_id=self.header.message_id)
+            self._bound = self.logger.bind(name=self.header.name, kind=self.kind, correlation_id=self.header.message_id)
         return self._bound
 
     @property

@@ -32,8 +32,17 @@ from qbroker.transport import Connection
 _MAX_TEXT = 256
 # Headers the broker or the collector added (not part of the message as its sender published it), and the
 # caller's deadline, passed already: a replay is a new delivery, which the server is to run.
-_ADDED_HEADERS = ("deadline", "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
-                  "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason", *KEPT_HEADERS)
+_ADDED_HEADERS = (
+    "deadline",
+    "x-death",
+    "x-first-death-exchange",
+    "x-first-death-queue",
+    "x-first-death-reason",
+    "x-last-death-exchange",
+    "x-last-death-queue",
+    "x-last-death-reason",
+    *KEPT_HEADERS,
+)
 
 
 def _text(value: Any) -> str | None:
@@ -57,13 +66,24 @@ class KeptMessage:
     raw: AbstractIncomingMessage | None = field(repr=False, default=None)
 
     def summary(self) -> dict[str, Any]:
-        return {"position": self.position, "message_id": self.message_id, "kind": self.kind,
-                "reason": self.reason, "exchange": self.exchange, "name": self.routing_key, "size": self.size}
+        return {
+            "position": self.position,
+            "message_id": self.message_id,
+            "kind": self.kind,
+            "reason": self.reason,
+            "exchange": self.exchange,
+            "name": self.routing_key,
+            "size": self.size,
+        }
 
     def describe(self) -> dict[str, Any]:
         body: Any = self.body.decode("utf-8", "replace")
-        return {**self.summary(), "content_type": self.content_type,
-                "headers": {str(k): _plain(v) for k, v in self.headers.items()}, "body": body}
+        return {
+            **self.summary(),
+            "content_type": self.content_type,
+            "headers": {str(k): _plain(v) for k, v in self.headers.items()},
+            "body": body,
+        }
 
 
 def _plain(value: Any) -> Any:
@@ -95,11 +115,21 @@ class KeptReader:
                 break
             headers = dict(message.headers) if isinstance(message.headers, Mapping) else {}
             kind, reason, exchange, routing_key = (_text(headers.get(h)) for h in KEPT_HEADERS)
-            kept.append(KeptMessage(position=len(kept) + 1, message_id=_text(message.message_id),
-                                    kind=kind or "unknown", reason=reason or "unknown", exchange=exchange,
-                                    routing_key=routing_key,
-                                    size=len(message.body), content_type=_text(message.content_type),
-                                    body=message.body, headers=headers, raw=message))
+            kept.append(
+                KeptMessage(
+                    position=len(kept) + 1,
+                    message_id=_text(message.message_id),
+                    kind=kind or "unknown",
+                    reason=reason or "unknown",
+                    exchange=exchange,
+                    routing_key=routing_key,
+                    size=len(message.body),
+                    content_type=_text(message.content_type),
+                    body=message.body,
+                    headers=headers,
+                    raw=message,
+                )
+            )
         return kept
 
     async def replay(self, message: KeptMessage) -> None:
@@ -112,10 +142,21 @@ class KeptReader:
         headers = {k: v for k, v in message.headers.items() if k not in _ADDED_HEADERS}
         exchange = await self._channel.get_exchange(message.exchange, ensure=False)
         # No expiration (it expired once already) and no user_id (the broker accepts only our own).
-        await exchange.publish(aio_pika.Message(
-            message.body, headers=headers, content_type=raw.content_type, content_encoding=raw.content_encoding,
-            message_id=raw.message_id, correlation_id=raw.correlation_id, reply_to=raw.reply_to, app_id=raw.app_id,
-            type=raw.type, priority=raw.priority), routing_key=message.routing_key)
+        await exchange.publish(
+            aio_pika.Message(
+                message.body,
+                headers=headers,
+                content_type=raw.content_type,
+                content_encoding=raw.content_encoding,
+                message_id=raw.message_id,
+                correlation_id=raw.correlation_id,
+                reply_to=raw.reply_to,
+                app_id=raw.app_id,
+                type=raw.type,
+                priority=raw.priority,
+            ),
+            routing_key=message.routing_key,
+        )
         await raw.ack()
 
     async def close(self) -> None:

@@ -130,8 +130,16 @@ class DeadLetterCollector:
             info = debug_info(self.bus.app, self.bus.uuid, PART, kind=kind, reason=reason) if debug else None
             # The original QBroker reads this as its own collector's answer (original_dialect).
             original = for_original(headers, (self._origin(message), name))
-            await self.bus.send_reply(message.reply_to, message.message_id, None, error.to_info(part=PART),
-                                      debug=debug, part=PART, original=original, debug_info=info)
+            await self.bus.send_reply(
+                message.reply_to,
+                message.message_id,
+                None,
+                error.to_info(part=PART),
+                debug=debug,
+                part=PART,
+                original=original,
+                debug_info=info,
+            )
             log.info("answered dead request", status=error.status, error=error.id)
             for observe in self.observers:
                 try:

@@ -44,8 +44,7 @@ class Announcer:
     async def announce(self, name: str) -> None:
         """Publish ``name`` (start, stop) with our short description; a lost broker is not an error here."""
         with contextlib.suppress(QBrokerError, asyncio.TimeoutError, OSError):
-            message = self.bus.make_message(self.announcement(), kind="alert", name=name,
-                                            message_id=new_message_id())
+            message = self.bus.make_message(self.announcement(), kind="alert", name=name, message_id=new_message_id())
             await self.bus.publish("alert", name, message)
 
     async def announce_start(self) -> None:
@@ -55,8 +54,7 @@ class Announcer:
             await self.announce(START)
             return
         with contextlib.suppress(QBrokerError, asyncio.TimeoutError, OSError):
-            replies = gather(self.bus, START, self.announcement(), timeout=config.debugger_wait,
-                             max_replies=debuggers)
+            replies = gather(self.bus, START, self.announcement(), timeout=config.debugger_wait, max_replies=debuggers)
             async for _ in replies:
                 pass
 
@@ -79,8 +77,8 @@ def unit_summary(body: Any, content_type: str | None = None) -> dict[str, Any] |
     tags = body.get("endpoints")
     if isinstance(tags, list):  # absent (not empty) when it did not say: see complete_original
         tags = [t for t in tags if isinstance(t, str)]
-        summary["endpoints"] = {t[len("rpc."):]: {} for t in tags if t.startswith("rpc.")}
-        summary["listeners"] = sorted(t[len("alert."):] for t in tags if t.startswith("alert."))
+        summary["endpoints"] = {t[len("rpc.") :]: {} for t in tags if t.startswith("rpc.")}
+        summary["listeners"] = sorted(t[len("alert.") :] for t in tags if t.startswith("alert."))
     return summary
 
 

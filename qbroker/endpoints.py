@@ -60,7 +60,6 @@ class EndpointSettings(TypedDict, total=False):
     max_body_bytes: int | None
 
 
-
 @dataclass
 class Endpoint:
     """A plain RPC endpoint: the whole body goes to one handler."""
@@ -91,16 +90,18 @@ class CommandEndpoint(Endpoint):
 
     commands: dict[str, Handler] = field(default_factory=dict)
 
-    def command(self, command: str, *, extra: Extra = "forbid",
-                request: type[BaseModel] | None = None) -> Callable[[F], F]:
+    def command(
+        self, command: str, *, extra: Extra = "forbid", request: type[BaseModel] | None = None
+    ) -> Callable[[F], F]:
         """Register ``fn`` for ``command``; ``request``: the pydantic model the whole body (less ``command``)
         is validated against, given to the handler's one parameter whatever its annotation says."""
 
         def register(fn: F) -> F:
             if command in self.commands:
                 raise ValueError(f"command {command!r} is already registered on {self.name}")
-            self.commands[command] = Handler(fn, f"{self.name}:{command}", extra=extra, executor=self.executor,
-                                             request=request)
+            self.commands[command] = Handler(
+                fn, f"{self.name}:{command}", extra=extra, executor=self.executor, request=request
+            )
             return fn
 
         return register
@@ -118,7 +119,10 @@ class CommandEndpoint(Endpoint):
 
     def describe(self) -> dict[str, Any]:
         return {
-            "schema": {"type": "object", "required": ["command"],
-                       "properties": {"command": {"enum": sorted(self.commands)}}},
+            "schema": {
+                "type": "object",
+                "required": ["command"],
+                "properties": {"command": {"enum": sorted(self.commands)}},
+            },
             "commands": {name: h.json_schema() for name, h in sorted(self.commands.items())},
         }

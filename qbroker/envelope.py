@@ -72,7 +72,7 @@ def new_message_id() -> str:
     if start + 16 > len(pool.data):
         pool.data, start = os.urandom(4096), 0
     pool.offset = start + 16
-    return pool.data[start:start + 16].hex()
+    return pool.data[start : start + 16].hex()
 
 
 class OutgoingMessage:
@@ -81,15 +81,41 @@ class OutgoingMessage:
     properties aiormq publishes. Unlike ``aio_pika.Message`` it checks nothing per attribute: a request
     and its reply each build one (docs/performance.md)."""
 
-    __slots__ = ("body", "headers", "content_type", "content_encoding", "delivery_mode", "priority",
-                 "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "type", "user_id",
-                 "app_id")
+    __slots__ = (
+        "body",
+        "headers",
+        "content_type",
+        "content_encoding",
+        "delivery_mode",
+        "priority",
+        "correlation_id",
+        "reply_to",
+        "expiration",
+        "message_id",
+        "timestamp",
+        "type",
+        "user_id",
+        "app_id",
+    )
 
-    def __init__(self, body: bytes, *, headers: dict[str, Any] | None = None, content_type: str | None = None,
-                 content_encoding: str | None = None, delivery_mode: int | None = 1, priority: int | None = None,
-                 correlation_id: str | None = None, reply_to: str | None = None, expiration: float | None = None,
-                 message_id: str | None = None, timestamp: float | datetime.datetime | None = None,
-                 type: str | None = None, user_id: str | None = None, app_id: str | None = None) -> None:
+    def __init__(
+        self,
+        body: bytes,
+        *,
+        headers: dict[str, Any] | None = None,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        delivery_mode: int | None = 1,
+        priority: int | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        expiration: float | None = None,
+        message_id: str | None = None,
+        timestamp: float | datetime.datetime | None = None,
+        type: str | None = None,
+        user_id: str | None = None,
+        app_id: str | None = None,
+    ) -> None:
         self.body = body
         self.headers = headers if headers is not None else {}
         self.content_type = content_type
@@ -237,11 +263,7 @@ def read_error(message: AbstractIncomingMessage) -> ErrorInfo | None:
 
 
 def read_body(
-    message: AbstractIncomingMessage,
-    *,
-    accept: list[str],
-    max_bytes: int,
-    codecs: CodecRegistry = default_codecs,
+    message: AbstractIncomingMessage, *, accept: list[str], max_bytes: int, codecs: CodecRegistry = default_codecs
 ) -> Any:
     if len(message.body) > max_bytes:
         raise BadMessage("too_large", f"body of {len(message.body)} bytes exceeds the limit of {max_bytes}")

@@ -22,7 +22,7 @@ MAX_ERROR_NAME = 255  # id and part
 def _cut(text: str | None, limit: int, *, keep_end: bool = False) -> str | None:
     if text is None or len(text) <= limit:
         return text
-    return "…" + text[-(limit - 1):] if keep_end else text[: limit - 1] + "…"
+    return "…" + text[-(limit - 1) :] if keep_end else text[: limit - 1] + "…"
 
 
 class ErrorInfo(BaseModel):
@@ -40,10 +40,18 @@ class ErrorInfo(BaseModel):
 
     def header(self) -> dict[str, Any]:
         """The element as the ``error`` header: every text cut to fit a frame (a traceback keeps its end)."""
-        return {key: value for key, value in (
-            ("status", self.status), ("id", _cut(self.id, MAX_ERROR_NAME)), ("part", _cut(self.part, MAX_ERROR_NAME)),
-            ("message", _cut(self.message, MAX_ERROR_TEXT)), ("detail", _cut(self.detail, MAX_ERROR_TEXT)),
-            ("trace", _cut(self.trace, MAX_ERROR_TRACE, keep_end=True))) if value is not None}
+        return {
+            key: value
+            for key, value in (
+                ("status", self.status),
+                ("id", _cut(self.id, MAX_ERROR_NAME)),
+                ("part", _cut(self.part, MAX_ERROR_NAME)),
+                ("message", _cut(self.message, MAX_ERROR_TEXT)),
+                ("detail", _cut(self.detail, MAX_ERROR_TEXT)),
+                ("trace", _cut(self.trace, MAX_ERROR_TRACE, keep_end=True)),
+            )
+            if value is not None
+        }
 
 
 class Warn:

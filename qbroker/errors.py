@@ -55,8 +55,9 @@ class QBrokerError(Exception):
         message, detail, fixed = self.message, self.detail, self.fixed_message()
         if fixed is not None and message != fixed:
             message, detail = fixed, "; ".join(d for d in (message, detail) if d) or None
-        return ErrorInfo(status=self.status, id=self.id, part=self.part or part, message=message,
-                         detail=detail, trace=self.trace)
+        return ErrorInfo(
+            status=self.status, id=self.id, part=self.part or part, message=message, detail=detail, trace=self.trace
+        )
 
 
 class RequestFailed(QBrokerError):
@@ -242,9 +243,21 @@ def register_error(cls: type[QBrokerError]) -> type[QBrokerError]:
     return cls
 
 
-for _cls in (NoServer, InvalidParams, UnknownCommand, BadMessage, TimedOutInQueue, CallTimeout,
-             ConnectionLost, HandlerCrashed, HandlerTimeout, ReplyTooLarge, InternalError, DeadlinePassed,
-             PoisonRequest):
+for _cls in (
+    NoServer,
+    InvalidParams,
+    UnknownCommand,
+    BadMessage,
+    TimedOutInQueue,
+    CallTimeout,
+    ConnectionLost,
+    HandlerCrashed,
+    HandlerTimeout,
+    ReplyTooLarge,
+    InternalError,
+    DeadlinePassed,
+    PoisonRequest,
+):
     register_error(_cls)
 
 
@@ -262,8 +275,20 @@ def error_from_info(info: ErrorInfo) -> QBrokerError:
 # ``except KeyError`` works across the bus. Nothing is ever imported or unpickled by a name from the
 # wire: an id outside these tables is a plain RequestError.
 NATIVE_EXCEPTIONS: tuple[type[Exception], ...] = (
-    ValueError, TypeError, KeyError, IndexError, LookupError, ArithmeticError, ZeroDivisionError, OverflowError,
-    TimeoutError, PermissionError, FileNotFoundError, FileExistsError, NotImplementedError, RuntimeError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    LookupError,
+    ArithmeticError,
+    ZeroDivisionError,
+    OverflowError,
+    TimeoutError,
+    PermissionError,
+    FileNotFoundError,
+    FileExistsError,
+    NotImplementedError,
+    RuntimeError,
 )
 _native_ids: dict[type[Exception], str] = {cls: f"python.{cls.__name__}" for cls in NATIVE_EXCEPTIONS}
 _remote_classes: dict[str, type[QBrokerError]] = {}
@@ -288,19 +313,42 @@ def native_error(exc: Exception, part: str) -> ErrorInfo | None:
         if error_id is not None:
             # The message is fixed for (status, id, part); what the exception said is the detail.
             detail = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-            return ErrorInfo(status="error", id=error_id, part=part, message=f"{cls.__name__} in {part}",
-                             detail=detail[:2000] or None)
+            return ErrorInfo(
+                status="error",
+                id=error_id,
+                part=part,
+                message=f"{cls.__name__} in {part}",
+                detail=detail[:2000] or None,
+            )
     return None
 
 
 # Ids qbroker itself sends or raises without a class of their own in the registry (docs/wire-format.md).
-LIBRARY_ERROR_IDS = frozenset({
-    "error", "failed", "bad_header", "bad_version", "bad_body", "too_large", "rejected", "dead_letter", "bad_result",
-    "bad_request_body", "forbidden", "not_replayable", "not_started", "broker_unavailable",
-    "broker_auth_refused", "broker_vhost_refused", "broker_host_unknown", "broker_connection_refused",
-    "broker_tls_failed",
-    "topology_missing", "topology_conflict",
-})
+LIBRARY_ERROR_IDS = frozenset(
+    {
+        "error",
+        "failed",
+        "bad_header",
+        "bad_version",
+        "bad_body",
+        "too_large",
+        "rejected",
+        "dead_letter",
+        "bad_result",
+        "bad_request_body",
+        "forbidden",
+        "not_replayable",
+        "not_started",
+        "broker_unavailable",
+        "broker_auth_refused",
+        "broker_vhost_refused",
+        "broker_host_unknown",
+        "broker_connection_refused",
+        "broker_tls_failed",
+        "topology_missing",
+        "topology_conflict",
+    }
+)
 
 
 def is_known_error_id(error_id: str) -> bool:
@@ -317,8 +365,9 @@ def _remote_exception_class(error_id: str) -> type[QBrokerError] | None:
     if native is None:
         return None
     try:
-        remote: type[QBrokerError] = type(f"Remote{native.__name__}", (RequestError, native), {
-            "error_id": error_id, "__module__": __name__})
+        remote: type[QBrokerError] = type(
+            f"Remote{native.__name__}", (RequestError, native), {"error_id": error_id, "__module__": __name__}
+        )
     except TypeError:  # a type whose layout cannot be combined: the caller gets a plain RequestError
         return None
     _remote_classes[error_id] = remote

@@ -30,8 +30,9 @@ RequestKey = tuple[str, str, str | None, str | None, str | None, bytes]
 KEPT_WITHOUT_DEADLINE_S = 600.0
 
 
-def request_key(endpoint: str, message_id: str, sender: str | None, reply_to: str | None,
-                content_type: str | None, body: bytes) -> RequestKey:
+def request_key(
+    endpoint: str, message_id: str, sender: str | None, reply_to: str | None, content_type: str | None, body: bytes
+) -> RequestKey:
     digest = hashlib.blake2b(body, digest_size=16).digest()
     return endpoint, message_id, sender, reply_to, content_type, digest
 
@@ -69,8 +70,9 @@ class GuaranteedRequests:
         self._running[key] = token
         return token
 
-    def finish(self, key: RequestKey, token: asyncio.Future[None], outcome: Outcome | None,
-               deadline: float | None) -> None:
+    def finish(
+        self, key: RequestKey, token: asyncio.Future[None], outcome: Outcome | None, deadline: float | None
+    ) -> None:
         """The run of ``token`` ended with ``outcome`` (None: without one: it handed the request on, or raised):
         remember it, and wake the copies waiting. A run that outlived its connection is remembered too: its
         answer is real."""

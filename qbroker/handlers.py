@@ -42,8 +42,15 @@ def describe_validation_error(exc: ValidationError) -> str:
 class Handler:
     """A registered callable plus the model that validates its parameters."""
 
-    def __init__(self, fn: Callable[..., Any], name: str, *, extra: Extra = "forbid",
-                 executor: Executor | None = None, request: type[BaseModel] | None = None) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        *,
+        extra: Extra = "forbid",
+        executor: Executor | None = None,
+        request: type[BaseModel] | None = None,
+    ) -> None:
         self.fn = fn
         self.name = name
         # A plain ``def`` handler may block (time.sleep, a DB driver): it runs in the unit's bounded
@@ -66,8 +73,9 @@ class Handler:
             # The request model named at registration, not the parameter's annotation: one function can
             # serve several commands, each validated against its own model.
             if len(fields) != 1:
-                raise TypeError(f"handler {fn.__qualname__}: request= needs exactly one parameter besides the "
-                                f"RequestContext one")
+                raise TypeError(
+                    f"handler {fn.__qualname__}: request= needs exactly one parameter besides the RequestContext one"
+                )
             pname, (_, default) = next(iter(fields.items()))
             fields[pname] = (request, default)
         self.param_names = list(fields)
@@ -111,8 +119,9 @@ class Handler:
                 body = {}
             if not isinstance(body, dict):
                 if len(self.param_names) != 1:
-                    raise InvalidParams(f"invalid parameters for {self.name}: expected a JSON object, "
-                                        f"got {type(body).__name__}")
+                    raise InvalidParams(
+                        f"invalid parameters for {self.name}: expected a JSON object, got {type(body).__name__}"
+                    )
                 body = {self.param_names[0]: body}
             validated = self.model.model_validate(body)
         except ValidationError as exc:
@@ -134,8 +143,9 @@ class Handler:
         return result
 
 
-async def run_handler(dispatch: Dispatch, part: str, timeout: float | None, ctx: RequestContext,
-                      body: Any) -> tuple[Any, ErrorInfo | None]:
+async def run_handler(
+    dispatch: Dispatch, part: str, timeout: float | None, ctx: RequestContext, body: Any
+) -> tuple[Any, ErrorInfo | None]:
     """Run a handler and turn whatever happens into (body, error element). Never raises.
 
     Every log line of the handler carries the correlation id (structlog contextvars). The parameters
@@ -149,8 +159,9 @@ async def run_handler(dispatch: Dispatch, part: str, timeout: float | None, ctx:
         structlog.contextvars.reset_contextvars(**tokens)
 
 
-async def _run_guarded(dispatch: Dispatch, body: Any, ctx: RequestContext, part: str,
-                       timeout: float | None) -> tuple[Any, ErrorInfo | None]:
+async def _run_guarded(
+    dispatch: Dispatch, body: Any, ctx: RequestContext, part: str, timeout: float | None
+) -> tuple[Any, ErrorInfo | None]:
     try:
         if timeout:
             scope = asyncio.timeout(timeout)

@@ -23,8 +23,18 @@ from structlog.typing import EventDict, FilteringBoundLogger
 from qbroker.log_output import DroppingLogger, dropped_log_lines
 from qbroker.printable import printable
 
-__all__ = ["DroppingLogger", "LibraryLogger", "bind_process", "configure_logging", "dropped_log_lines",
-           "exit_fatal", "get_logger", "json_lines", "operator_line", "process_fields"]
+__all__ = [
+    "DroppingLogger",
+    "LibraryLogger",
+    "bind_process",
+    "configure_logging",
+    "dropped_log_lines",
+    "exit_fatal",
+    "get_logger",
+    "json_lines",
+    "operator_line",
+    "process_fields",
+]
 
 _configured = False
 
@@ -102,24 +112,23 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
     _configured = True
     level_name = (level or os.environ.get("QBROKER_LOG_LEVEL", "INFO")).upper()
     level_number = getattr(logging, level_name, logging.INFO)
-    use_json = json if json is not None else (
-        os.environ.get("QBROKER_LOG_FORMAT", "").lower() == "json"
-        or os.environ.get("QBROKER_LOG_JSON", "") not in ("", "0"))
-    _json_lines = use_json
-    renderer: Any = (
-        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
+    use_json = (
+        json
+        if json is not None
+        else (
+            os.environ.get("QBROKER_LOG_FORMAT", "").lower() == "json"
+            or os.environ.get("QBROKER_LOG_JSON", "") not in ("", "0")
+        )
     )
+    _json_lines = use_json
+    renderer: Any = structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         _add_process_fields,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso"),
     ]
-    rendering: list[Any] = [
-        structlog.processors.format_exc_info,
-        *(() if use_json else (_escape_controls,)),
-        renderer,
-    ]
+    rendering: list[Any] = [structlog.processors.format_exc_info, *(() if use_json else (_escape_controls,)), renderer]
     _rendering_chain[:] = [*shared, *rendering]
     structlog.configure(
         processors=_rendering_chain,
@@ -128,10 +137,12 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
         cache_logger_on_first_use=True,
     )
     handler = _StderrHandler()
-    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *rendering],
-    ))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *rendering],
+        )
+    )
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -155,8 +166,10 @@ def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
     if args.exc_value is None or isinstance(args.exc_value, SystemExit):
         return
     structlog.get_logger(LIBRARY_LOGGER).critical(
-        "uncaught exception in a thread", thread=args.thread.name if args.thread else None,
-        exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+        "uncaught exception in a thread",
+        thread=args.thread.name if args.thread else None,
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+    )
 
 
 def operator_line(message: str, level: str = "error", **fields: Any) -> bool:
@@ -165,8 +178,11 @@ def operator_line(message: str, level: str = "error", **fields: Any) -> bool:
     ``configure_logging``, where the caller prints it its own way."""
     if not _rendering_chain:
         return False
-    writer = structlog.wrap_logger(DroppingLogger(), processors=_rendering_chain,
-                                   wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET))
+    writer = structlog.wrap_logger(
+        DroppingLogger(),
+        processors=_rendering_chain,
+        wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET),
+    )
     getattr(writer, level)(message, **fields)
     return True
 
@@ -202,7 +218,8 @@ class LibraryLogger:
         if self._target is None or configured != self._structlog:
             self._structlog = configured
             self._target = (structlog.get_logger(LIBRARY_LOGGER) if configured else _stdlib_logger()).bind(
-                **self._bound)
+                **self._bound
+            )
         return self._target
 
     def bind(self, **values: Any) -> LibraryLogger:
@@ -231,16 +248,21 @@ def _render_for_stdlib(_logger: Any, _method: str, event: EventDict) -> str:
     """One text line for a stdlib handler: the event, then ``key=value`` pairs (values escaped as on the
     console: they may come off the wire)."""
     message = printable(str(event.pop("event", "")))
-    pairs = " ".join(f"{key}={printable(value) if isinstance(value, str) else repr(value)}"
-                     for key, value in event.items())
+    pairs = " ".join(
+        f"{key}={printable(value) if isinstance(value, str) else repr(value)}" for key, value in event.items()
+    )
     return f"{message} {pairs}" if pairs else message
 
 
 def _stdlib_logger() -> Any:
     return structlog.wrap_logger(
         logging.getLogger(LIBRARY_LOGGER),
-        processors=[structlog.stdlib.filter_by_level, structlog.contextvars.merge_contextvars,
-                    structlog.processors.format_exc_info, _render_for_stdlib],
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.format_exc_info,
+            _render_for_stdlib,
+        ],
         wrapper_class=structlog.stdlib.BoundLogger,
     )
 

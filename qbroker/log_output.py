@@ -83,7 +83,7 @@ class _PipeWriter:
             try:
                 if self.fd not in _silenced:
                     while data:
-                        data = data[os.write(self.fd, data):]
+                        data = data[os.write(self.fd, data) :]
                 else:
                     _count_dropped()
             except BrokenPipeError:

@@ -57,7 +57,7 @@ class Counts:
     def family(self, empty: bool = False) -> Metric:
         cls = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
         family = cls(self.name, self.documentation, labels=self.labels)
-        for key, value in ([] if empty else list(self.values.items())):
+        for key, value in [] if empty else list(self.values.items()):
             family.add_metric(key, value)
         return family
 
@@ -81,7 +81,7 @@ class Timings:
 
     def family(self, empty: bool = False) -> Metric:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
-        for key, row in ([] if empty else list(self.values.items())):
+        for key, row in [] if empty else list(self.values.items()):
             counts = list(row)
             family.add_metric(key, list(zip(self.le, itertools.accumulate(counts[:-1]), strict=True)), counts[-1])
         return family

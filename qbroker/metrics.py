@@ -32,8 +32,9 @@ from wsgiref.simple_server import WSGIServer
 try:
     from prometheus_client import CollectorRegistry, Gauge, disable_created_metrics, start_http_server
 except ModuleNotFoundError as exc:  # say what to install, not just which module is missing
-    raise ModuleNotFoundError(f"qbroker.metrics needs prometheus-client: pip install 'qbroker-amqp[metrics]' ({exc})",
-                              name=exc.name) from exc
+    raise ModuleNotFoundError(
+        f"qbroker.metrics needs prometheus-client: pip install 'qbroker-amqp[metrics]' ({exc})", name=exc.name
+    ) from exc
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -49,8 +50,16 @@ if TYPE_CHECKING:
 
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # Why the dead-letter collector got a request: the broker's x-death reasons and qbroker's own (dead_letter.classify).
-DEAD_LETTER_REASONS = ("unroutable", "expired", "rejected", "maxlen", "delivery_limit", "poison",
-                       "retries_exhausted", "unknown")
+DEAD_LETTER_REASONS = (
+    "unroutable",
+    "expired",
+    "rejected",
+    "maxlen",
+    "delivery_limit",
+    "poison",
+    "retries_exhausted",
+    "unknown",
+)
 DEAD_LETTER_KINDS = ("rpc", "alert", "reply", "unknown")  # dead_letter.classify's
 HANDLED_KINDS = ("rpc", "alert")
 WAITING_KINDS = ("call", "gather")  # sends that wait for replies
@@ -59,8 +68,14 @@ WAITING_KINDS = ("call", "gather")  # sends that wait for replies
 class UnitMetrics(Collector):
     """The library's own metrics for one or more units (of one event loop), on one registry."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, *, max_names: int = 200,
-                 error_ids: Iterable[str] = (), endpoint_label: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        max_names: int = 200,
+        error_ids: Iterable[str] = (),
+        endpoint_label: Callable[[str], str] | None = None,
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.max_names = max_names
         self._handled_names = NameLabels(max_names, endpoint_label)
@@ -68,37 +83,69 @@ class UnitMetrics(Collector):
         self._handled_labels, self._sent_labels = self._handled_names.known, self._sent_names.known
         self._dead_letter_collectors: list[DeadLetterCollector] = []
         self._error_ids = set(error_ids)
-        self.handled = Counts("qbroker_handled", "Requests and alerts handled, by endpoint (or alert name), kind "
-                              "and status", ["endpoint", "kind", "status"])
-        self.handler_errors = Counts("qbroker_handler_errors", "Handled messages whose status was error or fail",
-                                     ["endpoint", "kind", "status"])
-        self.duration = Timings("qbroker_handler_duration_seconds", "Time to answer requests and alerts (built-in "
-                                "links and handler), by endpoint and kind", ["endpoint", "kind"], DURATION_BUCKETS)
-        self.handlers_running = Counts("qbroker_handlers_in_flight", "Requests and alerts being handled now, by "
-                                       "kind", ["kind"], "gauge")
-        self.sent = Counts("qbroker_calls", "Calls, casts, alerts and gathers this unit sent, by name, kind and "
-                           "outcome status", ["endpoint", "kind", "status"])
-        self.call_duration = Timings("qbroker_call_duration_seconds", "Calls from first send to reply or error "
-                                     "(retries included), by name", ["endpoint"], DURATION_BUCKETS)
-        self.calls_waiting = Counts("qbroker_calls_in_flight", "Calls and gathers waiting for replies now, by kind",
-                                    ["kind"], "gauge")
-        self.errors = Counts("qbroker_errors", "Errors by error id: side caller (what a call, cast, alert or gather "
-                             "ended with), side handler (what a request or alert was answered with)",
-                             ["side", "error_id"])
-        self.connections = Counts("qbroker_connections", "Broker connections up (one per connected unit)", [],
-                                  "gauge")
+        self.handled = Counts(
+            "qbroker_handled",
+            "Requests and alerts handled, by endpoint (or alert name), kind and status",
+            ["endpoint", "kind", "status"],
+        )
+        self.handler_errors = Counts(
+            "qbroker_handler_errors", "Handled messages whose status was error or fail", ["endpoint", "kind", "status"]
+        )
+        self.duration = Timings(
+            "qbroker_handler_duration_seconds",
+            "Time to answer requests and alerts (built-in links and handler), by endpoint and kind",
+            ["endpoint", "kind"],
+            DURATION_BUCKETS,
+        )
+        self.handlers_running = Counts(
+            "qbroker_handlers_in_flight", "Requests and alerts being handled now, by kind", ["kind"], "gauge"
+        )
+        self.sent = Counts(
+            "qbroker_calls",
+            "Calls, casts, alerts and gathers this unit sent, by name, kind and outcome status",
+            ["endpoint", "kind", "status"],
+        )
+        self.call_duration = Timings(
+            "qbroker_call_duration_seconds",
+            "Calls from first send to reply or error (retries included), by name",
+            ["endpoint"],
+            DURATION_BUCKETS,
+        )
+        self.calls_waiting = Counts(
+            "qbroker_calls_in_flight", "Calls and gathers waiting for replies now, by kind", ["kind"], "gauge"
+        )
+        self.errors = Counts(
+            "qbroker_errors",
+            "Errors by error id: side caller (what a call, cast, alert or gather "
+            "ended with), side handler (what a request or alert was answered with)",
+            ["side", "error_id"],
+        )
+        self.connections = Counts("qbroker_connections", "Broker connections up (one per connected unit)", [], "gauge")
         self.reconnects = Counts("qbroker_reconnects", "Broker connections re-established after a loss", [])
-        self.dead_letters_answered = Counts("qbroker_dead_letters_answered", "Dead requests this unit's "
-                                            "dead-letter collector answered, by reason", ["reason"])
+        self.dead_letters_answered = Counts(
+            "qbroker_dead_letters_answered",
+            "Dead requests this unit's dead-letter collector answered, by reason",
+            ["reason"],
+        )
         for kind in HANDLED_KINDS:  # the gauges are there (at 0) before anything happened
             self.handlers_running.inc((kind,), 0)
         for kind in WAITING_KINDS:
             self.calls_waiting.inc((kind,), 0)
         self.connections.inc((), 0)
         self.reconnects.inc((), 0)
-        self._families = (self.handled, self.handler_errors, self.duration, self.handlers_running, self.sent,
-                          self.call_duration, self.calls_waiting, self.errors, self.connections, self.reconnects,
-                          self.dead_letters_answered)
+        self._families = (
+            self.handled,
+            self.handler_errors,
+            self.duration,
+            self.handlers_running,
+            self.sent,
+            self.call_duration,
+            self.calls_waiting,
+            self.errors,
+            self.connections,
+            self.reconnects,
+            self.dead_letters_answered,
+        )
         self.registry.register(self)
 
     def describe(self) -> Iterable[Metric]:
@@ -113,14 +160,19 @@ class UnitMetrics(Collector):
     def _dead_letters(self, empty: bool = False) -> Metric:
         """Every dead message the instrumented units' collectors took, read from their own counts (a copy
         each, taken at once); kinds and reasons they do not define (a forged ``x-death``) as ``other``."""
-        family = CounterMetricFamily("qbroker_dead_letters", "Dead messages this unit's dead-letter collector "
-                                     "took, by kind and reason", labels=["kind", "reason"])
+        family = CounterMetricFamily(
+            "qbroker_dead_letters",
+            "Dead messages this unit's dead-letter collector took, by kind and reason",
+            labels=["kind", "reason"],
+        )
         totals: dict[tuple[str, str], float] = {}
-        for collector in ([] if empty else self._dead_letter_collectors):
+        for collector in [] if empty else self._dead_letter_collectors:
             for key, count in list(collector.counts.items()):
                 kind, _, reason = key.partition(".")
-                labels = (kind if kind in DEAD_LETTER_KINDS else OTHER,
-                          reason if reason in DEAD_LETTER_REASONS else OTHER)
+                labels = (
+                    kind if kind in DEAD_LETTER_KINDS else OTHER,
+                    reason if reason in DEAD_LETTER_REASONS else OTHER,
+                )
                 totals[labels] = totals.get(labels, 0.0) + count
         for labels, total in totals.items():
             family.add_metric(labels, total)
@@ -228,8 +280,9 @@ class MetricsMiddleware(Middleware):
         else:
             status = error.status
             failed = error.id if status in ("error", "fail") else None
-        self.metrics.observe(ctx.part or ctx.header.name or "", ctx.kind, "handed_on" if ctx.handed_on else status,
-                             seconds, failed)
+        self.metrics.observe(
+            ctx.part or ctx.header.name or "", ctx.kind, "handed_on" if ctx.handed_on else status, seconds, failed
+        )
 
     def refused(self, name: str, kind: str, error: ErrorInfo) -> None:
         self.metrics.observe_refused(name, kind, error)
@@ -255,8 +308,9 @@ class _Sent(contextlib.AbstractContextManager[None]):
             waiting[self.waits] += 1
         self.started = time.perf_counter()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         seconds = time.perf_counter() - self.started
         if self.waits:
             self.metrics.calls_waiting.values[self.waits] -= 1
@@ -292,8 +346,9 @@ def program_registry(namespace: str, version: str) -> CollectorRegistry:
     series apiece that holds only the process's start time."""
     disable_created_metrics()
     registry = CollectorRegistry()
-    Gauge(f"{namespace}_build_info", "The version this program runs (always 1)", ["version"],
-          registry=registry).labels(version).set(1)
+    Gauge(f"{namespace}_build_info", "The version this program runs (always 1)", ["version"], registry=registry).labels(
+        version
+    ).set(1)
     return registry
 
 

@@ -209,8 +209,9 @@ class _OneHook(contextlib.AbstractContextManager[Sending]):
             hook.__enter__()
         return self.sending
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool | None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
         return self.hook.__exit__(exc_type, exc, tb) if self.hook is not None else None
 
 

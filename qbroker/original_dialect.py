@@ -90,11 +90,19 @@ def read_original_error(raw: Mapping[str, Any]) -> ErrorInfo:
     text = _text(raw.get("m"), 4000) or (_text(exc.get("s"), 4000) if isinstance(exc, Mapping) else None) or ""
     if cls == DEAD_LETTERED:
         assert NoServer.summary is not None
-        return ErrorInfo(status=NoServer.status, id=NoServer.error_id, part=DEAD_LETTER_PART,
-                         message=NoServer.summary, detail=text or None)
+        return ErrorInfo(
+            status=NoServer.status,
+            id=NoServer.error_id,
+            part=DEAD_LETTER_PART,
+            message=NoServer.summary,
+            detail=text or None,
+        )
     status = _text(raw.get("s"))
-    return ErrorInfo(status=status if status in _STATUSES else "error",  # type: ignore[arg-type]
-                     id=f"python.{cls}" if cls else "error", message=text)
+    return ErrorInfo(
+        status=status if status in _STATUSES else "error",  # type: ignore[arg-type]
+        id=f"python.{cls}" if cls else "error",
+        message=text,
+    )
 
 
 def _exception(path: str, *args: str) -> dict[str, Any]:
@@ -112,8 +120,12 @@ def error_for_original(error: ErrorInfo, dead_route: tuple[str, str] | None = No
     keys: dict[str, Any] = {"_o": ERROR_TAG, "s": error.status, "m": text}
     if dead_route is not None:
         exchange, routing_key = dead_route
-        keys.update(s="error", c=DEAD_LETTERED, m=f"Dead: queue={exchange} route={routing_key}"[:MAX_TEXT],
-                    e=_exception(DEAD_LETTERED_PATH, exchange[:255], routing_key[:255]))
+        keys.update(
+            s="error",
+            c=DEAD_LETTERED,
+            m=f"Dead: queue={exchange} route={routing_key}"[:MAX_TEXT],
+            e=_exception(DEAD_LETTERED_PATH, exchange[:255], routing_key[:255]),
+        )
         return keys
     native = error.id.removeprefix("python.")
     if error.id.startswith("python.") and native in _NATIVE_NAMES:

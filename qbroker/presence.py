@@ -105,8 +105,14 @@ class AddressedEndpoint(Endpoint):
     name runs that endpoint (the original's ``rpc(name, uuid=...)``). Every unit of an app hears the app's address,
     so there it answers pings only: an endpoint would run once per unit."""
 
-    def __init__(self, app: str, uuid: str, describe_unit: Callable[[], dict[str, Any]],
-                 unit_endpoints: Mapping[str, Endpoint], guard: PingGuard) -> None:
+    def __init__(
+        self,
+        app: str,
+        uuid: str,
+        describe_unit: Callable[[], dict[str, Any]],
+        unit_endpoints: Mapping[str, Endpoint],
+        guard: PingGuard,
+    ) -> None:
         super().__init__(name=f"{UUID_ADDRESS}{uuid}", options=EndpointOptions(exclusive=True))
         self.app_address = f"{APP_ADDRESS}{app}"
         self.describe_unit = describe_unit
@@ -129,8 +135,9 @@ class AddressedEndpoint(Endpoint):
         return await endpoint.dispatch(body, ctx)
 
 
-async def serve_address(bus: Bus, connection: Connection, address: AddressedEndpoint,
-                        on_addressed: OnAddressed) -> None:
+async def serve_address(
+    bus: Bus, connection: Connection, address: AddressedEndpoint, on_addressed: OnAddressed
+) -> None:
     """Consume the address's queue, bound with the unit's and its app's keys, on a channel of its own: where the
     broker refuses it (the account's permissions do not cover it), it closes that channel only and the address
     is not answered: the unit itself carries on (docs/interop.md)."""
@@ -142,8 +149,11 @@ async def serve_address(bus: Bus, connection: Connection, address: AddressedEndp
         consume: Callable[[AbstractIncomingMessage], Awaitable[None]] = functools.partial(on_addressed, address)
         await bus.add_consumer(queue, consume, part=address.name)
     except Exception as exc:  # refused: only this channel is closed
-        bus.log.info("not answering the original QBroker's discovery at the unit's address (refused by the broker)",
-                     address=address.name, error=repr(exc))
+        bus.log.info(
+            "not answering the original QBroker's discovery at the unit's address (refused by the broker)",
+            address=address.name,
+            error=repr(exc),
+        )
         if not channel.is_closed:
             with contextlib.suppress(Exception):
                 await channel.close()
@@ -171,20 +181,28 @@ class Presence:
     ``qbroker.start`` / ``qbroker.stop`` (which account announced which uuid), and, with
     ``config.original_discovery``, its address for the original QBroker's discovery."""
 
-    def __init__(self, app: str, uuid: str, describe: Callable[[], dict[str, Any]], endpoints: Mapping[str, Endpoint],
-                 config: Config) -> None:
+    def __init__(
+        self,
+        app: str,
+        uuid: str,
+        describe: Callable[[], dict[str, Any]],
+        endpoints: Mapping[str, Endpoint],
+        config: Config,
+    ) -> None:
         self.app = app
         self.uuid = uuid
         self.describe = describe
         self.guard = PingGuard(config.ping_rate, config.ping_burst)
-        self.address = AddressedEndpoint(app, uuid, describe, endpoints, self.guard) \
-            if config.original_discovery else None
+        self.address = (
+            AddressedEndpoint(app, uuid, describe, endpoints, self.guard) if config.original_discovery else None
+        )
 
     async def answer(self, ctx: RequestContext, body: Any = None) -> dict[str, Any] | None:
         """The unit's description, to a ping that asks for it (the original's may name an ``app`` or a ``uuid``)
         and that the guard lets through; None: no reply."""
-        if isinstance(body, Mapping) and (body.get("app", self.app) != self.app
-                                          or body.get("uuid", self.uuid) != self.uuid):
+        if isinstance(body, Mapping) and (
+            body.get("app", self.app) != self.app or body.get("uuid", self.uuid) != self.uuid
+        ):
             return None
         return self.describe() if self.guard.answer_ping(ctx.reply_to, ctx.user_id) else None
 

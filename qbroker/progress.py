@@ -27,8 +27,7 @@ def owner_word(account: str) -> str:
     """``account`` as one routing-key word (see above); no account (a job submitted in-process) is ``%``."""
     if not account:
         return "%"
-    return "".join(c if _WORD_SAFE.fullmatch(c) else "".join(f"%{b:02X}" for b in c.encode("utf-8"))
-                   for c in account)
+    return "".join(c if _WORD_SAFE.fullmatch(c) else "".join(f"%{b:02X}" for b in c.encode("utf-8")) for c in account)
 
 
 def progress_key(prefix: str, owner: str | None, job_id: str) -> str:

@@ -24,8 +24,9 @@ Role = Literal["rpc", "reply", "alert", "dead"]
 class PublishChannels:
     """The exchanges a ``Bus`` publishes to, on the channels it publishes on, while connected."""
 
-    def __init__(self, config: Config, log: FilteringBoundLogger, supervisor: ConnectionSupervisor,
-                 serving: Callable[[], bool]) -> None:
+    def __init__(
+        self, config: Config, log: FilteringBoundLogger, supervisor: ConnectionSupervisor, serving: Callable[[], bool]
+    ) -> None:
         self.config = config
         self.log = log
         self.supervisor = supervisor
@@ -93,8 +94,9 @@ class PublishChannels:
             raise ConnectionLost("not connected to a broker")
         return exchanges
 
-    async def publish(self, exchanges: Exchanges, role: Role, routing_key: str, message: OutgoingMessage, *,
-                      confirm: bool) -> None:
+    async def publish(
+        self, exchanges: Exchanges, role: Role, routing_key: str, message: OutgoingMessage, *, confirm: bool
+    ) -> None:
         """Publish on ``exchanges`` (from ``ready()``): a reply without ``confirm`` on the channel without."""
         exchange = (self.unconfirmed_reply if not confirm and role == "reply" else None) or getattr(exchanges, role)
         channel = self.channel

@@ -65,8 +65,11 @@ def failed_reply(message: AbstractIncomingMessage, exc: QBrokerError) -> Reply:
         return value if isinstance(value, str) else None
 
     header = Header(
-        version=0, message_id=text(message.message_id), correlation_id=text(message.correlation_id),
-        app_id=text(message.app_id), content_type=text(message.content_type) or "application/json",
+        version=0,
+        message_id=text(message.message_id),
+        correlation_id=text(message.correlation_id),
+        app_id=text(message.app_id),
+        content_type=text(message.content_type) or "application/json",
     )
     return Reply(body=None, error=exc.to_info(part="qbroker.reply"), header=header, readable=False)
 
@@ -92,8 +95,9 @@ class PendingReplies:
     def __len__(self) -> int:
         return len(self._calls)
 
-    def expect(self, message_id: str, *, durable: bool = False,
-               on_delivered: Callable[[Reply], object] | None = None) -> asyncio.Future[Reply]:
+    def expect(
+        self, message_id: str, *, durable: bool = False, on_delivered: Callable[[Reply], object] | None = None
+    ) -> asyncio.Future[Reply]:
         """A future for the reply to ``message_id``; a ``durable`` one (a guaranteed request) outlives a
         lost connection: its request is kept by the broker and answered once both sides are back."""
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
@@ -133,8 +137,7 @@ class PendingReplies:
             return False
         if not reply.readable and key in self._calls and self.unreadable_grace > 0:
             if key not in self._held:  # the first unreadable one is the one shown, if no readable one comes
-                self._held[key] = asyncio.get_running_loop().call_later(self.unreadable_grace, self._answer,
-                                                                        key, reply)
+                self._held[key] = asyncio.get_running_loop().call_later(self.unreadable_grace, self._answer, key, reply)
             return True
         self._release_held(key)
         future = self._calls.pop(key, None)

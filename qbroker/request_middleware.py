@@ -49,15 +49,23 @@ class PoisonCount(Middleware):
         failures = _count(message, FAILURES) + 1
         remaining = ctx.deadline - time.time() if ctx.deadline is not None else None
         if failures >= bus.config.max_redeliveries:
-            bus.log.warning("poison request sent to dead", name=name, correlation_id=ctx.message_id,
-                            failures=failures)
+            bus.log.warning("poison request sent to dead", name=name, correlation_id=ctx.message_id, failures=failures)
             await bus.publish("dead", name, bus.copy_message(message, {FAILURES: failures}, reply=False))
-            return refuse(PoisonRequest(f"request {name} ended {failures} deliveries without an answer (server "
-                                        "crashed, hung or was killed); sent to dead instead of retrying"), name)
+            return refuse(
+                PoisonRequest(
+                    f"request {name} ended {failures} deliveries without an answer (server "
+                    "crashed, hung or was killed); sent to dead instead of retrying"
+                ),
+                name,
+            )
         if remaining is not None and remaining <= 0:
             return await call_next(ctx, body)  # the deadline check answers it
-        bus.log.warning("redelivered request re-queued with its failure count", name=name,
-                        correlation_id=ctx.message_id, failures=failures)
+        bus.log.warning(
+            "redelivered request re-queued with its failure count",
+            name=name,
+            correlation_id=ctx.message_id,
+            failures=failures,
+        )
         await bus.publish("rpc", name, bus.copy_message(message, {FAILURES: failures}, ttl=remaining))
         ctx.handed_on = True
         return None, None
@@ -74,8 +82,9 @@ class Deadline(Middleware):
         deadline = ctx.header.deadline
         if deadline is not None and time.time() > deadline + self.slack:
             ctx.log.warning("request refused: past its deadline")
-            return refuse(DeadlinePassed(f"request {self.name} reached its server after its deadline; not run"),
-                          self.name)
+            return refuse(
+                DeadlinePassed(f"request {self.name} reached its server after its deadline; not run"), self.name
+            )
         return await call_next(ctx, body)
 
 
@@ -113,8 +122,9 @@ class Retries(Middleware):
             # The last try failed too: the caller gets this error, and ``dead`` keeps a copy (without
             # reply-to, so nobody answers it twice) for whoever inspects what failed.
             with contextlib.suppress(Exception):
-                await self.bus.publish("dead", self.endpoint.name,
-                                       self.bus.copy_message(message, {RETRIES: tries}, reply=False))
+                await self.bus.publish(
+                    "dead", self.endpoint.name, self.bus.copy_message(message, {RETRIES: tries}, reply=False)
+                )
         return result, error
 
     async def _retry_later(self, message: AbstractIncomingMessage, attempt: int, reason: str) -> bool:
@@ -134,12 +144,17 @@ class Retries(Middleware):
         try:
             channel = await connection.channel(publisher_confirms=False)
             try:
-                queue = await channel.declare_queue(queue_name, durable=True, arguments={
-                    "x-message-ttl": delay, "x-dead-letter-exchange": bus.config.exchange_name("rpc"),
-                    "x-dead-letter-routing-key": name,
-                    "x-expires": max(600_000, 10 * delay),  # unused delay queues go away by themselves
-                    **bus.config.durable_queue_type(),
-                })
+                queue = await channel.declare_queue(
+                    queue_name,
+                    durable=True,
+                    arguments={
+                        "x-message-ttl": delay,
+                        "x-dead-letter-exchange": bus.config.exchange_name("rpc"),
+                        "x-dead-letter-routing-key": name,
+                        "x-expires": max(600_000, 10 * delay),  # unused delay queues go away by themselves
+                        **bus.config.durable_queue_type(),
+                    },
+                )
                 await queue.bind(bus.config.exchange_name("rpc"), routing_key=routing_key)
             finally:
                 with contextlib.suppress(Exception):
@@ -148,8 +163,14 @@ class Retries(Middleware):
         except Exception as exc:
             bus.log.warning("retry not scheduled; answering the error", name=name, error=repr(exc))
             return False
-        bus.log.info("retry scheduled", name=name, correlation_id=message.message_id, attempt=attempt,
-                     delay_ms=delay, error=reason)
+        bus.log.info(
+            "retry scheduled",
+            name=name,
+            correlation_id=message.message_id,
+            attempt=attempt,
+            delay_ms=delay,
+            error=reason,
+        )
         return True
 
 

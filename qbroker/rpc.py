@@ -47,8 +47,11 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         # No reply-to is a one-way request (RQ NOREPLY, EventMQ reply-requested=false): run it anyway.
         header = read_header(message, require=("message_id", "name"))
         if header.name != endpoint.name and not endpoint.serves(header.name):
-            raise BadMessage("bad_header", f"header name {header.name!r} does not match the routing key "
-                                           f"{endpoint.name!r} the request was served under")
+            raise BadMessage(
+                "bad_header",
+                f"header name {header.name!r} does not match the routing key "
+                f"{endpoint.name!r} the request was served under",
+            )
         own = endpoint.options.max_body_bytes
         limit = bus.config.max_body_bytes if own is None else min(own, bus.config.max_body_bytes)
         body = read_body(message, accept=bus.config.accept, max_bytes=limit)
@@ -58,8 +61,11 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
             header = header.model_copy(update={"user_id": sender})
         ctx = RequestContext(header=header, kind="rpc", logger=bus.log, message=message, part=endpoint.name)
         cache = endpoint.chain
-        chain = cache.chain if cache.version == bus.middleware.version else cache.set(bus.middleware, _build_chain(
-            bus, endpoint))
+        chain = (
+            cache.chain
+            if cache.version == bus.middleware.version
+            else cache.set(bus.middleware, _build_chain(bus, endpoint))
+        )
         if header.debug:
             started = time.perf_counter()
         if guaranteed:
@@ -77,8 +83,7 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
                     _settled_by_redelivery(bus, message)
             return
     except QBrokerError as exc:
-        bus.log.warning("request refused", name=endpoint.name, correlation_id=message.message_id,
-                         error=str(exc))
+        bus.log.warning("request refused", name=endpoint.name, correlation_id=message.message_id, error=str(exc))
         result, error = None, exc.to_info(part=endpoint.name)
         if ctx is None:  # never reached the chain: the middlewares have not seen it
             bus.middleware.tell_refused(endpoint.name, "rpc", error, bus.log)
@@ -90,11 +95,21 @@ async def serve_request(bus: Bus, endpoint: Endpoint, message: AbstractIncomingM
         # A guaranteed (persistent) request's reply is confirmed before the request is acked.
         headers = message.headers or {}
         original = None if "name" in headers else for_original(headers)  # a qbroker request names itself
-        sent = await bus.send_reply(reply_to, message.message_id, result, error, debug=debug, confirm=guaranteed,
-                                    part=endpoint.name, original=original, debug_info=info)
+        sent = await bus.send_reply(
+            reply_to,
+            message.message_id,
+            result,
+            error,
+            debug=debug,
+            confirm=guaranteed,
+            part=endpoint.name,
+            original=original,
+            debug_info=info,
+        )
     elif error is not None:
-        bus.log.warning("one-way request failed", name=endpoint.name, correlation_id=message.message_id,
-                         error=error.message)
+        bus.log.warning(
+            "one-way request failed", name=endpoint.name, correlation_id=message.message_id, error=error.message
+        )
     if ctx is None or not ctx.detached:
         try:
             if guaranteed and not sent:
@@ -110,18 +125,22 @@ def _settled_by_redelivery(bus: Bus, message: AbstractIncomingMessage) -> None:
     """The served request's channel closed before it could be acked (the connection was lost): the broker
     delivers it again and that delivery is answered. The error must not reach the consumer's guard
     (``Bus.settle_failed``), whose ``internal_error`` would be a second reply."""
-    bus.log.info("request's channel closed before it was settled; the broker delivers it again",
-                 correlation_id=message.message_id)
+    bus.log.info(
+        "request's channel closed before it was settled; the broker delivers it again",
+        correlation_id=message.message_id,
+    )
 
 
-async def _serve_once(bus: Bus, name: str, message: AbstractIncomingMessage, ctx: RequestContext, body: Any,
-                      chain: Next) -> Outcome | None:
+async def _serve_once(
+    bus: Bus, name: str, message: AbstractIncomingMessage, ctx: RequestContext, body: Any, chain: Next
+) -> Outcome | None:
     """Run a guaranteed request's chain once in this unit however many copies of it arrive (``qbroker.guaranteed``):
     a copy waits for the run in progress, then takes its outcome. The outcome to answer with, or None when this
     delivery went with its connection (the broker delivers it again)."""
     header = ctx.header
-    key = request_key(name, header.message_id or "", header.user_id, message.reply_to, message.content_type,
-                      message.body)
+    key = request_key(
+        name, header.message_id or "", header.user_id, message.reply_to, message.content_type, message.body
+    )
     ledger = bus.guaranteed
     while (kept := ledger.kept(key)) is None and (running := ledger.running(key)) is not None:
         connection = bus.connection
@@ -164,8 +183,9 @@ def _publish_failed(publish: asyncio.Future[None], future: asyncio.Future[Reply]
         future.set_exception(ConnectionLost(f"request to {name} was not accepted by the broker: {exc}"))
 
 
-async def publish_until_confirmed(bus: Bus, name: str, message: OutgoingMessage, *, until: float,
-                                  expires_at: float) -> None:
+async def publish_until_confirmed(
+    bus: Bus, name: str, message: OutgoingMessage, *, until: float, expires_at: float
+) -> None:
     """Publish a guaranteed request to ``rpc_<name>`` and return once the broker confirmed it.
 
     Lost before its confirm (the connection or the publishing channel closed: the broker may or may not have
@@ -191,8 +211,12 @@ async def publish_until_confirmed(bus: Bus, name: str, message: OutgoingMessage,
                 raise
             losses += 1
             delay = min(0.05 * 2**losses, PUBLISH_AGAIN_WAIT_MAX)
-            bus.log.warning("guaranteed request not confirmed; publishing it again once connected", name=name,
-                            correlation_id=message.message_id, error=str(exc) or type(exc).__name__)
+            bus.log.warning(
+                "guaranteed request not confirmed; publishing it again once connected",
+                name=name,
+                correlation_id=message.message_id,
+                error=str(exc) or type(exc).__name__,
+            )
         await asyncio.sleep(max(0.0, min(delay, until - loop.time())))
         if not await bus.wait_connected(until - loop.time()):
             raise ConnectionLost(f"not connected to a broker again before the deadline (calling {name})")
@@ -213,10 +237,20 @@ def _expire(future: asyncio.Future[Reply], name: str, timeout: float) -> None:
         future.set_exception(CallTimeout(f"no reply from {name} within {timeout}s"))
 
 
-async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = False,
-               priority: int | None = None, content_type: str = JSON, guarantee: bool = False,
-               on_delivered: Callable[[Reply], object] | None = None,
-               headers: dict[str, Any] | None = None, routing_key: str | None = None) -> Reply:
+async def call(
+    bus: Bus,
+    name: str,
+    body: Any,
+    *,
+    timeout: float,
+    debug: bool = False,
+    priority: int | None = None,
+    content_type: str = JSON,
+    guarantee: bool = False,
+    on_delivered: Callable[[Reply], object] | None = None,
+    headers: dict[str, Any] | None = None,
+    routing_key: str | None = None,
+) -> Reply:
     """Publish one request and wait for its reply (which may carry an error element).
 
     ``guarantee`` (EventMQ): the request is persistent and the call keeps waiting across a lost
@@ -233,10 +267,19 @@ async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = 
     try:
         try:
             message = bus.make_message(
-                body, kind="rpc", name=name, message_id=message_id, reply_to=bus.uuid, debug=debug,
-                content_type=content_type, deadline=time.time() + timeout,
-                expiration_s=_expiration(timeout), priority=priority, persistent=guarantee,
-                notify=on_delivered is not None, extra_headers=headers,
+                body,
+                kind="rpc",
+                name=name,
+                message_id=message_id,
+                reply_to=bus.uuid,
+                debug=debug,
+                content_type=content_type,
+                deadline=time.time() + timeout,
+                expiration_s=_expiration(timeout),
+                priority=priority,
+                persistent=guarantee,
+                notify=on_delivered is not None,
+                extra_headers=headers,
             )
         except CodecError as exc:
             raise RequestError("bad_request_body", f"cannot encode request for {name}: {exc}") from exc
@@ -244,8 +287,11 @@ async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = 
         # Pipelined confirm: the reply normally arrives before the broker's ack; a refused or failed
         # publish resolves the call instead. One timer handle, no extra tasks: this is the hot path.
         if guarantee:
-            publish = asyncio.ensure_future(publish_until_confirmed(
-                bus, routing_key or name, message, until=deadline, expires_at=loop.time() + _expiration(timeout)))
+            publish = asyncio.ensure_future(
+                publish_until_confirmed(
+                    bus, routing_key or name, message, until=deadline, expires_at=loop.time() + _expiration(timeout)
+                )
+            )
         else:
             publish = asyncio.ensure_future(bus.publish("rpc", routing_key or name, message))
         publish.add_done_callback(lambda done: _publish_failed(done, future, name))
@@ -261,29 +307,36 @@ async def call(bus: Bus, name: str, body: Any, *, timeout: float, debug: bool = 
     return reply
 
 
-async def call_with_retries(bus: Bus, name: str, body: Any, *, timeout: float, retries: int,
-                            running: Callable[[], bool], **options: Any) -> Reply:
+async def call_with_retries(
+    bus: Bus, name: str, body: Any, *, timeout: float, retries: int, running: Callable[[], bool], **options: Any
+) -> Reply:
     """``call``, again after a retryable error (up to ``retries`` times, while ``running()``); returns the
     reply (ok or warn, a warning logged), raises the remote error (error or fail). The unit's send hooks
     (``qbroker.middleware``) see one call, its retries included."""
     if not bus.middleware.senders:  # the hot path: no hooks to enter
         return await _call_with_retries(bus, name, body, timeout, retries, running, options)
     with bus.middleware.sending("call", name) as sending:
-        reply = sending.reply = await _call_with_retries(bus, name, body, timeout, retries, running,
-                                                         {**options, "headers": sending.headers})
+        reply = sending.reply = await _call_with_retries(
+            bus, name, body, timeout, retries, running, {**options, "headers": sending.headers}
+        )
         return reply
 
 
-async def _call_with_retries(bus: Bus, name: str, body: Any, timeout: float, retries: int,
-                             running: Callable[[], bool], options: dict[str, Any]) -> Reply:
+async def _call_with_retries(
+    bus: Bus, name: str, body: Any, timeout: float, retries: int, running: Callable[[], bool], options: dict[str, Any]
+) -> Reply:
     attempt = 0
     while True:
         try:
             reply = await call(bus, name, body, timeout=timeout, **options)
             reply.raise_for_status()
             if reply.warning is not None:
-                bus.log.warning("call answered with a warning", name=name, warning=reply.warning.message,
-                                correlation_id=reply.header.correlation_id)
+                bus.log.warning(
+                    "call answered with a warning",
+                    name=name,
+                    warning=reply.warning.message,
+                    correlation_id=reply.header.correlation_id,
+                )
             return reply
         except QBrokerError as exc:
             if not exc.retryable or attempt >= retries or not running():
@@ -299,6 +352,9 @@ async def explain_timeout(bus: Bus, exc: CallTimeout) -> CallTimeout:
     if await bus.dead_letter_consumers() != 0:
         return exc
     queue = bus.config.dead_queue_name
-    return CallTimeout(f"{exc.message}; nobody on the bus collects dead letters (no consumer on queue "
-                       f"{queue!r}), so a missing or stopped server cannot be reported: run "
-                       "qbroker-dead-letter or a unit with dead_letters=True", part=exc.part)
+    return CallTimeout(
+        f"{exc.message}; nobody on the bus collects dead letters (no consumer on queue "
+        f"{queue!r}), so a missing or stopped server cannot be reported: run "
+        "qbroker-dead-letter or a unit with dead_letters=True",
+        part=exc.part,
+    )

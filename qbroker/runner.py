@@ -56,8 +56,14 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-async def run_service(unit: Unit, service: Service, *, stop: asyncio.Event | None = None,
-                      drain_timeout: float | None = None, freeze_heap: bool = False) -> None:
+async def run_service(
+    unit: Unit,
+    service: Service,
+    *,
+    stop: asyncio.Event | None = None,
+    drain_timeout: float | None = None,
+    freeze_heap: bool = False,
+) -> None:
     """Start ``unit`` and ``service``, wait for ``stop``, stop the service, then the unit (draining).
 
     ``freeze_heap``: once started, ``freeze_startup_heap()`` (a process of its own: ``serve`` sets it).
@@ -96,8 +102,14 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-async def serve_async(unit: Unit, service: Service, *, stop: asyncio.Event | None = None,
-                      drain_timeout: float | None = None, freeze_heap: bool = False) -> bool:
+async def serve_async(
+    unit: Unit,
+    service: Service,
+    *,
+    stop: asyncio.Event | None = None,
+    drain_timeout: float | None = None,
+    freeze_heap: bool = False,
+) -> bool:
     """``run_service`` with SIGTERM/SIGINT handlers: the first sets ``stop``, the second kills.
 
     ``stop`` may also be set by the service itself (e.g. a tool that ends after N messages).
@@ -132,8 +144,14 @@ async def serve_async(unit: Unit, service: Service, *, stop: asyncio.Event | Non
     return not killed
 
 
-def serve(app: str, make_service: Callable[[Unit], Service], *, config: Config | None = None,
-          drain_timeout: float | None = None, settings: ProgramSettings | None = None) -> None:
+def serve(
+    app: str,
+    make_service: Callable[[Unit], Service],
+    *,
+    config: Config | None = None,
+    drain_timeout: float | None = None,
+    settings: ProgramSettings | None = None,
+) -> None:
     """The whole life of a service process; returns after a graceful stop. ``settings``: the program's
     (qbroker.settings), for its logging, broker and drain timeout. Exits with the codes of every console
     script (qbroker.exit_codes): 3 and one line when no broker lets it in, 1 when killed by a second signal."""

@@ -66,8 +66,16 @@ class Scheduler:
         self._schedules: dict[str, Schedule] = {}
         self._log = log
 
-    def add(self, name: str, kind: Literal["cast", "alert"], send: Send, *, every: float | None,
-            cron: str | None, nohaste: bool) -> Schedule:
+    def add(
+        self,
+        name: str,
+        kind: Literal["cast", "alert"],
+        send: Send,
+        *,
+        every: float | None,
+        cron: str | None,
+        nohaste: bool,
+    ) -> Schedule:
         if (every is None) == (cron is None):
             raise ValueError("give exactly one of every= or cron=")
         if every is not None and every <= 0:

@@ -92,13 +92,21 @@ class EndpointServing:
         served = self._served[endpoint.name] = _Served(endpoint)
         config, options = self.bus.config, endpoint.options
         if options.max_priority and not options.exclusive and config.queue_type == "quorum":
-            self.bus.log.warning("a priority endpoint's queue stays classic (quorum queues have no priorities): "
-                                 "it is not replicated", queue=config.queue_name("rpc", endpoint.name))
+            self.bus.log.warning(
+                "a priority endpoint's queue stays classic (quorum queues have no priorities): it is not replicated",
+                queue=config.queue_name("rpc", endpoint.name),
+            )
         served.channel = await self.bus.channel(connection, confirms=False)
         await served.channel.set_qos(prefetch_count=options.prefetch)
         served.queue = await declare_rpc_queue(
-            connection, served.channel, config, endpoint.name, log=self.bus.log, exclusive=options.exclusive,
-            max_priority=options.max_priority, single_active=options.single_active,
+            connection,
+            served.channel,
+            config,
+            endpoint.name,
+            log=self.bus.log,
+            exclusive=options.exclusive,
+            max_priority=options.max_priority,
+            single_active=options.single_active,
         )
         if not self.paused:
             await self._consume(served)
@@ -128,8 +136,9 @@ class EndpointServing:
 
     async def _consume(self, served: _Served) -> None:
         assert served.queue is not None
-        served.tag = await self.bus.add_consumer(served.queue, self._consumer(served), part=served.endpoint.name,
-                                                 priority=served.endpoint.options.priority)
+        served.tag = await self.bus.add_consumer(
+            served.queue, self._consumer(served), part=served.endpoint.name, priority=served.endpoint.options.priority
+        )
 
     async def _cancel(self, served: _Served) -> None:
         if served.queue is not None and served.tag is not None:
@@ -162,8 +171,12 @@ class EndpointServing:
     async def _give_up(self, served: _Served, stuck_after: float) -> None:
         """Close the endpoint's channel: its unacked requests go back to the broker, to other servers."""
         served.stuck = True
-        self.bus.log.error("handlers stuck; their requests go to other servers", endpoint=served.endpoint.name,
-                           running=len(served.running), stuck_after=stuck_after)
+        self.bus.log.error(
+            "handlers stuck; their requests go to other servers",
+            endpoint=served.endpoint.name,
+            running=len(served.running),
+            stuck_after=stuck_after,
+        )
         await self._cancel(served)
         if served.channel is not None:
             with contextlib.suppress(Exception):

@@ -61,14 +61,30 @@ LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], B
 UserList = Annotated[frozenset[str], NoDecode, BeforeValidator(_comma_separated)]
 
 
-def option(default: Any = ..., help: str = "", *, env: str | Sequence[str] | None = None,  # noqa: A002
-           metavar: str | None = None, positional: bool = False, repeat: bool = False, group: str | None = None,
-           default_text: str | None = None, flag: str | None = None, **constraints: Any) -> Any:
+def option(
+    default: Any = ...,
+    help: str = "",
+    *,
+    env: str | Sequence[str] | None = None,  # noqa: A002
+    metavar: str | None = None,
+    positional: bool = False,
+    repeat: bool = False,
+    group: str | None = None,
+    default_text: str | None = None,
+    flag: str | None = None,
+    **constraints: Any,
+) -> Any:
     """A settings field and its option. ``env``: its environment variable(s) when not the model's prefix + NAME;
     ``repeat``: a list given by repeating the flag; ``default_text``: the default as help shows it; ``flag``: the
     option's name when not the field's (a field cannot be called ``json``: pydantic's own)."""
-    given = (("metavar", metavar), ("positional", positional or None), ("repeat", repeat or None), ("group", group),
-             ("default_text", default_text), ("flag", flag))
+    given = (
+        ("metavar", metavar),
+        ("positional", positional or None),
+        ("repeat", repeat or None),
+        ("group", group),
+        ("default_text", default_text),
+        ("flag", flag),
+    )
     extra: JsonDict = {k: v for k, v in given if v is not None}
     names = [env] if isinstance(env, str) else list(env or ())
     alias = AliasChoices(*names) if names else None
@@ -94,29 +110,47 @@ class UsageParser(argparse.ArgumentParser):
 class ProgramSettings(BaseSettings):
     """The options every program shares. A program subclasses it with its own fields and ``prog``."""
 
-    model_config = SettingsConfigDict(env_prefix="QBROKER_", populate_by_name=True, extra="forbid",
-                                      validate_default=False)
+    model_config = SettingsConfigDict(
+        env_prefix="QBROKER_", populate_by_name=True, extra="forbid", validate_default=False
+    )
     prog: ClassVar[str] = "qbroker-program"
     version: ClassVar[str] = __version__  # what --version reports: the program's own distribution's
     description: ClassVar[str | None] = None
     epilog: ClassVar[str | None] = None
 
-    config: Path | None = option(None, "read settings from this TOML file (keys: the options' names with _)",
-                                 metavar="FILE")
-    url: str | None = option(None, "broker URL, or several comma-separated for failover (tried in order); "
-                             "the password better in QBROKER_PASSWORD_FILE", env="QBROKER_URL",
-                             default_text=redact_url(Config.model_fields["url"].default))
-    exchange_prefix: str | None = option(None, "prefix of every exchange and shared queue name",
-                                         env="QBROKER_EXCHANGE_PREFIX", default_text="''")
-    metrics_port: int | None = option(None, "serve Prometheus metrics on this port (0: any free port)",
-                                      env="QBROKER_METRICS_PORT", metavar="PORT", default_text="no metrics server",
-                                      ge=0, le=65535)
-    metrics_host: str = option("127.0.0.1", "address of the metrics server", env="QBROKER_METRICS_HOST",
-                               metavar="HOST")
-    drain_timeout: float = option(10.0, "on SIGTERM, seconds to finish the work in hand before stopping",
-                                  env="QBROKER_DRAIN_TIMEOUT", metavar="SECONDS", ge=0)
-    log_format: LogFormat = option("console", "log lines for people, or one JSON object a line",
-                                   env="QBROKER_LOG_FORMAT")
+    config: Path | None = option(
+        None, "read settings from this TOML file (keys: the options' names with _)", metavar="FILE"
+    )
+    url: str | None = option(
+        None,
+        "broker URL, or several comma-separated for failover (tried in order); "
+        "the password better in QBROKER_PASSWORD_FILE",
+        env="QBROKER_URL",
+        default_text=redact_url(Config.model_fields["url"].default),
+    )
+    exchange_prefix: str | None = option(
+        None, "prefix of every exchange and shared queue name", env="QBROKER_EXCHANGE_PREFIX", default_text="''"
+    )
+    metrics_port: int | None = option(
+        None,
+        "serve Prometheus metrics on this port (0: any free port)",
+        env="QBROKER_METRICS_PORT",
+        metavar="PORT",
+        default_text="no metrics server",
+        ge=0,
+        le=65535,
+    )
+    metrics_host: str = option("127.0.0.1", "address of the metrics server", env="QBROKER_METRICS_HOST", metavar="HOST")
+    drain_timeout: float = option(
+        10.0,
+        "on SIGTERM, seconds to finish the work in hand before stopping",
+        env="QBROKER_DRAIN_TIMEOUT",
+        metavar="SECONDS",
+        ge=0,
+    )
+    log_format: LogFormat = option(
+        "console", "log lines for people, or one JSON object a line", env="QBROKER_LOG_FORMAT"
+    )
     log_level: LogLevel = option("INFO", "lowest level logged", env="QBROKER_LOG_LEVEL")
 
     @model_validator(mode="after")
@@ -126,12 +160,14 @@ class ProgramSettings(BaseSettings):
         return self
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
-                                   init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource,
-                                   dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource,
-                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml_file = _TOML_FILE.get()
         sources: tuple[PydanticBaseSettingsSource, ...] = (init_settings, env_settings)
         if toml_file is not None:
@@ -142,8 +178,12 @@ class ProgramSettings(BaseSettings):
 
     @classmethod
     def parser(cls) -> UsageParser:
-        p = UsageParser(prog=cls.prog, description=cls.description, epilog=cls.epilog,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = UsageParser(
+            prog=cls.prog,
+            description=cls.description,
+            epilog=cls.epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         p.add_argument("--version", action="version", version=f"{cls.prog} {cls.version}")
         groups: dict[str, argparse._ArgumentGroup] = {}
         for name, field in cls.model_fields.items():
@@ -278,8 +318,7 @@ def _add_option(p: Any, cls: type[BaseSettings], name: str, field: FieldInfo, ex
     default = _shown_default(field, extra)
     env = _env_names(cls, name, field)
     notes = ([f"default: {default}"] if default is not None else []) + [f"env: {' or '.join(env)}"]
-    kwargs: dict[str, Any] = {"help": f"{field.description or ''} [{'; '.join(notes)}]".strip(),
-                              "default": None}
+    kwargs: dict[str, Any] = {"help": f"{field.description or ''} [{'; '.join(notes)}]".strip(), "default": None}
     if extra.get("positional"):
         p.add_argument(name, nargs="?", metavar=extra.get("metavar") or name.upper(), **kwargs)
         return

@@ -84,21 +84,43 @@ def shared_topology(config: Config, topic_exchanges: tuple[str, ...] = ()) -> li
     the queues bound to it), plus ``topic_exchanges`` (the service-owned ones roles name, e.g. ``osm``)."""
     dead = config.exchange_name("dead")
     kept_in = config.dead_kept_exchange_name
-    no_dead_check = {"alternate-exchange": "a call to a name nobody serves waits for its timeout instead of "
-                                           "being answered no_server at once"}
+    no_dead_check = {
+        "alternate-exchange": "a call to a name nobody serves waits for its timeout instead of "
+        "being answered no_server at once"
+    }
     return [
-        Shared(dead, "fanout", required={"type": ("fanout", "topic")},
-               costs={"type": "none: the dead queue is bound with '#', so a topic exchange gives it every key"}),
+        Shared(
+            dead,
+            "fanout",
+            required={"type": ("fanout", "topic")},
+            costs={"type": "none: the dead queue is bound with '#', so a topic exchange gives it every key"},
+        ),
         Shared(config.dead_queue_name, arguments=dead_queue_arguments(config), bindings=((dead, BIND_ALL),)),
         Shared(kept_in, "fanout", required={"type": ("fanout", "topic")}),
-        Shared(config.dead_kept_queue_name, arguments=dead_kept_arguments(config), bindings=((kept_in, BIND_ALL),),
-               costs={"*": "the kept copies of dead requests are bounded otherwise (delete the queue once, or set "
-                           "a policy, to apply these bounds)"}),
-        Shared(config.exchange_name("rpc"), "topic", {"alternate-exchange": dead}, required={"type": ("topic",)},
-               costs=no_dead_check),
+        Shared(
+            config.dead_kept_queue_name,
+            arguments=dead_kept_arguments(config),
+            bindings=((kept_in, BIND_ALL),),
+            costs={
+                "*": "the kept copies of dead requests are bounded otherwise (delete the queue once, or set "
+                "a policy, to apply these bounds)"
+            },
+        ),
+        Shared(
+            config.exchange_name("rpc"),
+            "topic",
+            {"alternate-exchange": dead},
+            required={"type": ("topic",)},
+            costs=no_dead_check,
+        ),
         Shared(config.exchange_name("reply"), "direct", required={"type": ("direct",)}),
-        Shared(config.exchange_name("alert"), "topic", {"alternate-exchange": dead}, required={"type": ("topic",)},
-               costs={"alternate-exchange": "alerts nobody listens to are dropped unseen instead of counted as dead"}),
+        Shared(
+            config.exchange_name("alert"),
+            "topic",
+            {"alternate-exchange": dead},
+            required={"type": ("topic",)},
+            costs={"alternate-exchange": "alerts nobody listens to are dropped unseen instead of counted as dead"},
+        ),
         *(topic_exchange(name) for name in topic_exchanges),
     ]
 
@@ -114,14 +136,22 @@ def dead_queue_arguments(config: Config) -> dict[str, Any]:
 
 
 def dead_kept_arguments(config: Config) -> dict[str, Any]:
-    return {"x-max-length": config.dead_kept_max, "x-max-length-bytes": config.dead_kept_max_bytes,
-            "x-message-ttl": config.dead_kept_ttl_ms, "x-overflow": "drop-head", **config.durable_queue_type()}
+    return {
+        "x-max-length": config.dead_kept_max,
+        "x-max-length-bytes": config.dead_kept_max_bytes,
+        "x-message-ttl": config.dead_kept_ttl_ms,
+        "x-overflow": "drop-head",
+        **config.durable_queue_type(),
+    }
 
 
 # -- differences ----------------------------------------------------------------------------------------
 
-_INEQUIVALENT = re.compile(r"inequivalent arg '(?P<setting>[^']+)' for (?P<kind>exchange|queue) '(?P<name>.*)' "
-                           r"in vhost '.*': received (?P<received>.+?) but current is (?P<current>.+)$", re.S)
+_INEQUIVALENT = re.compile(
+    r"inequivalent arg '(?P<setting>[^']+)' for (?P<kind>exchange|queue) '(?P<name>.*)' "
+    r"in vhost '.*': received (?P<received>.+?) but current is (?P<current>.+)$",
+    re.S,
+)
 _TYPED = re.compile(r"the value '(?P<value>.*)' of type '(?P<type>\w+)'", re.S)
 _INTEGER_TYPES = {"byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint", "longlong"}
 _GENERIC_COSTS = {
@@ -130,7 +160,7 @@ _GENERIC_COSTS = {
     ("x-message-ttl", ABSENT): "messages wait in it without a time limit",
     ("x-message-ttl", None): "messages waiting longer than {theirs} ms are dropped or dead-lettered",
     ("x-expires", ABSENT): "it stays after its last consumer has gone: callers of a stopped service wait for "
-                           "their timeout instead of being answered no_server",
+    "their timeout instead of being answered no_server",
     ("x-expires", None): "the broker deletes it {theirs} ms after its last consumer has gone",
     ("x-queue-type", None): "its replication differs from this deployment's QBROKER_QUEUE_TYPE",
     ("x-dead-letter-exchange", ABSENT): "what expires or is rejected in it is dropped, not answered as dead",
@@ -165,8 +195,11 @@ class Difference:
         costs = self.shared.costs
         text = costs.get(self.setting) or (costs.get("*") if self.setting not in FLAGS else None)
         if text is None:
-            text = (_GENERIC_COSTS.get((self.setting, self.theirs)) if _hashable(self.theirs) else None) or \
-                _GENERIC_COSTS.get((self.setting, None)) or "it behaves as the program that declared it chose"
+            text = (
+                (_GENERIC_COSTS.get((self.setting, self.theirs)) if _hashable(self.theirs) else None)
+                or _GENERIC_COSTS.get((self.setting, None))
+                or "it behaves as the program that declared it chose"
+            )
         return text.format(theirs=self.theirs)
 
     def __str__(self) -> str:

@@ -85,11 +85,14 @@ class TopologyProbe:
             except ChannelPreconditionFailed as exc:
                 difference = read_difference(wanted, str(exc))
                 if difference is not None and difference.required:
-                    raise TopologyConflict(f"{difference}: this unit cannot work with it as it is (delete it, or use "
-                                           "another vhost or QBROKER_EXCHANGE_PREFIX)") from None
+                    raise TopologyConflict(
+                        f"{difference}: this unit cannot work with it as it is (delete it, or use "
+                        "another vhost or QBROKER_EXCHANGE_PREFIX)"
+                    ) from None
                 if difference is None or not difference.readable or difference.setting in {d.setting for d in found}:
-                    self.log.warning("shared object differs in a way not read; used as it is", object=str(wanted),
-                                     refusal=str(exc))
+                    self.log.warning(
+                        "shared object differs in a way not read; used as it is", object=str(wanted), refusal=str(exc)
+                    )
                     break  # trust it as it is: the passive declaration below
                 found.append(difference)
                 wanted = wanted.adopt(difference)
@@ -111,10 +114,17 @@ class TopologyProbe:
 async def _declare(channel: Channel, *, shared: Shared, passive: bool) -> Any:
     arguments = dict(shared.arguments) if not passive else None
     if shared.type is not None:
-        return await channel.declare_exchange(shared.name, shared.type, durable=shared.durable,
-                                              auto_delete=shared.auto_delete, passive=passive, arguments=arguments)
-    return await channel.declare_queue(shared.name, durable=shared.durable, auto_delete=shared.auto_delete,
-                                       passive=passive, arguments=arguments)
+        return await channel.declare_exchange(
+            shared.name,
+            shared.type,
+            durable=shared.durable,
+            auto_delete=shared.auto_delete,
+            passive=passive,
+            arguments=arguments,
+        )
+    return await channel.declare_queue(
+        shared.name, durable=shared.durable, auto_delete=shared.auto_delete, passive=passive, arguments=arguments
+    )
 
 
 async def _bind(_: Channel, *, queue: Queue, exchange: str, key: str) -> None:
@@ -123,12 +133,16 @@ async def _bind(_: Channel, *, queue: Queue, exchange: str, key: str) -> None:
 
 def warn_differences(log: FilteringBoundLogger, found: Sequence[Difference]) -> None:
     for difference in found:
-        log.warning("shared object exists with other settings; used as it is", difference=str(difference),
-                    cost=difference.cost())
+        log.warning(
+            "shared object exists with other settings; used as it is",
+            difference=str(difference),
+            cost=difference.cost(),
+        )
 
 
-async def ensure_shared(connection: Connection, objects: Sequence[Shared], log: FilteringBoundLogger,
-                        channel: Channel | None = None) -> None:
+async def ensure_shared(
+    connection: Connection, objects: Sequence[Shared], log: FilteringBoundLogger, channel: Channel | None = None
+) -> None:
     """Every object of ``objects`` there (declared where this account may), queues bound; differences logged.
     Raises TopologyMissing naming every missing object, TopologyConflict for one qbroker cannot use. ``channel``
     is tried first (see TopologyProbe)."""
@@ -147,5 +161,7 @@ async def ensure_shared(connection: Connection, objects: Sequence[Shared], log: 
         await probe.close()
     if missing:
         names = ", ".join(str(shared) for shared in missing)
-        raise TopologyMissing(f"the bus's shared exchanges and queues are missing ({names}) and this account may "
-                              f"not declare them: {PROVISION_HINT}")
+        raise TopologyMissing(
+            f"the bus's shared exchanges and queues are missing ({names}) and this account may "
+            f"not declare them: {PROVISION_HINT}"
+        )

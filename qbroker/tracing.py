@@ -25,15 +25,20 @@ try:
     from opentelemetry.trace import SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ModuleNotFoundError as exc:  # say what to install, not just which module is missing
-    raise ModuleNotFoundError(f"qbroker.tracing (QBROKER_OTEL=1) needs OpenTelemetry: pip install 'qbroker-amqp[otel]' "
-                              f"({exc})", name=exc.name) from exc
+    raise ModuleNotFoundError(
+        f"qbroker.tracing (QBROKER_OTEL=1) needs OpenTelemetry: pip install 'qbroker-amqp[otel]' ({exc})", name=exc.name
+    ) from exc
 
 from qbroker.context import RequestContext
 from qbroker.errors import ErrorInfo
 from qbroker.middleware import Middleware, Next, Outcome, Sending
 
-_SEND_KIND = {"call": SpanKind.CLIENT, "cast": SpanKind.PRODUCER, "alert": SpanKind.PRODUCER,
-              "gather": SpanKind.PRODUCER}
+_SEND_KIND = {
+    "call": SpanKind.CLIENT,
+    "cast": SpanKind.PRODUCER,
+    "alert": SpanKind.PRODUCER,
+    "gather": SpanKind.PRODUCER,
+}
 _EXCHANGE = {"call": "rpc", "cast": "rpc", "alert": "alert", "gather": "alert"}
 
 
@@ -66,8 +71,9 @@ def _mark(span: trace.Span, error: ErrorInfo | None) -> None:
 class Tracing(Middleware):
     """The OpenTelemetry middleware; add it outermost (the default) so its spans cover the built-ins."""
 
-    def __init__(self, tracer_provider: trace.TracerProvider | None = None,
-                 propagator: TextMapPropagator | None = None) -> None:
+    def __init__(
+        self, tracer_provider: trace.TracerProvider | None = None, propagator: TextMapPropagator | None = None
+    ) -> None:
         self.tracer = trace.get_tracer("qbroker", tracer_provider=tracer_provider)
         self.propagator = propagator or TraceContextTextMapPropagator()
 
@@ -77,14 +83,19 @@ class Tracing(Middleware):
         rpc = ctx.kind == "rpc"
         part = ctx.part or ctx.name or ""
         attributes = {
-            "messaging.system": "rabbitmq", "messaging.operation.type": "process",
+            "messaging.system": "rabbitmq",
+            "messaging.operation.type": "process",
             "messaging.destination.name": "rpc" if rpc else "alert",
             "messaging.rabbitmq.destination.routing_key": part,
-            "messaging.message.id": ctx.message_id or "", "qbroker.app_id": ctx.app_id or "",
+            "messaging.message.id": ctx.message_id or "",
+            "qbroker.app_id": ctx.app_id or "",
         }
-        with self.tracer.start_as_current_span(f"{'handle' if rpc else 'listen'} {part}", context=parent,
-                                               kind=SpanKind.SERVER if rpc else SpanKind.CONSUMER,
-                                               attributes=attributes) as span:
+        with self.tracer.start_as_current_span(
+            f"{'handle' if rpc else 'listen'} {part}",
+            context=parent,
+            kind=SpanKind.SERVER if rpc else SpanKind.CONSUMER,
+            attributes=attributes,
+        ) as span:
             result, error = await call_next(ctx, body)
             _mark(span, error)
             return result, error
@@ -96,11 +107,16 @@ class Tracing(Middleware):
     def _sending(self, sending: Sending) -> Iterator[None]:
         # Not made current: a gather's span stays open while its caller iterates, and nothing the
         # caller does meanwhile is part of it. The message carries it as the parent of its handling.
-        span = self.tracer.start_span(f"{sending.kind} {sending.name}", kind=_SEND_KIND[sending.kind], attributes={
-            "messaging.system": "rabbitmq", "messaging.operation.type": "send",
-            "messaging.destination.name": _EXCHANGE[sending.kind],
-            "messaging.rabbitmq.destination.routing_key": sending.name,
-        })
+        span = self.tracer.start_span(
+            f"{sending.kind} {sending.name}",
+            kind=_SEND_KIND[sending.kind],
+            attributes={
+                "messaging.system": "rabbitmq",
+                "messaging.operation.type": "send",
+                "messaging.destination.name": _EXCHANGE[sending.kind],
+                "messaging.rabbitmq.destination.routing_key": sending.name,
+            },
+        )
         try:
             self.propagator.inject(sending.headers, context=trace.set_span_in_context(span))
             yield

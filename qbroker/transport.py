@@ -43,8 +43,9 @@ class Queue(Protocol):
 
     async def unbind(self, exchange: Any, routing_key: str | None = None) -> object: ...
 
-    async def consume(self, callback: Consumer, no_ack: bool = False, *,
-                      arguments: dict[str, Any] | None = None) -> str: ...
+    async def consume(
+        self, callback: Consumer, no_ack: bool = False, *, arguments: dict[str, Any] | None = None
+    ) -> str: ...
 
     async def cancel(self, consumer_tag: str) -> object: ...
 
@@ -58,15 +59,29 @@ class Channel(Protocol):
     @property
     def is_closed(self) -> bool: ...
 
-    async def declare_exchange(self, name: str, type: ExchangeType | str = ExchangeType.DIRECT, *,
-                               durable: bool = False, auto_delete: bool = False, passive: bool = False,
-                               arguments: dict[str, Any] | None = None) -> Exchange: ...
+    async def declare_exchange(
+        self,
+        name: str,
+        type: ExchangeType | str = ExchangeType.DIRECT,
+        *,
+        durable: bool = False,
+        auto_delete: bool = False,
+        passive: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> Exchange: ...
 
     async def get_exchange(self, name: str, *, ensure: bool = True) -> Exchange: ...
 
-    async def declare_queue(self, name: str | None = None, *, durable: bool = False, exclusive: bool = False,
-                            passive: bool = False, auto_delete: bool = False,
-                            arguments: dict[str, Any] | None = None) -> Queue: ...
+    async def declare_queue(
+        self,
+        name: str | None = None,
+        *,
+        durable: bool = False,
+        exclusive: bool = False,
+        passive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> Queue: ...
 
     async def set_qos(self, prefetch_count: int = 0) -> object: ...
 
@@ -84,8 +99,9 @@ class Connection(Protocol):
     def is_closed(self) -> bool: ...
 
     # aio-pika returns an awaitable channel object, the in-memory broker a coroutine: both are awaited.
-    def channel(self, channel_number: int | None = None, publisher_confirms: bool = True,
-                on_return_raises: bool = False) -> Awaitable[Channel]: ...
+    def channel(
+        self, channel_number: int | None = None, publisher_confirms: bool = True, on_return_raises: bool = False
+    ) -> Awaitable[Channel]: ...
 
     def close(self, exc: BaseException | None = None) -> Awaitable[object]: ...
 

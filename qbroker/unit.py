@@ -64,8 +64,9 @@ class Unit(UnitCalls):
         self.serving = EndpointServing(self.bus, self.handler_work.track)
         # Bounded: a handler stuck in a thread holds one slot; once all are held, further sync requests
         # wait (and their endpoint timeout still answers the caller), the loop never does.
-        self.sync_pool = ThreadPoolExecutor(max_workers=config.sync_handler_threads,
-                                            thread_name_prefix=f"qbroker-{self.app}")
+        self.sync_pool = ThreadPoolExecutor(
+            max_workers=config.sync_handler_threads, thread_name_prefix=f"qbroker-{self.app}"
+        )
         self.announcer = Announcer(self.bus, self.describe)
         # Its ping answers (under a guard), and its addresses for the original QBroker's discovery.
         self.presence = Presence(self.app, self.uuid, self.describe, self.endpoints, config)
@@ -124,8 +125,9 @@ class Unit(UnitCalls):
 
         return register
 
-    async def add_rpc(self, name: str, handler: Callable[..., Any], *, extra: Extra = "forbid",
-                      **options: Unpack[EndpointSettings]) -> None:
+    async def add_rpc(
+        self, name: str, handler: Callable[..., Any], *, extra: Extra = "forbid", **options: Unpack[EndpointSettings]
+    ) -> None:
         """Serve ``name`` from now on, on a running unit (RQ consume at run time); options as ``rpc()``."""
         self._check_started("add_rpc")
         endpoint = self._add_endpoint(Endpoint, name, EndpointOptions(**options))
@@ -254,8 +256,10 @@ class Unit(UnitCalls):
             await alert_queue.bind(alert_exchange, routing_key=pattern)
         await bus.add_consumer(alert_queue, self._on_alert_message, part="qbroker.alert")
         # At once: the presence's channels fail alone (qbroker.presence), the endpoints' reconnect the unit.
-        await asyncio.gather(self.presence.attach(bus, connection, alert_queue.name, self._on_addressed),
-                             self.serving.attach(connection, list(self.endpoints.values())))
+        await asyncio.gather(
+            self.presence.attach(bus, connection, alert_queue.name, self._on_addressed),
+            self.serving.attach(connection, list(self.endpoints.values())),
+        )
         if self.dead_letters is not None:
             await self.dead_letters.attach(connection)
         for hook in self._hooks:
@@ -276,7 +280,10 @@ class Unit(UnitCalls):
 
     def describe(self) -> dict[str, Any]:
         return {
-            "app": self.app, "uuid": self.uuid, "host": self.host, "pid": os.getpid(),
+            "app": self.app,
+            "uuid": self.uuid,
+            "host": self.host,
+            "pid": os.getpid(),
             "uptime": round(time.time() - self._started_at, 3) if self._started_at else 0.0,
             "listeners": sorted({listener.pattern for listener in self.listeners}),
             "endpoints": {name: ep.describe() for name, ep in sorted(self.endpoints.items())},
@@ -286,4 +293,3 @@ class Unit(UnitCalls):
             # Log lines this process dropped because their stream failed (qbroker.log): a dead log pipe.
             **({"log_lines_dropped": dropped} if (dropped := dropped_log_lines()) else {}),
         }
-

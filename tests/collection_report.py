@@ -15,8 +15,13 @@ _deselected: list[pytest.Item] = []
 
 
 def _describe(items: list[pytest.Item]) -> dict[str, dict[str, Any]]:
-    return {item.nodeid: {"fixtures": sorted(getattr(item, "fixturenames", [])),
-                          "heavy": item.get_closest_marker("heavy") is not None} for item in items}
+    return {
+        item.nodeid: {
+            "fixtures": sorted(getattr(item, "fixturenames", [])),
+            "heavy": item.get_closest_marker("heavy") is not None,
+        }
+        for item in items
+    }
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:

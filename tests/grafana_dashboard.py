@@ -16,8 +16,14 @@ DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana" / "toposm-t
 # Every metric of ours starts with one of these (PromQL's functions, keywords and label names do not).
 PREFIXES = ("toposm_", "spark_bridge_", "qbroker_")
 METRIC = re.compile(r"\b(?:" + "|".join(PREFIXES) + r")[a-zA-Z0-9_:]*")
-SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count"),
-            "gauge": ("",), "info": ("_info",), "unknown": ("",)}
+SUFFIXES = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("_sum", "_count"),
+    "gauge": ("",),
+    "info": ("_info",),
+    "unknown": ("",),
+}
 
 
 def load() -> dict[str, Any]:

@@ -17,7 +17,7 @@ def documented(section: str) -> set[str]:
     text = DOC.read_text()
     start = text.index(f"\n## {section}")
     end = text.find("\n## ", start + 1)
-    rows = [line for line in text[start:end if end >= 0 else None].splitlines() if line.startswith("| `")]
+    rows = [line for line in text[start : end if end >= 0 else None].splitlines() if line.startswith("| `")]
     return {name for row in rows for name in re.findall(r"`([a-z_:]+)`", row.split("|")[1])}
 
 

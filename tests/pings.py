@@ -31,6 +31,5 @@ def count_stray_replies(unit: Unit) -> list[Any]:
 async def ping_as(sender: Unit, reply_to: str, count: int) -> None:
     """``count`` pings from ``sender``'s account, each naming ``reply_to`` for the answers."""
     for _ in range(count):
-        message = sender.bus.make_message({}, kind="alert", name=PING, message_id=new_message_id(),
-                                          reply_to=reply_to)
+        message = sender.bus.make_message({}, kind="alert", name=PING, message_id=new_message_id(), reply_to=reply_to)
         await sender.bus.publish("alert", PING, message)

@@ -23,16 +23,21 @@ def value(text: str, sample: str) -> float:
 
 
 def created_series(text: str) -> list[str]:
-    return sorted({s.name for f in text_string_to_metric_families(text) for s in f.samples
-                   if s.name.endswith("_created")})
+    return sorted(
+        {s.name for f in text_string_to_metric_families(text) for s in f.samples if s.name.endswith("_created")}
+    )
 
 
 def labels_naming(text: str, *pids: int) -> list[str]:
     """The samples with a label value that has one of ``pids`` as a dot-separated word (``le`` and
     ``quantile`` are numbers of their own)."""
     words = {str(pid) for pid in pids}
-    return [f"{s.name}{s.labels}" for f in text_string_to_metric_families(text) for s in f.samples
-            if any(words & set(v.split(".")) for k, v in s.labels.items() if k not in ("le", "quantile"))]
+    return [
+        f"{s.name}{s.labels}"
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if any(words & set(v.split(".")) for k, v in s.labels.items() if k not in ("le", "quantile"))
+    ]
 
 
 def says_its_version(text: str, namespace: str, version: str = qbroker.__version__) -> bool:

@@ -43,24 +43,37 @@ class SeedClient:
         else:
             self.stray.append(message)
 
-    def properties(self, name: str | None, *, message_id: str, reply_to: str | None,
-                   headers: dict[str, Any] | None = None, **extra: Any) -> Basic.Properties:
+    def properties(
+        self,
+        name: str | None,
+        *,
+        message_id: str,
+        reply_to: str | None,
+        headers: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> Basic.Properties:
         table = {"version": 1, **({"name": name} if name is not None else {})}
         if headers is not None:
             table = headers
-        return Basic.Properties(app_id=self.uuid, message_id=message_id, reply_to=reply_to,
-                                content_type="application/json", headers=table, **extra)
+        return Basic.Properties(
+            app_id=self.uuid,
+            message_id=message_id,
+            reply_to=reply_to,
+            content_type="application/json",
+            headers=table,
+            **extra,
+        )
 
-    async def request(self, name: str, body: Any, *, reply: bool = True, exchange: str = "rpc",
-                      **extra: Any) -> str:
+    async def request(self, name: str, body: Any, *, reply: bool = True, exchange: str = "rpc", **extra: Any) -> str:
         """Publish a request (or, with exchange="alert", an alert); returns its message-id."""
         message_id = uuid.uuid4().hex
         if reply:
             self.replies[message_id] = asyncio.get_running_loop().create_future()
         await self.channel.basic_publish(
-            orjson.dumps(body), exchange=self.prefix + exchange, routing_key=name,
-            properties=self.properties(name, message_id=message_id, reply_to=self.uuid if reply else None,
-                                       **extra),
+            orjson.dumps(body),
+            exchange=self.prefix + exchange,
+            routing_key=name,
+            properties=self.properties(name, message_id=message_id, reply_to=self.uuid if reply else None, **extra),
         )
         return message_id
 

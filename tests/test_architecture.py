@@ -26,22 +26,30 @@ def _tool(name: str) -> str:
 
 
 def test_library_and_services_type_check() -> None:
-    result = subprocess.run([_tool("mypy"), "qbroker", "services"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [_tool("mypy"), "qbroker", "services"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
 
 
 def test_code_is_lint_clean() -> None:
-    result = subprocess.run([_tool("ruff"), "check", "qbroker", "services", "tests", "demo", "bench", "harness"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        [_tool("ruff"), "check", "qbroker", "services", "tests", "demo", "bench", "harness"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
 
 
 def test_toposm_contract_is_a_leaf() -> None:
     """services.toposm.contract (the TopOSM names, expiry list, metatile size and keys) imports nothing of the
     project, so every service and benchmark can import it without pulling in another's code."""
-    probe = ("import sys, services.toposm.contract; "
-             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('services', 'qbroker'))))")
+    probe = (
+        "import sys, services.toposm.contract; "
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('services', 'qbroker'))))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["services", "services.toposm", "services.toposm.contract"]

@@ -35,8 +35,13 @@ class DemoProcess:
     def __init__(self, amqp_url: str, workdir: Path) -> None:
         env = dict(os.environ, QBROKER_URL=amqp_url, PYTHONUNBUFFERED="1")
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "demo", "--workdir", str(workdir), "--keep-running"], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env=env, cwd=Path(__file__).resolve().parents[1])
+            [sys.executable, "-m", "demo", "--workdir", str(workdir), "--keep-running"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=Path(__file__).resolve().parents[1],
+        )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -77,10 +82,14 @@ def vhost_of_its_own() -> Iterator[str]:
 
 def on_the_broker(vhost: str) -> list[str]:
     """The vhost's exchanges and queues, but the broker's own (``amq.*`` and the default exchange)."""
-    names = [f"exchange {name}" for name in rabbitmqctl("list_exchanges", "-p", vhost, "name", "-q",
-                                                        "--no-table-headers").stdout.split()]
-    names += [f"queue {name}" for name in rabbitmqctl("list_queues", "-p", vhost, "name", "-q",
-                                                      "--no-table-headers").stdout.split()]
+    names = [
+        f"exchange {name}"
+        for name in rabbitmqctl("list_exchanges", "-p", vhost, "name", "-q", "--no-table-headers").stdout.split()
+    ]
+    names += [
+        f"queue {name}"
+        for name in rabbitmqctl("list_queues", "-p", vhost, "name", "-q", "--no-table-headers").stdout.split()
+    ]
     return [name for name in names if not name.startswith("exchange amq.")]
 
 
@@ -100,8 +109,10 @@ def test_demo_runs_end_to_end(vhost_of_its_own: str, tmp_path: Path) -> None:
     demo = DemoProcess(amqp_url, tmp_path)
     try:
         cleared = demo.until("an earlier run in this work dir was stopped without cleaning up")
-        assert (f"stopped 1 of its processes, deleted {len(killed_accounts)} of its broker accounts, removed 8 of "
-                "its exchanges and queues") in cleared  # demo.rpc, .reply, .alert, .dead, .dead.kept(.in), osm
+        assert (
+            f"stopped 1 of its processes, deleted {len(killed_accounts)} of its broker accounts, removed 8 of "
+            "its exchanges and queues"
+        ) in cleared  # demo.rpc, .reply, .alert, .dead, .dead.kept(.in), osm
         assert orphan.wait(30) == -signal.SIGTERM
         assert "/map#map=17/60.1" in demo.until("the edited street (Mikonkatu) on the map:")
         assert (tmp_path / "deployment.toml").exists()  # what the next run would clear after a SIGKILL
@@ -127,8 +138,13 @@ def test_demo_runs_end_to_end(vhost_of_its_own: str, tmp_path: Path) -> None:
     assert "exchanges and queues removed from the broker." in out, out[-3000:]
     assert on_the_broker(vhost_of_its_own) == [], out[-3000:]
     removed = [line for line in out.splitlines() if "removed from the broker:" in line][-1]  # this run's
-    for name in ("exchange demo.rpc", "exchange osm", "queue demo.dead ", "queue toposm.queuemaster.osm",
-                 "queue demo.rpc_toposm.queuemaster"):
+    for name in (
+        "exchange demo.rpc",
+        "exchange osm",
+        "queue demo.dead ",
+        "queue toposm.queuemaster.osm",
+        "queue demo.rpc_toposm.queuemaster",
+    ):
         assert name in removed, removed
     assert not (tmp_path / "broker-objects.json").exists()
     assert PidFile(tmp_path).alive() == []

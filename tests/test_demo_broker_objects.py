@@ -121,8 +121,12 @@ async def test_what_the_account_may_not_delete_is_named_with_the_command(url: st
     config = Config(url=url, exchange_prefix="demo.")
     claimed = await claim(config, tmp_path)
     with demo_accounts(tmp_path, url, "demo.") as accounts:  # declares the shared topology, as the demo does
-        client = Config(url=url, exchange_prefix="demo.", username=accounts.names["client"],
-                        password_file=accounts.files[accounts.names["client"]])
+        client = Config(
+            url=url,
+            exchange_prefix="demo.",
+            username=accounts.names["client"],
+            password_file=accounts.files[accounts.names["client"]],
+        )
         removal = await remove(client, owned_after(config, tmp_path, claimed), tmp_path)
     assert not removal.removed and not removal.complete
     assert {item.name for item in removal.refused} == PREFIX_EXCHANGES | PREFIX_QUEUES | {OSM_EXCHANGE}
@@ -149,12 +153,24 @@ def test_bin_demo_clean_removes_them_and_says_what(url: str, tmp_path: Path) -> 
     asyncio.run(claim(config, tmp_path))
     asyncio.run(declare_as_the_services_do(url))
     env = dict(os.environ, QBROKER_URL=url)
-    done = subprocess.run([sys.executable, "-m", "demo", "--clean", "--no-accounts", "--workdir", str(tmp_path)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=HANG)
+    done = subprocess.run(
+        [sys.executable, "-m", "demo", "--clean", "--no-accounts", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=HANG,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"removed from the broker: queue demo\.dead \([1-9][0-9]* messages?\)", done.stdout), done.stdout
     assert "exchange osm" in done.stdout and "queue toposm.queuemaster.osm" in done.stdout
     assert listed(url) == (set(), set()) and not (tmp_path / RECORD_FILE).exists()
-    again = subprocess.run([sys.executable, "-m", "demo", "--clean", "--no-accounts", "--workdir", str(tmp_path)],
-                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=HANG)
+    again = subprocess.run(
+        [sys.executable, "-m", "demo", "--clean", "--no-accounts", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=HANG,
+    )
     assert again.returncode == 0 and "nothing of the demo's was left" in again.stdout

@@ -29,8 +29,9 @@ def bare_checkout(tmp_path: Path) -> Path:
 def run_bin_demo(checkout: Path, *args: str) -> subprocess.CompletedProcess[str]:
     python = shutil.which("python3") or sys.executable  # the system's, as before bin/bootstrap
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHON": python}
-    return subprocess.run([str(checkout / "bin" / "demo"), *args], capture_output=True, text=True, env=env,
-                          timeout=HANG)
+    return subprocess.run(
+        [str(checkout / "bin" / "demo"), *args], capture_output=True, text=True, env=env, timeout=HANG
+    )
 
 
 def test_help_and_version_answer_before_any_set_up(tmp_path: Path) -> None:
@@ -48,8 +49,9 @@ def test_help_and_version_answer_before_any_set_up(tmp_path: Path) -> None:
 
 
 def test_the_demo_parses_with_the_same_parser() -> None:
-    done = subprocess.run([sys.executable, "-m", "demo", "--help"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=HANG)
+    done = subprocess.run(
+        [sys.executable, "-m", "demo", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=HANG
+    )
     assert done.returncode == 0 and done.stdout.startswith("usage: bin/demo ")
     assert done.stdout == run_bin_demo(ROOT, "--help").stdout
 
@@ -71,8 +73,10 @@ async def test_a_service_that_ends_is_reported_at_once_with_what_still_runs(tmp_
         while len(said) < 2:
             heard.clear()
             await asyncio.wait_for(heard.wait(), HANG)
-        assert said == [f"  ! sleep (pid {first.pid}) killed by SIGTERM; its log: {first.log}",
-                        f"  ! still running: sleep (pid {second.pid})"]
+        assert said == [
+            f"  ! sleep (pid {first.pid}) killed by SIGTERM; its log: {first.log}",
+            f"  ! still running: sleep (pid {second.pid})",
+        ]
         second.process.kill()
         await asyncio.wait_for(watching, HANG)  # none runs any more: the watch ends
         assert said[-1] == "  ! still running: none of the services"

@@ -27,9 +27,12 @@ from harness.pytest_plugin import heavy
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"<!-- runnable(?:: (?P<how>[a-z]+))? -->\n```(?P<lang>[a-z]*)\n(?P<body>.*?)\n```", re.S)
-OFFLINE_ENV = {**os.environ, "QBROKER_URL": "amqp://nobody:nothing@127.0.0.1:1/",
-               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-               "PYTHONPATH": str(ROOT)}
+OFFLINE_ENV = {
+    **os.environ,
+    "QBROKER_URL": "amqp://nobody:nothing@127.0.0.1:1/",
+    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    "PYTHONPATH": str(ROOT),
+}
 Block = tuple[str, str, str]  # where (page:line), how (sh, pytest, import), body
 
 
@@ -54,8 +57,9 @@ def test_the_docs_mark_runnable_blocks() -> None:
 @pytest.fixture(scope="module")
 @heavy("the docs' runnable blocks import the real OSM extracts")
 def osm_extracts() -> Path:
-    out = subprocess.run([str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600, check=False)
+    out = subprocess.run(
+        [str(ROOT / "bin" / "ensure-osm-data")], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
     assert out.returncode == 0, out.stderr
     return ROOT / out.stdout.strip()
 
@@ -74,22 +78,42 @@ def run_block(where: str, how: str, body: str, cwd: Path) -> None:
             command = command.split("  #")[0].strip()
             if not command or command.startswith("#"):
                 continue
-            done = subprocess.run(["bash", "-c", command], cwd=cwd, env=OFFLINE_ENV, capture_output=True,
-                                  text=True, timeout=120, check=False)
+            done = subprocess.run(
+                ["bash", "-c", command],
+                cwd=cwd,
+                env=OFFLINE_ENV,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
             assert done.returncode == 0, f"{where}: {command!r} exited {done.returncode}\n{done.stderr[-2000:]}"
     elif how == "pytest":
         module = cwd / "test_doc_block.py"
         module.write_text(body + "\n", encoding="utf-8")
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
-                               "asyncio_mode=auto", str(module)], cwd=cwd, env=OFFLINE_ENV,
-                              capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "asyncio_mode=auto", str(module)],
+            cwd=cwd,
+            env=OFFLINE_ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         module.unlink()
         assert done.returncode == 0, f"{where}: pytest exited {done.returncode}\n{done.stdout[-3000:]}"
     elif how == "import":
         name = "doc_block_" + re.sub(r"\W", "_", where)  # one module per block: no stale bytecode
         (cwd / f"{name}.py").write_text(body + "\n", encoding="utf-8")
-        done = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=cwd, env=OFFLINE_ENV,
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", f"import {name}"],
+            cwd=cwd,
+            env=OFFLINE_ENV,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0, f"{where}: import exited {done.returncode}\n{done.stderr[-3000:]}"
     else:
         raise AssertionError(f"{where}: unknown runnable kind {how!r}")

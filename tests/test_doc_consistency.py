@@ -28,10 +28,10 @@ def _unquote(cell: str) -> str:
 
 def _table_after(text: str, marker: str) -> list[list[str]]:
     """The rows (cells) of the first Markdown table after ``marker``, header and rule left out."""
-    lines = text[text.index(marker):].splitlines()
+    lines = text[text.index(marker) :].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append(_cells(line))
@@ -40,9 +40,13 @@ def _table_after(text: str, marker: str) -> list[list[str]]:
 
 # -- docs/wire-format.md: every error id the library defines ----------------------------------------------------
 
+
 def _library_error_classes() -> list[type[errors.QBrokerError]]:
-    return [cls for _, cls in inspect.getmembers(errors, inspect.isclass)
-            if issubclass(cls, errors.QBrokerError) and cls.__module__ == errors.__name__]
+    return [
+        cls
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, errors.QBrokerError) and cls.__module__ == errors.__name__
+    ]
 
 
 def test_every_error_id_the_library_defines_is_in_the_wire_format() -> None:
@@ -50,10 +54,12 @@ def test_every_error_id_the_library_defines_is_in_the_wire_format() -> None:
     of the triples qbroker produces, with the class's status and fixed message, or is named among the ids
     raised on the caller's side only (or a base class's own). An id added to the code without a row fails here."""
     text = (DOCS / "wire-format.md").read_text(encoding="utf-8")
-    table = {(row[0], _unquote(row[1])): _unquote(row[3])
-             for row in _table_after(text, "Every triple qbroker itself produces")}
+    table = {
+        (row[0], _unquote(row[1])): _unquote(row[3])
+        for row in _table_after(text, "Every triple qbroker itself produces")
+    }
     # the paragraph after the table: ids raised on the caller's side only, and the base classes' own
-    outside = text[text.index("Raised on the caller's side only"):]
+    outside = text[text.index("Raised on the caller's side only") :]
     named_outside = set(re.findall(r"`(?:fail|error)`/`([a-z_]+)`", outside[: outside.index("\n\n")]))
     assert table and named_outside, "wire-format.md: the table or the caller-side list moved"
     problems = []
@@ -65,12 +71,15 @@ def test_every_error_id_the_library_defines_is_in_the_wire_format() -> None:
         elif cls.error_id not in named_outside:
             problems.append(f"{cls.__name__}: no row {cls.status} | `{cls.error_id}`")
     listed = {error_id for _, error_id in table} | named_outside
-    problems += [f"library id {i!r}: neither in the table nor among the caller-side ids"
-                 for i in sorted(errors.LIBRARY_ERROR_IDS - listed)]
+    problems += [
+        f"library id {i!r}: neither in the table nor among the caller-side ids"
+        for i in sorted(errors.LIBRARY_ERROR_IDS - listed)
+    ]
     assert not problems, "\n".join(problems)
 
 
 # -- examples: one message per (status, id, part) -----------------------------------------------------------------
+
 
 def _doc_python_blocks() -> list[tuple[str, str]]:
     found = []
@@ -112,6 +121,7 @@ def test_the_docs_examples_keep_each_error_message_fixed() -> None:
 
 # -- docs/semantics.md: each seed feature mapped once ---------------------------------------------------------
 
+
 def test_each_seed_feature_is_mapped_in_one_row() -> None:
     """The mapping table names each seed feature (a backquoted RQ or EventMQ word in the first column) in one
     row only: two rows for one feature say two different things about it."""
@@ -128,6 +138,7 @@ def test_each_seed_feature_is_mapped_in_one_row() -> None:
 
 # -- docs/scaling.md: the render figure is the final bench's ----------------------------------------------------
 
+
 def test_the_scaling_render_figure_is_the_one_its_bench_json_measured() -> None:
     """scaling.md's "render one metatile" row names the bench JSON it comes from; the figure its arithmetic
     extrapolates with (``RENDER_SECONDS``) and the Renderers table are within the medians measured there."""
@@ -135,8 +146,12 @@ def test_the_scaling_render_figure_is_the_one_its_bench_json_measured() -> None:
     row = next(line for line in text.splitlines() if line.startswith("| render one metatile"))
     sources = re.findall(r"`(docs/bench/[^`]+\.json)`", row)
     assert sources, "the render row names no docs/bench JSON"
-    medians = [float(run["median_seconds"]) for source in sources
-               for run in json.loads((ROOT / source).read_text())["render"].values() if isinstance(run, dict)]
+    medians = [
+        float(run["median_seconds"])
+        for source in sources
+        for run in json.loads((ROOT / source).read_text())["render"].values()
+        if isinstance(run, dict)
+    ]
     assert medians
     constant = float(re.search(r"^RENDER_SECONDS = ([0-9.]+)", text, re.M).group(1))  # type: ignore[union-attr]
     assert round(min(medians), 3) <= constant <= round(max(medians), 3), (constant, min(medians), max(medians))
@@ -182,8 +197,11 @@ ISSUE_NUMBER = re.compile(r"\bissues? #?\d+", re.I)
 OUTSIDE_PATH = re.compile(r"\.\./shared\b|\bshared/seeds\b|\bseeds/")
 # "the seed" was the protocols' original text, outside the repository: comments state the rule and point to
 # docs/ instead. RNG seeds ("seeded", "a fixed seed") and identifiers (seed_wire, floor_seed) are not meant.
-SEED_REFERENCE = re.compile(r"\bthe seed\b|\bseed's|\bseed[- ](?:wire|program|client|command|field|thread|"
-                            r"structure)|\bseed-structured|\b(?:TopOSM|QBroker) seed\b", re.I)
+SEED_REFERENCE = re.compile(
+    r"\bthe seed\b|\bseed's|\bseed[- ](?:wire|program|client|command|field|thread|"
+    r"structure)|\bseed-structured|\b(?:TopOSM|QBroker) seed\b",
+    re.I,
+)
 # The one place a path outside the repository stays: the harness locating the peer program it runs.
 OUTSIDE_PATH_ALLOWED = {"harness/original_qbroker.py": 1}
 DOC_POINTER = re.compile(r"docs/([\w-]+\.md),?\s+\"([^\"]+)\"")
@@ -196,8 +214,11 @@ def _code_files() -> list[Path]:
 def _prose(path: Path) -> str:
     """A module's comments and docstrings, whitespace collapsed: what it says to a reader, not what it runs."""
     source = path.read_text(encoding="utf-8")
-    parts = [token.string.lstrip("#") for token in tokenize.generate_tokens(io.StringIO(source).readline)
-             if token.type == tokenize.COMMENT]
+    parts = [
+        token.string.lstrip("#")
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    ]
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             docstring = ast.get_docstring(node, clean=False)
@@ -226,7 +247,7 @@ def test_comments_state_the_protocols_rules_not_the_seed() -> None:
     problems = []
     for path in _code_files():
         for match in SEED_REFERENCE.finditer(prose := _prose(path)):
-            around = prose[max(0, match.start() - 40): match.end() + 40]
+            around = prose[max(0, match.start() - 40) : match.end() + 40]
             problems.append(f"{path.relative_to(ROOT).as_posix()}: ...{around}...")
     assert not problems, "\n".join(problems)
 
@@ -234,8 +255,14 @@ def test_comments_state_the_protocols_rules_not_the_seed() -> None:
 def test_comments_point_to_doc_sections_that_exist() -> None:
     """A comment's ``docs/<page>.md, "<section>"`` names a page of docs/ and a heading of it: a renamed section
     fails here instead of leaving the code pointing nowhere."""
-    headings = {page.name: [" ".join(line.lstrip("#").split()) for line in page.read_text(encoding="utf-8").splitlines()
-                            if line.startswith("#")] for page in DOCS.glob("*.md")}
+    headings = {
+        page.name: [
+            " ".join(line.lstrip("#").split())
+            for line in page.read_text(encoding="utf-8").splitlines()
+            if line.startswith("#")
+        ]
+        for page in DOCS.glob("*.md")
+    }
     problems, pointers = [], 0
     for path in _code_files():
         for page, section in DOC_POINTER.findall(_prose(path)):
@@ -247,15 +274,18 @@ def test_comments_point_to_doc_sections_that_exist() -> None:
 
 # -- docs/tiles.md: the module tree is the tree --------------------------------------------------------------------
 
+
 def test_the_tiles_module_tree_lists_every_module() -> None:
     """docs/tiles.md draws services/toposm and the three tile programs' packages: every module in them is named
     there (a module added, moved or renamed without the tree fails here), and every name there exists."""
     text = (DOCS / "tiles.md").read_text(encoding="utf-8")
-    tree = text[text.index("## Layout: services/toposm and services/tiles"):]
-    tree = tree[tree.index("```text"): tree.index("```\n", tree.index("```text") + 7)]
+    tree = text[text.index("## Layout: services/toposm and services/tiles") :]
+    tree = tree[tree.index("```text") : tree.index("```\n", tree.index("```text") + 7)]
     named = set(re.findall(r"([\w]+\.py)\b", tree))
-    folders = [ROOT / "services" / "toposm", *(ROOT / "services" / "tiles" / program
-                                                for program in ("queuemaster", "renderer", "render_list"))]
+    folders = [
+        ROOT / "services" / "toposm",
+        *(ROOT / "services" / "tiles" / program for program in ("queuemaster", "renderer", "render_list")),
+    ]
     modules = {path.name for folder in folders for path in folder.glob("*.py") if path.name != "__init__.py"}
     assert not modules - named, f"modules missing from docs/tiles.md's tree: {sorted(modules - named)}"
     assert not named - modules, f"docs/tiles.md's tree names modules that do not exist: {sorted(named - modules)}"

@@ -54,18 +54,37 @@ KNOWN_QUICK = (
 @pytest.fixture(scope="module")
 def quick_collection(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     report = tmp_path_factory.mktemp("collection") / "report.json"
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not heavy", "-p",
-                           "tests.collection_report", "-p", "no:cacheprovider", "tests"], cwd=ROOT,
-                          env={**os.environ, "QBROKER_COLLECTION_REPORT": str(report)},
-                          capture_output=True, text=True, timeout=HANG * 5)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-m",
+            "not heavy",
+            "-p",
+            "tests.collection_report",
+            "-p",
+            "no:cacheprovider",
+            "tests",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "QBROKER_COLLECTION_REPORT": str(report)},
+        capture_output=True,
+        text=True,
+        timeout=HANG * 5,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result: dict[str, Any] = json.loads(report.read_text())
     return result
 
 
 def test_no_quick_test_uses_a_heavy_fixture(quick_collection: dict[str, Any]) -> None:
-    found = {nodeid: sorted(set(test["fixtures"]) & set(HEAVY_FIXTURES))
-             for nodeid, test in quick_collection["selected"].items()}
+    found = {
+        nodeid: sorted(set(test["fixtures"]) & set(HEAVY_FIXTURES))
+        for nodeid, test in quick_collection["selected"].items()
+    }
     assert not {nodeid: names for nodeid, names in found.items() if names}
 
 

@@ -30,13 +30,23 @@ pytestmark = pytest.mark.heavy
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_HANG = 20 * HANG  # a venv and its dependencies from the index, on a loaded machine
 LIBRARY_SCRIPTS = ("qbroker", "qbroker-debug", "qbroker-dead-letter")
-STACK_SCRIPTS = ("toposm-queuemaster", "toposm-renderer", "toposm-render-list", "qbroker-spark-bridge",
-                 "toposm-web", "toposm-import", "toposm-replicate")
+STACK_SCRIPTS = (
+    "toposm-queuemaster",
+    "toposm-renderer",
+    "toposm-render-list",
+    "qbroker-spark-bridge",
+    "toposm-web",
+    "toposm-import",
+    "toposm-replicate",
+)
 
 
 def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("QBROKER_")}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("QBROKER_")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -50,17 +60,45 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for package in ("qbroker", "services"):
         shutil.copytree(ROOT / package, source / package, ignore=ignore)  # services/LICENSE: the file itself
     out = work / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(out), str(source), str(source / "services")], check=True, timeout=INSTALL_HANG,
-                   env=_clean_env())
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(source),
+            str(source / "services"),
+        ],
+        check=True,
+        timeout=INSTALL_HANG,
+        env=_clean_env(),
+    )
     return out
 
 
 def _venv(path: Path, wheels: Path, *requirements: str) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=INSTALL_HANG)
-    done = subprocess.run([str(path / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-                           "--find-links", str(wheels), *requirements], capture_output=True, text=True,
-                          timeout=INSTALL_HANG, env=_clean_env(), cwd=path)
+    done = subprocess.run(
+        [
+            str(path / "bin" / "pip"),
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--find-links",
+            str(wheels),
+            *requirements,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_HANG,
+        env=_clean_env(),
+        cwd=path,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return path
 
@@ -81,8 +119,14 @@ def stack_venv(wheels: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run(venv: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     # Never from the checkout: `python -c` puts the working directory first on sys.path.
-    return subprocess.run([str(venv / "bin" / args[0]), *args[1:]], capture_output=True, text=True,
-                          timeout=INSTALL_HANG, env=_clean_env(), cwd=cwd or venv)
+    return subprocess.run(
+        [str(venv / "bin" / args[0]), *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_HANG,
+        env=_clean_env(),
+        cwd=cwd or venv,
+    )
 
 
 def _tops(wheel: Path) -> set[str]:
@@ -103,7 +147,11 @@ def test_each_wheel_holds_only_its_own_package(wheels: Path) -> None:
 
 
 def test_the_library_installs_as_the_tutorial_says(library_venv: Path) -> None:
-    probe = run(library_venv, "python", "-c", """
+    probe = run(
+        library_venv,
+        "python",
+        "-c",
+        """
 import importlib.metadata as md, importlib.util, json, logging, pathlib
 import structlog
 import qbroker
@@ -122,7 +170,8 @@ print(json.dumps({
     "services": importlib.util.find_spec("services") is not None,
     "configured": structlog.is_configured() or bool(logging.getLogger().handlers), "cron": cron,
 }))
-""")
+""",
+    )
     assert probe.returncode == 0, probe.stderr
     assert probe.stderr == ""  # a library script prints nothing it did not ask for
     found = json.loads(probe.stdout)
@@ -148,9 +197,16 @@ def test_a_library_script_prints_only_what_it_asks_for(library_venv: Path, amqp_
         "async def main() -> None:\n"
         "    async with unit:\n"
         "        print(await unit.call('packaging.quiet.echo', {'text': 'hello'}))\n\n\n"
-        "asyncio.run(main())\n")
-    done = subprocess.run([str(library_venv / "bin" / "python"), "quiet.py"], capture_output=True, text=True,
-                          timeout=INSTALL_HANG, env={**_clean_env(), "QBROKER_URL": amqp_url}, cwd=tmp_path)
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run(
+        [str(library_venv / "bin" / "python"), "quiet.py"],
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_HANG,
+        env={**_clean_env(), "QBROKER_URL": amqp_url},
+        cwd=tmp_path,
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "hello\n", "")
 
 
@@ -185,8 +241,12 @@ def test_the_stack_with_web_runs_toposm_web(stack_venv: Path) -> None:
 
 
 def test_a_stack_script_without_its_extra_prints_one_line(stack_venv: Path) -> None:
-    for script, extra in (("toposm-renderer", "render"), ("toposm-import", "import"),
-                          ("qbroker-spark-bridge", "spark"), ("toposm-replicate", "replicate")):
+    for script, extra in (
+        ("toposm-renderer", "render"),
+        ("toposm-import", "import"),
+        ("qbroker-spark-bridge", "spark"),
+        ("toposm-replicate", "replicate"),
+    ):
         done = run(stack_venv, script, "--help")
         assert (done.returncode, done.stdout) == (64, ""), (script, done.stderr)
         assert done.stderr == f"{script}: this command needs the {extra} extra: pip install 'toposm-stack[{extra}]'\n"

@@ -13,9 +13,14 @@ NOISY = "echo 'WARNING: Location file:///opt/pypi/simple is ignored'; echo Colle
 
 
 def steps(script: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-c", f"set -euo pipefail; source {STEPS}; {script}"], capture_output=True,
-                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "QBROKER_SETUP_LOGS": str(tmp_path),
-                                                      **env}, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; source {STEPS}; {script}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "QBROKER_SETUP_LOGS": str(tmp_path), **env},
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_a_step_that_works_is_one_line(tmp_path: Path) -> None:
@@ -31,8 +36,14 @@ def test_a_step_that_fails_shows_everything_and_stops_the_script(tmp_path: Path)
     failed = steps(f'run_step "installing things" bash -c "{NOISY}; exit 7"; echo not reached', tmp_path)
     assert failed.returncode == 7
     assert "not reached" not in failed.stdout
-    for text in ("installing things", "FAILED (exit status 7)", "/opt/pypi", "Collecting something", "hint",
-                 str(tmp_path / "installing-things.log")):
+    for text in (
+        "installing things",
+        "FAILED (exit status 7)",
+        "/opt/pypi",
+        "Collecting something",
+        "hint",
+        str(tmp_path / "installing-things.log"),
+    ):
         assert text in failed.stderr, text
 
 

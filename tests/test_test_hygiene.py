@@ -20,9 +20,14 @@ def test_no_test_skips_on_a_module_of_this_repository() -> None:
     found = []
     for path, tree in _test_modules():
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "importorskip" and node.args
-                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-                    and node.args[0].value.split(".")[0] in OWN_PACKAGES):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) == "importorskip"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+                and node.args[0].value.split(".")[0] in OWN_PACKAGES
+            ):
                 found.append(f"{path.relative_to(TESTS)}:{node.lineno} {node.args[0].value}")
     assert not found, found
 

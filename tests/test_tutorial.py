@@ -76,8 +76,9 @@ def run_tutorial(workdir: Path, amqp_url: str, bin_dir: Path, pythonpath: Path |
             if not shown and command.startswith("qbroker serve "):
                 services.append(start_service(command, workdir, env))
                 continue
-            done = subprocess.run(command, shell=True, cwd=workdir, env=env, capture_output=True, text=True,
-                                  timeout=HANG)
+            done = subprocess.run(
+                command, shell=True, cwd=workdir, env=env, capture_output=True, text=True, timeout=HANG
+            )
             # What the page shows: the output, or, of a command that failed, what it said on stderr.
             said = done.stdout if done.returncode == 0 else done.stderr
             got = [line.rstrip() for line in said.splitlines() if line.strip()]
@@ -95,8 +96,9 @@ def start_service(command: str, cwd: Path, env: dict[str, str]) -> subprocess.Po
     """Start a service and wait until it says its unit started (its log goes to stderr, kept in a file)."""
     log = cwd / (command.split()[-1] + ".log")
     with log.open("w") as stderr:
-        service = subprocess.Popen(command.split(), cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
-                                   text=True)
+        service = subprocess.Popen(
+            command.split(), cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True
+        )
     deadline = time.monotonic() + HANG
     while "unit started" not in log.read_text():
         if service.poll() is not None or time.monotonic() > deadline:

@@ -13,8 +13,10 @@ from typing import Any
 
 from qbroker.cli.exit_codes import UsageProblem
 
-SPEC_HELP = ("MODULE:NAME, where NAME is a Unit, or a callable that takes the Unit and registers endpoints on "
-             "it (a service class, or a factory function: what qbroker.serve takes)")
+SPEC_HELP = (
+    "MODULE:NAME, where NAME is a Unit, or a callable that takes the Unit and registers endpoints on "
+    "it (a service class, or a factory function: what qbroker.serve takes)"
+)
 
 
 def load_app_object(spec: str) -> tuple[str, Any]:

@@ -40,8 +40,7 @@ def alert(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Alert name (the routing key on the alert exchange).")],
     words: Annotated[
-        list[str] | None,
-        typer.Argument(metavar="[KEY=VALUE]...", help="Body parameters.", show_default=False),
+        list[str] | None, typer.Argument(metavar="[KEY=VALUE]...", help="Body parameters.", show_default=False)
     ] = None,
     json_body: Annotated[
         str | None, typer.Option("--json", "-j", help="The whole body as JSON; '-' reads it from stdin.")
@@ -50,9 +49,7 @@ def alert(
         str | None, typer.Option("--text", help="Send this text as a text/plain body instead of JSON.")
     ] = None,
     gather: Annotated[bool, typer.Option("--gather", "-g", help="Ask for replies and print them.")] = False,
-    timeout: Annotated[
-        float, typer.Option("--timeout", "-t", min=0.001, help="With --gather: seconds to wait.")
-    ] = 2.0,
+    timeout: Annotated[float, typer.Option("--timeout", "-t", min=0.001, help="With --gather: seconds to wait.")] = 2.0,
     max_replies: Annotated[
         int | None, typer.Option("--max", "-n", min=1, help="With --gather: stop after N replies.")
     ] = None,
@@ -60,12 +57,13 @@ def alert(
         float | None,
         typer.Option("--gap", help="With --gather: stop after this many seconds of silence after a reply."),
     ] = None,
-    raw: Annotated[
-        bool, typer.Option("--raw", "-r", help="Replies as compact JSON lines, strings unquoted.")
-    ] = False,
+    raw: Annotated[bool, typer.Option("--raw", "-r", help="Replies as compact JSON lines, strings unquoted.")] = False,
     status: Annotated[
-        str | None, typer.Option("--status", help="Attach an error element: ok (an error state is over), warn, "
-                                                  "error or fail; needs --error-id.")
+        str | None,
+        typer.Option(
+            "--status",
+            help="Attach an error element: ok (an error state is over), warn, error or fail; needs --error-id.",
+        ),
     ] = None,
     error_id: Annotated[str | None, typer.Option("--error-id", help="The error element's id.")] = None,
     part: Annotated[str, typer.Option("--part", help="The error element's part (subsystem).")] = "",
@@ -111,9 +109,7 @@ def alert(
         count = 0
         # max_replies is counted here, not by gather(): the CLI's own reply must not use up --max.
         # gather() is an async generator (typed as an iterator): close it at once when we stop early.
-        stream = cast(
-            "AsyncGenerator[Reply, None]", unit.gather(name, holder["body"], timeout=timeout, gap=gap)
-        )
+        stream = cast("AsyncGenerator[Reply, None]", unit.gather(name, holder["body"], timeout=timeout, gap=gap))
         async with contextlib.aclosing(stream) as replies:
             async for reply in replies:
                 if reply.header.app_id == unit.uuid:

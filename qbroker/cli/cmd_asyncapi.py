@@ -44,13 +44,16 @@ def _unit_of_code(spec: str, app: str | None) -> Unit:
 
 def asyncapi(
     ctx: typer.Context,
-    app_spec: Annotated[str | None, typer.Argument(metavar="[APP]", help="MODULE:NAME of an app's code; "
-                                                   "without it, the units on the bus")] = None,
+    app_spec: Annotated[
+        str | None,
+        typer.Argument(metavar="[APP]", help="MODULE:NAME of an app's code; without it, the units on the bus"),
+    ] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     title: Annotated[str, typer.Option("--title", help="info.title of the document.")] = "qbroker bus",
     version: Annotated[str, typer.Option("--version", help="info.version of the document.")] = "1.0.0",
-    timeout: Annotated[float, typer.Option("--timeout", "-t", min=0.001,
-                                           help="Seconds to wait for ping replies (bus only).")] = 1.5,
+    timeout: Annotated[
+        float, typer.Option("--timeout", "-t", min=0.001, help="Seconds to wait for ping replies (bus only).")
+    ] = 1.5,
 ) -> None:
     """Write an AsyncAPI 3.0 document: a channel per endpoint and alert, pydantic schemas, AMQP bindings."""
     from qbroker.asyncapi import describe_code, document

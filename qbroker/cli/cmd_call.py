@@ -44,29 +44,26 @@ def call(
         ),
     ] = None,
     json_body: Annotated[
-        str | None,
-        typer.Option("--json", "-j", help="The whole body as JSON; '-' reads it from stdin."),
+        str | None, typer.Option("--json", "-j", help="The whole body as JSON; '-' reads it from stdin.")
     ] = None,
     timeout: Annotated[
         float | None,
         typer.Option(
-            "--timeout",
-            "-t",
-            min=0.001,
-            help="Seconds to wait for the reply (default: QBROKER_CALL_TIMEOUT, else 10).",
+            "--timeout", "-t", min=0.001, help="Seconds to wait for the reply (default: QBROKER_CALL_TIMEOUT, else 10)."
         ),
     ] = None,
     debug: Annotated[
-        bool,
-        typer.Option("--debug", help="Set the request's debug header; show tracebacks (local and remote)."),
+        bool, typer.Option("--debug", help="Set the request's debug header; show tracebacks (local and remote).")
     ] = False,
     raw: Annotated[
         bool, typer.Option("--raw", "-r", help="Body only for pipes: strings unquoted, else one JSON line.")
     ] = False,
     progress: Annotated[
         bool,
-        typer.Option("--progress/--no-progress",
-                     help="Show <service>.progress.* alerts while waiting (a bar on a terminal, else lines)."),
+        typer.Option(
+            "--progress/--no-progress",
+            help="Show <service>.progress.* alerts while waiting (a bar on a terminal, else lines).",
+        ),
     ] = True,
     notify: Annotated[
         bool, typer.Option("--notify", help="Say on stderr when a server picks the request up (RQ DELIVERED).")
@@ -95,7 +92,8 @@ def call(
             kwargs["timeout"] = timeout
         if notify:
             kwargs["on_delivered"] = lambda notice: say(
-                f"qbroker: delivered to {notice.header.app or '?'} {notice.header.app_id or ''}", style="dim")
+                f"qbroker: delivered to {notice.header.app or '?'} {notice.header.app_id or ''}", style="dim"
+            )
         reply = await unit.call_reply(name, holder["body"], **kwargs)
         if view is not None:
             view.close()  # the bar ends before the result is printed
@@ -109,8 +107,9 @@ def call(
         return 0
 
     try:
-        code = run_with_unit(options, action, show_traceback=debug,
-                             prepare=(lambda unit: view.attach(unit, name)) if view else None)
+        code = run_with_unit(
+            options, action, show_traceback=debug, prepare=(lambda unit: view.attach(unit, name)) if view else None
+        )
     finally:
         if view is not None:
             view.close()

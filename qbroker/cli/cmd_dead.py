@@ -34,8 +34,12 @@ EXAMPLES = """
 
 LimitOption = Annotated[int, typer.Option("--limit", "-n", min=1, max=100_000, help="Read at most this many.")]
 
-app = typer.Typer(help="List, show and replay the kept copies of dead messages.", no_args_is_help=True,
-                  epilog=EXAMPLES, rich_markup_mode="rich")
+app = typer.Typer(
+    help="List, show and replay the kept copies of dead messages.",
+    no_args_is_help=True,
+    epilog=EXAMPLES,
+    rich_markup_mode="rich",
+)
 
 
 def _pick(kept: list[KeptMessage], wanted: list[str]) -> tuple[list[KeptMessage], list[str]]:
@@ -86,8 +90,11 @@ def list_kept(ctx: typer.Context, limit: LimitOption = 1000) -> None:
 
 
 @app.command("show")
-def show(ctx: typer.Context, which: Annotated[str, typer.Argument(help="Message id or position.")],
-         limit: LimitOption = 100_000) -> None:
+def show(
+    ctx: typer.Context,
+    which: Annotated[str, typer.Argument(help="Message id or position.")],
+    limit: LimitOption = 100_000,
+) -> None:
     """One kept message in full: where it was published, why it died, headers and body."""
 
     async def use(reader: KeptReader, kept: list[KeptMessage]) -> int:
@@ -102,17 +109,18 @@ def show(ctx: typer.Context, which: Annotated[str, typer.Argument(help="Message 
 
 
 @app.command("replay")
-def replay(ctx: typer.Context,
-           which: Annotated[list[str], typer.Argument(help="Message ids or positions.")],
-           limit: LimitOption = 100_000) -> None:
+def replay(
+    ctx: typer.Context,
+    which: Annotated[list[str], typer.Argument(help="Message ids or positions.")],
+    limit: LimitOption = 100_000,
+) -> None:
     """Publish kept messages again where they were first published; their kept copies are dropped."""
 
     async def use(reader: KeptReader, kept: list[KeptMessage]) -> int:
         found, missing = _pick(kept, which)
         for message in found:
             await reader.replay(message)
-            print_json_line({"replayed": message.message_id, "exchange": message.exchange,
-                          "name": message.routing_key})
+            print_json_line({"replayed": message.message_id, "exchange": message.exchange, "name": message.routing_key})
         for name in missing:
             sys.stderr.write(f"qbroker: no kept dead message {name}\n")
         return 2 if missing else 0

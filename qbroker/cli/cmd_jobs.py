@@ -33,8 +33,12 @@ EndpointOption = Annotated[str, typer.Option("--endpoint", help="The job endpoin
 JSONOption = Annotated[bool, typer.Option("--json", help="Print the reply as JSON instead of a table.")]
 FINISHED = ("succeeded", "failed", "cancelled")
 
-app = typer.Typer(help="List, inspect, watch and cancel Spark bridge jobs.", no_args_is_help=True,
-                  epilog=EXAMPLES, rich_markup_mode="rich")
+app = typer.Typer(
+    help="List, inspect, watch and cancel Spark bridge jobs.",
+    no_args_is_help=True,
+    epilog=EXAMPLES,
+    rich_markup_mode="rich",
+)
 
 
 def _table(jobs: list[dict[str, Any]]) -> None:
@@ -48,13 +52,15 @@ def _table(jobs: list[dict[str, Any]]) -> None:
 
         table = Table("job", "kind", "state", "phase", "error")
         for job in jobs:
-            table.add_row(*(escape(printable(str(job.get(k) or ""))) for k in ("job_id", "kind", "state", "phase",
-                                                                                "error")))
+            table.add_row(
+                *(escape(printable(str(job.get(k) or ""))) for k in ("job_id", "kind", "state", "phase", "error"))
+            )
         Console().print(table)
         return
     for job in jobs:
-        sys.stdout.write("\t".join(printable(str(job.get(k) or "-")) for k in ("job_id", "kind", "state", "phase"))
-                         + "\n")
+        sys.stdout.write(
+            "\t".join(printable(str(job.get(k) or "-")) for k in ("job_id", "kind", "state", "phase")) + "\n"
+        )
 
 
 def _run(ctx: typer.Context, action: Any, prepare: Any = None) -> None:

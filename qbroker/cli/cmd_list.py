@@ -26,18 +26,12 @@ EXAMPLES = """
 
 def list_units(
     ctx: typer.Context,
-    schemas: Annotated[
-        bool, typer.Option("--schemas", "-s", help="Show each endpoint's parameter schema.")
-    ] = False,
+    schemas: Annotated[bool, typer.Option("--schemas", "-s", help="Show each endpoint's parameter schema.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the ping replies as a JSON array.")] = False,
-    timeout: Annotated[
-        float, typer.Option("--timeout", "-t", min=0.001, help="Seconds to wait for replies.")
-    ] = 1.5,
+    timeout: Annotated[float, typer.Option("--timeout", "-t", min=0.001, help="Seconds to wait for replies.")] = 1.5,
     gap: Annotated[
         float | None,
-        typer.Option(
-            "--gap", help="Stop after this many seconds without a new reply (default: wait --timeout)."
-        ),
+        typer.Option("--gap", help="Stop after this many seconds without a new reply (default: wait --timeout)."),
     ] = None,
 ) -> None:
     """Send qbroker.ping and print a table of the running units: app, uuid, host, endpoints."""

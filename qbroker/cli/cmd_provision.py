@@ -60,8 +60,9 @@ def _ctl(*args: str, stdin: str | None = None, ok_codes: tuple[int, ...] = (0,))
     return _ctl_run(*args, stdin=stdin, ok_codes=ok_codes).returncode
 
 
-def _ctl_run(*args: str, stdin: str | None = None,
-             ok_codes: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+def _ctl_run(
+    *args: str, stdin: str | None = None, ok_codes: tuple[int, ...] = (0,)
+) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("rabbitmqctl") or ("/usr/sbin/rabbitmqctl" if os.path.exists("/usr/sbin/rabbitmqctl") else None)
     if exe is None:
         raise ProvisionError("rabbitmqctl not found: run qbroker provision on the broker host (as root)")
@@ -99,8 +100,13 @@ def password_for(deployment: Deployment, account: str) -> tuple[Path, str]:
 
 def _vhost_exists(vhost: str) -> bool:
     exe = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
-    out = subprocess.run([exe, "list_vhosts", "-q", "--no-table-headers", "name"], capture_output=True,
-                         text=True, timeout=60, check=False).stdout
+    out = subprocess.run(
+        [exe, "list_vhosts", "-q", "--no-table-headers", "name"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stdout
     return vhost in {line.strip() for line in out.splitlines()}
 
 
@@ -123,14 +129,17 @@ def _give_to_broker_user(path: Path) -> None:
 
 def _existing_users() -> set[str]:
     exe = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
-    out = subprocess.run([exe, "list_users", "-q", "--no-table-headers"], capture_output=True, text=True,
-                         timeout=60, check=False).stdout
+    out = subprocess.run(
+        [exe, "list_users", "-q", "--no-table-headers"], capture_output=True, text=True, timeout=60, check=False
+    ).stdout
     return {line.split("\t")[0].strip() for line in out.splitlines() if line.strip()}
 
 
-def apply(deployment: Deployment, roles: RoleBook,
-          warn: Callable[[str], object] = lambda text: sys.stderr.write(f"qbroker provision: {text}\n")
-          ) -> dict[str, Path]:
+def apply(
+    deployment: Deployment,
+    roles: RoleBook,
+    warn: Callable[[str], object] = lambda text: sys.stderr.write(f"qbroker provision: {text}\n"),
+) -> dict[str, Path]:
     """Create or update every account and declare the bus's shared exchanges and queues; returns each
     account's password file. ``warn`` is told each way an existing shared object differs (it is kept).
 
@@ -142,24 +151,41 @@ def apply(deployment: Deployment, roles: RoleBook,
     existing = _existing_users()
     files: dict[str, Path] = {}
     topology = topology_for(deployment, roles)
-    definitions: dict[str, list[dict[str, Any]]] = {"users": [], "permissions": [], "topic_permissions": [],
-                                                    **topology_definitions(topology, deployment.vhost)}
+    definitions: dict[str, list[dict[str, Any]]] = {
+        "users": [],
+        "permissions": [],
+        "topic_permissions": [],
+        **topology_definitions(topology, deployment.vhost),
+    }
     for account in deployment.account:
         path, password = password_for(deployment, account.name)
         files[account.name] = path
         if account.name in existing:  # topic permissions are merged by an import: drop the old ones first
             _ctl("clear_topic_permissions", "-p", deployment.vhost, account.name)
-        definitions["users"].append({"name": account.name, "password_hash": password_hash(password),
-                                     "hashing_algorithm": "rabbit_password_hashing_sha256",
-                                     "tags": ""})  # no management/administrator tags
+        definitions["users"].append(
+            {
+                "name": account.name,
+                "password_hash": password_hash(password),
+                "hashing_algorithm": "rabbit_password_hashing_sha256",
+                "tags": "",
+            }
+        )  # no management/administrator tags
         perms = permissions_for(roles[account.role], roles, deployment.exchange_prefix, account.name)
-        definitions["permissions"].append({"user": account.name, "vhost": deployment.vhost,
-                                           "configure": perms.configure, "write": perms.write, "read": perms.read})
+        definitions["permissions"].append(
+            {
+                "user": account.name,
+                "vhost": deployment.vhost,
+                "configure": perms.configure,
+                "write": perms.write,
+                "read": perms.read,
+            }
+        )
         for exchange, (write, read) in perms.topics.items():
             # qbroker's own exchanges carry the deployment's prefix; the others are named as they are
             name = deployment.exchange_prefix + exchange if exchange in ("rpc", "alert") else exchange
-            definitions["topic_permissions"].append({"user": account.name, "vhost": deployment.vhost,
-                                                     "exchange": name, "write": write, "read": read})
+            definitions["topic_permissions"].append(
+                {"user": account.name, "vhost": deployment.vhost, "exchange": name, "write": write, "read": read}
+            )
     # A 0600 file (it holds password hashes, never passwords). Debian's rabbitmqctl runs as the `rabbitmq`
     # user and reads no standard input for this command, so the file is handed to that user.
     with tempfile.TemporaryDirectory(prefix="qbroker-provision-") as tmp:
@@ -178,8 +204,13 @@ def apply(deployment: Deployment, roles: RoleBook,
         if time.monotonic() > deadline:
             raise ProvisionError("the broker did not apply the accounts' definitions within 60 s")
         time.sleep(0.2)
-    while (found := compare(topology, _listed("exchanges", deployment.vhost, *EXCHANGE_COLUMNS),
-                            _listed("queues", deployment.vhost, *QUEUE_COLUMNS))) is None:
+    while (
+        found := compare(
+            topology,
+            _listed("exchanges", deployment.vhost, *EXCHANGE_COLUMNS),
+            _listed("queues", deployment.vhost, *QUEUE_COLUMNS),
+        )
+    ) is None:
         if time.monotonic() > deadline:
             raise ProvisionError("the broker did not declare the shared exchanges and queues within 60 s")
         time.sleep(0.2)
@@ -208,11 +239,17 @@ def provision(
     description: Annotated[Path | None, typer.Argument(help="The deployment's description (TOML).")] = None,
     remove_accounts: Annotated[bool, typer.Option("--remove", help="Delete the accounts instead.")] = False,
     show_env: Annotated[bool, typer.Option("--env", help="Print each account's QBROKER_* environment.")] = False,
-    role_files: Annotated[list[Path] | None, typer.Option(
-        "--roles", help="More roles: a TOML file of [role.<name>] tables (repeatable). The installed services' "
-                        "roles (entry points qbroker.roles) are always read.")] = None,
-    list_roles: Annotated[bool, typer.Option("--list-roles", help="Print the roles known and where each comes "
-                                                                  "from, and do nothing else.")] = False,
+    role_files: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--roles",
+            help="More roles: a TOML file of [role.<name>] tables (repeatable). The installed services' "
+            "roles (entry points qbroker.roles) are always read.",
+        ),
+    ] = None,
+    list_roles: Annotated[
+        bool, typer.Option("--list-roles", help="Print the roles known and where each comes from, and do nothing else.")
+    ] = False,
 ) -> None:
     """Create the broker accounts of a deployment (users, passwords, permissions and topic permissions) and
     declare the bus's shared exchanges and queues."""

@@ -32,8 +32,12 @@ EXAMPLES = """
   qbroker schedule remove 3f2a9c0b1d2e4f50
 """
 
-app = typer.Typer(help="Schedules kept on the broker, sent by one active scheduler.", no_args_is_help=True,
-                  epilog=EXAMPLES, rich_markup_mode="rich")
+app = typer.Typer(
+    help="Schedules kept on the broker, sent by one active scheduler.",
+    no_args_is_help=True,
+    epilog=EXAMPLES,
+    rich_markup_mode="rich",
+)
 
 
 def _when(timestamp: Any) -> str:
@@ -65,8 +69,15 @@ def add(
     def check() -> int:
         body = build_body(json_source, words or [], allow_command=True)
         try:
-            holder["spec"] = ScheduleSpec(name=name, kind="alert" if alert else "cast", body=body, every=every,
-                                          cron=cron, nohaste=nohaste, run_count=runs)
+            holder["spec"] = ScheduleSpec(
+                name=name,
+                kind="alert" if alert else "cast",
+                body=body,
+                every=every,
+                cron=cron,
+                nohaste=nohaste,
+                run_count=runs,
+            )
         except ValidationError as exc:
             raise UsageProblem("; ".join(str(e["msg"]) for e in exc.errors())) from None
         return 0
@@ -126,8 +137,9 @@ def remove(ctx: typer.Context, schedule_id: Annotated[str, typer.Argument(help="
 @app.command("serve")
 def serve_scheduler(
     ctx: typer.Context,
-    owners: Annotated[list[str] | None, typer.Option("--owner", help="Only these broker accounts may change "
-                                                                      "schedules (repeatable).")] = None,
+    owners: Annotated[
+        list[str] | None, typer.Option("--owner", help="Only these broker accounts may change schedules (repeatable).")
+    ] = None,
 ) -> None:
     """Run a scheduler until SIGTERM; several may run, one is active and the others stand by."""
     from qbroker.broker_scheduler import BrokerScheduler
@@ -135,5 +147,6 @@ def serve_scheduler(
 
     options: GlobalOptions = ctx.obj
     config = options.config().model_copy(update={"dead_letters": True})
-    serve(options.app_name(config, "qbroker.scheduler"), lambda unit: BrokerScheduler(unit, owners=owners),
-          config=config)
+    serve(
+        options.app_name(config, "qbroker.scheduler"), lambda unit: BrokerScheduler(unit, owners=owners), config=config
+    )

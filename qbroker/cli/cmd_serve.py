@@ -58,11 +58,21 @@ class _StartStop:
 def serve(
     ctx: typer.Context,
     app_spec: Annotated[str, typer.Argument(metavar="MODULE:NAME", help=SPEC_HELP + ".")],
-    app: Annotated[str | None, typer.Option("--app", help="App name of the service's unit (default: the global "
-                                            "--app, else QBROKER_APP, else MODULE).")] = None,
-    drain_timeout: Annotated[float | None, typer.Option(
-        "--drain-timeout", min=0, metavar="SECONDS",
-        help="On SIGTERM, seconds to let running handlers finish (default QBROKER_DRAIN_TIMEOUT, else 10).")] = None,
+    app: Annotated[
+        str | None,
+        typer.Option(
+            "--app", help="App name of the service's unit (default: the global --app, else QBROKER_APP, else MODULE)."
+        ),
+    ] = None,
+    drain_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--drain-timeout",
+            min=0,
+            metavar="SECONDS",
+            help="On SIGTERM, seconds to let running handlers finish (default QBROKER_DRAIN_TIMEOUT, else 10).",
+        ),
+    ] = None,
 ) -> None:
     """Run a service from your code until SIGTERM/SIGINT: qbroker serve greeter:Greeter."""
     options: GlobalOptions = ctx.obj
@@ -76,18 +86,26 @@ def _given_on_command_line(ctx: typer.Context) -> list[str]:
     parent = ctx.parent
     if parent is None:
         return []
-    return [flag for name, flag in GLOBAL_UNIT_OPTIONS.items()
-            if (source := parent.get_parameter_source(name)) is not None and source.name == "COMMANDLINE"]
+    return [
+        flag
+        for name, flag in GLOBAL_UNIT_OPTIONS.items()
+        if (source := parent.get_parameter_source(name)) is not None and source.name == "COMMANDLINE"
+    ]
 
 
 # The global options (qbroker.cli.main) that configure a unit, by parameter name.
-GLOBAL_UNIT_OPTIONS = {"url": "--url", "exchange_prefix": "--exchange-prefix", "rpc_exchange": "--rpc-exchange",
-                       "reply_exchange": "--reply-exchange", "alert_exchange": "--alert-exchange",
-                       "dead_exchange": "--dead-exchange", "app_name": "--app"}
+GLOBAL_UNIT_OPTIONS = {
+    "url": "--url",
+    "exchange_prefix": "--exchange-prefix",
+    "rpc_exchange": "--rpc-exchange",
+    "reply_exchange": "--reply-exchange",
+    "alert_exchange": "--alert-exchange",
+    "dead_exchange": "--dead-exchange",
+    "app_name": "--app",
+}
 
 
-def _serve(options: GlobalOptions, spec: str, app: str | None, drain_timeout: float | None,
-           given: list[str]) -> int:
+def _serve(options: GlobalOptions, spec: str, app: str | None, drain_timeout: float | None, given: list[str]) -> int:
     from qbroker import Unit
     from qbroker.runner import serve as serve_service
     from qbroker.runner import serve_unit
@@ -95,13 +113,17 @@ def _serve(options: GlobalOptions, spec: str, app: str | None, drain_timeout: fl
     module_name, target = load_app_object(spec)
     if isinstance(target, Unit):
         if given:
-            raise UsageProblem(f"{spec} is a Unit with its own Config: {', '.join(given)} cannot change it "
-                               "(set QBROKER_* in its environment instead)")
+            raise UsageProblem(
+                f"{spec} is a Unit with its own Config: {', '.join(given)} cannot change it "
+                "(set QBROKER_* in its environment instead)"
+            )
         serve_unit(target, _StartStop(None), drain_timeout=drain_timeout)
         return 0
     if not callable(target):
-        raise UsageProblem(f"{spec} is a {type(target).__name__}: expected a Unit, or a callable taking one "
-                           "(a service class or a factory function)")
+        raise UsageProblem(
+            f"{spec} is a {type(target).__name__}: expected a Unit, or a callable taking one "
+            "(a service class or a factory function)"
+        )
     config = options.config(client=False)
     name = app or options.app_name(config, module_name)
 

@@ -68,9 +68,14 @@ class DeadLetterSettings(ProgramSettings):
     prog = "qbroker-dead-letter"
     description = __doc__.split("\n\n")[0]
 
-    hear: list[str] = option([], "also listen to alerts named NAME (a topic pattern; repeatable), where a "
-                             "deployment's running programs all listen, e.g. TopOSM's `toposm`: logged and counted, "
-                             "never answered", metavar="NAME", repeat=True)
+    hear: list[str] = option(
+        [],
+        "also listen to alerts named NAME (a topic pattern; repeatable), where a "
+        "deployment's running programs all listen, e.g. TopOSM's `toposm`: logged and counted, "
+        "never answered",
+        metavar="NAME",
+        repeat=True,
+    )
 
     @field_validator("hear")
     @classmethod
@@ -89,8 +94,11 @@ def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
 
     def make_service(unit: Unit) -> DeadLetterProcess:
-        metrics = MetricsServer(NAMESPACE, settings.metrics_port, settings.metrics_host) \
-            if settings.metrics_port is not None else None
+        metrics = (
+            MetricsServer(NAMESPACE, settings.metrics_port, settings.metrics_host)
+            if settings.metrics_port is not None
+            else None
+        )
         return DeadLetterProcess(unit, settings.hear, metrics)
 
     serve(APP, make_service, config=settings.unit_config(dead_letters=True), settings=settings)

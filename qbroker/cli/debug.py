@@ -53,19 +53,15 @@ app = QBrokerApp(
 
 @app.command(epilog=EXAMPLES)
 def snoop(
-    names: Annotated[
-        list[str], typer.Option("--name", "-n", help="Only names matching this glob (repeatable).")
-    ] = [],  # noqa: B006
+    names: Annotated[list[str], typer.Option("--name", "-n", help="Only names matching this glob (repeatable).")] = [],  # noqa: B006
     apps: Annotated[
-        list[str],
-        typer.Option("--from-app", "-a", help="Only messages from/to apps matching this glob (repeatable)."),
+        list[str], typer.Option("--from-app", "-a", help="Only messages from/to apps matching this glob (repeatable).")
     ] = [],  # noqa: B006
     uuids: Annotated[
         list[str], typer.Option("--uuid", "-u", help="Only messages from/to units with this uuid prefix.")
     ] = [],  # noqa: B006
     kinds: Annotated[
-        list[str],
-        typer.Option("--kind", "-k", help="alert, request, reply, dead (comma-separated or repeated)."),
+        list[str], typer.Option("--kind", "-k", help="alert, request, reply, dead (comma-separated or repeated).")
     ] = [],  # noqa: B006
     statuses: Annotated[
         list[str], typer.Option("--status", "-s", help="Replies with status ok, warn, error, fail.")
@@ -88,29 +84,21 @@ def snoop(
             "running: unroutable requests reach this debugger instead of dead (no no_server replies).",
         ),
     ] = False,
-    show_own: Annotated[
-        bool, typer.Option("--show-own", help="Also show the debugger's own ping traffic.")
-    ] = False,
+    show_own: Annotated[bool, typer.Option("--show-own", help="Also show the debugger's own ping traffic.")] = False,
     discover_timeout: Annotated[
-        float,
-        typer.Option(
-            "--discover-timeout", min=0.0, help="Seconds to collect qbroker.ping replies at start-up."
-        ),
+        float, typer.Option("--discover-timeout", min=0.0, help="Seconds to collect qbroker.ping replies at start-up.")
     ] = 1.0,
     recheck: Annotated[
         float,
         typer.Option(
-            "--recheck", min=0.0,
+            "--recheck",
+            min=0.0,
             help="Seconds between roll calls (qbroker.ping); a unit missing two is forgotten and its "
             "endpoint names unbound, so a dead server's names answer no_server again. 0: never.",
         ),
     ] = 10.0,
-    count: Annotated[
-        int | None, typer.Option("--count", "-c", min=1, help="Exit after showing N messages.")
-    ] = None,
-    duration: Annotated[
-        float | None, typer.Option("--duration", min=0.0, help="Exit after S seconds.")
-    ] = None,
+    count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Exit after showing N messages.")] = None,
+    duration: Annotated[float | None, typer.Option("--duration", min=0.0, help="Exit after S seconds.")] = None,
     url: UrlOption = None,
     exchange_prefix: ExchangePrefixOption = None,
     rpc_exchange: RpcExchangeOption = None,

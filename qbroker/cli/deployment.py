@@ -41,13 +41,13 @@ class Account(BaseModel):
 class Deployment(BaseModel):
     """The description file (TOML)::
 
-        vhost = "toposm"
-        exchange_prefix = ""          # the deployment's QBROKER_EXCHANGE_PREFIX
-        secrets_dir = "secrets"       # generated passwords, one file per account (relative to this file)
+    vhost = "toposm"
+    exchange_prefix = ""          # the deployment's QBROKER_EXCHANGE_PREFIX
+    secrets_dir = "secrets"       # generated passwords, one file per account (relative to this file)
 
-        [[account]]
-        name = "toposm-queuemaster"
-        role = "queuemaster"          # qbroker provision --list-roles: the roles known here
+    [[account]]
+    name = "toposm-queuemaster"
+    role = "queuemaster"          # qbroker provision --list-roles: the roles known here
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -83,9 +83,11 @@ def load_deployment(path: Path, roles: RoleBook | None = None) -> Deployment:
         raise DescriptionError(f"{path}: an account name appears twice")
     unknown = sorted({a.role for a in deployment.account if roles is not None and a.role not in roles})
     if unknown and roles is not None:
-        raise DescriptionError(f"{path}: no such role {', '.join(unknown)} (known: {', '.join(sorted(roles.roles))}; "
-                               "a service's roles come with its installation, entry points qbroker.roles, "
-                               "or from --roles FILE)")
+        raise DescriptionError(
+            f"{path}: no such role {', '.join(unknown)} (known: {', '.join(sorted(roles.roles))}; "
+            "a service's roles come with its installation, entry points qbroker.roles, "
+            "or from --roles FILE)"
+        )
     if not deployment.secrets_dir.is_absolute():
         deployment.secrets_dir = path.parent / deployment.secrets_dir
     return deployment
@@ -138,8 +140,12 @@ def permissions_for(grants: Grants, roles: RoleBook, prefix: str, account: str =
     # Publishing on the default exchange reaches any queue by name, past every topic permission: only a role
     # that must (TopOSM's `osm` wire answers on it) gets it.
     default = ["amq\\.default"] if grants.default_exchange else []
-    return Permissions(f"^{not_shared}({'|'.join(own)})$", _any(*uses, kept, *topic_write, *default),
-                       _any(*uses, *topic_read), _topics(grants, account))
+    return Permissions(
+        f"^{not_shared}({'|'.join(own)})$",
+        _any(*uses, kept, *topic_write, *default),
+        _any(*uses, *topic_read),
+        _topics(grants, account),
+    )
 
 
 def _broadcast(names: list[str]) -> list[str]:
@@ -158,8 +164,11 @@ def _everything_topics(roles: RoleBook) -> dict[str, tuple[str, str]]:
         rpc_write, alert_write = rf"^(?!{names}$).*$", rf"^(?!qbroker\.broadcast\.{names}$).*$"
     else:
         rpc_write = alert_write = ".*"
-    return {"rpc": (rpc_write, ".*"), "alert": (alert_write, ".*"),
-            **{exchange: (".*", ".*") for exchange in roles.exchanges()}}
+    return {
+        "rpc": (rpc_write, ".*"),
+        "alert": (alert_write, ".*"),
+        **{exchange: (".*", ".*") for exchange in roles.exchanges()},
+    }
 
 
 def _topics(grants: Grants, account: str) -> dict[str, tuple[str, str]]:
@@ -181,15 +190,19 @@ def _topics(grants: Grants, account: str) -> dict[str, tuple[str, str]]:
     # whose.
     topics = {
         "rpc": (_rule([*grants.call, *republish, *retry]), _rule([*grants.serve, *retry, *addresses])),
-        "alert": (_rule([lifecycle, *grants.alert, *_broadcast(grants.call)]),
-                  _rule([lifecycle, *grants.hear, *_broadcast(grants.serve)])),
+        "alert": (
+            _rule([lifecycle, *grants.alert, *_broadcast(grants.call)]),
+            _rule([lifecycle, *grants.hear, *_broadcast(grants.serve)]),
+        ),
         **{exchange: (_rule(grant.write), _rule(grant.read)) for exchange, grant in grants.topics.items()},
     }
     if not account:
         return topics
     word = re.escape(owner_word(account))
-    return {exchange: (write.replace(ACCOUNT, word), read.replace(ACCOUNT, word))
-            for exchange, (write, read) in topics.items()}
+    return {
+        exchange: (write.replace(ACCOUNT, word), read.replace(ACCOUNT, word))
+        for exchange, (write, read) in topics.items()
+    }
 
 
 def service_env(deployment: Deployment, roles: RoleBook) -> dict[str, str]:

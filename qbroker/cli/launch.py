@@ -21,8 +21,7 @@ def _missing(modules: Sequence[str]) -> bool:
     return any(importlib.util.find_spec(m) is None for m in modules)
 
 
-def launch(prog: str, version: str, target: str, *,
-           extra: tuple[str, str, Sequence[str]] | None = None) -> None:
+def launch(prog: str, version: str, target: str, *, extra: tuple[str, str, Sequence[str]] | None = None) -> None:
     """Run ``target`` (``module:function``) as the console script ``prog``. ``extra``: (its name, the
     requirement that installs it, the top-level modules it brings) when the script needs one."""
     if sys.argv[1:2] == ["--version"]:

@@ -34,16 +34,22 @@ UrlOption = Annotated[
 ]
 ExchangePrefixOption = Annotated[
     str | None,
-    typer.Option("--exchange-prefix", envvar="QBROKER_EXCHANGE_PREFIX", show_envvar=True,
-                 help=_shared_help("exchange_prefix")),
+    typer.Option(
+        "--exchange-prefix", envvar="QBROKER_EXCHANGE_PREFIX", show_envvar=True, help=_shared_help("exchange_prefix")
+    ),
 ]
 AppOption = Annotated[
     str | None,
-    typer.Option("--app", "--app-name", envvar="QBROKER_APP", show_envvar=True,
-                 help="App name of the tool's own unit [default: the tool's name]"),
+    typer.Option(
+        "--app",
+        "--app-name",
+        envvar="QBROKER_APP",
+        show_envvar=True,
+        help="App name of the tool's own unit [default: the tool's name]",
+    ),
 ]
 VersionOption = Annotated[
-    bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit."),
+    bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
 ]
 RpcExchangeOption = Annotated[str | None, typer.Option("--rpc-exchange", help="Name of the rpc exchange.")]
 ReplyExchangeOption = Annotated[str | None, typer.Option("--reply-exchange", help="Name of the reply exchange.")]
@@ -52,8 +58,21 @@ DeadExchangeOption = Annotated[str | None, typer.Option("--dead-exchange", help=
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Show the library's logs on stderr.")]
 
 
-def make_global_options(url: str | None, exchange_prefix: str | None, rpc: str | None, reply: str | None,
-                   alert: str | None, dead: str | None, app: str | None, verbose: bool) -> GlobalOptions:
+def make_global_options(
+    url: str | None,
+    exchange_prefix: str | None,
+    rpc: str | None,
+    reply: str | None,
+    alert: str | None,
+    dead: str | None,
+    app: str | None,
+    verbose: bool,
+) -> GlobalOptions:
     named = (("rpc", rpc), ("reply", reply), ("alert", alert), ("dead", dead))
-    return GlobalOptions(url=url, exchange_prefix=exchange_prefix,
-                         exchanges={kind: name for kind, name in named if name}, app=app, verbose=verbose)
+    return GlobalOptions(
+        url=url,
+        exchange_prefix=exchange_prefix,
+        exchanges={kind: name for kind, name in named if name},
+        app=app,
+        verbose=verbose,
+    )

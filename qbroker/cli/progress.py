@@ -33,8 +33,12 @@ def describe(snapshot: dict[str, Any]) -> tuple[str, int | None, int]:
     job_id = str(snapshot.get("job_id", "?"))
     spark = snapshot.get("spark") if isinstance(snapshot.get("spark"), dict) else {}
     assert isinstance(spark, dict)
-    parts = [str(snapshot.get("kind") or "job"), job_id[:12], str(snapshot.get("state") or ""),
-             str(snapshot.get("phase") or "")]
+    parts = [
+        str(snapshot.get("kind") or "job"),
+        job_id[:12],
+        str(snapshot.get("state") or ""),
+        str(snapshot.get("phase") or ""),
+    ]
     if spark.get("stages"):
         parts.append(f"stages {spark.get('stages_active', 0)} active/{spark['stages']}")
     counters = snapshot.get("counters")
@@ -43,8 +47,7 @@ def describe(snapshot: dict[str, Any]) -> tuple[str, int | None, int]:
     total = spark.get("tasks")
     done = spark.get("tasks_completed", 0)
     text = printable(" ".join(p for p in parts if p))  # an alert: off the wire
-    return (text, total if isinstance(total, int) and total > 0 else None,
-            done if isinstance(done, int) else 0)
+    return (text, total if isinstance(total, int) and total > 0 else None, done if isinstance(done, int) else 0)
 
 
 class ProgressView:
@@ -85,8 +88,14 @@ class ProgressView:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TimeElapsedColumn(), console=Console(file=self.stream), transient=False)
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(file=self.stream),
+                transient=False,
+            )
             self._progress.start()
         task = self._tasks.get(job_id)
         if task is None:

@@ -27,20 +27,34 @@ def definitions(shared: Iterable[Shared], vhost: str) -> dict[str, list[dict[str
     """The ``exchanges``, ``queues`` and ``bindings`` of a RabbitMQ definitions file for ``shared``."""
     out: dict[str, list[dict[str, Any]]] = {"exchanges": [], "queues": [], "bindings": []}
     for item in shared:
-        common = {"name": item.name, "vhost": vhost, "durable": item.durable, "auto_delete": item.auto_delete,
-                  "arguments": dict(item.arguments)}
+        common = {
+            "name": item.name,
+            "vhost": vhost,
+            "durable": item.durable,
+            "auto_delete": item.auto_delete,
+            "arguments": dict(item.arguments),
+        }
         if item.type is not None:
             out["exchanges"].append({**common, "type": item.type, "internal": False})
             continue
         out["queues"].append(common)
-        out["bindings"].extend({"source": exchange, "vhost": vhost, "destination": item.name,
-                                "destination_type": "queue", "routing_key": key, "arguments": {}}
-                               for exchange, key in item.bindings)
+        out["bindings"].extend(
+            {
+                "source": exchange,
+                "vhost": vhost,
+                "destination": item.name,
+                "destination_type": "queue",
+                "routing_key": key,
+                "arguments": {},
+            }
+            for exchange, key in item.bindings
+        )
     return out
 
 
-def compare(shared: Iterable[Shared], exchanges: Sequence[Mapping[str, Any]],
-            queues: Sequence[Mapping[str, Any]]) -> list[Difference] | None:
+def compare(
+    shared: Iterable[Shared], exchanges: Sequence[Mapping[str, Any]], queues: Sequence[Mapping[str, Any]]
+) -> list[Difference] | None:
     """How the listed objects differ from ``shared``; None while one is not listed yet (the broker applies
     an import asynchronously)."""
     listed = {("exchange", e.get("name")): e for e in exchanges} | {("queue", q.get("name")): q for q in queues}

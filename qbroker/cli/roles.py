@@ -85,7 +85,8 @@ class Grants(BaseModel):
     everything: bool = False  # any resource; any name but the reserved ones (the operator)
 
     _regexes = field_validator("call", "serve", "republish", "alert", "hear", "resources", "reserved_calls")(
-        lambda values: None if values is None else _patterns(values))
+        lambda values: None if values is None else _patterns(values)
+    )
 
     def merged(self, other: Grants) -> Grants:
         def union(a: list[str], b: list[str]) -> list[str]:
@@ -95,13 +96,21 @@ class Grants(BaseModel):
         for exchange, grant in other.topics.items():
             mine = topics.get(exchange, TopicGrant())
             topics[exchange] = TopicGrant(write=union(mine.write, grant.write), read=union(mine.read, grant.read))
-        republish = (None if self.republish is None and other.republish is None
-                     else union(self.republish or [], other.republish or []))
+        republish = (
+            None
+            if self.republish is None and other.republish is None
+            else union(self.republish or [], other.republish or [])
+        )
         return Grants(
-            **{key: union(getattr(self, key), getattr(other, key))
-               for key in ("call", "serve", "alert", "hear", "resources", "reserved_calls", "listed_in")},
-            republish=republish, topics=topics, default_exchange=self.default_exchange or other.default_exchange,
-            everything=self.everything or other.everything)
+            **{
+                key: union(getattr(self, key), getattr(other, key))
+                for key in ("call", "serve", "alert", "hear", "resources", "reserved_calls", "listed_in")
+            },
+            republish=republish,
+            topics=topics,
+            default_exchange=self.default_exchange or other.default_exchange,
+            everything=self.everything or other.everything,
+        )
 
 
 # The library's own roles (docs/security.md). Services add to them; nothing here names a service.

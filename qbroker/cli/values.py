@@ -81,11 +81,7 @@ def load_json_option(source: str, stdin: TextIO | None = None) -> Any:
 
 
 def build_body(
-    json_source: str | None,
-    words: Sequence[str],
-    *,
-    allow_command: bool,
-    stdin: TextIO | None = None,
+    json_source: str | None, words: Sequence[str], *, allow_command: bool, stdin: TextIO | None = None
 ) -> Any:
     """Assemble the request body from ``--json`` and positional words.
 

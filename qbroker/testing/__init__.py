@@ -1,11 +1,11 @@
 """Helpers for testing services built on qbroker; see docs/testing.md.
 
-    async def test_echo():
-        config = memory_config()
-        server, client = Unit("svc", config=config), Unit("client", config=config)
-        ...register handlers on server...
-        async with running(server, client):
-            assert await client.call("svc.echo", {"text": "hi"}) == "hi"
+async def test_echo():
+    config = memory_config()
+    server, client = Unit("svc", config=config), Unit("client", config=config)
+    ...register handlers on server...
+    async with running(server, client):
+        assert await client.call("svc.echo", {"text": "hi"}) == "hi"
 """
 
 from __future__ import annotations
@@ -67,8 +67,13 @@ async def running(*units: Unit, drain_timeout: float = 2.0) -> AsyncIterator[tup
                 await unit.kill()
 
 
-async def eventually(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.01,
-                     *, ignore: tuple[type[BaseException], ...] = ()) -> Any:
+async def eventually(
+    predicate: Callable[[], Any],
+    timeout: float = 5.0,
+    interval: float = 0.01,
+    *,
+    ignore: tuple[type[BaseException], ...] = (),
+) -> Any:
     """Wait until ``predicate()`` is true (for effects of casts and alerts, which nobody answers) and
     return what it returned. ``predicate`` may be a coroutine function; an exception in ``ignore`` (say,
     a service not up yet) counts as not yet.

@@ -1,9 +1,9 @@
 """A clock that moves only when the test says so, for schedules (cron lines) without waiting for the minute.
 
-    clock = ManualClock(datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC).timestamp())
-    scheduler = BrokerScheduler(unit, clock=clock)
-    ...
-    clock.set(datetime(2026, 1, 1, 12, 1, tzinfo=UTC).timestamp())   # the 12:01 run is sent now
+clock = ManualClock(datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC).timestamp())
+scheduler = BrokerScheduler(unit, clock=clock)
+...
+clock.set(datetime(2026, 1, 1, 12, 1, tzinfo=UTC).timestamp())   # the 12:01 run is sent now
 """
 
 from __future__ import annotations

@@ -28,8 +28,16 @@ from qbroker.testing.memory_messages import DeliveredMessage, StoredMessage
 from qbroker.testing.memory_queues import QueueState
 
 __all__ = [
-    "DeliveredMessage", "MemoryBroker", "MemoryChannel", "MemoryConnection", "MemoryExchange", "MemoryQueue",
-    "QueueInfo", "StoredMessage", "UnsupportedFeature", "connect",
+    "DeliveredMessage",
+    "MemoryBroker",
+    "MemoryChannel",
+    "MemoryConnection",
+    "MemoryExchange",
+    "MemoryQueue",
+    "QueueInfo",
+    "StoredMessage",
+    "UnsupportedFeature",
+    "connect",
 ]
 
 SCHEME = "memory"
@@ -151,8 +159,16 @@ class MemoryBroker:
 
     def queue_info(self, name: str) -> QueueInfo:
         queue = self.queues[name]
-        return QueueInfo(name, queue.durable, queue.exclusive_owner is not None, queue.auto_delete,
-                         dict(queue.arguments), queue.message_count, queue.unacked, len(queue.consumers))
+        return QueueInfo(
+            name,
+            queue.durable,
+            queue.exclusive_owner is not None,
+            queue.auto_delete,
+            dict(queue.arguments),
+            queue.message_count,
+            queue.unacked,
+            len(queue.consumers),
+        )
 
     def list_queues(self) -> list[QueueInfo]:
         return [self.queue_info(name) for name in self.queue_names()]
@@ -170,8 +186,9 @@ class MemoryBroker:
 
     # -- topology (called by channels) -------------------------------------------------------------------
 
-    def declare_exchange(self, name: str, type_: str, *, durable: bool, auto_delete: bool,
-                         arguments: dict[str, Any], passive: bool) -> ExchangeState:
+    def declare_exchange(
+        self, name: str, type_: str, *, durable: bool, auto_delete: bool, arguments: dict[str, Any], passive: bool
+    ) -> ExchangeState:
         existing = self.exchanges.get(name)
         if passive:
             return self.existing_exchange(name)
@@ -189,8 +206,17 @@ class MemoryBroker:
             raise ChannelNotFoundEntity(f"NOT_FOUND - no exchange '{name}' in vhost '/'")
         return self.exchanges[name]
 
-    def declare_queue(self, name: str, connection_id: int, *, durable: bool, exclusive: bool, auto_delete: bool,
-                      arguments: dict[str, Any], passive: bool) -> QueueState:
+    def declare_queue(
+        self,
+        name: str,
+        connection_id: int,
+        *,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        passive: bool,
+    ) -> QueueState:
         if passive or name in self.queues:
             queue = self.queue_for(name, connection_id)
             if not passive:
@@ -199,8 +225,14 @@ class MemoryBroker:
                     raise _locked(name)
                 queue.touch()  # redeclaring renews an x-expires lease
             return queue
-        queue = QueueState.create(self, name, durable=durable, exclusive_owner=connection_id if exclusive else None,
-                                  auto_delete=auto_delete, arguments=arguments)
+        queue = QueueState.create(
+            self,
+            name,
+            durable=durable,
+            exclusive_owner=connection_id if exclusive else None,
+            auto_delete=auto_delete,
+            arguments=arguments,
+        )
         self.queues[name] = queue
         queue.touch()
         return queue
@@ -267,8 +299,9 @@ class MemoryBroker:
         dlx = queue.arguments.get("x-dead-letter-exchange")
         if dlx is None:
             return
-        dead = message.dead_lettered(reason=reason, queue=queue.name,
-                                     dead_letter_routing_key=queue.arguments.get("x-dead-letter-routing-key"))
+        dead = message.dead_lettered(
+            reason=reason, queue=queue.name, dead_letter_routing_key=queue.arguments.get("x-dead-letter-routing-key")
+        )
         dead = replace(dead, exchange=str(dlx))
         deaths = dead.headers["x-death"]
         died_in = {d.get("queue") for d in deaths}

@@ -93,8 +93,9 @@ class MemoryConnection:
     def is_closed(self) -> bool:
         return self._closed
 
-    async def channel(self, channel_number: int | None = None, publisher_confirms: bool = True,
-                      on_return_raises: bool = False) -> MemoryChannel:
+    async def channel(
+        self, channel_number: int | None = None, publisher_confirms: bool = True, on_return_raises: bool = False
+    ) -> MemoryChannel:
         if self._closed:
             raise ChannelInvalidStateError("connection is closed")
         if on_return_raises:
@@ -165,12 +166,22 @@ class MemoryChannel:
 
     # -- topology ----------------------------------------------------------------------------------
 
-    async def declare_exchange(self, name: str, type: ExchangeType | str = ExchangeType.DIRECT, *,
-                               durable: bool = False, auto_delete: bool = False, passive: bool = False,
-                               arguments: dict[str, Any] | None = None) -> MemoryExchange:
+    async def declare_exchange(
+        self,
+        name: str,
+        type: ExchangeType | str = ExchangeType.DIRECT,
+        *,
+        durable: bool = False,
+        auto_delete: bool = False,
+        passive: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> MemoryExchange:
         type_name = type.value if isinstance(type, ExchangeType) else str(type)
-        self._broker_call(lambda: self.broker.declare_exchange(
-            name, type_name, durable=durable, auto_delete=auto_delete, arguments=arguments or {}, passive=passive))
+        self._broker_call(
+            lambda: self.broker.declare_exchange(
+                name, type_name, durable=durable, auto_delete=auto_delete, arguments=arguments or {}, passive=passive
+            )
+        )
         return MemoryExchange(self, name)
 
     async def get_exchange(self, name: str, *, ensure: bool = True) -> MemoryExchange:
@@ -182,12 +193,27 @@ class MemoryChannel:
     def default_exchange(self) -> MemoryExchange:
         return MemoryExchange(self, "")
 
-    async def declare_queue(self, name: str | None = None, *, durable: bool = False, exclusive: bool = False,
-                            passive: bool = False, auto_delete: bool = False,
-                            arguments: dict[str, Any] | None = None) -> MemoryQueue:
-        queue = self._broker_call(lambda: self.broker.declare_queue(
-            name or f"amq.gen-{uuid.uuid4().hex}", self.connection.id, durable=durable, exclusive=exclusive,
-            auto_delete=auto_delete, arguments=arguments or {}, passive=passive))
+    async def declare_queue(
+        self,
+        name: str | None = None,
+        *,
+        durable: bool = False,
+        exclusive: bool = False,
+        passive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> MemoryQueue:
+        queue = self._broker_call(
+            lambda: self.broker.declare_queue(
+                name or f"amq.gen-{uuid.uuid4().hex}",
+                self.connection.id,
+                durable=durable,
+                exclusive=exclusive,
+                auto_delete=auto_delete,
+                arguments=arguments or {},
+                passive=passive,
+            )
+        )
         return MemoryQueue(self, queue.name)
 
     async def get_queue(self, name: str, *, ensure: bool = True) -> MemoryQueue:
@@ -204,8 +230,9 @@ class MemoryChannel:
 
     # -- consuming -----------------------------------------------------------------------------------
 
-    def consume(self, queue_name: str, callback: ConsumerCallback, *, no_ack: bool, consumer_tag: str | None,
-                priority: int = 0) -> str:
+    def consume(
+        self, queue_name: str, callback: ConsumerCallback, *, no_ack: bool, consumer_tag: str | None, priority: int = 0
+    ) -> str:
         queue: QueueState = self._broker_call(lambda: self.broker.queue_for(queue_name, self.connection.id))
         tag = consumer_tag or f"amq.ctag-{uuid.uuid4().hex}"
         if tag in self._consumers:
@@ -226,8 +253,13 @@ class MemoryChannel:
         if not consumer.no_ack:
             self._unacked[tag] = (consumer, entry)
         message = DeliveredMessage(
-            entry.message, delivery_tag=tag, consumer_tag=consumer.tag, redelivered=entry.redelivered,
-            no_ack=consumer.no_ack, settle=self._settle, channel_open=lambda: not self.is_closed,
+            entry.message,
+            delivery_tag=tag,
+            consumer_tag=consumer.tag,
+            redelivered=entry.redelivered,
+            no_ack=consumer.no_ack,
+            settle=self._settle,
+            channel_open=lambda: not self.is_closed,
         )
         # aio-pika runs every delivery callback in a task of its own, owned by the channel.
         task = asyncio.get_running_loop().create_task(_run_callback(consumer.callback, message))
@@ -324,15 +356,22 @@ class MemoryQueue:
         exchange_name = exchange.name if isinstance(exchange, MemoryExchange) else exchange
         key = self.name if routing_key is None else routing_key  # aio-pika's default
         self.channel._broker_call(
-            lambda: self.channel.broker.bind(self.name, exchange_name, key, self.channel.connection.id))
+            lambda: self.channel.broker.bind(self.name, exchange_name, key, self.channel.connection.id)
+        )
 
     async def unbind(self, exchange: MemoryExchange | str, routing_key: str | None = None) -> None:
         exchange_name = exchange.name if isinstance(exchange, MemoryExchange) else exchange
         key = self.name if routing_key is None else routing_key
         self.channel._broker_call(lambda: self.channel.broker.unbind(self.name, exchange_name, key))
 
-    async def consume(self, callback: ConsumerCallback, no_ack: bool = False, consumer_tag: str | None = None, *,
-                      arguments: dict[str, Any] | None = None) -> str:
+    async def consume(
+        self,
+        callback: ConsumerCallback,
+        no_ack: bool = False,
+        consumer_tag: str | None = None,
+        *,
+        arguments: dict[str, Any] | None = None,
+    ) -> str:
         priority = int((arguments or {}).get("x-priority", 0))
         return self.channel.consume(self.name, callback, no_ack=no_ack, consumer_tag=consumer_tag, priority=priority)
 

@@ -62,8 +62,9 @@ def inequivalent(kind: str, name: str, what: str, received: Any, current: Any) -
         difference = f"received {_typed(received)} but current is {_typed(current)}"
     else:
         difference = f"received {_flag(received)} but current is {_flag(current)}"
-    return ChannelPreconditionFailed(f"PRECONDITION_FAILED - inequivalent arg '{what}' for {kind} '{name}' in "
-                                     f"vhost '/': {difference}")
+    return ChannelPreconditionFailed(
+        f"PRECONDITION_FAILED - inequivalent arg '{what}' for {kind} '{name}' in vhost '/': {difference}"
+    )
 
 
 def _flag(value: Any) -> str:
@@ -93,8 +94,9 @@ class ExchangeState:
     bindings: list[Binding] = field(default_factory=list)
 
     @classmethod
-    def create(cls, name: str, type_: str, *, durable: bool, auto_delete: bool,
-               arguments: dict[str, Any]) -> ExchangeState:
+    def create(
+        cls, name: str, type_: str, *, durable: bool, auto_delete: bool, arguments: dict[str, Any]
+    ) -> ExchangeState:
         if type_ not in EXCHANGE_TYPES:
             raise UnsupportedFeature(f"exchange type {type_!r} (the memory broker has {', '.join(EXCHANGE_TYPES)})")
         unknown = set(arguments) - EXCHANGE_ARGUMENTS
@@ -103,8 +105,11 @@ class ExchangeState:
         return cls(name, type_, durable, auto_delete, dict(arguments))
 
     def check_equivalent(self, type_: str, *, durable: bool, auto_delete: bool, arguments: dict[str, Any]) -> None:
-        for what, received, current in (("type", type_, self.type), ("durable", durable, self.durable),
-                                        ("auto_delete", auto_delete, self.auto_delete)):
+        for what, received, current in (
+            ("type", type_, self.type),
+            ("durable", durable, self.durable),
+            ("auto_delete", auto_delete, self.auto_delete),
+        ):
             if received != current:
                 raise inequivalent("exchange", self.name, what, received, current)
         for key in sorted(set(arguments) | set(self.arguments)):

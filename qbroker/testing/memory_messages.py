@@ -89,8 +89,14 @@ class StoredMessage:
             existing["time"] = _now()
             entry = existing
         else:
-            entry = {"count": 1, "reason": reason, "queue": queue, "time": _now(), "exchange": self.exchange,
-                     "routing-keys": [self.routing_key]}
+            entry = {
+                "count": 1,
+                "reason": reason,
+                "queue": queue,
+                "time": _now(),
+                "exchange": self.exchange,
+                "routing-keys": [self.routing_key],
+            }
             if self.expiration_ms is not None:
                 entry["original-expiration"] = str(self.expiration_ms)
         headers["x-death"] = [entry, *deaths]
@@ -98,8 +104,9 @@ class StoredMessage:
         headers.setdefault("x-first-death-queue", queue)
         headers.setdefault("x-first-death-exchange", self.exchange)
         # The per-message expiration is removed, or the message would expire again in the next queue.
-        return replace(self, headers=headers, expiration_ms=None,
-                       routing_key=dead_letter_routing_key or self.routing_key)
+        return replace(
+            self, headers=headers, expiration_ms=None, routing_key=dead_letter_routing_key or self.routing_key
+        )
 
 
 def _now() -> datetime.datetime:
@@ -114,8 +121,17 @@ class DeliveredMessage:
     """What a consumer callback receives: the attributes of ``AbstractIncomingMessage`` qbroker reads,
     plus ``ack()`` / ``nack(requeue=)`` / ``reject(requeue=)`` with aio-pika's error behaviour."""
 
-    def __init__(self, stored: StoredMessage, *, delivery_tag: int, consumer_tag: str, redelivered: bool,
-                 no_ack: bool, settle: Settle, channel_open: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        stored: StoredMessage,
+        *,
+        delivery_tag: int,
+        consumer_tag: str,
+        redelivered: bool,
+        no_ack: bool,
+        settle: Settle,
+        channel_open: Callable[[], bool],
+    ) -> None:
         self.body = stored.body
         self.headers: dict[str, Any] = copy.deepcopy(stored.headers)
         self.content_type = stored.content_type
@@ -168,5 +184,7 @@ class DeliveredMessage:
         self._settle(self, "reject", requeue)
 
     def __repr__(self) -> str:
-        return (f"<DeliveredMessage exchange={self.exchange!r} routing_key={self.routing_key!r} "
-                f"message_id={self.message_id!r} tag={self.delivery_tag}>")
+        return (
+            f"<DeliveredMessage exchange={self.exchange!r} routing_key={self.routing_key!r} "
+            f"message_id={self.message_id!r} tag={self.delivery_tag}>"
+        )

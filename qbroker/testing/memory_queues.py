@@ -17,10 +17,20 @@ if TYPE_CHECKING:
 ConsumerCallback = Callable[[DeliveredMessage], Awaitable[Any]]
 
 # Arguments whose semantics the memory broker implements, plus ones that change nothing a test sees.
-QUEUE_ARGUMENTS = frozenset({
-    "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-message-ttl", "x-max-priority",
-    "x-single-active-consumer", "x-max-length", "x-max-length-bytes", "x-overflow", "x-queue-type", "x-expires",
-})
+QUEUE_ARGUMENTS = frozenset(
+    {
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-message-ttl",
+        "x-max-priority",
+        "x-single-active-consumer",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-overflow",
+        "x-queue-type",
+        "x-expires",
+    }
+)
 
 
 @dataclass(eq=False)
@@ -84,8 +94,16 @@ class QueueState:
     _expiry: asyncio.TimerHandle | None = None
 
     @classmethod
-    def create(cls, broker: MemoryBroker, name: str, *, durable: bool, exclusive_owner: int | None,
-               auto_delete: bool, arguments: dict[str, Any]) -> QueueState:
+    def create(
+        cls,
+        broker: MemoryBroker,
+        name: str,
+        *,
+        durable: bool,
+        exclusive_owner: int | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> QueueState:
         unknown = set(arguments) - QUEUE_ARGUMENTS
         if unknown:
             raise UnsupportedFeature(f"queue arguments {sorted(unknown)} (supported: {sorted(QUEUE_ARGUMENTS)})")
@@ -98,8 +116,10 @@ class QueueState:
         return queue
 
     def check_equivalent(self, *, durable: bool, auto_delete: bool, arguments: dict[str, Any]) -> None:
-        for what, received, current in (("durable", durable, self.durable),
-                                        ("auto_delete", auto_delete, self.auto_delete)):
+        for what, received, current in (
+            ("durable", durable, self.durable),
+            ("auto_delete", auto_delete, self.auto_delete),
+        ):
             if received != current:
                 raise inequivalent("queue", self.name, what, received, current)
         for key in sorted(set(arguments) | set(self.arguments)):
@@ -250,7 +270,7 @@ class QueueState:
             self.broker.delete_queue(self.name)
 
     def _next_consumer(self) -> Consumer | None:
-        candidates = [c for c in self.consumers[:1 if self.single_active else None] if not c.sink.is_closed]
+        candidates = [c for c in self.consumers[: 1 if self.single_active else None] if not c.sink.is_closed]
         ready = [c for c in candidates if c.has_capacity]
         if ready:  # RabbitMQ: round-robin among the highest-priority consumers that can take a message
             top = max(c.priority for c in ready)

@@ -92,8 +92,9 @@ class AreaFeatures:
             return
         if self.spill is not None:
             # JSON for the areas (floats and text come back as they were), then their WKB as it is.
-            head = json.dumps([[osm_type, osm_id, features, len(wkb)] for osm_type, osm_id, features, wkb
-                               in self._pending]).encode()
+            head = json.dumps(
+                [[osm_type, osm_id, features, len(wkb)] for osm_type, osm_id, features, wkb in self._pending]
+            ).encode()
             wkb = b"".join(p[3] for p in self._pending)
             self.spill.write(_SPILLED.pack(len(head), len(wkb)) + head + wkb)
         else:
@@ -107,30 +108,48 @@ class AreaFeatures:
                 head_size, wkb_size = _SPILLED.unpack(sizes)
                 areas, wkb = json.loads(spilled.read(head_size)), spilled.read(wkb_size)
                 ends = np.cumsum([area[3] for area in areas]).tolist()
-                self._write_batch([(osm_type, osm_id, features, wkb[end - size:end])  # features: [table, attrs]
-                                   for (osm_type, osm_id, features, size), end in zip(areas, ends, strict=True)])
+                self._write_batch(
+                    [
+                        (osm_type, osm_id, features, wkb[end - size : end])  # features: [table, attrs]
+                        for (osm_type, osm_id, features, size), end in zip(areas, ends, strict=True)
+                    ]
+                )
 
     def _write_batch(self, pending: _Pending) -> None:
         data = bytearray(b"".join(p[3] for p in pending))
         starts = np.cumsum([0] + [len(p[3]) for p in pending]).tolist()
         rings = [ring for i, start in enumerate(starts[:-1]) for ring in _rings(data, start, i)]
-        lonlat = np.concatenate([np.frombuffer(data, "<f8", 2 * r.points, r.offset) for r in rings]) \
-            if rings else np.zeros(0)
+        lonlat = (
+            np.concatenate([np.frombuffer(data, "<f8", 2 * r.points, r.offset) for r in rings])
+            if rings
+            else np.zeros(0)
+        )
         x, y = mercator_arrays(lonlat[0::2], lonlat[1::2])
         xy = np.empty(len(lonlat))
         xy[0::2], xy[1::2] = x, y
         packed = xy.tobytes()
         ring_starts = np.cumsum([0] + [r.points for r in rings])
         for r, at in zip(rings, ring_starts[:-1].tolist(), strict=True):
-            data[r.offset:r.offset + 16 * r.points] = packed[16 * at:16 * (at + r.points)]
+            data[r.offset : r.offset + 16 * r.points] = packed[16 * at : 16 * (at + r.points)]
         # Shoelace per ring, summed term by term in ring order, as wkb.ring_area sums (the same float result).
         terms = (x[:-1] * y[1:] - x[1:] * y[:-1]).tolist()
-        areas = [abs(sum(terms[at:at + r.points - 1])) / 2 if r.points > 1 else 0.0
-                 for r, at in zip(rings, ring_starts[:-1].tolist(), strict=True)]
+        areas = [
+            abs(sum(terms[at : at + r.points - 1])) / 2 if r.points > 1 else 0.0
+            for r, at in zip(rings, ring_starts[:-1].tolist(), strict=True)
+        ]
         self._write(pending, data, starts, rings, ring_starts, x, y, areas)
 
-    def _write(self, pending: _Pending, data: bytearray, starts: list[int], rings: list[_Ring],
-               ring_starts: np.ndarray, x: np.ndarray, y: np.ndarray, areas: list[float]) -> None:
+    def _write(
+        self,
+        pending: _Pending,
+        data: bytearray,
+        starts: list[int],
+        rings: list[_Ring],
+        ring_starts: np.ndarray,
+        x: np.ndarray,
+        y: np.ndarray,
+        areas: list[float],
+    ) -> None:
         boxes = _outer_boxes(rings, ring_starts, x, y)
         # The rings come area by area, and a polygon's rings one after the other (its outer ring first).
         ring_area = np.fromiter((r.area for r in rings), np.int64, len(rings))
@@ -151,27 +170,36 @@ class AreaFeatures:
                 else:
                     inner += areas[k]
             total += outer - inner
-            geom = bytes(data[starts[i]:starts[i + 1]])
+            geom = bytes(data[starts[i] : starts[i + 1]])
             for table, attrs in features:
                 if table in _MEASURED:
                     attrs = {**attrs, "area": total}
                 self.writer.add(table, osm_type, osm_id, attrs, geom, box)
 
 
-def _outer_boxes(rings: list[_Ring], ring_starts: np.ndarray, x: np.ndarray,
-                 y: np.ndarray) -> dict[int, tuple[float, float, float, float]]:
+def _outer_boxes(
+    rings: list[_Ring], ring_starts: np.ndarray, x: np.ndarray, y: np.ndarray
+) -> dict[int, tuple[float, float, float, float]]:
     """The bounding box of each area with an outer ring (area index -> minx, miny, maxx, maxy): the union of
     its outer rings' boxes (rings have at least one point)."""
     outer = np.flatnonzero(np.fromiter((r.outer for r in rings), bool, len(rings)))
     if len(outer) == 0:
         return {}
     first = ring_starts[:-1]  # every ring's points, one after the other: a box per ring, then the outer ones
-    ring_boxes = [np.minimum.reduceat(x, first)[outer], np.minimum.reduceat(y, first)[outer],
-                  np.maximum.reduceat(x, first)[outer], np.maximum.reduceat(y, first)[outer]]
+    ring_boxes = [
+        np.minimum.reduceat(x, first)[outer],
+        np.minimum.reduceat(y, first)[outer],
+        np.maximum.reduceat(x, first)[outer],
+        np.maximum.reduceat(y, first)[outer],
+    ]
     area_of = np.fromiter((rings[k].area for k in outer.tolist()), np.int64, len(outer))
     group = np.flatnonzero(np.r_[True, area_of[1:] != area_of[:-1]])
-    merged = [np.minimum.reduceat(ring_boxes[0], group), np.minimum.reduceat(ring_boxes[1], group),
-              np.maximum.reduceat(ring_boxes[2], group), np.maximum.reduceat(ring_boxes[3], group)]
+    merged = [
+        np.minimum.reduceat(ring_boxes[0], group),
+        np.minimum.reduceat(ring_boxes[1], group),
+        np.maximum.reduceat(ring_boxes[2], group),
+        np.maximum.reduceat(ring_boxes[3], group),
+    ]
     return dict(zip(area_of[group].tolist(), zip(*(m.tolist() for m in merged), strict=True), strict=True))
 
 

@@ -44,8 +44,10 @@ def insert_columns(conn: sqlite3.Connection, sql_head: str, columns: Sequence[Se
         for j, column in enumerate(columns):
             flat[j::width] = column[:full] if len(column) != full else column
         step = ROWS_PER_STATEMENT * width
-        conn.executemany(f"{sql_head} VALUES {', '.join([row] * ROWS_PER_STATEMENT)}",
-                         (flat[i:i + step] for i in range(0, len(flat), step)))
+        conn.executemany(
+            f"{sql_head} VALUES {', '.join([row] * ROWS_PER_STATEMENT)}",
+            (flat[i : i + step] for i in range(0, len(flat), step)),
+        )
     if count > full:
         conn.executemany(f"{sql_head} VALUES {row}", zip(*(column[full:] for column in columns), strict=True))
     return count

@@ -57,8 +57,12 @@ def _perimeter_position(p: Coord, box: BBox) -> float:
     minx, miny, maxx, maxy = box
     w, h = maxx - minx, maxy - miny
     x, y = min(max(p[0], minx), maxx), min(max(p[1], miny), maxy)
-    edges = [(maxy - y, x - minx), (maxx - x, w + (maxy - y)), (y - miny, w + h + (maxx - x)),
-             (x - minx, 2 * w + h + (y - miny))]  # (distance to edge, position) for top, right, bottom, left
+    edges = [
+        (maxy - y, x - minx),
+        (maxx - x, w + (maxy - y)),
+        (y - miny, w + h + (maxx - x)),
+        (x - minx, 2 * w + h + (y - miny)),
+    ]  # (distance to edge, position) for top, right, bottom, left
     return min(edges)[1]
 
 
@@ -129,19 +133,26 @@ def sea_rings(extent: str | None, ways: list[list[int]], locate: Locate) -> list
 def _stored_sea_rings(conn: sqlite3.Connection) -> list[list[Coord]]:
     """``sea_rings`` of the stored coastline: the ways' tags in this store, their nodes in the geometry
     store (attached: render_db.attach_geometry)."""
-    ways = [json.loads(nodes) for (nodes,) in conn.execute(
-        f"SELECT g.nodes FROM ways w JOIN {GEOMETRY}.ways g ON g.id = w.id "  # noqa: S608
-        "WHERE json_extract(w.tags, '$.natural') = 'coastline' ORDER BY w.id")]
+    ways = [
+        json.loads(nodes)
+        for (nodes,) in conn.execute(
+            f"SELECT g.nodes FROM ways w JOIN {GEOMETRY}.ways g ON g.id = w.id "  # noqa: S608
+            "WHERE json_extract(w.tags, '$.natural') = 'coastline' ORDER BY w.id"
+        )
+    ]
 
     def locate(wanted: list[int]) -> dict[int, Coord]:
         located: dict[int, Coord] = {}
         for i in range(0, len(wanted), _NODES_PER_QUERY):
-            chunk = wanted[i:i + _NODES_PER_QUERY]
+            chunk = wanted[i : i + _NODES_PER_QUERY]
             marks = ", ".join("?" for _ in chunk)
-            rows = conn.execute(f"SELECT id, lon, lat FROM {GEOMETRY}.nodes WHERE id IN ({marks})",  # noqa: S608
-                                chunk).fetchall()
-            located.update(zip((nid for nid, _, _ in rows), mercator_points([(lon, lat) for _, lon, lat in rows]),
-                               strict=True))
+            rows = conn.execute(
+                f"SELECT id, lon, lat FROM {GEOMETRY}.nodes WHERE id IN ({marks})",  # noqa: S608
+                chunk,
+            ).fetchall()
+            located.update(
+                zip((nid for nid, _, _ in rows), mercator_points([(lon, lat) for _, lon, lat in rows]), strict=True)
+            )
         return located
 
     return sea_rings(get_meta(conn, "extent"), ways, locate)
@@ -151,6 +162,7 @@ def _clip(ring: list[Coord], axis: int, at: float, below: bool) -> list[Coord]:
     """The part of a closed ring on one side of the line ``coordinate[axis] = at`` (Sutherland-Hodgman
     against one half-plane), closed again; a concave ring may keep zero-width bridges along the line,
     which a fill does not show."""
+
     def inside(c: Coord) -> bool:
         return c[axis] <= at if below else c[axis] >= at
 
@@ -202,8 +214,14 @@ def _write_sea(conn: sqlite3.Connection, writer: FeatureWriter, rings: list[list
     for ring in rings:
         for piece in split_ring(ring):
             if len(piece) >= 4:
-                writer.add("water", SEA_TYPE, written, {"kind": "sea", "area": polygons_area([[piece]])},
-                           multipolygon([[piece]]), bbox_of(piece))
+                writer.add(
+                    "water",
+                    SEA_TYPE,
+                    written,
+                    {"kind": "sea", "area": polygons_area([[piece]])},
+                    multipolygon([[piece]]),
+                    bbox_of(piece),
+                )
                 written += 1
     return written
 

@@ -81,44 +81,62 @@ def add_node_ways(conn: sqlite3.Connection) -> None:
     """Index the nodes of every way: in (node, way) order, so the import builds the index with one sort after
     the load, as osm2pgsql builds its indexes. (A diff moves only the pairs its ways gained or lost:
     geometry_apply.)"""
-    conn.execute(f"INSERT OR IGNORE INTO node_ways (node_id, way_id) SELECT node_id, way_id FROM ({_WAY_REFS}) "  # noqa: S608
-                 "ORDER BY node_id, way_id")
+    conn.execute(
+        f"INSERT OR IGNORE INTO node_ways (node_id, way_id) SELECT node_id, way_id FROM ({_WAY_REFS}) "  # noqa: S608
+        "ORDER BY node_id, way_id"
+    )
 
 
 def add_member_relations(conn: sqlite3.Connection) -> None:
     """Index the node and way members of every relation, in (member, relation) order, as ``add_node_ways``.
     (A diff moves only the pairs its relations gained or lost: geometry_apply.)"""
     for kind, table in MEMBER_INDEXES.items():
-        conn.execute(f"INSERT OR IGNORE INTO {table} SELECT m.value ->> 1, r.id "  # noqa: S608 - names from a constant
-                     f"FROM relations r, json_each(r.members) m WHERE m.value ->> 0 = '{kind}' ORDER BY 1, 2")
+        conn.execute(
+            f"INSERT OR IGNORE INTO {table} SELECT m.value ->> 1, r.id "  # noqa: S608 - names from a constant
+            f"FROM relations r, json_each(r.members) m WHERE m.value ->> 0 = '{kind}' ORDER BY 1, 2"
+        )
 
 
 # What expiry looks up by id (store_lookup): the rows of each lookup, the ids as one JSON array bound to the
 # one parameter. Each is a primary key probe per id (the way nodes and members then unpacked from the row).
 LOOKUPS: dict[str, tuple[pa.Schema, str]] = {
-    "nodes": (pa.schema([("id", pa.int64()), ("lon", pa.float64()), ("lat", pa.float64())]),
-              f"SELECT id, lon, lat FROM nodes WHERE id IN {_IDS}"),  # noqa: S608
-    "way_nodes": (pa.schema([("way_id", pa.int64()), ("seq", pa.int64()), ("node_id", pa.int64())]),
-                  f"SELECT way_id, seq, node_id FROM ({_WAY_REFS}) WHERE way_id IN {_IDS}"),  # noqa: S608
-    "node_ways": (pa.schema([("node_id", pa.int64()), ("way_id", pa.int64())]),
-                  f"SELECT node_id, way_id FROM node_ways WHERE node_id IN {_IDS}"),  # noqa: S608
-    "members": (pa.schema([("rel_id", pa.int64()), ("member_type", pa.string()), ("member_id", pa.int64())]),
-                "SELECT r.id, m.value ->> 0, m.value ->> 1 FROM relations r, json_each(r.members) m "  # noqa: S608
-                f"WHERE r.id IN {_IDS}"),
+    "nodes": (
+        pa.schema([("id", pa.int64()), ("lon", pa.float64()), ("lat", pa.float64())]),
+        f"SELECT id, lon, lat FROM nodes WHERE id IN {_IDS}",
+    ),  # noqa: S608
+    "way_nodes": (
+        pa.schema([("way_id", pa.int64()), ("seq", pa.int64()), ("node_id", pa.int64())]),
+        f"SELECT way_id, seq, node_id FROM ({_WAY_REFS}) WHERE way_id IN {_IDS}",
+    ),  # noqa: S608
+    "node_ways": (
+        pa.schema([("node_id", pa.int64()), ("way_id", pa.int64())]),
+        f"SELECT node_id, way_id FROM node_ways WHERE node_id IN {_IDS}",
+    ),  # noqa: S608
+    "members": (
+        pa.schema([("rel_id", pa.int64()), ("member_type", pa.string()), ("member_id", pa.int64())]),
+        "SELECT r.id, m.value ->> 0, m.value ->> 1 FROM relations r, json_each(r.members) m "  # noqa: S608
+        f"WHERE r.id IN {_IDS}",
+    ),
     # The relations a node is in, as a member or through a way using it (node -> relation, node -> way ->
     # relation): one lookup, so following a moved node to its relations costs no step of its own.
-    "node_relations": (pa.schema([("node_id", pa.int64()), ("rel_id", pa.int64())]),
-                       f"SELECT node_id, rel_id FROM node_relations WHERE node_id IN {_IDS} UNION "  # noqa: S608
-                       "SELECT nw.node_id, wr.rel_id FROM node_ways nw JOIN way_relations wr ON wr.way_id = nw.way_id "
-                       f"WHERE nw.node_id IN {_IDS}"),
-    "way_relations": (pa.schema([("way_id", pa.int64()), ("rel_id", pa.int64())]),
-                      f"SELECT way_id, rel_id FROM way_relations WHERE way_id IN {_IDS}"),  # noqa: S608
+    "node_relations": (
+        pa.schema([("node_id", pa.int64()), ("rel_id", pa.int64())]),
+        f"SELECT node_id, rel_id FROM node_relations WHERE node_id IN {_IDS} UNION "  # noqa: S608
+        "SELECT nw.node_id, wr.rel_id FROM node_ways nw JOIN way_relations wr ON wr.way_id = nw.way_id "
+        f"WHERE nw.node_id IN {_IDS}",
+    ),
+    "way_relations": (
+        pa.schema([("way_id", pa.int64()), ("rel_id", pa.int64())]),
+        f"SELECT way_id, rel_id FROM way_relations WHERE way_id IN {_IDS}",
+    ),  # noqa: S608
     # The stored refs of the relations' way members (their old lines): a relation's members are mostly ways a
     # regional store lacks (cut at its edge), so they come as the refs of those it has, not as members.
-    "relation_way_nodes": (pa.schema([("way_id", pa.int64()), ("seq", pa.int64()), ("node_id", pa.int64())]),
-                           "SELECT w.id, n.key, n.value FROM relations r, json_each(r.members) m "  # noqa: S608
-                           "JOIN ways w ON w.id = m.value ->> 1, json_each(w.nodes) n "
-                           f"WHERE r.id IN {_IDS} AND m.value ->> 0 = 'w'"),
+    "relation_way_nodes": (
+        pa.schema([("way_id", pa.int64()), ("seq", pa.int64()), ("node_id", pa.int64())]),
+        "SELECT w.id, n.key, n.value FROM relations r, json_each(r.members) m "  # noqa: S608
+        "JOIN ways w ON w.id = m.value ->> 1, json_each(w.nodes) n "
+        f"WHERE r.id IN {_IDS} AND m.value ->> 0 = 'w'",
+    ),
 }
 
 
@@ -153,8 +171,15 @@ class Manifest:
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> str:
-        return json.dumps({"format_version": self.format_version, "sequence": self.sequence, "counts": self.counts,
-                           "applied": self.applied[-APPLIED_KEPT:], "commits": self.commits})
+        return json.dumps(
+            {
+                "format_version": self.format_version,
+                "sequence": self.sequence,
+                "counts": self.counts,
+                "applied": self.applied[-APPLIED_KEPT:],
+                "commits": self.commits,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:
@@ -162,8 +187,13 @@ class Manifest:
         version = data.get("format_version")
         if version not in (FORMAT_VERSION, UPGRADABLE_FROM):
             raise GeometryStoreError(f"geometry store format {version!r} is not {FORMAT_VERSION}")
-        return cls(sequence=data.get("sequence"), counts=dict(data["counts"]), applied=list(data.get("applied", [])),
-                   commits=int(data.get("commits", 0)), format_version=version)
+        return cls(
+            sequence=data.get("sequence"),
+            counts=dict(data["counts"]),
+            applied=list(data.get("applied", [])),
+            commits=int(data.get("commits", 0)),
+            format_version=version,
+        )
 
 
 def write_manifest(conn: sqlite3.Connection, manifest: Manifest) -> None:
@@ -184,8 +214,9 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
     else:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        conn.executescript("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0; "
-                           f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};")
+        conn.executescript(
+            f"PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};"
+        )
     conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
     conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
     return conn
@@ -202,8 +233,10 @@ class GeometryStore:
         self.keep_writer = keep_writer
         self.db = self.root / GEOMETRY_DB
         if not self.db.is_file():
-            raise GeometryStoreError(f"{self.root.parent}: no geometry store (no {GEOMETRY_DIR}/{GEOMETRY_DB}); "
-                                     "import the extract with toposm-import")
+            raise GeometryStoreError(
+                f"{self.root.parent}: no geometry store (no {GEOMETRY_DIR}/{GEOMETRY_DB}); "
+                "import the extract with toposm-import"
+            )
         self._writer: sqlite3.Connection | None = None
         self._writer_inode = 0
         self._checkpointer: Checkpointer | None = None
@@ -295,8 +328,9 @@ class GeometryStore:
     def _upgraded(self, manifest: Manifest) -> Manifest:
         """A store of the previous format gets its member -> relation indexes (the caller holds the lock), in
         one transaction, so that no store has to be imported again."""
-        upgraded = Manifest(sequence=manifest.sequence, counts=manifest.counts, applied=manifest.applied,
-                            commits=manifest.commits)
+        upgraded = Manifest(
+            sequence=manifest.sequence, counts=manifest.counts, applied=manifest.applied, commits=manifest.commits
+        )
         with self.writer() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:

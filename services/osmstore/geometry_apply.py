@@ -19,15 +19,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
-from .geometry import (
-    MEMBER_INDEXES,
-    GeometryStore,
-    GeometryStoreError,
-    Manifest,
-    SequenceGap,
-    id_list,
-    write_manifest,
-)
+from .geometry import MEMBER_INDEXES, GeometryStore, GeometryStoreError, Manifest, SequenceGap, id_list, write_manifest
 from .osc_diff import OscDiff
 
 
@@ -38,8 +30,7 @@ class Replay:
     reason: str
 
 
-def check_sequence(manifest: Manifest, sequence: int | None, sha256: str, *,
-                   first: int | None = None) -> Replay | None:
+def check_sequence(manifest: Manifest, sequence: int | None, sha256: str, *, first: int | None = None) -> Replay | None:
     """None when the diff is to be applied; a Replay when it already was. Raises SequenceGap.
 
     ``first``: the first sequence a merged diff covers (default ``sequence``: one diff)."""
@@ -53,11 +44,15 @@ def check_sequence(manifest: Manifest, sequence: int | None, sha256: str, *,
         return Replay(f"sequence {sequence} is already applied (the store is at {manifest.sequence})")
     first = sequence if first is None else first
     if first > manifest.sequence + 1:
-        raise SequenceGap(f"sequence {first} does not follow the store's {manifest.sequence}: "
-                          f"diffs {manifest.sequence + 1}..{first - 1} are missing")
+        raise SequenceGap(
+            f"sequence {first} does not follow the store's {manifest.sequence}: "
+            f"diffs {manifest.sequence + 1}..{first - 1} are missing"
+        )
     if first <= manifest.sequence:  # part of the range is in the store already: a state we cannot check
-        raise SequenceGap(f"diffs {first}..{sequence} overlap the store's sequence {manifest.sequence}: "
-                          f"send {manifest.sequence + 1}..{sequence}")
+        raise SequenceGap(
+            f"diffs {first}..{sequence} overlap the store's sequence {manifest.sequence}: "
+            f"send {manifest.sequence + 1}..{sequence}"
+        )
     return None
 
 
@@ -67,8 +62,9 @@ def apply_diff(store: GeometryStore, diff: OscDiff, sequence: int | None = None)
         return apply_locked(store, manifest, diff, sequence)
 
 
-def apply_locked(store: GeometryStore, manifest: Manifest, diff: OscDiff,
-                 sequence: int | None = None, *, first: int | None = None) -> dict[str, object]:
+def apply_locked(
+    store: GeometryStore, manifest: Manifest, diff: OscDiff, sequence: int | None = None, *, first: int | None = None
+) -> dict[str, object]:
     """Apply ``diff`` (the caller holds ``store.locked()``, which gave ``manifest``).
 
     Returns what changed, or ``{"applied": False, "replay": reason}`` for a diff the store already holds.
@@ -86,8 +82,9 @@ class PreparedDiff:
     rendering store's update is still being built, and commits it after that one (store_job).
     Raises GeometryStoreError (the store unchanged)."""
 
-    def __init__(self, store: GeometryStore, manifest: Manifest, diff: OscDiff, sequence: int | None, *,
-                 first: int | None = None) -> None:
+    def __init__(
+        self, store: GeometryStore, manifest: Manifest, diff: OscDiff, sequence: int | None, *, first: int | None = None
+    ) -> None:
         self.store, self.diff = store, diff
         self.sequence = sequence if sequence is not None else manifest.sequence
         self.commits = manifest.commits + 1
@@ -102,13 +99,18 @@ class PreparedDiff:
             entry: dict[str, object] = {"sequence": sequence, "sha256": diff.sha256}
             if first is not None and first != sequence:
                 entry["first_sequence"] = first
-            write_manifest(conn, Manifest(sequence=self.sequence, counts=counts, applied=[*manifest.applied, entry],
-                                          commits=self.commits))
+            write_manifest(
+                conn,
+                Manifest(
+                    sequence=self.sequence, counts=counts, applied=[*manifest.applied, entry], commits=self.commits
+                ),
+            )
         except BaseException as exc:
             self._end(conn, "ROLLBACK")
             if isinstance(exc, sqlite3.Error):
-                raise GeometryStoreError(f"{store.db}: the diff could not be applied ({exc}); "
-                                         "the store is unchanged") from exc
+                raise GeometryStoreError(
+                    f"{store.db}: the diff could not be applied ({exc}); the store is unchanged"
+                ) from exc
             raise
         self._conn: sqlite3.Connection | None = conn
 
@@ -129,10 +131,17 @@ class PreparedDiff:
         try:
             self._end(self._conn, "COMMIT")
         except sqlite3.Error as exc:
-            raise GeometryStoreError(f"{self.store.db}: the diff could not be applied ({exc}); "
-                                     "the store is unchanged") from exc
-        return {"applied": True, "sequence": self.sequence, "commits": self.commits,
-                "nodes": len(self.diff.nodes), "ways": len(self.diff.ways), "relations": len(self.diff.relations)}
+            raise GeometryStoreError(
+                f"{self.store.db}: the diff could not be applied ({exc}); the store is unchanged"
+            ) from exc
+        return {
+            "applied": True,
+            "sequence": self.sequence,
+            "commits": self.commits,
+            "nodes": len(self.diff.nodes),
+            "ways": len(self.diff.ways),
+            "relations": len(self.diff.relations),
+        }
 
     def rollback(self) -> None:
         if self._conn is not None:
@@ -149,16 +158,29 @@ def _write_changes(conn: sqlite3.Connection, diff: OscDiff) -> dict[str, int]:
     relation whose members changed only the (member, relation) pairs of ``node_relations`` / ``way_relations``.
     In a big store each written row is a page of its own: a tag edit of a 15-node way rewrote 30 index rows.
     """
-    old_nodes = {i: (lon, lat) for i, lon, lat in conn.execute(
-        "SELECT id, lon, lat FROM nodes WHERE id IN (SELECT value FROM json_each(?))", (id_list(diff.nodes),))}
-    old_ways = {i: tuple(json.loads(refs)) for i, refs in conn.execute(
-        "SELECT id, nodes FROM ways WHERE id IN (SELECT value FROM json_each(?))", (id_list(diff.ways),))}
-    old_relations = {i: json.loads(members) for i, members in conn.execute(
-        "SELECT id, members FROM relations WHERE id IN (SELECT value FROM json_each(?))", (id_list(diff.relations),))}
+    old_nodes = {
+        i: (lon, lat)
+        for i, lon, lat in conn.execute(
+            "SELECT id, lon, lat FROM nodes WHERE id IN (SELECT value FROM json_each(?))", (id_list(diff.nodes),)
+        )
+    }
+    old_ways = {
+        i: tuple(json.loads(refs))
+        for i, refs in conn.execute(
+            "SELECT id, nodes FROM ways WHERE id IN (SELECT value FROM json_each(?))", (id_list(diff.ways),)
+        )
+    }
+    old_relations = {
+        i: json.loads(members)
+        for i, members in conn.execute(
+            "SELECT id, members FROM relations WHERE id IN (SELECT value FROM json_each(?))", (id_list(diff.relations),)
+        )
+    }
 
     gone_nodes = [(i,) for i, n in diff.nodes.items() if n.deleted and i in old_nodes]
-    node_rows = [(i, n.lon, n.lat) for i, n in diff.nodes.items()
-                 if not n.deleted and old_nodes.get(i) != (n.lon, n.lat)]
+    node_rows = [
+        (i, n.lon, n.lat) for i, n in diff.nodes.items() if not n.deleted and old_nodes.get(i) != (n.lon, n.lat)
+    ]
     conn.executemany("DELETE FROM nodes WHERE id = ?", gone_nodes)
     conn.executemany("INSERT OR REPLACE INTO nodes (id, lon, lat) VALUES (?, ?, ?)", node_rows)
 
@@ -203,18 +225,24 @@ def _write_changes(conn: sqlite3.Connection, diff: OscDiff) -> dict[str, int]:
     conn.executemany("INSERT OR REPLACE INTO relations (id, members) VALUES (?, ?)", relation_rows)
     for kind, table in MEMBER_INDEXES.items():
         column = "node_id" if kind == "n" else "way_id"
-        conn.executemany(f"DELETE FROM {table} WHERE {column} = ? AND rel_id = ?",  # noqa: S608 - constant names
-                         sorted((m, r) for t, m, r in lost_members if t == kind))
-        conn.executemany(f"INSERT OR IGNORE INTO {table} ({column}, rel_id) VALUES (?, ?)",  # noqa: S608
-                         sorted((m, r) for t, m, r in gained_members if t == kind))
+        conn.executemany(
+            f"DELETE FROM {table} WHERE {column} = ? AND rel_id = ?",  # noqa: S608 - constant names
+            sorted((m, r) for t, m, r in lost_members if t == kind),
+        )
+        conn.executemany(
+            f"INSERT OR IGNORE INTO {table} ({column}, rel_id) VALUES (?, ?)",  # noqa: S608
+            sorted((m, r) for t, m, r in gained_members if t == kind),
+        )
 
     live_ways = [way.refs for way in diff.ways.values() if not way.deleted]
     live_relations = [rel.members for rel in diff.relations.values() if not rel.deleted]
-    return {"nodes": sum(1 for n in diff.nodes.values() if not n.deleted) - len(old_nodes),
-            "ways": len(live_ways) - len(old_ways),
-            "way_nodes": sum(map(len, live_ways)) - sum(map(len, old_ways.values())),
-            "relations": len(live_relations) - len(old_relations),
-            "members": sum(map(len, live_relations)) - sum(map(len, old_relations.values()))}
+    return {
+        "nodes": sum(1 for n in diff.nodes.values() if not n.deleted) - len(old_nodes),
+        "ways": len(live_ways) - len(old_ways),
+        "way_nodes": sum(map(len, live_ways)) - sum(map(len, old_ways.values())),
+        "relations": len(live_relations) - len(old_relations),
+        "members": sum(map(len, live_relations)) - sum(map(len, old_relations.values())),
+    }
 
 
 def _json(value: object) -> str:

@@ -25,8 +25,9 @@ from .node_locations import NodeLocations
 from .opl_columns import Ways, read_objects
 
 
-def build_geometry_store(root: Path, locations_file: Path, node_count: int, objects: Path,
-                         sequence: int | None) -> dict[str, int]:
+def build_geometry_store(
+    root: Path, locations_file: Path, node_count: int, objects: Path, sequence: int | None
+) -> dict[str, int]:
     """Write ``root/geometry.sqlite``; returns its row counts (store.json's ``geometry``)."""
     root.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(root / GEOMETRY_DB, isolation_level=None)
@@ -37,17 +38,20 @@ def build_geometry_store(root: Path, locations_file: Path, node_count: int, obje
         conn.execute("BEGIN")
         # OR REPLACE: an extract holds each object once, but one listed twice must not fail the import.
         for ids, lon, lat in NodeLocations(locations_file, node_count).batches():
-            counts["nodes"] += insert_columns(conn, "INSERT OR REPLACE INTO nodes (id, lon, lat)",
-                                              [ids.tolist(), lon.tolist(), lat.tolist()])
+            counts["nodes"] += insert_columns(
+                conn, "INSERT OR REPLACE INTO nodes (id, lon, lat)", [ids.tolist(), lon.tolist(), lat.tolist()]
+            )
         for batch in read_objects(objects, tags=False):
             ids = batch.ids.tolist()
             if isinstance(batch, Ways):
-                counts["ways"] += insert_columns(conn, "INSERT OR REPLACE INTO ways (id, nodes)",
-                                                 [ids, batch.nodes_json().to_pylist()])
+                counts["ways"] += insert_columns(
+                    conn, "INSERT OR REPLACE INTO ways (id, nodes)", [ids, batch.nodes_json().to_pylist()]
+                )
                 counts["way_nodes"] += batch.ref_count()
             else:
-                counts["relations"] += insert_columns(conn, "INSERT OR REPLACE INTO relations (id, members)",
-                                                      [ids, batch.members_json().to_pylist()])
+                counts["relations"] += insert_columns(
+                    conn, "INSERT OR REPLACE INTO relations (id, members)", [ids, batch.members_json().to_pylist()]
+                )
                 counts["members"] += batch.member_count()
         add_node_ways(conn)
         add_member_relations(conn)
@@ -67,12 +71,16 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding ser
 class GeometryBuild:
     """``build_geometry_store`` running in a child process; ``result`` waits for its counts."""
 
-    def __init__(self, root: Path, locations_file: Path, node_count: int, objects: Path,
-                 sequence: int | None) -> None:
+    def __init__(self, root: Path, locations_file: Path, node_count: int, objects: Path, sequence: int | None) -> None:
         args = json.dumps([str(root), str(locations_file), node_count, str(objects), sequence])
         path = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-        self.process = subprocess.Popen([sys.executable, "-m", __name__, args], stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": path})
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", __name__, args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": path},
+        )
 
     def result(self) -> dict[str, int]:
         out, err = self.process.communicate()

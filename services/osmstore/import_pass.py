@@ -42,8 +42,7 @@ WRITE_BUFFER = 1 << 20  # bytes of objects the OPL writer gathers before handing
 # libosmium's queues between its threads (read, decode, hand over; format, write): each holds buffers of
 # objects or text, 20 by default, which is up to a few hundred MB once the consumer falls behind (the OPL
 # output queue with 4 MB buffers reached ~150 MB at K=50). A few suffice to keep the threads busy.
-QUEUES = {"OSMIUM_MAX_INPUT_QUEUE_SIZE": "4", "OSMIUM_MAX_OSMDATA_QUEUE_SIZE": "4",
-          "OSMIUM_MAX_OUTPUT_QUEUE_SIZE": "2"}
+QUEUES = {"OSMIUM_MAX_INPUT_QUEUE_SIZE": "4", "OSMIUM_MAX_OSMDATA_QUEUE_SIZE": "4", "OSMIUM_MAX_OUTPUT_QUEUE_SIZE": "2"}
 
 
 @dataclass
@@ -104,12 +103,23 @@ def read_extract(extract: Path, scratch: Path, writer: FeatureWriter) -> PassRes
     # one stage fell behind (docs/performance.md).
     with _short_queues(), spilled.open("wb") as spill:
         handler = _FeatureHandler(writer, spill)
-        opl = osmium.SimpleWriter(osmium.io.File(str(objects), "opl,add_metadata=false"), bufsz=WRITE_BUFFER,
-                                  overwrite=True, thread_pool=osmium.io.ThreadPool(2, WRITE_QUEUE))
+        opl = osmium.SimpleWriter(
+            osmium.io.File(str(objects), "opl,add_metadata=false"),
+            bufsz=WRITE_BUFFER,
+            overwrite=True,
+            thread_pool=osmium.io.ThreadPool(2, WRITE_QUEUE),
+        )
         try:
             with osmium.io.Reader(str(extract)) as reader:
-                osmium.apply(reader, locations, areas.second_pass_handler(area_filter, handler), node_filter,
-                             handler, osmium.filter.EntityFilter(osmium.osm.WAY | osmium.osm.RELATION), opl)
+                osmium.apply(
+                    reader,
+                    locations,
+                    areas.second_pass_handler(area_filter, handler),
+                    node_filter,
+                    handler,
+                    osmium.filter.EntityFilter(osmium.osm.WAY | osmium.osm.RELATION),
+                    opl,
+                )
         finally:
             opl.close()
         handler.areas.flush()

@@ -64,15 +64,21 @@ def _insert_area_members(conn: sqlite3.Connection, relations: Relations) -> None
     areas = np.array(distinct_tags(relations.tags, lambda raw: relation_makes_area(opl_tags(raw))), dtype=bool)
     if not areas.any():
         return
-    insert_columns(conn, "INSERT OR REPLACE INTO relation_members (relation_id, seq, member_type, member_id, role)",
-                   relations.member_rows(areas))
+    insert_columns(
+        conn,
+        "INSERT OR REPLACE INTO relation_members (relation_id, seq, member_type, member_id, role)",
+        relations.member_rows(areas),
+    )
 
 
 def _coastline_refs(ways: Ways) -> dict[int, list[int]]:
     """The node lists of the ``natural=coastline`` ways among ``ways`` by way id: what the sea is made of."""
     maybe = pc.match_substring(ways.tags, "natural=coastline").to_numpy(zero_copy_only=False)
-    return {int(ways.ids[i]): ways.refs[ways.offsets[i]:ways.offsets[i + 1]].tolist()
-            for i in np.flatnonzero(maybe).tolist() if opl_tags(ways.tags[i].as_py()).get("natural") == "coastline"}
+    return {
+        int(ways.ids[i]): ways.refs[ways.offsets[i] : ways.offsets[i + 1]].tolist()
+        for i in np.flatnonzero(maybe).tolist()
+        if opl_tags(ways.tags[i].as_py()).get("natural") == "coastline"
+    }
 
 
 def _mercator_points(locations: NodeLocations, ids: list[int]) -> dict[int, Coord]:
@@ -83,8 +89,13 @@ def _mercator_points(locations: NodeLocations, ids: list[int]) -> dict[int, Coor
     return dict(zip(wanted[ok].tolist(), zip(x.tolist(), y.tolist(), strict=True), strict=True))
 
 
-def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: BulkFeatureWriter,
-                        progress: ImportProgress, coastline: dict[int, list[int]]) -> dict[str, int]:
+def _load_render_tables(
+    conn: sqlite3.Connection,
+    scan: PassResult,
+    writer: BulkFeatureWriter,
+    progress: ImportProgress,
+    coastline: dict[int, list[int]],
+) -> dict[str, int]:
     """The rendering store's OSM tables and line features, from the pass's files; returns the object counts
     and adds the coastline ways' node lists to ``coastline``. Node locations and way node lists go to the
     geometry store only (the one middle, render_db)."""
@@ -98,8 +109,9 @@ def _load_render_tables(conn: sqlite3.Connection, scan: PassResult, writer: Bulk
             coastline.update(_coastline_refs(batch))
             kind = "ways"
         else:
-            insert_columns(conn, "INSERT OR REPLACE INTO relations (id, tags)",
-                           [ids, distinct_tags(batch.tags, _tags_json)])
+            insert_columns(
+                conn, "INSERT OR REPLACE INTO relations (id, tags)", [ids, distinct_tags(batch.tags, _tags_json)]
+            )
             _insert_area_members(conn, batch)
             kind = "relations"
         counts[kind] += len(batch)
@@ -119,8 +131,7 @@ def _header(extract: Path) -> tuple[int | None, list[float] | None]:
         header = reader.header()
         value = header.get("osmosis_replication_sequence_number", "")
         box = header.box()
-        bbox = ([box.bottom_left.lon, box.bottom_left.lat, box.top_right.lon, box.top_right.lat]
-                if box.valid() else None)
+        bbox = [box.bottom_left.lon, box.bottom_left.lat, box.top_right.lon, box.top_right.lat] if box.valid() else None
     finally:
         reader.close()
     return (int(value) if value.isdigit() else None), bbox
@@ -153,8 +164,9 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
         extent = header_bbox or scan.locations.bounds() or [180.0, 90.0, -180.0, -90.0]
         render_db.set_meta(conn, "extent", json.dumps(extent))
         # In way id order, as refresh_sea reads them from the stores.
-        write_sea(conn, writer, [coastline[i] for i in sorted(coastline)],
-                  lambda ids: _mercator_points(scan.locations, ids))
+        write_sea(
+            conn, writer, [coastline[i] for i in sorted(coastline)], lambda ids: _mercator_points(scan.locations, ids)
+        )
         writer.finish()  # the features in space order: renders read neighbours on disk (render_cluster)
         render_db.create_indexes(conn)
         conn.execute("COMMIT")
@@ -183,8 +195,9 @@ def _build(extract: Path, work: Path, progress: ImportProgress) -> dict[str, Any
     }
 
 
-def import_extract(extract: Path, store: Path, *, replace: bool = False,
-                   progress: ImportProgress | None = None) -> dict[str, Any]:
+def import_extract(
+    extract: Path, store: Path, *, replace: bool = False, progress: ImportProgress | None = None
+) -> dict[str, Any]:
     """Build ``store`` from ``extract``; returns what ``store.json`` says. Raises ImportFailed."""
     if not extract.is_file():
         raise ImportFailed(f"{extract}: no such file")
@@ -214,14 +227,17 @@ class ImportSettings(StackSettings):
     prog = "toposm-import"
     description = __doc__.split("\n\n")[0]
 
-    extract: Path = option(help="an OpenStreetMap extract (.osm.pbf, .osm, .osm.bz2)", positional=True,
-                           metavar="EXTRACT")
+    extract: Path = option(
+        help="an OpenStreetMap extract (.osm.pbf, .osm, .osm.bz2)", positional=True, metavar="EXTRACT"
+    )
     store: Path | None = stack_option("store", help="directory of the embedded stores (render.sqlite, geometry/)")
-    postgis: str | None = stack_option("postgis", help="import with osm2pgsql into this PostGIS database instead "
-                                       "of --store")
+    postgis: str | None = stack_option(
+        "postgis", help="import with osm2pgsql into this PostGIS database instead of --store"
+    )
     replace: bool = option(False, "rebuild --store if it already exists")
-    flat_nodes: Path | None = stack_option("flat_nodes", help="with --postgis: keep node locations in this "
-                                           "osm2pgsql flat-nodes file (countries, planet)")
+    flat_nodes: Path | None = stack_option(
+        "flat_nodes", help="with --postgis: keep node locations in this osm2pgsql flat-nodes file (countries, planet)"
+    )
 
     @model_validator(mode="after")
     def _one_target(self) -> ImportSettings:
@@ -252,9 +268,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(int(ExitCode.ERROR)) from None
     counts = info["counts"]
     rate = sum(counts.values()) / max(info["seconds"], 1e-6)
-    print(f"imported {a.extract} into {a.store}: {counts['nodes']} nodes, {counts['ways']} ways, "
-          f"{counts['relations']} relations in {info['seconds']:.1f}s ({rate:,.0f} objects/s); "
-          f"features {info['features']}", file=sys.stderr)
+    print(
+        f"imported {a.extract} into {a.store}: {counts['nodes']} nodes, {counts['ways']} ways, "
+        f"{counts['relations']} relations in {info['seconds']:.1f}s ({rate:,.0f} objects/s); "
+        f"features {info['features']}",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -62,14 +62,19 @@ def write_line_features(ways: Ways, locations: NodeLocations, writer: BulkFeatur
     # Bounding boxes per way with any coordinate (segments of x and y between consecutive starts), then the
     # drawn ones among them.
     present = np.flatnonzero(counts > 0)
-    boxes = [np.minimum.reduceat(x, starts[present]), np.minimum.reduceat(y, starts[present]),
-             np.maximum.reduceat(x, starts[present]), np.maximum.reduceat(y, starts[present])]
+    boxes = [
+        np.minimum.reduceat(x, starts[present]),
+        np.minimum.reduceat(y, starts[present]),
+        np.maximum.reduceat(x, starts[present]),
+        np.maximum.reduceat(y, starts[present]),
+    ]
     pick = np.searchsorted(present, drawn)
     minx, miny, maxx, maxy = (b[pick].tolist() for b in boxes)
-    for j, start, count, x0, y0, x1, y1 in zip(drawn.tolist(), starts[drawn].tolist(), counts[drawn].tolist(),
-                                               minx, miny, maxx, maxy, strict=True):
+    for j, start, count, x0, y0, x1, y1 in zip(
+        drawn.tolist(), starts[drawn].tolist(), counts[drawn].tolist(), minx, miny, maxx, maxy, strict=True
+    ):
         i = int(chosen[j])
-        geom = struct.pack("<BII", 1, _LINESTRING, count) + data[start * 16:(start + count) * 16]
+        geom = struct.pack("<BII", 1, _LINESTRING, count) + data[start * 16 : (start + count) * 16]
         way_id = int(ways.ids[i])
         for table, values in features[i]:
             writer.add_values(table, "w", way_id, values, geom, (x0, y0, x1, y1))

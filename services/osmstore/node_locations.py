@@ -60,7 +60,7 @@ class NodeLocations:
     def batches(self, size: int = 100_000) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """(ids, lon, lat) of the nodes with a valid location, in id order, ``size`` records at a time."""
         for start in range(0, self.count, size):
-            chunk = np.asarray(self.records[start:start + size])
+            chunk = np.asarray(self.records[start : start + size])
             keep = chunk["x"] != UNDEFINED
             chunk = chunk[keep] if not keep.all() else chunk
             yield (chunk["id"].astype(np.int64), chunk["x"] / SCALE, chunk["y"] / SCALE)
@@ -88,7 +88,7 @@ class NodeLocations:
         """(west, south, east, north) of the valid locations, or None when there are none."""
         west, south, east, north = UNDEFINED, UNDEFINED, -UNDEFINED, -UNDEFINED
         for start in range(0, self.count, 4_000_000):
-            chunk = np.asarray(self.records[start:start + 4_000_000])
+            chunk = np.asarray(self.records[start : start + 4_000_000])
             chunk = chunk[chunk["x"] != UNDEFINED]
             if len(chunk):
                 west, east = min(west, int(chunk["x"].min())), max(east, int(chunk["x"].max()))

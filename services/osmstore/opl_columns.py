@@ -57,8 +57,9 @@ def unescaped(column: pa.Array) -> list[str]:
 def distinct_tags(raw: pa.Array, fn: Callable[[str], T]) -> list[T]:
     """``fn`` of each tag text in ``raw``, computed once per distinct text (objects often share their tags:
     ``building=yes``, a street's segments) and spread back in C."""
-    encoded = pc.dictionary_encode(raw).combine_chunks() if isinstance(raw, pa.ChunkedArray) else \
-        pc.dictionary_encode(raw)
+    encoded = (
+        pc.dictionary_encode(raw).combine_chunks() if isinstance(raw, pa.ChunkedArray) else pc.dictionary_encode(raw)
+    )
     values = [fn(text) for text in encoded.dictionary.to_pylist()]
     return [values[i] for i in encoded.indices.to_numpy(zero_copy_only=False).tolist()]
 
@@ -77,8 +78,8 @@ def _count(text: pa.Array, mark: str) -> int:
     if len(text) == 0:
         return 0
     offsets = text.buffers()[1]
-    ends = np.frombuffer(offsets, np.int32 if text.type == pa.string() else np.int64)[text.offset:]
-    data = np.frombuffer(text.buffers()[2], np.uint8)[ends[0]:ends[len(text)]]
+    ends = np.frombuffer(offsets, np.int32 if text.type == pa.string() else np.int64)[text.offset :]
+    data = np.frombuffer(text.buffers()[2], np.uint8)[ends[0] : ends[len(text)]]
     return int(np.count_nonzero(data == ord(mark)))
 
 
@@ -146,7 +147,7 @@ class Relations:
 
     @property
     def member_types(self) -> pa.Array:
-        """"n", "w" or "r" per member."""
+        """ "n", "w" or "r" per member."""
         return self._split[1]
 
     @property
@@ -178,9 +179,14 @@ class Relations:
             return joined
         odd = self.select(special)
         types, ids, roles = odd.member_types.to_pylist(), odd.member_ids.tolist(), odd.roles.to_pylist()
-        decoded = [json.dumps([[types[k], ids[k], unescape(roles[k])] for k in range(start, end)],
-                              ensure_ascii=False, separators=(",", ":"))
-                   for start, end in zip(odd.offsets[:-1].tolist(), odd.offsets[1:].tolist(), strict=True)]
+        decoded = [
+            json.dumps(
+                [[types[k], ids[k], unescape(roles[k])] for k in range(start, end)],
+                ensure_ascii=False,
+                separators=(",", ":"),
+            )
+            for start, end in zip(odd.offsets[:-1].tolist(), odd.offsets[1:].tolist(), strict=True)
+        ]
         values = joined.to_pylist()
         for i, value in zip(np.flatnonzero(special).tolist(), decoded, strict=True):
             values[i] = value
@@ -201,8 +207,13 @@ class Relations:
         """(relation id, seq, type, member id, role) columns of the members, of all relations or of those
         where ``relations`` (a bool per relation) is true (only theirs are split)."""
         chosen = self if relations is None else self.select(relations)
-        return [chosen.owner().tolist(), chosen.seq().tolist(), chosen.member_types.to_pylist(),
-                chosen.member_ids.tolist(), unescaped(chosen.roles)]
+        return [
+            chosen.owner().tolist(),
+            chosen.seq().tolist(),
+            chosen.member_types.to_pylist(),
+            chosen.member_ids.tolist(),
+            unescaped(chosen.roles),
+        ]
 
 
 def _ids(column: pa.Array) -> np.ndarray:
@@ -211,8 +222,9 @@ def _ids(column: pa.Array) -> np.ndarray:
 
 def _objects(kind: type[Ways] | type[Relations], batch: pa.RecordBatch) -> Ways | Relations:
     """The block's ways or relations: ids, and the tag and list text without their field letters."""
-    return kind(_ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1),
-                pc.utf8_slice_codeunits(batch.column(2), 1))
+    return kind(
+        _ids(batch.column(0)), pc.utf8_slice_codeunits(batch.column(1), 1), pc.utf8_slice_codeunits(batch.column(2), 1)
+    )
 
 
 def _text_blocks(path: Path, size: int) -> Iterator[bytes]:
@@ -237,12 +249,14 @@ def read_objects(path: Path, block_size: int = BLOCK, *, tags: bool = True) -> I
     are not made into strings (all null; the geometry store has no use for them)."""
     names = ["id", "tags", "list"]
     parse_options = pcsv.ParseOptions(delimiter=" ", quote_char=False, escape_char=False)
-    convert_options = pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()),
-                                          include_columns=names if tags else ["id", "list"])
+    convert_options = pcsv.ConvertOptions(
+        column_types=dict.fromkeys(names, pa.string()), include_columns=names if tags else ["id", "list"]
+    )
     for block in _text_blocks(path, block_size):
         read_options = pcsv.ReadOptions(column_names=names, block_size=len(block) + 1, use_threads=False)
-        table = pcsv.read_csv(pa.py_buffer(block), read_options=read_options, parse_options=parse_options,
-                              convert_options=convert_options)
+        table = pcsv.read_csv(
+            pa.py_buffer(block), read_options=read_options, parse_options=parse_options, convert_options=convert_options
+        )
         if not tags:
             table = table.add_column(1, "tags", pa.nulls(table.num_rows, pa.string()))
         for batch in table.to_batches():

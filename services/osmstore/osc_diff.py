@@ -65,8 +65,13 @@ def _newer(known: DiffNode | DiffWay | DiffRelation | None, version: int) -> boo
     return supersedes(version, None if known is None else known.version)
 
 
-def read_diff(path: Path, *, name: str | None = None, limits: InputLimits | None = None,
-              check: Callable[[InputBudget], None] | None = None) -> OscDiff:
+def read_diff(
+    path: Path,
+    *,
+    name: str | None = None,
+    limits: InputLimits | None = None,
+    check: Callable[[InputBudget], None] | None = None,
+) -> OscDiff:
     """Parse ``path`` (.osc or .osc.gz, detected from the content). Raises UnreadableOsc on unreadable input
     (naming the file as ``name``, never quoting it), InputTooLarge past ``limits`` (none: unbounded, for
     the operator's own files); ``check`` is called as reading goes on (a job's cancel, osc_input)."""
@@ -80,8 +85,9 @@ def read_diff(path: Path, *, name: str | None = None, limits: InputLimits | None
             if _newer(diff.nodes.get(obj.id), obj.version):
                 loc = obj.location
                 located = not obj.deleted and loc.valid()
-                diff.nodes[obj.id] = DiffNode(obj.version, loc.lon if located else None,
-                                              loc.lat if located else None, obj.deleted or not located)
+                diff.nodes[obj.id] = DiffNode(
+                    obj.version, loc.lon if located else None, loc.lat if located else None, obj.deleted or not located
+                )
         elif isinstance(obj, osmium.osm.Way):
             if _newer(diff.ways.get(obj.id), obj.version):
                 diff.ways[obj.id] = DiffWay(obj.version, tuple(n.ref for n in obj.nodes), obj.deleted)

@@ -124,8 +124,9 @@ def _count_bytes(path: Path, name: str, budget: InputBudget, check: Callable[[In
                     break
                 check(budget)
     if budget.bytes > limit:
-        raise InputTooLarge(f"{name}: the job's osmChange input is over {limit} bytes decompressed "
-                            f"(max_input_bytes={limit})")
+        raise InputTooLarge(
+            f"{name}: the job's osmChange input is over {limit} bytes decompressed (max_input_bytes={limit})"
+        )
 
 
 def describe_error(name: str, exc: BaseException, last: tuple[str, int] | None) -> str:
@@ -148,8 +149,13 @@ def _unchecked(_: InputBudget) -> None:
     pass
 
 
-def osm_objects(path: Path, name: str, budget: InputBudget | None = None,
-                check: Callable[[InputBudget], None] | None = None, entities: Any = osmium.osm.ALL) -> Iterator[Any]:
+def osm_objects(
+    path: Path,
+    name: str,
+    budget: InputBudget | None = None,
+    check: Callable[[InputBudget], None] | None = None,
+    entities: Any = osmium.osm.ALL,
+) -> Iterator[Any]:
     """The objects of one osmChange file in file order, every version (adapters pick with ``supersedes``),
     within ``budget`` (None: unbounded); raises InputTooLarge or UnreadableOsc. An object is valid only
     until the next one is read (libosmium reuses its buffers): keep what you need of it, not the object."""
@@ -162,8 +168,9 @@ def osm_objects(path: Path, name: str, budget: InputBudget | None = None,
         for obj in osmium.FileProcessor(osc_file(path), entities):
             budget.objects += 1
             if limit is not None and budget.objects > limit:
-                raise InputTooLarge(f"{name}: the job's osmChange input holds more than {limit} objects "
-                                    f"(max_input_objects={limit})")
+                raise InputTooLarge(
+                    f"{name}: the job's osmChange input holds more than {limit} objects (max_input_objects={limit})"
+                )
             if budget.objects % CHECK_EVERY == 0:
                 check(budget)
             last = (obj.type_str(), obj.id)

@@ -38,8 +38,13 @@ def _run(cmd: list[str], timeout: float, script: str | None = None) -> subproces
     """``subprocess.run(cmd, capture_output=True, text=True)`` that ``stop_running`` can end from another thread.
     TimeoutExpired (the child killed) past ``timeout``."""
     with _RUNNING_LOCK:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL if script is None else subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL if script is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         _RUNNING.add(proc)
     try:
         with proc:
@@ -71,8 +76,20 @@ def _osm2pgsql(mode: list[str], data: Path, dsn: str, timeout: float) -> None:
     exe = shutil.which("osm2pgsql")
     if exe is None:
         raise ImportFailed("osm2pgsql is not installed (bin/ensure-postgis installs PostgreSQL, PostGIS, osm2pgsql)")
-    cmd = [exe, *mode, "--slim", "--database", dsn, "--number-processes", "1", "--cache", "256",
-           "--log-progress", "false", str(data)]
+    cmd = [
+        exe,
+        *mode,
+        "--slim",
+        "--database",
+        dsn,
+        "--number-processes",
+        "1",
+        "--cache",
+        "256",
+        "--log-progress",
+        "false",
+        str(data),
+    ]
     try:
         run = _run(cmd, timeout)
     except subprocess.TimeoutExpired:  # not chained: its message quotes the command line, DSN and password
@@ -97,18 +114,21 @@ class ExpireOutput:
     path: Path
 
 
-def append_postgis(osc: Path, dsn: str, *, flat_nodes: Path | None = None, expire: ExpireOutput | None = None,
-                   timeout: float = 3600) -> None:
+def append_postgis(
+    osc: Path, dsn: str, *, flat_nodes: Path | None = None, expire: ExpireOutput | None = None, timeout: float = 3600
+) -> None:
     """Apply an osmChange (sorted, as osm2pgsql needs) with ``osm2pgsql --append --slim``. Raises ImportFailed.
 
     ``flat_nodes`` must be the file the import used (node locations live there, not in the database)."""
     if flat_nodes is None and _uses_flat_nodes(dsn):
-        raise ImportFailed("the PostGIS store was imported with --flat-nodes (no planet_osm_nodes): "
-                           "pass the same file")
+        raise ImportFailed("the PostGIS store was imported with --flat-nodes (no planet_osm_nodes): pass the same file")
     if flat_nodes is not None and not flat_nodes.is_file():
         raise ImportFailed(f"--flat-nodes {flat_nodes}: no such file (it is written by the import)")
-    extra = ["--expire-tiles", f"{expire.min_zoom}-{expire.max_zoom}", "--expire-output", str(expire.path)] \
-        if expire is not None else []
+    extra = (
+        ["--expire-tiles", f"{expire.min_zoom}-{expire.max_zoom}", "--expire-output", str(expire.path)]
+        if expire is not None
+        else []
+    )
     _osm2pgsql(["--append", *_flat(flat_nodes), *extra], osc, dsn, timeout)
 
 
@@ -161,8 +181,10 @@ def psql(dsn: str, script: str, *, timeout: float = 300, **variables: str) -> st
 
 def _uses_flat_nodes(dsn: str) -> bool:
     # With --flat-nodes osm2pgsql (1.8, Debian 12) creates no planet_osm_nodes table.
-    return psql(dsn, "SELECT to_regclass('planet_osm_ways') IS NOT NULL AND to_regclass('planet_osm_nodes') IS NULL"
-                ) == "t"
+    return (
+        psql(dsn, "SELECT to_regclass('planet_osm_ways') IS NOT NULL AND to_regclass('planet_osm_nodes') IS NULL")
+        == "t"
+    )
 
 
 def _flat(flat_nodes: Path | None) -> list[str]:

@@ -29,8 +29,13 @@ from .wkb import BBox
 
 _HALF_WORLD = 20037508.342789244  # Web Mercator's half width (metres)
 _GRID_BITS = 24  # cells per axis of the Z-order: ~2.4 m at the equator
-_SPREAD = ((16, 0x0000FFFF0000FFFF), (8, 0x00FF00FF00FF00FF), (4, 0x0F0F0F0F0F0F0F0F),
-           (2, 0x3333333333333333), (1, 0x5555555555555555))
+_SPREAD = (
+    (16, 0x0000FFFF0000FFFF),
+    (8, 0x00FF00FF00FF00FF),
+    (4, 0x0F0F0F0F0F0F0F0F),
+    (2, 0x3333333333333333),
+    (1, 0x5555555555555555),
+)
 
 
 def _spread(value: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -61,14 +66,17 @@ class BulkFeatureWriter(FeatureWriter):
         for table, columns in FEATURE_TABLES.items():
             names = ", ".join(f'"{c}"' for c in columns)
             # The box before the geometry: reading it then never walks the geometry's overflow pages.
-            conn.execute(f"CREATE TEMP TABLE stage_{table} (z INTEGER NOT NULL, xmin, xmax, ymin, ymax, osm_type, "
-                         f"osm_id, {names}, geom)")
+            conn.execute(
+                f"CREATE TEMP TABLE stage_{table} (z INTEGER NOT NULL, xmin, xmax, ymin, ymax, osm_type, "
+                f"osm_id, {names}, geom)"
+            )
 
     def add(self, table: str, osm_type: str, osm_id: int, attrs: Attrs, geom: bytes, bbox: BBox) -> None:
         self.add_values(table, osm_type, osm_id, attribute_values(table, attrs), geom, bbox)
 
-    def add_values(self, table: str, osm_type: str, osm_id: int, values: tuple[object, ...], geom: bytes,
-                   bbox: BBox) -> None:
+    def add_values(
+        self, table: str, osm_type: str, osm_id: int, values: tuple[object, ...], geom: bytes, bbox: BBox
+    ) -> None:
         """``add`` with the attributes already in column order (``attribute_values``), as the import computes
         them once per distinct tag set."""
         self._rows[table].append((osm_type, osm_id, *values, geom, *bbox))
@@ -85,12 +93,17 @@ class BulkFeatureWriter(FeatureWriter):
             # The key of the box as the R*Tree keeps it, so the store's own boxes give the order (tests).
             x0, y0, x1, y1 = (np.array(c, np.float64) for c in columns[-4:])
             boxes = index_box(x0, y0, x1, y1, self.grid)
-            minx, miny, maxx, maxy = (as_stored(c, up).astype(np.float64)
-                                      for c, up in zip(boxes, (False, False, True, True), strict=True))
+            minx, miny, maxx, maxy = (
+                as_stored(c, up).astype(np.float64) for c, up in zip(boxes, (False, False, True, True), strict=True)
+            )
             z = z_order((minx + maxx) / 2, (miny + maxy) / 2).astype(np.int64).tolist()
             names = ", ".join(f'"{c}"' for c in FEATURE_TABLES[table])
-            insert_columns(self.conn, f"INSERT INTO stage_{table} (z, osm_type, osm_id, {names}, geom, "  # noqa: S608
-                           "xmin, ymin, xmax, ymax)", [z, *columns[:-4], *(c.tolist() for c in boxes)])
+            insert_columns(
+                self.conn,
+                f"INSERT INTO stage_{table} (z, osm_type, osm_id, {names}, geom, "  # noqa: S608
+                "xmin, ymin, xmax, ymax)",
+                [z, *columns[:-4], *(c.tolist() for c in boxes)],
+            )
             rows.clear()
         self._pending = 0
 
@@ -107,9 +120,11 @@ class BulkFeatureWriter(FeatureWriter):
         self.flush()
         for table, columns in FEATURE_TABLES.items():
             names = ", ".join(f'"{c}"' for c in columns)
-            count = self.conn.execute(f"INSERT INTO main.{table} (osm_type, osm_id, {names}, geom) "  # noqa: S608
-                                      f"SELECT osm_type, osm_id, {names}, geom FROM stage_{table} "
-                                      "ORDER BY z, rowid").rowcount
+            count = self.conn.execute(
+                f"INSERT INTO main.{table} (osm_type, osm_id, {names}, geom) "  # noqa: S608
+                f"SELECT osm_type, osm_id, {names}, geom FROM stage_{table} "
+                "ORDER BY z, rowid"
+            ).rowcount
             boxes = self.conn.execute(f"SELECT xmin, xmax, ymin, ymax FROM stage_{table} ORDER BY z, rowid")  # noqa: S608
             pack_rtree(self.conn, f"idx_{table}_geom", count, _box_batches(boxes))
             self.conn.execute(f"DROP TABLE stage_{table}")

@@ -44,8 +44,16 @@ _INDEX_GRID_KEY = "index_grid"
 
 # table -> attribute columns (every feature table also has fid, osm_type, osm_id, geom).
 FEATURE_TABLES: dict[str, dict[str, str]] = {
-    "roads": {"kind": "TEXT", "class": "TEXT", "name": "TEXT", "ref": "TEXT", "bridge": "INTEGER",
-              "tunnel": "INTEGER", "layer": "INTEGER", "z_order": "INTEGER"},
+    "roads": {
+        "kind": "TEXT",
+        "class": "TEXT",
+        "name": "TEXT",
+        "ref": "TEXT",
+        "bridge": "INTEGER",
+        "tunnel": "INTEGER",
+        "layer": "INTEGER",
+        "z_order": "INTEGER",
+    },
     "railways": {"kind": "TEXT", "name": "TEXT", "bridge": "INTEGER", "tunnel": "INTEGER", "layer": "INTEGER"},
     "waterways": {"kind": "TEXT", "name": "TEXT", "tunnel": "INTEGER"},
     "coastline": {"kind": "TEXT"},
@@ -99,8 +107,10 @@ def create_schema(conn: sqlite3.Connection) -> None:
     conn.executescript(_OSM_TABLES)
     for table, columns in FEATURE_TABLES.items():
         cols = ", ".join(f'"{c}" {t}' for c, t in columns.items())
-        conn.execute(f"CREATE TABLE {table} (fid INTEGER PRIMARY KEY, osm_type TEXT NOT NULL, "  # noqa: S608
-                     f"osm_id INTEGER NOT NULL, {cols}, geom BLOB NOT NULL)")
+        conn.execute(
+            f"CREATE TABLE {table} (fid INTEGER PRIMARY KEY, osm_type TEXT NOT NULL, "  # noqa: S608
+            f"osm_id INTEGER NOT NULL, {cols}, geom BLOB NOT NULL)"
+        )
         conn.execute(f"CREATE VIRTUAL TABLE idx_{table}_geom USING rtree(pkid, xmin, xmax, ymin, ymax)")
     set_meta(conn, "format_version", str(FORMAT_VERSION))
     set_meta(conn, _INDEX_GRID_KEY, repr(INDEX_GRID))
@@ -109,8 +119,9 @@ def create_schema(conn: sqlite3.Connection) -> None:
 Coordinate = TypeVar("Coordinate", float, npt.NDArray[np.float64])
 
 
-def index_box(minx: Coordinate, miny: Coordinate, maxx: Coordinate, maxy: Coordinate,
-              grid: float) -> tuple[Coordinate, Coordinate, Coordinate, Coordinate]:
+def index_box(
+    minx: Coordinate, miny: Coordinate, maxx: Coordinate, maxy: Coordinate, grid: float
+) -> tuple[Coordinate, Coordinate, Coordinate, Coordinate]:
     """A box (numbers, or arrays of boxes) as the R*Tree keeps it: rounded out to multiples of ``grid``
     (none when 0). Multiples of a power of two are exact in the R*Tree's 32-bit floats."""
     if not grid:
@@ -134,8 +145,10 @@ def create_indexes(conn: sqlite3.Connection) -> None:
 
 
 def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
-    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                 (key, value))
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )
 
 
 def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
@@ -180,8 +193,11 @@ class FeatureWriter:
             return
         marks = ", ".join("?" for _ in osm_ids)
         for table in FEATURE_TABLES:
-            for (osm_id,) in self.conn.execute(f"SELECT DISTINCT osm_id FROM {table} "  # noqa: S608
-                                               f"WHERE osm_type = ? AND osm_id IN ({marks})", (osm_type, *osm_ids)):
+            for (osm_id,) in self.conn.execute(
+                f"SELECT DISTINCT osm_id FROM {table} "  # noqa: S608
+                f"WHERE osm_type = ? AND osm_id IN ({marks})",
+                (osm_type, *osm_ids),
+            ):
                 self._tables[(osm_type, osm_id)].add(table)
 
     def has_features(self, table: str, osm_type: str, osm_id: int) -> bool | None:
@@ -207,8 +223,10 @@ class FeatureWriter:
                 return
         cur = self.conn.execute(self._insert_sql[table][0], (osm_type, osm_id, *values))
         minx, miny, maxx, maxy = index_box(*bbox, self.grid)
-        self.conn.execute(f"INSERT INTO idx_{table}_geom VALUES (?, ?, ?, ?, ?)",  # noqa: S608
-                          (cur.lastrowid, minx, maxx, miny, maxy))
+        self.conn.execute(
+            f"INSERT INTO idx_{table}_geom VALUES (?, ?, ?, ?, ?)",  # noqa: S608
+            (cur.lastrowid, minx, maxx, miny, maxy),
+        )
         self.written += 1
 
     def _rewrite(self, table: str, fid: int, old: tuple[object, ...], values: tuple[object, ...], bbox: BBox) -> None:
@@ -225,8 +243,11 @@ class FeatureWriter:
             same_box = False
         if not same_box:
             minx, miny, maxx, maxy = box
-            self.conn.execute(f"UPDATE idx_{table}_geom SET xmin = ?, xmax = ?, ymin = ?, ymax = ? "  # noqa: S608
-                              "WHERE pkid = ?", (minx, maxx, miny, maxy, fid))
+            self.conn.execute(
+                f"UPDATE idx_{table}_geom SET xmin = ?, xmax = ?, ymin = ?, ymax = ? "  # noqa: S608
+                "WHERE pkid = ?",
+                (minx, maxx, miny, maxy, fid),
+            )
         self.written += 1
         self.rewritten += 1
 
@@ -246,8 +267,10 @@ class FeatureWriter:
         for table, columns in FEATURE_TABLES.items():
             names = ", ".join('"' + c + '"' for c in columns)
             for fid, osm_id, *values in self.conn.execute(
-                    f"SELECT fid, osm_id, {names}, geom FROM {table} "  # noqa: S608
-                    f"WHERE osm_type = ? AND osm_id IN ({marks})", (osm_type, *osm_ids)):
+                f"SELECT fid, osm_id, {names}, geom FROM {table} "  # noqa: S608
+                f"WHERE osm_type = ? AND osm_id IN ({marks})",
+                (osm_type, *osm_ids),
+            ):
                 self._staged.setdefault((table, osm_type, osm_id), {}).setdefault(tuple(values), []).append(fid)
 
     def drop_staged(self) -> int:
@@ -259,7 +282,7 @@ class FeatureWriter:
         for table, fids in stale.items():
             fids.sort()
             for i in range(0, len(fids), 500):
-                chunk = fids[i:i + 500]
+                chunk = fids[i : i + 500]
                 marks = ", ".join("?" for _ in chunk)
                 self.conn.execute(f"DELETE FROM idx_{table}_geom WHERE pkid IN ({marks})", chunk)  # noqa: S608
                 self.conn.execute(f"DELETE FROM {table} WHERE fid IN ({marks})", chunk)  # noqa: S608
@@ -270,10 +293,15 @@ class FeatureWriter:
         removed = 0
         known = self._tables.get((osm_type, osm_id))
         for table in [t for t in FEATURE_TABLES if known is None or t in known]:
-            self.conn.execute(f"DELETE FROM idx_{table}_geom WHERE pkid IN "  # noqa: S608
-                              f"(SELECT fid FROM {table} WHERE osm_type = ? AND osm_id = ?)", (osm_type, osm_id))
-            removed += self.conn.execute(f"DELETE FROM {table} WHERE osm_type = ? AND osm_id = ?",  # noqa: S608
-                                         (osm_type, osm_id)).rowcount
+            self.conn.execute(
+                f"DELETE FROM idx_{table}_geom WHERE pkid IN "  # noqa: S608
+                f"(SELECT fid FROM {table} WHERE osm_type = ? AND osm_id = ?)",
+                (osm_type, osm_id),
+            )
+            removed += self.conn.execute(
+                f"DELETE FROM {table} WHERE osm_type = ? AND osm_id = ?",  # noqa: S608
+                (osm_type, osm_id),
+            ).rowcount
         if known is not None:
             known.clear()
         return removed

@@ -51,9 +51,11 @@ def check_in_step(conn: sqlite3.Connection, store_dir: Path) -> None:
         raise RenderStoreError(f"{store_dir}: unreadable geometry store manifest ({exc})") from None
     rendering = int(render_db.get_meta(conn, "diffs_applied") or 0)
     if geometry != rendering:
-        raise RenderStoreError(f"{store_dir}: the geometry store has {geometry} diffs applied and the rendering "
-                               f"store {rendering}; apply the missing diffs to the geometry store first (this store "
-                               "reads node locations and way node lists there)")
+        raise RenderStoreError(
+            f"{store_dir}: the geometry store has {geometry} diffs applied and the rendering "
+            f"store {rendering}; apply the missing diffs to the geometry store first (this store "
+            "reads node locations and way node lists there)"
+        )
 
 
 def already_applied(conn: sqlite3.Connection, sequence: int | None, sha256: str | None) -> bool:

@@ -50,7 +50,7 @@ _WAYS_OF_NODES = f"SELECT DISTINCT way_id FROM {GEOMETRY}.node_ways WHERE node_i
 def _chunks(ids: Iterable[int]) -> Iterable[list[int]]:
     items = sorted(ids)
     for i in range(0, len(items), _CHUNK):
-        yield items[i:i + _CHUNK]
+        yield items[i : i + _CHUNK]
 
 
 def _tags(obj: osmium.osm.OSMObject) -> str:
@@ -123,8 +123,11 @@ class _DiffApplier:
             return
         # Tags as stored are left alone (most modified ways gained or lost a node): rewritten, even
         # unchanged, the row's page went into the diff's commit.
-        self.conn.execute("INSERT INTO ways (id, tags) VALUES (?, ?) ON CONFLICT (id) DO UPDATE "
-                          "SET tags = excluded.tags WHERE tags IS NOT excluded.tags", (w.id, _tags(w)))
+        self.conn.execute(
+            "INSERT INTO ways (id, tags) VALUES (?, ?) ON CONFLICT (id) DO UPDATE "
+            "SET tags = excluded.tags WHERE tags IS NOT excluded.tags",
+            (w.id, _tags(w)),
+        )
         self.existing["ways"].add(w.id)
         self.way_refs[w.id] = [ref.ref for ref in w.nodes]
         self.stats["ways_modified" if existed else "ways_created"] += 1
@@ -134,9 +137,13 @@ class _DiffApplier:
     def relation(self, r: osmium.osm.Relation) -> None:
         existed = r.id in self.existing["relations"]
         members = [(m.type, m.ref, m.role) for m in r.members]
-        same_members = not r.deleted and self.conn.execute(  # as for a way's tags: nothing written then
-            "SELECT member_type, member_id, role FROM relation_members WHERE relation_id = ? ORDER BY seq",
-            (r.id,)).fetchall() == members
+        same_members = (
+            not r.deleted
+            and self.conn.execute(  # as for a way's tags: nothing written then
+                "SELECT member_type, member_id, role FROM relation_members WHERE relation_id = ? ORDER BY seq", (r.id,)
+            ).fetchall()
+            == members
+        )
         if not same_members:
             self.conn.execute("DELETE FROM relation_members WHERE relation_id = ?", (r.id,))
         if r.deleted:
@@ -146,12 +153,17 @@ class _DiffApplier:
             self.stats["relations_deleted"] += 1
             self.dirty_relations.discard(r.id)
             return
-        self.conn.execute("INSERT INTO relations (id, tags) VALUES (?, ?) ON CONFLICT (id) DO UPDATE "
-                          "SET tags = excluded.tags WHERE tags IS NOT excluded.tags", (r.id, _tags(r)))
+        self.conn.execute(
+            "INSERT INTO relations (id, tags) VALUES (?, ?) ON CONFLICT (id) DO UPDATE "
+            "SET tags = excluded.tags WHERE tags IS NOT excluded.tags",
+            (r.id, _tags(r)),
+        )
         self.existing["relations"].add(r.id)
         if not same_members:
-            self.conn.executemany("INSERT INTO relation_members (relation_id, seq, member_type, member_id, role) "
-                                  "VALUES (?, ?, ?, ?, ?)", [(r.id, i, *m) for i, m in enumerate(members)])
+            self.conn.executemany(
+                "INSERT INTO relation_members (relation_id, seq, member_type, member_id, role) VALUES (?, ?, ?, ?, ?)",
+                [(r.id, i, *m) for i, m in enumerate(members)],
+            )
         self.stats["relations_modified" if existed else "relations_created"] += 1
         self.dirty_relations.add(r.id)
 
@@ -171,7 +183,8 @@ class _DiffApplier:
         self.dirty_ways -= self.deleted_ways
         self.dirty_relations |= self._ids(
             "SELECT DISTINCT relation_id FROM relation_members WHERE member_type = 'w' AND member_id IN ({})",
-            self.dirty_ways | self.deleted_ways)
+            self.dirty_ways | self.deleted_ways,
+        )
         self.dirty_relations = self._ids("SELECT id FROM relations WHERE id IN ({})", self.dirty_relations)
         if self._is_coastline(self.dirty_ways):
             self.coastline_changed = True
@@ -185,7 +198,8 @@ class _DiffApplier:
                 path = Path(tmp) / "rebuild.osm.pbf"  # PBF: written and read in half the time of XML
                 if self._write_rebuild_file(path):
                     _RebuildHandler(self.writer, self.dirty_ways, self.dirty_relations).apply_file(
-                        str(path), locations=True)
+                        str(path), locations=True
+                    )
         self.stats["features_removed"] += self.writer.drop_staged()
         self.stats["features_kept"] = self.writer.kept
         self.stats["features_rewritten"] = self.writer.rewritten
@@ -226,8 +240,10 @@ class _DiffApplier:
         relations = self._area_relations()
         members: dict[int, list[tuple[str, int, str]]] = {rel_id: [] for rel_id in relations}
         for rel_id, member_type, member_id, role in self._rows(
-                "SELECT relation_id, member_type, member_id, role FROM relation_members "
-                "WHERE relation_id IN ({}) ORDER BY relation_id, seq", relations):
+            "SELECT relation_id, member_type, member_id, role FROM relation_members "
+            "WHERE relation_id IN ({}) ORDER BY relation_id, seq",
+            relations,
+        ):
             members[rel_id].append((member_type, member_id, role))
         member_ways = {m[1] for rel in members.values() for m in rel if m[0] == "w"}
         way_tags: dict[int, dict[str, str]] = {}
@@ -246,8 +262,9 @@ class _DiffApplier:
         lines = self._lines_only(way_ids, way_tags, member_ways)
         extractor = FeatureExtractor(self.writer)
         for way_id in sorted(lines):
-            extractor.line(way_id, line_features(way_tags[way_id]),
-                           line_coords(located.get(nid) for nid in refs.get(way_id, [])))
+            extractor.line(
+                way_id, line_features(way_tags[way_id]), line_coords(located.get(nid) for nid in refs.get(way_id, []))
+            )
         way_ids -= lines
         if not way_ids and not relations:
             return False
@@ -257,11 +274,13 @@ class _DiffApplier:
             for nid in sorted(nodes):
                 writer.add_node(osmium.osm.mutable.Node(id=nid, location=located[nid], version=1))
             for way_id in sorted(way_ids):
-                writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=refs.get(way_id, []), tags=way_tags[way_id],
-                                                      version=1))
+                writer.add_way(
+                    osmium.osm.mutable.Way(id=way_id, nodes=refs.get(way_id, []), tags=way_tags[way_id], version=1)
+                )
             for rel_id in sorted(relations):
-                writer.add_relation(osmium.osm.mutable.Relation(id=rel_id, members=members[rel_id],
-                                                                tags=relations[rel_id], version=1))
+                writer.add_relation(
+                    osmium.osm.mutable.Relation(id=rel_id, members=members[rel_id], tags=relations[rel_id], version=1)
+                )
         finally:
             writer.close()
         return True
@@ -271,7 +290,8 @@ class _RebuildHandler(osmium.SimpleHandler):
     def __init__(self, writer: render_db.FeatureWriter, ways: set[int], relations: set[int]) -> None:
         super().__init__()
         self.features = FeatureExtractor(
-            writer, wanted=lambda t, i: (t == "w" and i in ways) or (t == "r" and i in relations))
+            writer, wanted=lambda t, i: (t == "w" and i in ways) or (t == "r" and i in relations)
+        )
 
     def way(self, w: osmium.osm.Way) -> None:
         self.features.way(w)
@@ -280,9 +300,15 @@ class _RebuildHandler(osmium.SimpleHandler):
         self.features.area(a)
 
 
-def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
-              sha256: str | None = None, commit_if: Callable[[], bool] | None = None,
-              connection: sqlite3.Connection | None = None) -> dict[str, int]:
+def apply_osc(
+    store_dir: Path,
+    osc_path: Path,
+    *,
+    sequence: int | None = None,
+    sha256: str | None = None,
+    commit_if: Callable[[], bool] | None = None,
+    connection: sqlite3.Connection | None = None,
+) -> dict[str, int]:
     """Apply one osmChange (.osc or .osc.gz) to ``store_dir/render.sqlite``; returns what changed.
 
     With ``sequence`` (a replication diff) or ``sha256`` (its digest), a diff the store already holds is
@@ -305,8 +331,10 @@ def apply_osc(store_dir: Path, osc_path: Path, *, sequence: int | None = None,
     conn.execute("PRAGMA busy_timeout = 30000")  # renderers read while a diff is applied
     try:
         if not render_db.attach_geometry(conn, db):
-            raise RenderStoreError(f"{store_dir}: no geometry store beside the rendering store "
-                                   f"({GEOMETRY_DIR}/{GEOMETRY_DB}); import the extract with toposm-import")
+            raise RenderStoreError(
+                f"{store_dir}: no geometry store beside the rendering store "
+                f"({GEOMETRY_DIR}/{GEOMETRY_DB}); import the extract with toposm-import"
+            )
         conn.execute("BEGIN IMMEDIATE")
         try:
             if already_applied(conn, sequence, sha256):

@@ -99,19 +99,25 @@ class RTreePacker:
             return
         nodes = self._write_nodes(ids[:full], boxes[:full], self.leaves)
         # Many rows per statement (bulk_sqlite): one per row was a third of packing the tree.
-        insert_columns(self.conn, f'INSERT INTO "{self.name}_rowid" (rowid, nodeno)',  # noqa: S608
-                       [ids[:full].tolist(), np.repeat(nodes, self.per_node)[:full].tolist()])
+        insert_columns(
+            self.conn,
+            f'INSERT INTO "{self.name}_rowid" (rowid, nodeno)',  # noqa: S608
+            [ids[:full].tolist(), np.repeat(nodes, self.per_node)[:full].tolist()],
+        )
 
-    def _write_nodes(self, ids: npt.NDArray[np.int64], boxes: npt.NDArray[np.float32],
-                     level: _Level) -> npt.NDArray[np.int64]:
+    def _write_nodes(
+        self, ids: npt.NDArray[np.int64], boxes: npt.NDArray[np.float32], level: _Level
+    ) -> npt.NDArray[np.int64]:
         """Non-root nodes holding the cells (ids, boxes) in order, per_node each; returns each cell's node
         number per node and records the nodes in ``level``."""
         count = -(-len(ids) // self.per_node)
         nodes = np.arange(self.next_node, self.next_node + count, dtype=np.int64)
         self.next_node += count
         data = self._blobs(ids, boxes, count)
-        self.conn.executemany(f'INSERT INTO "{self.name}_node" (nodeno, data) VALUES (?, ?)',  # noqa: S608
-                              zip(nodes.tolist(), (row.tobytes() for row in data), strict=True))
+        self.conn.executemany(
+            f'INSERT INTO "{self.name}_node" (nodeno, data) VALUES (?, ?)',  # noqa: S608
+            zip(nodes.tolist(), (row.tobytes() for row in data), strict=True),
+        )
         # Each node's box: the union of its cells' boxes (min of minima, max of maxima).
         starts = np.arange(0, len(ids), self.per_node)
         mbr = np.empty((count, 4), np.float32)
@@ -123,28 +129,32 @@ class RTreePacker:
         level.boxes.append(mbr)
         return nodes
 
-    def _blobs(self, ids: npt.NDArray[np.int64], boxes: npt.NDArray[np.float32],
-               count: int) -> npt.NDArray[np.uint8]:
+    def _blobs(self, ids: npt.NDArray[np.int64], boxes: npt.NDArray[np.float32], count: int) -> npt.NDArray[np.uint8]:
         """``count`` node blobs (rows of node_size bytes) holding the cells in order, depth bytes zero."""
         cells = np.zeros(count * self.per_node, _CELL)
-        cells["id"][:len(ids)] = ids
-        cells["box"][:len(ids)] = boxes
+        cells["id"][: len(ids)] = ids
+        cells["box"][: len(ids)] = boxes
         data = np.zeros((count, self.node_size), np.uint8)
         sizes = np.full(count, self.per_node, dtype=">u2")
         sizes[-1] = len(ids) - (count - 1) * self.per_node
         data[:, 2:4] = sizes.view(np.uint8).reshape(count, 2)
         cell_bytes = self.per_node * _CELL.itemsize
-        data[:, _HEADER:_HEADER + cell_bytes] = cells.view(np.uint8).reshape(count, cell_bytes)
+        data[:, _HEADER : _HEADER + cell_bytes] = cells.view(np.uint8).reshape(count, cell_bytes)
         return data
 
     def _write_root(self, ids: npt.NDArray[np.int64], boxes: npt.NDArray[np.float32], depth: int) -> None:
         data = self._blobs(ids, boxes, 1)
         data[0, 0:2] = np.array([depth], ">u2").view(np.uint8)
-        self.conn.execute(f'UPDATE "{self.name}_node" SET data = ? WHERE nodeno = 1',  # noqa: S608
-                          (data[0].tobytes(),))
+        self.conn.execute(
+            f'UPDATE "{self.name}_node" SET data = ? WHERE nodeno = 1',  # noqa: S608
+            (data[0].tobytes(),),
+        )
         if depth == 0:
-            insert_columns(self.conn, f'INSERT INTO "{self.name}_rowid" (rowid, nodeno)',  # noqa: S608
-                           [ids.tolist(), [1] * len(ids)])
+            insert_columns(
+                self.conn,
+                f'INSERT INTO "{self.name}_rowid" (rowid, nodeno)',  # noqa: S608
+                [ids.tolist(), [1] * len(ids)],
+            )
 
     def finish(self) -> None:
         self._write_leaves(final=True)
@@ -158,16 +168,23 @@ class RTreePacker:
                 parents = np.ones(len(children), np.int64)
             else:
                 level = _Level()
-                parents = np.repeat(self._write_nodes(children, boxes, level), self.per_node)[:len(children)]
-            insert_columns(self.conn, f'INSERT INTO "{self.name}_parent" (nodeno, parentnode)',  # noqa: S608
-                           [children.tolist(), parents.tolist()])
+                parents = np.repeat(self._write_nodes(children, boxes, level), self.per_node)[: len(children)]
+            insert_columns(
+                self.conn,
+                f'INSERT INTO "{self.name}_parent" (nodeno, parentnode)',  # noqa: S608
+                [children.tolist(), parents.tolist()],
+            )
             if len(children) <= self.per_node:
                 return
             depth += 1
 
 
-def pack_rtree(conn: sqlite3.Connection, name: str, count: int,
-               batches: Iterable[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]) -> None:
+def pack_rtree(
+    conn: sqlite3.Connection,
+    name: str,
+    count: int,
+    batches: Iterable[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]],
+) -> None:
     """Fill the empty R*Tree ``name`` with ``count`` rows given as (ids, boxes) batches in leaf order."""
     packer = RTreePacker(conn, name, count)
     for ids, boxes in batches:

@@ -80,8 +80,16 @@ def inflated_size(data: bytes, limit: int) -> int:
     return size
 
 
-async def build_batch(source: ReplicationSource, first: int, last: int, spool: Path, *, published: int,
-                      max_bytes: int = MAX_BATCH_BYTES, max_inflated: int = MAX_BATCH_INFLATED) -> Batch:
+async def build_batch(
+    source: ReplicationSource,
+    first: int,
+    last: int,
+    spool: Path,
+    *,
+    published: int,
+    max_bytes: int = MAX_BATCH_BYTES,
+    max_inflated: int = MAX_BATCH_INFLATED,
+) -> Batch:
     """Fetch diffs ``first..last`` (fewer if one is missing, or ``max_bytes`` fetched or ``max_inflated``
     uncompressed would be passed) and merge them. Downloads run on the loop (cancelled at once); counting,
     parsing and writing, bounded by the caps, in a thread.
@@ -99,14 +107,17 @@ async def build_batch(source: ReplicationSource, first: int, last: int, spool: P
                 raise ReplicationError(f"the state file of diff {sequence} says sequence {state.sequence}")
             if total and total + len(data) > max_bytes:
                 break
-            size = await asyncio.to_thread(_add_diff, reader, data, source.where(sequence), sequence,
-                                           max_inflated - inflated, max_inflated)
+            size = await asyncio.to_thread(
+                _add_diff, reader, data, source.where(sequence), sequence, max_inflated - inflated, max_inflated
+            )
             if size is None:
                 break
         except DiffMissing as exc:
             if sequence == first:
-                raise ReplicationError(f"gap: {exc.where} is missing (state.txt is at {published}, the store "
-                                       f"needs {sequence} next); nothing was applied") from None
+                raise ReplicationError(
+                    f"gap: {exc.where} is missing (state.txt is at {published}, the store "
+                    f"needs {sequence} next); nothing was applied"
+                ) from None
             break
         except (ReplicationError, SourceUnavailable) as exc:
             if sequence == first:
@@ -118,14 +129,16 @@ async def build_batch(source: ReplicationSource, first: int, last: int, spool: P
     return Batch(first, end, path, timestamp)
 
 
-def _add_diff(reader: osmium.MergeInputReader, data: bytes, where: str, sequence: int, room: int,
-              max_inflated: int) -> int | None:
+def _add_diff(
+    reader: osmium.MergeInputReader, data: bytes, where: str, sequence: int, room: int, max_inflated: int
+) -> int | None:
     """Add one diff to the merge; its inflated size, or None when it would take the batch past ``room``."""
     try:
         size = inflated_size(data, max_inflated)
         if size > max_inflated:
-            raise ReplicationError(f"diff {sequence} ({where}): over {max_inflated} bytes "
-                                   "uncompressed, more than a job reads; not applied")
+            raise ReplicationError(
+                f"diff {sequence} ({where}): over {max_inflated} bytes uncompressed, more than a job reads; not applied"
+            )
         if size > room:
             return None
         reader.add_buffer(data, osc_format(data))

@@ -56,11 +56,13 @@ T = TypeVar("T")
 STATUS_FILE = "replication.json"
 SPOOL_DIR = "replication-spool"  # under the store unless --spool says otherwise
 # What --once's error and the log say of a round that failed, by its metrics.FAILURES label.
-_FAILED = {"source": ("the source did not answer", "source unavailable"),
-           "answer": ("the source answered badly", "source answered badly"),
-           "bridge": ("the bridge did not answer", "bridge unavailable"),
-           "bus": ("the bus did not answer", "bus unavailable"),
-           "postgis": ("the postgis failed", "postgis unavailable")}
+_FAILED = {
+    "source": ("the source did not answer", "source unavailable"),
+    "answer": ("the source answered badly", "source answered badly"),
+    "bridge": ("the bridge did not answer", "bridge unavailable"),
+    "bus": ("the bus did not answer", "bus unavailable"),
+    "postgis": ("the postgis failed", "postgis unavailable"),
+}
 
 
 @dataclass(frozen=True)
@@ -121,22 +123,47 @@ class Follower:
         self.metrics_server = metrics or service_metrics(NAMESPACE, None)
         self.metrics_server.instrument(unit)
         self.metrics = ReplicateMetrics(self.metrics_server.registry)
-        self.source = open_source(settings.source, timeout=settings.http_timeout, deadline=settings.http_deadline,
-                                  retries=settings.http_retries)
+        self.source = open_source(
+            settings.source,
+            timeout=settings.http_timeout,
+            deadline=settings.http_deadline,
+            retries=settings.http_retries,
+        )
         self.embedded: EmbeddedStore | None = None
         self.sinks: list[Sink] = []
         if settings.store is not None:
-            self.embedded = EmbeddedStore(unit, settings.store, BridgeCall(
-                settings.store_name, settings.min_zoom, settings.max_zoom, settings.call_timeout))
+            self.embedded = EmbeddedStore(
+                unit,
+                settings.store,
+                BridgeCall(settings.store_name, settings.min_zoom, settings.max_zoom, settings.call_timeout),
+            )
             self.sinks.append(self.embedded)
         if settings.postgis is not None:
-            expire = (ExpireOutput(settings.min_zoom, settings.max_zoom, settings.expire_output)
-                      if settings.expire_output is not None else None)
+            expire = (
+                ExpireOutput(settings.min_zoom, settings.max_zoom, settings.expire_output)
+                if settings.expire_output is not None
+                else None
+            )
             # Alone, nothing else expires tiles: osm2pgsql's own expiry goes on the bus.
-            publish = (PostgisExpiry(unit, settings.spool_dir, ZoomRange(settings.min_zoom, settings.max_zoom),
-                                     copy_to=settings.expire_output) if self.embedded is None else None)
-            self.sinks.append(PostgisStore(settings.postgis, str(settings.source), flat_nodes=settings.flat_nodes,
-                                           expire=expire, publish=publish))
+            publish = (
+                PostgisExpiry(
+                    unit,
+                    settings.spool_dir,
+                    ZoomRange(settings.min_zoom, settings.max_zoom),
+                    copy_to=settings.expire_output,
+                )
+                if self.embedded is None
+                else None
+            )
+            self.sinks.append(
+                PostgisStore(
+                    settings.postgis,
+                    str(settings.source),
+                    flat_nodes=settings.flat_nodes,
+                    expire=expire,
+                    publish=publish,
+                )
+            )
         self.error: str | None = None
         self.applied: list[int] = []
         self.jobs: list[tuple[int, int]] = []  # (first, last) of each batch applied
@@ -188,8 +215,9 @@ class Follower:
                     self.retries += 1
                     self.metrics.failures.labels(what).inc()
                     delay = backoff(self.failures, s.interval, s.max_backoff)
-                    log.warning(f"{event}; backing off", error=str(exc)[:300], failures=self.failures,
-                                retry_in=round(delay, 2))
+                    log.warning(
+                        f"{event}; backing off", error=str(exc)[:300], failures=self.failures, retry_in=round(delay, 2)
+                    )
                 self.metrics.failing.set(self.failures)
                 if s.once:
                     break
@@ -220,8 +248,9 @@ class Follower:
             return position
         if self.settings.start is None:
             where = self.settings.store if sink is self.embedded else "the PostGIS store"
-            raise ReplicationError(f"{where}: the store has no replication sequence yet; "
-                                   "pass --start N (the first diff to apply)")
+            raise ReplicationError(
+                f"{where}: the store has no replication sequence yet; pass --start N (the first diff to apply)"
+            )
         return self.settings.start - 1
 
     async def catch_up(self) -> list[int]:
@@ -274,17 +303,28 @@ class Follower:
             self.metrics.expired.inc(expired["metatiles"])
             result = {"total_metatiles": expired["metatiles"], "expired": expired}
         await asyncio.to_thread(self._write_status, batch, result, sorted(results))
-        bound.info("diffs applied", stores=sorted(results), timestamp=batch.timestamp,
-                   replay=(result.get("store") or {}).get("replay"), metatiles=result.get("total_metatiles"),
-                   seconds=round(time.monotonic() - started, 2))
+        bound.info(
+            "diffs applied",
+            stores=sorted(results),
+            timestamp=batch.timestamp,
+            replay=(result.get("store") or {}).get("replay"),
+            metatiles=result.get("total_metatiles"),
+            seconds=round(time.monotonic() - started, 2),
+        )
 
     def _write_status(self, batch: Batch, result: dict[str, Any], stores: list[str]) -> None:
         """For operators: what was applied last (each store's own record stays the record of progress)."""
         source = self.settings.source
-        status = {"source": source if is_url(source) else str(source), "sequence": batch.last,
-                  "first_sequence": batch.first, "timestamp": batch.timestamp, "stores": stores,
-                  "applied_at": time.time(), "metatiles": result.get("total_metatiles"),
-                  "inputs": result.get("inputs")}
+        status = {
+            "source": source if is_url(source) else str(source),
+            "sequence": batch.last,
+            "first_sequence": batch.first,
+            "timestamp": batch.timestamp,
+            "stores": stores,
+            "applied_at": time.time(),
+            "metatiles": result.get("total_metatiles"),
+            "inputs": result.get("inputs"),
+        }
         path = self.settings.status_dir / STATUS_FILE
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(status, indent=2) + "\n")

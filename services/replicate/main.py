@@ -36,11 +36,15 @@ class ReplicateSettings(StackSettings):
     prog = "toposm-replicate"
     description = __doc__.split("\n\n")[0]
 
-    source: str = option(help="replication directory or its http(s):// URL, e.g. "
-                         "https://planet.openstreetmap.org/replication/minute/ (state.txt, 000/000/001.osc.gz, ...)",
-                         metavar="DIR|URL")
-    store: Path | None = stack_option("store", help="the embedded store (toposm-import --store) to keep current; "
-                                      "without it, --postgis and --spool are needed")
+    source: str = option(
+        help="replication directory or its http(s):// URL, e.g. "
+        "https://planet.openstreetmap.org/replication/minute/ (state.txt, 000/000/001.osc.gz, ...)",
+        metavar="DIR|URL",
+    )
+    store: Path | None = stack_option(
+        "store",
+        help="the embedded store (toposm-import --store) to keep current; without it, --postgis and --spool are needed",
+    )
     store_name: str | None = option(None, "the store's name on the bridge", default_text="the directory's name")
     start: int | None = option(None, "first sequence to apply when a store has none yet", ge=0)
     interval: float = option(60.0, "seconds between looks at state.txt", gt=0)
@@ -50,18 +54,29 @@ class ReplicateSettings(StackSettings):
     call_timeout: float = option(3600.0, "seconds to wait for one job of the bridge", gt=0)
     batch: int = option(10, "diffs merged into one job at most when behind", ge=1)
     max_backoff: float = option(900.0, "longest wait, in seconds, when the source or the bridge keeps failing", gt=0)
-    spool: Path | None = option(None, "where merged diffs are written for the bridge (under one of its "
-                                "--input-root); without --store, also osm2pgsql's pending expiry and "
-                                "replication.json", metavar="DIR", default_text="STORE/replication-spool")
-    http_timeout: float = option(60.0, "seconds to connect to the replication server and for each read from it",
-                                 gt=0)
-    http_deadline: float = option(DOWNLOAD_DEADLINE, "seconds for one download in all (a state file or a diff); "
-                                  "a server that takes longer is backed off like one that does not answer", gt=0)
-    postgis: str | None = stack_option("postgis", help="keep this PostGIS store current (osm2pgsql --append); "
-                                       "alone (no --store), publish osm2pgsql's expiry too")
+    spool: Path | None = option(
+        None,
+        "where merged diffs are written for the bridge (under one of its "
+        "--input-root); without --store, also osm2pgsql's pending expiry and "
+        "replication.json",
+        metavar="DIR",
+        default_text="STORE/replication-spool",
+    )
+    http_timeout: float = option(60.0, "seconds to connect to the replication server and for each read from it", gt=0)
+    http_deadline: float = option(
+        DOWNLOAD_DEADLINE,
+        "seconds for one download in all (a state file or a diff); "
+        "a server that takes longer is backed off like one that does not answer",
+        gt=0,
+    )
+    postgis: str | None = stack_option(
+        "postgis",
+        help="keep this PostGIS store current (osm2pgsql --append); alone (no --store), publish osm2pgsql's expiry too",
+    )
     flat_nodes: Path | None = stack_option("flat_nodes")
-    expire_output: Path | None = option(None, "with --postgis: append osm2pgsql's expired tiles "
-                                        "(--min-zoom..--max-zoom) to FILE", metavar="FILE")
+    expire_output: Path | None = option(
+        None, "with --postgis: append osm2pgsql's expired tiles (--min-zoom..--max-zoom) to FILE", metavar="FILE"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ReplicateSettings:
@@ -90,12 +105,24 @@ class ReplicateSettings(StackSettings):
         store = self.store.resolve() if self.store is not None else None
         name = self.store_name or (store.name if store is not None else "postgis")
         return FollowSettings(
-            source=source, store=store, store_name=name, start=self.start, interval=self.interval, once=self.once,
-            min_zoom=self.min_zoom, max_zoom=self.max_zoom, call_timeout=self.call_timeout, batch=self.batch,
-            max_backoff=self.max_backoff, spool=self.spool.resolve() if self.spool else None,
-            http_timeout=self.http_timeout, http_deadline=self.http_deadline, postgis=self.postgis,
+            source=source,
+            store=store,
+            store_name=name,
+            start=self.start,
+            interval=self.interval,
+            once=self.once,
+            min_zoom=self.min_zoom,
+            max_zoom=self.max_zoom,
+            call_timeout=self.call_timeout,
+            batch=self.batch,
+            max_backoff=self.max_backoff,
+            spool=self.spool.resolve() if self.spool else None,
+            http_timeout=self.http_timeout,
+            http_deadline=self.http_deadline,
+            postgis=self.postgis,
             flat_nodes=self.flat_nodes.resolve() if self.flat_nodes else None,
-            expire_output=self.expire_output.resolve() if self.expire_output else None)
+            expire_output=self.expire_output.resolve() if self.expire_output else None,
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> FollowSettings:

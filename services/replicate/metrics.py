@@ -18,21 +18,36 @@ BATCH_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800
 
 class ReplicateMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.sequence = Gauge("toposm_replicate_sequence", "The last replication sequence applied, by store",
-                              ["store"], registry=registry)
-        self.batches = Counter("toposm_replicate_batches", "Batches (merged diffs) applied, by store", ["store"],
-                               registry=registry)
-        self.diffs = Counter("toposm_replicate_diffs", "Replication diffs applied, by store", ["store"],
-                             registry=registry)
-        self.seconds = Histogram("toposm_replicate_batch_seconds", "Seconds to apply one batch to one store",
-                                 ["store"], buckets=BATCH_BUCKETS, registry=registry)
-        self.failures = Counter("toposm_replicate_failures", "Rounds that failed and were retried after a back-off",
-                                ["what"], registry=registry)
-        self.failing = Gauge("toposm_replicate_failures_in_a_row", "Failed rounds since the last good one",
-                             registry=registry)
-        self.expired = Counter("toposm_replicate_expired_metatiles",
-                               "Metatiles published as expire_toposm from osm2pgsql's expiry (PostGIS alone)",
-                               registry=registry)
+        self.sequence = Gauge(
+            "toposm_replicate_sequence", "The last replication sequence applied, by store", ["store"], registry=registry
+        )
+        self.batches = Counter(
+            "toposm_replicate_batches", "Batches (merged diffs) applied, by store", ["store"], registry=registry
+        )
+        self.diffs = Counter(
+            "toposm_replicate_diffs", "Replication diffs applied, by store", ["store"], registry=registry
+        )
+        self.seconds = Histogram(
+            "toposm_replicate_batch_seconds",
+            "Seconds to apply one batch to one store",
+            ["store"],
+            buckets=BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.failures = Counter(
+            "toposm_replicate_failures",
+            "Rounds that failed and were retried after a back-off",
+            ["what"],
+            registry=registry,
+        )
+        self.failing = Gauge(
+            "toposm_replicate_failures_in_a_row", "Failed rounds since the last good one", registry=registry
+        )
+        self.expired = Counter(
+            "toposm_replicate_expired_metatiles",
+            "Metatiles published as expire_toposm from osm2pgsql's expiry (PostGIS alone)",
+            registry=registry,
+        )
         for what in FAILURES:
             self.failures.labels(what)
 

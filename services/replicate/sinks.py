@@ -69,8 +69,14 @@ class EmbeddedStore:
         return int(row[0]) if row and str(row[0]).isdigit() else None
 
     async def apply(self, batch: Batch) -> dict[str, Any]:
-        request: dict[str, Any] = {"paths": [str(batch.path)], "store": self.call.store_name, "sequence": batch.last,
-                                   "min_zoom": self.call.min_zoom, "max_zoom": self.call.max_zoom, "wait": True}
+        request: dict[str, Any] = {
+            "paths": [str(batch.path)],
+            "store": self.call.store_name,
+            "sequence": batch.last,
+            "min_zoom": self.call.min_zoom,
+            "max_zoom": self.call.max_zoom,
+            "wait": True,
+        }
         if batch.first != batch.last:
             request["first_sequence"] = batch.first
         try:
@@ -87,8 +93,15 @@ class EmbeddedStore:
 class PostgisStore:
     name = "postgis"
 
-    def __init__(self, dsn: str, source_url: str, *, flat_nodes: Path | None = None,
-                 expire: ExpireOutput | None = None, publish: PostgisExpiry | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        source_url: str,
+        *,
+        flat_nodes: Path | None = None,
+        expire: ExpireOutput | None = None,
+        publish: PostgisExpiry | None = None,
+    ) -> None:
         self.dsn, self.source_url, self.flat_nodes = dsn, source_url, flat_nodes
         self.publish = publish  # alone: osm2pgsql's expiry goes on the bus, through a file of the spool
         self.expire = publish.output() if publish is not None else expire
@@ -104,8 +117,9 @@ class PostgisStore:
     async def apply(self, batch: Batch) -> dict[str, Any]:
         result: dict[str, Any] = {"sequence": batch.last}
         try:
-            await asyncio.to_thread(append_postgis, batch.path, self.dsn, flat_nodes=self.flat_nodes,
-                                    expire=self.expire)
+            await asyncio.to_thread(
+                append_postgis, batch.path, self.dsn, flat_nodes=self.flat_nodes, expire=self.expire
+            )
             if self.publish is not None:  # QBrokerError: the follower backs off, osm2pgsql runs again
                 result["expired"] = await self.publish.publish()
             await asyncio.to_thread(record_postgis_sequence, self.dsn, self.source_url, batch.last, batch.timestamp)
@@ -119,5 +133,8 @@ class PostgisStore:
 
 
 def _diffs(batch: Batch) -> str:
-    return f"diff {batch.first} ({batch.path.name})" if batch.first == batch.last else \
-        f"diffs {batch.first}..{batch.last} ({batch.path.name})"
+    return (
+        f"diff {batch.first} ({batch.path.name})"
+        if batch.first == batch.last
+        else f"diffs {batch.first}..{batch.last} ({batch.path.name})"
+    )

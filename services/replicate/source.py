@@ -75,8 +75,9 @@ def is_url(source: str | Path) -> bool:
     return isinstance(source, str) and source.startswith(("http://", "https://"))
 
 
-def open_source(source: str | Path, *, timeout: float = 60.0, deadline: float = DOWNLOAD_DEADLINE,
-                retries: int = 3) -> ReplicationSource:
+def open_source(
+    source: str | Path, *, timeout: float = 60.0, deadline: float = DOWNLOAD_DEADLINE, retries: int = 3
+) -> ReplicationSource:
     if is_url(source):
         return HttpSource(str(source), timeout=timeout, deadline=deadline, retries=retries)
     return LocalSource(Path(source))
@@ -133,8 +134,9 @@ class HttpSource:
 
     remote = True
 
-    def __init__(self, url: str, *, timeout: float = 60.0, deadline: float = DOWNLOAD_DEADLINE,
-                 retries: int = 3) -> None:
+    def __init__(
+        self, url: str, *, timeout: float = 60.0, deadline: float = DOWNLOAD_DEADLINE, retries: int = 3
+    ) -> None:
         self.url = url.rstrip("/") + "/"
         self.timeout = timeout
         self.deadline = deadline
@@ -169,7 +171,9 @@ class HttpSource:
             # inflated itself would escape the size cap until after it was inflated.
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_read=self.timeout),
-                auto_decompress=False, headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+                auto_decompress=False,
+                headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
+            )
         return self._session
 
     async def _get(self, url: str, limit: int) -> bytes:

@@ -31,9 +31,13 @@ _METATILE = "metatile"  # the kind of a metatile row; every other kind is a coun
 
 def metatile_rows(metas: DataFrame) -> DataFrame:
     """(z, mx, my, tiles) metatiles as collect rows."""
-    return metas.select(F.lit(_METATILE).alias("kind"), F.col("z").cast("int").alias("z"),
-                        F.col("mx").cast("long").alias("mx"), F.col("my").cast("long").alias("my"),
-                        F.col("tiles").cast("long").alias("n"))
+    return metas.select(
+        F.lit(_METATILE).alias("kind"),
+        F.col("z").cast("int").alias("z"),
+        F.col("mx").cast("long").alias("mx"),
+        F.col("my").cast("long").alias("my"),
+        F.col("tiles").cast("long").alias("n"),
+    )
 
 
 def count_row(name: str, frame: DataFrame) -> DataFrame:
@@ -44,8 +48,13 @@ def count_row(name: str, frame: DataFrame) -> DataFrame:
 def value_row(name: str, frame: DataFrame) -> DataFrame:
     """One row from a one-row frame with a numeric column ``n``."""
     none = F.lit(None)
-    return frame.select(F.lit(name).alias("kind"), none.cast("int").alias("z"), none.cast("long").alias("mx"),
-                        none.cast("long").alias("my"), F.col("n").cast("long").alias("n"))
+    return frame.select(
+        F.lit(name).alias("kind"),
+        none.cast("int").alias("z"),
+        none.cast("long").alias("mx"),
+        none.cast("long").alias("my"),
+        F.col("n").cast("long").alias("n"),
+    )
 
 
 @dataclass
@@ -61,8 +70,9 @@ class Collected:
         metas: dict[str, int] = {}
         if self.metatiles.num_rows:
             grouped = self.metatiles.group_by("z").aggregate([("n", "sum"), ("n", "count")]).sort_by("z")
-            for z, n_sum, n_count in zip(grouped["z"].to_pylist(), grouped["n_sum"].to_pylist(),
-                                         grouped["n_count"].to_pylist(), strict=True):
+            for z, n_sum, n_count in zip(
+                grouped["z"].to_pylist(), grouped["n_sum"].to_pylist(), grouped["n_count"].to_pylist(), strict=True
+            ):
                 tiles[str(z)] = int(n_sum)
                 metas[str(z)] = int(n_count)
         return tiles, metas
@@ -82,8 +92,9 @@ def collect(rows: list[DataFrame]) -> Collected:
     return Collected(metatiles=metas, counts=out)
 
 
-def publish_sorted(metatiles: pa.Table, send: Callable[[str], None], *, max_bytes: int, max_tiles: int,
-                   check: Callable[[int], None]) -> dict[str, int]:
+def publish_sorted(
+    metatiles: pa.Table, send: Callable[[str], None], *, max_bytes: int, max_tiles: int, check: Callable[[int], None]
+) -> dict[str, int]:
     """Publish metatile origins (z/mx*8/my*8) in the table's order, in size-capped batches.
 
     ``check(sent)`` runs every PUBLISH_CANCEL_CHECK names (cancel checks, progress counters).

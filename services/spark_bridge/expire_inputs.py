@@ -157,8 +157,9 @@ def read_expire_lists(spark: SparkSession, paths: list[Path], names: dict[Path, 
     if check["bad"] is not None:
         # The file, not the line: error messages never quote input contents.
         by_uri = {p.as_uri(): names.get(p, str(p)) for p in paths}
-        raise InputError(f"{by_uri.get(check['bad'], Path(check['bad']).name)}: a line is not z/x/y within the "
-                         "zoom limit")
+        raise InputError(
+            f"{by_uri.get(check['bad'], Path(check['bad']).name)}: a line is not z/x/y within the zoom limit"
+        )
     return ListTiles(parsed.select("z", "x", "y"), int(check["lines"]), check["smallest"])
 
 
@@ -177,8 +178,9 @@ def _read_on_driver(spark: SparkSession, paths: list[Path], names: dict[Path, st
             z, x, y = (int(g) for g in match.groups()) if match else (MAX_ZOOM_LIMIT + 1, 0, 0)
             if z > MAX_ZOOM_LIMIT or x >= 1 << z or y >= 1 << z:
                 # The file and the line number, not the line: error messages never quote input contents.
-                raise InputError(f"{names.get(path, str(path))}: a line is not z/x/y within the zoom limit "
-                                 f"(line {number})")
+                raise InputError(
+                    f"{names.get(path, str(path))}: a line is not z/x/y within the zoom limit (line {number})"
+                )
             zs.append(z)
             xs.append(x)
             ys.append(y)

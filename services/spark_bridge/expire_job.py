@@ -56,10 +56,7 @@ class ExpireParams:
 
 
 def _frac_points(frame: DataFrame, zoom: int) -> DataFrame:
-    return frame.select(
-        frac_tile_x(F.col("lon"), zoom).alias("fx"),
-        frac_tile_y(F.col("lat"), zoom).alias("fy"),
-    )
+    return frame.select(frac_tile_x(F.col("lon"), zoom).alias("fx"), frac_tile_y(F.col("lat"), zoom).alias("fy"))
 
 
 def buffered_tiles(points: DataFrame, zoom: int) -> DataFrame:
@@ -136,7 +133,8 @@ def expired_metatiles(base: DataFrame, params: ExpireParams, base_rows: int | No
     if base_rows is None or base_rows * zooms > SMALL_JOB_ROWS:
         return metatile_counts(propagate(base, params.min_zoom))
     tiles = _ancestors(base, params.min_zoom).select(
-        "z", "key", F.shiftright("x", METATILE_SHIFT).alias("mx"), F.shiftright("y", METATILE_SHIFT).alias("my"))
+        "z", "key", F.shiftright("x", METATILE_SHIFT).alias("mx"), F.shiftright("y", METATILE_SHIFT).alias("my")
+    )
     together = tiles.repartition(SMALL_JOB_PARTITIONS, "z", "mx", "my").dropDuplicates(["z", "mx", "my", "key"])
     return together.groupBy("z", "mx", "my").agg(F.count(F.lit(1)).alias("tiles"))
 
@@ -144,9 +142,7 @@ def expired_metatiles(base: DataFrame, params: ExpireParams, base_rows: int | No
 def metatile_counts(tiles: DataFrame) -> DataFrame:
     """(z, mx, my, tiles): distinct 8x8 metatiles and how many expired tiles each holds (z0-2: 0/0)."""
     return tiles.groupBy(
-        "z",
-        F.shiftright("x", METATILE_SHIFT).alias("mx"),
-        F.shiftright("y", METATILE_SHIFT).alias("my"),
+        "z", F.shiftright("x", METATILE_SHIFT).alias("mx"), F.shiftright("y", METATILE_SHIFT).alias("my")
     ).agg(F.count(F.lit(1)).alias("tiles"))
 
 
@@ -267,8 +263,14 @@ def run_expire(inputs: list[ExpireInput], params: ExpireParams, ctx: JobContext)
     base = expire_base_tiles(ctx.spark, inputs, params, ctx)
     unresolved = base.unresolved
     ctx.count("unresolved_ways", len(unresolved))
-    result: dict[str, Any] = {"min_zoom": params.min_zoom, "max_zoom": params.max_zoom, "tiles_per_zoom": {},
-                              "metatiles_per_zoom": {}, "total_tiles": 0, "total_metatiles": 0}
+    result: dict[str, Any] = {
+        "min_zoom": params.min_zoom,
+        "max_zoom": params.max_zoom,
+        "tiles_per_zoom": {},
+        "metatiles_per_zoom": {},
+        "total_tiles": 0,
+        "total_metatiles": 0,
+    }
     published = {"messages": 0, "metatiles": 0}
     if base.frame is not None:
         check_base_estimate(base, params, ctx)
@@ -306,7 +308,12 @@ def publish(collected: Collected, params: ExpireParams, ctx: JobContext) -> dict
         ctx.check_cancelled()
         ctx.count("published", sent)
 
-    published = publish_sorted(collected.metatiles, ctx.publish, max_bytes=params.batch_max_bytes,
-                               max_tiles=params.batch_max_tiles, check=check)
+    published = publish_sorted(
+        collected.metatiles,
+        ctx.publish,
+        max_bytes=params.batch_max_bytes,
+        max_tiles=params.batch_max_tiles,
+        check=check,
+    )
     ctx.count("published", published["metatiles"])
     return published

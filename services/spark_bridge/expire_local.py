@@ -96,6 +96,12 @@ def expire_on_driver(segments: pa.Table, min_zoom: int, max_zoom: int) -> Collec
             metas, counts = np.unique(((tx >> METATILE_SHIFT) << z) | (ty >> METATILE_SHIFT), return_counts=True)
             parts.append((np.full(len(metas), z, np.int64), metas >> z, metas & ((1 << z) - 1), counts))
     columns = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(4)]
-    table = pa.table({"z": pa.array(columns[0], pa.int32()), "mx": pa.array(columns[1], pa.int64()),
-                      "my": pa.array(columns[2], pa.int64()), "n": pa.array(columns[3], pa.int64())})
+    table = pa.table(
+        {
+            "z": pa.array(columns[0], pa.int32()),
+            "mx": pa.array(columns[1], pa.int64()),
+            "my": pa.array(columns[2], pa.int64()),
+            "n": pa.array(columns[3], pa.int64()),
+        }
+    )
     return Collected(metatiles=table)

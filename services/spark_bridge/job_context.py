@@ -24,11 +24,7 @@ class JobContext:
     """Thread-safe progress/log sink shared by the job body (worker thread) and the event loop."""
 
     def __init__(
-        self,
-        job_id: str,
-        spark: SparkSession,
-        log_path: Path | None,
-        publish: Callable[[str], None] | None = None,
+        self, job_id: str, spark: SparkSession, log_path: Path | None, publish: Callable[[str], None] | None = None
     ) -> None:
         self.job_id = job_id
         self.spark = spark

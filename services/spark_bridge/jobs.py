@@ -88,7 +88,11 @@ class JobManager:
     # -- submitting and running ------------------------------------------------------------------
 
     def submit(
-        self, kind: str, params: dict[str, Any], body: JobBody, publish: Callable[[str], None] | None = None,
+        self,
+        kind: str,
+        params: dict[str, Any],
+        body: JobBody,
+        publish: Callable[[str], None] | None = None,
         owner: str | None = None,
     ) -> JobRecord:
         if len(self._live) >= self.max_pending:
@@ -219,12 +223,18 @@ class JobManager:
             record.phase, record.counters = live.ctx.phase, dict(live.ctx.counters)
         return record
 
-    def list_jobs(self, state: JobState | None = None, kind: str | None = None, limit: int = 50,
-                  visible: Callable[[JobRecord], bool] | None = None) -> list[JobRecord]:
+    def list_jobs(
+        self,
+        state: JobState | None = None,
+        kind: str | None = None,
+        limit: int = 50,
+        visible: Callable[[JobRecord], bool] | None = None,
+    ) -> list[JobRecord]:
         records = [
             r
             for r in self._records.values()
-            if (state is None or r.state is state) and (kind is None or r.kind == kind)
+            if (state is None or r.state is state)
+            and (kind is None or r.kind == kind)
             and (visible is None or visible(r))
         ]
         records.sort(key=lambda r: r.submitted_at, reverse=True)

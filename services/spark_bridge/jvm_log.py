@@ -36,10 +36,13 @@ def jvm_log_conf(conf: dict[str, str]) -> dict[str, str]:
     gave come after ours, so a ``-Dqbroker.jvm.level=info`` of theirs (or a log4j2 file) wins."""
     config = files(__package__) / (JSON_CONFIG if json_lines() else CONSOLE_CONFIG)
     fields = process_fields()
-    options = [f"-Dlog4j2.configurationFile=\"{config}\""]  # quoted: Spark splits the options at spaces
+    options = [f'-Dlog4j2.configurationFile="{config}"']  # quoted: Spark splits the options at spaces
     # Only plain words go into the JVM's template: a quote or a backslash there would break its JSON.
-    options += [f"-Dqbroker.{key}={value}" for key in ("app", "uuid")
-                if isinstance(value := fields.get(key), str) and _PLAIN_WORD.fullmatch(value)]
+    options += [
+        f"-Dqbroker.{key}={value}"
+        for key in ("app", "uuid")
+        if isinstance(value := fields.get(key), str) and _PLAIN_WORD.fullmatch(value)
+    ]
     given = conf.get(DRIVER_JAVA_OPTIONS, "").strip()
     return {**conf, DRIVER_JAVA_OPTIONS: " ".join([*options, *([given] if given else [])])}
 
@@ -53,8 +56,9 @@ def start_jvm(conf: dict[str, str]) -> None:
 
     if not json_lines() or getattr(SparkContext, "_gateway", None) is not None:
         return
-    gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(conf.items())),
-                             popen_kwargs={"stderr": subprocess.PIPE})
+    gateway = launch_gateway(
+        SparkConf(loadDefaults=False).setAll(list(conf.items())), popen_kwargs={"stderr": subprocess.PIPE}
+    )
     threading.Thread(target=_forward, args=(gateway.proc.stderr,), name="spark-jvm-stderr", daemon=True).start()
     SparkContext._ensure_initialized(gateway=gateway)  # type: ignore[attr-defined]
 

@@ -30,8 +30,14 @@ class BridgeLimits:
     max_input_objects: int = _INPUT.max_objects
 
     def __post_init__(self) -> None:
-        for name in ("max_tiles", "max_tiles_per_geometry", "max_pending_jobs", "keep_jobs", "max_input_bytes",
-                     "max_input_objects"):
+        for name in (
+            "max_tiles",
+            "max_tiles_per_geometry",
+            "max_pending_jobs",
+            "keep_jobs",
+            "max_input_bytes",
+            "max_input_objects",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.keep_seconds <= 0:

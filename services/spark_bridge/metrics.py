@@ -26,12 +26,19 @@ def kind_label(kind: str) -> str:
 class BridgeMetrics:
     def __init__(self, registry: CollectorRegistry, manager: Callable[[], JobManager | None]) -> None:
         self.manager = manager
-        self.jobs = Gauge("spark_bridge_jobs", "Jobs known to the bridge, by state and kind", ["state", "kind"],
-                          registry=registry)
-        self.seconds = Histogram("spark_bridge_job_seconds", "Seconds from start to end of finished jobs",
-                                 ["kind", "state"], buckets=JOB_BUCKETS, registry=registry)
-        self.tiles_expired = Counter("spark_bridge_tiles_expired", "Tiles expired by succeeded expire jobs",
-                                     registry=registry)
+        self.jobs = Gauge(
+            "spark_bridge_jobs", "Jobs known to the bridge, by state and kind", ["state", "kind"], registry=registry
+        )
+        self.seconds = Histogram(
+            "spark_bridge_job_seconds",
+            "Seconds from start to end of finished jobs",
+            ["kind", "state"],
+            buckets=JOB_BUCKETS,
+            registry=registry,
+        )
+        self.tiles_expired = Counter(
+            "spark_bridge_tiles_expired", "Tiles expired by succeeded expire jobs", registry=registry
+        )
         self._finished: set[str] | None = None  # None until the first look: what was finished before us
 
     def refresh(self) -> None:

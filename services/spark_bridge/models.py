@@ -38,11 +38,20 @@ class ExpireRequest(_Request):
     batch_max_tiles: int = Field(2_000, ge=1, le=100_000, description=f"Metatiles per {EXPIRE_TOPIC} message.")
     batch_max_bytes: int = Field(65_536, ge=64, le=8_000_000, description=f"Bytes per {EXPIRE_TOPIC} message.")
     # A name looked up among the bridge's --store options, never a path (services/spark_bridge/stores.py).
-    store: str | None = Field(None, min_length=1, max_length=4096, description="A store this bridge was "
-                              "started with (--store): resolve the diff against its geometry, then apply it.")
+    store: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="A store this bridge was "
+        "started with (--store): resolve the diff against its geometry, then apply it.",
+    )
     sequence: int | None = Field(None, ge=0, description="With store: the diff's replication sequence number.")
-    first_sequence: int | None = Field(None, ge=0, description="With sequence: the diff merges the replication "
-                                       "diffs first_sequence..sequence (default: it is diff sequence alone).")
+    first_sequence: int | None = Field(
+        None,
+        ge=0,
+        description="With sequence: the diff merges the replication "
+        "diffs first_sequence..sequence (default: it is diff sequence alone).",
+    )
     apply: bool = Field(True, description="With store: apply the diff to the store (false: expire only).")
 
     @model_validator(mode="after")

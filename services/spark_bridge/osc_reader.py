@@ -53,8 +53,9 @@ class OscTables:
     def latest_locations(self) -> dict[int, tuple[float, float]]:
         """Each located node's place at the version that ``supersedes`` the others in the input."""
         latest: dict[int, tuple[int, float, float]] = {}
-        for node_id, version, lon, lat in zip(self.node_id, self.node_version, self.node_lon, self.node_lat,
-                                              strict=True):
+        for node_id, version, lon, lat in zip(
+            self.node_id, self.node_version, self.node_lon, self.node_lat, strict=True
+        ):
             known = latest.get(node_id)
             if supersedes(version, None if known is None else known[0]):
                 latest[node_id] = (version, lon, lat)
@@ -68,8 +69,12 @@ def _action(obj: osmium.osm.OSMObject) -> str:
     return "create" if obj.version == 1 else "modify"
 
 
-def read_osc(files: list[tuple[Path, str]], budget: InputBudget, check: Callable[[InputBudget], None],
-             tables: OscTables | None = None) -> OscTables:
+def read_osc(
+    files: list[tuple[Path, str]],
+    budget: InputBudget,
+    check: Callable[[InputBudget], None],
+    tables: OscTables | None = None,
+) -> OscTables:
     """Parse nodes and ways of every (path, name as the caller gave it) into ``tables`` within ``budget``
     (osc_input); raises UnreadableOsc on unparsable input, InputTooLarge past the budget."""
     out = tables or OscTables()

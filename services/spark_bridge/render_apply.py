@@ -49,10 +49,13 @@ _idle: list[subprocess.Popen[str]] = []  # workers waiting for a job
 
 
 def _spawn() -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_PACKAGE_ROOT),
-                                                                     os.environ.get("PYTHONPATH")]))}
-    return subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            env=env, text=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True
+    )
 
 
 def _take() -> subprocess.Popen[str]:
@@ -198,15 +201,23 @@ def _serve(args: list[Any], proto: IO[str], connections: _Connections) -> None:
 
     def commit_if() -> bool:
         # What building the transaction took (the job's result shows it: the longest part of a store job).
-        spent.update(prepare_seconds=round(time.perf_counter() - started, 3),
-                     prepare_cpu_seconds=round(time.process_time() - cpu, 3))
+        spent.update(
+            prepare_seconds=round(time.perf_counter() - started, 3),
+            prepare_cpu_seconds=round(time.process_time() - cpu, 3),
+        )
         proto.write(json.dumps({"prepared": True}) + "\n")
         proto.flush()
         return sys.stdin.readline().strip() == "commit"
 
     try:
-        done = apply_osc(Path(store_dir), Path(osc_path), sequence=sequence, sha256=sha256, commit_if=commit_if,
-                         connection=connections.get(Path(store_dir)))
+        done = apply_osc(
+            Path(store_dir),
+            Path(osc_path),
+            sequence=sequence,
+            sha256=sha256,
+            commit_if=commit_if,
+            connection=connections.get(Path(store_dir)),
+        )
     except Exception as exc:  # noqa: BLE001 - every failure is the parent's to report
         connections.drop(Path(store_dir))
         message = str(exc) if isinstance(exc, RenderStoreError) else f"{type(exc).__name__}: {exc}"

@@ -50,8 +50,9 @@ class SeaRefresher:
         self._idle.set()
         self.refreshes = 0  # children run (for tests and logs)
 
-    def request(self, metatiles: pa.Table, publish: Callable[[str], None] | None, *, max_bytes: int,
-                max_tiles: int) -> None:
+    def request(
+        self, metatiles: pa.Table, publish: Callable[[str], None] | None, *, max_bytes: int, max_tiles: int
+    ) -> None:
         with self._lock:
             self._waiting.append(_Expiry(metatiles, publish, max_bytes, max_tiles))
             self._idle.clear()
@@ -76,14 +77,25 @@ class SeaRefresher:
                     self._publish(expiry)
 
     def _refresh(self) -> bool:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_PACKAGE_ROOT),
-                                                                         os.environ.get("PYTHONPATH")]))}
-        done = subprocess.run([sys.executable, "-m", "services.osmstore.coastline", str(self.store_dir)],
-                              capture_output=True, text=True, env=env, check=False)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "services.osmstore.coastline", str(self.store_dir)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
         self.refreshes += 1
         if done.returncode:
-            log.warning("sea refresh failed", store=self.store_dir.name, status=done.returncode,
-                        error=done.stderr.strip().splitlines()[-1:])
+            log.warning(
+                "sea refresh failed",
+                store=self.store_dir.name,
+                status=done.returncode,
+                error=done.stderr.strip().splitlines()[-1:],
+            )
             return False
         log.info("sea refreshed", store=self.store_dir.name, **json.loads(done.stdout))
         return True
@@ -92,8 +104,13 @@ class SeaRefresher:
         if expiry.publish is None or not expiry.metatiles.num_rows:
             return
         try:
-            publish_sorted(expiry.metatiles, expiry.publish, max_bytes=expiry.max_bytes, max_tiles=expiry.max_tiles,
-                           check=lambda _: None)
+            publish_sorted(
+                expiry.metatiles,
+                expiry.publish,
+                max_bytes=expiry.max_bytes,
+                max_tiles=expiry.max_tiles,
+                check=lambda _: None,
+            )
         except Exception as exc:  # noqa: BLE001 - a bridge stopping meanwhile; the sea itself is rebuilt
             log.warning("sea refresh: expiry not published", store=self.store_dir.name, error=str(exc)[:200])
 

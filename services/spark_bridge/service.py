@@ -241,10 +241,7 @@ class SparkBridge:
             except InputRefused as exc:
                 raise failed(exc.id, exc.message) from None
             params = StatsParams(
-                window_seconds=request.window_seconds,
-                since=request.since,
-                until=request.until,
-                chart=request.chart,
+                window_seconds=request.window_seconds, since=request.since, until=request.until, chart=request.chart
             )
 
             def body(job: JobContext) -> dict[str, Any]:
@@ -289,8 +286,9 @@ class SparkBridge:
             return {"job_id": job_id, "state": record.state.value, "error": record.error}
 
         @jobs.command(SparkJobCommand.LIST)
-        async def list_jobs(ctx: RequestContext, state: JobState | None = None, kind: str | None = None,
-                            limit: int = 50) -> dict[str, Any]:
+        async def list_jobs(
+            ctx: RequestContext, state: JobState | None = None, kind: str | None = None, limit: int = 50
+        ) -> dict[str, Any]:
             if not 1 <= limit <= 1000:
                 raise failed("bad_limit", f"limit={limit}")
             records = self.manager.list_jobs(state=state, kind=kind, limit=limit, visible=self._visible_to(ctx.user_id))

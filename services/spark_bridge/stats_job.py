@@ -100,10 +100,7 @@ def render_stats(renders: DataFrame, params: StatsParams) -> dict[str, Any]:
     window = F.floor(F.col("start") / params.window_seconds) * params.window_seconds
     windows = (
         renders.groupBy(window.cast("long").alias("window_start"))
-        .agg(
-            F.count(F.lit(1)).alias("renders"),
-            F.count(failed).alias("failures"),
-        )
+        .agg(F.count(F.lit(1)).alias("renders"), F.count(failed).alias("failures"))
         .withColumn("renders_per_second", F.round(F.col("renders") / F.lit(float(params.window_seconds)), 6))
     )
     failures = renders.where(~ok).orderBy(F.desc("start")).limit(FAILURE_SAMPLES)
@@ -127,8 +124,7 @@ def request_stats(requests: DataFrame, params: StatsParams) -> dict[str, Any]:
         "requests": stamped.count(),
         "per_zoom": _rows(stamped.groupBy("zoom").agg(F.count(F.lit(1)).alias("requests")), "zoom"),
         "windows": _rows(
-            stamped.groupBy(window.alias("window_start")).agg(F.count(F.lit(1)).alias("requests")),
-            "window_start",
+            stamped.groupBy(window.alias("window_start")).agg(F.count(F.lit(1)).alias("requests")), "window_start"
         ),
     }
 

@@ -90,21 +90,33 @@ def _unique_refs(way: Ints, seq: Ints, node: Ints) -> tuple[Ints, Ints, Ints]:
     return rows[:, 0], rows[:, 1], rows[:, 2]
 
 
-def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: Manifest,
-            zoom: int, driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES) -> StoreResolution:
+def resolve(
+    spark: SparkSession,
+    diff: OscDiff,
+    store: GeometryStore,
+    manifest: Manifest,
+    zoom: int,
+    driver_lookup_bytes: int = DRIVER_LOOKUP_BYTES,
+) -> StoreResolution:
     nodes, ways, rels = diff.nodes, diff.ways, diff.relations
     # Step 1: old positions of the diff's nodes, the ways using them, the stored members of its relations,
     # and the relations osm2pgsql re-processes (its parents: those of the diff's nodes, as members or through
     # their ways, and of the diff's ways). node_ways and node_relations are looked up for every diff node
     # (a superset of the moved ones) so that they need no step of their own after the positions.
     lookup = StoreLookups(spark, store, manifest, driver_lookup_bytes)
-    first = lookup.fetch({"known": ("nodes", set(nodes)), "node_ways": ("node_ways", set(nodes)),
-                          "node_relations": ("node_relations", set(nodes)),
-                          "way_relations": ("way_relations", set(ways)),
-                          "old_members": ("members", set(rels))})
+    first = lookup.fetch(
+        {
+            "known": ("nodes", set(nodes)),
+            "node_ways": ("node_ways", set(nodes)),
+            "node_relations": ("node_relations", set(nodes)),
+            "way_relations": ("way_relations", set(ways)),
+            "old_members": ("members", set(rels)),
+        }
+    )
     known = first["known"]
-    old_loc: dict[int, Location] = dict(zip(known["id"].to_pylist(), zip(
-        known["lon"].to_pylist(), known["lat"].to_pylist(), strict=True), strict=True))
+    old_loc: dict[int, Location] = dict(
+        zip(known["id"].to_pylist(), zip(known["lon"].to_pylist(), known["lat"].to_pylist(), strict=True), strict=True)
+    )
     moved = {n for n, d in nodes.items() if d.deleted or old_loc.get(n) != (d.lon, d.lat)}
     via_nodes = {w for n, w in _pairs(first["node_ways"], "node_id", "way_id") if n in moved}
     # A relation is re-expired whole when a way of it changed (in the diff, or a node of it moved) or a node
@@ -115,8 +127,9 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
     parents |= set(first["way_relations"]["rel_id"].to_pylist())
     parents -= set(rels)
     om = first["old_members"]
-    old_members = list(zip(om["rel_id"].to_pylist(), om["member_type"].to_pylist(), om["member_id"].to_pylist(),
-                           strict=True))
+    old_members = list(
+        zip(om["rel_id"].to_pylist(), om["member_type"].to_pylist(), om["member_id"].to_pylist(), strict=True)
+    )
     all_members = old_members + [(rid, t, ref) for rid, r in rels.items() if not r.deleted for t, ref, _ in r.members]
     member_ways = {m for _, t, m in all_members if t == "w"}
     member_nodes = {m for _, t, m in all_members if t == "n"}
@@ -129,8 +142,12 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
     second = lookup.fetch({"old_refs": ("way_nodes", changed_ways), "parent_refs": ("relation_way_nodes", parents)})
     old_refs, parent_refs = second["old_refs"], second["parent_refs"]
     changed_ways |= set(np.unique(_column(parent_refs, "way_id")).tolist())
-    ow, os_, on = _unique_refs(*(np.concatenate([_column(old_refs, c), _column(parent_refs, c)]).astype(np.int64)
-                                 for c in ("way_id", "seq", "node_id")))
+    ow, os_, on = _unique_refs(
+        *(
+            np.concatenate([_column(old_refs, c), _column(parent_refs, c)]).astype(np.int64)
+            for c in ("way_id", "seq", "node_id")
+        )
+    )
     keep = ~np.isin(ow, _ints(list(ways)))
     dw, ds, dn = _diff_refs(ways)
     nw, ns, nn = np.concatenate([ow[keep], dw]), np.concatenate([os_[keep], ds]), np.concatenate([on[keep], dn])
@@ -140,8 +157,9 @@ def resolve(spark: SparkSession, diff: OscDiff, store: GeometryStore, manifest: 
     # (Keying step 3 on step 2 inside one plan was tried: the chained plan ran slower than two actions.)
     needed = (set(ref_nodes.tolist()) | member_nodes) - set(nodes)
     loc = lookup.fetch({"old_loc": ("nodes", needed)})["old_loc"]
-    old_loc.update(zip(loc["id"].to_pylist(), zip(loc["lon"].to_pylist(), loc["lat"].to_pylist(), strict=True),
-                       strict=True))
+    old_loc.update(
+        zip(loc["id"].to_pylist(), zip(loc["lon"].to_pylist(), loc["lat"].to_pylist(), strict=True), strict=True)
+    )
     both = {c: np.concatenate([_column(known, c), _column(loc, c)]) for c in ("id", "lon", "lat")}
     stored = Locations(both["id"].astype(np.int64), both["lon"], both["lat"], zoom)
     in_diff = _diff_locations(nodes, zoom)

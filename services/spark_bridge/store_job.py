@@ -93,8 +93,9 @@ def _expire(segments: pa.Table, params: ExpireParams, job: StoreJob, ctx: JobCon
     return collect([metatile_rows(expired_metatiles(base_tiles(frame, params.max_zoom), params, None))])
 
 
-def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: JobContext,
-                     name: str | None = None) -> dict[str, Any]:
+def run_store_expire(
+    osc_path: Path, job: StoreJob, params: ExpireParams, ctx: JobContext, name: str | None = None
+) -> dict[str, Any]:
     """``name``: the diff as the caller gave it, what errors say (default its path)."""
     ctx.set_phase("reading")
 
@@ -103,9 +104,15 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
 
     geometry = job.geometry or GeometryStore.of_store(job.store_dir)
     render_db = job.store_dir / RENDER_DB
-    out: dict[str, Any] = {"min_zoom": params.min_zoom, "max_zoom": params.max_zoom, "tiles_per_zoom": {},
-                           "metatiles_per_zoom": {}, "total_tiles": 0, "total_metatiles": 0,
-                           "published": {"messages": 0, "metatiles": 0}}
+    out: dict[str, Any] = {
+        "min_zoom": params.min_zoom,
+        "max_zoom": params.max_zoom,
+        "tiles_per_zoom": {},
+        "metatiles_per_zoom": {},
+        "total_tiles": 0,
+        "total_metatiles": 0,
+        "published": {"messages": 0, "metatiles": 0},
+    }
     # The sequence check needs only the file's digest, so the rendering store's child (the longest part
     # of a store job once the lookups are on the driver; docs/performance.md, "The Spark bridge") starts
     # before the diff is parsed here, not after.
@@ -126,8 +133,9 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
             out["store"] = {"applied": False, "replay": replay.reason, "sequence": manifest.sequence}
             out["inputs"] = dict(ctx.counters)
             return out
-        render = (RenderApply(job.store_dir, osc_path, job.sequence, sha256)
-                  if job.apply and render_db.is_file() else None)
+        render = (
+            RenderApply(job.store_dir, osc_path, job.sequence, sha256) if job.apply and render_db.is_file() else None
+        )
         prepared: PreparedDiff | None = None
         try:
             diff = read(osc_path)
@@ -165,8 +173,12 @@ def run_store_expire(osc_path: Path, job: StoreJob, params: ExpireParams, ctx: J
                 prepared.rollback()  # after a failure; nothing once committed
         out["store"] = store_out
     if job.sea is not None and store_out.get("render", {}).get("sea_stale"):
-        job.sea.request(collected.metatiles, ctx.publish if params.publish else None,
-                        max_bytes=params.batch_max_bytes, max_tiles=params.batch_max_tiles)
+        job.sea.request(
+            collected.metatiles,
+            ctx.publish if params.publish else None,
+            max_bytes=params.batch_max_bytes,
+            max_tiles=params.batch_max_tiles,
+        )
     out["inputs"] = {k: v for k, v in ctx.counters.items() if k not in ("tiles", "metatiles", "published")}
     out["phase_seconds"] = ctx.timings()
     return out

@@ -43,7 +43,7 @@ class Locations:
 
     def index(self, nodes: Ints) -> tuple[Ints, npt.NDArray[np.bool_]]:
         """(row of each node in this table, whether it is there at all)."""
-        at = np.searchsorted(self.ids[:self.size], nodes)
+        at = np.searchsorted(self.ids[: self.size], nodes)
         return at, (at < self.size) & (self.ids[at] == nodes)
 
 
@@ -70,8 +70,7 @@ class Side:
             fx, fy = np.where(use, self.then.fx[at2], fx), np.where(use, self.then.fy[at2], fy)
         ok = ~(np.isnan(lon) | np.isnan(lat))
         order = np.lexsort((self.seq[ok], self.way[ok]))
-        return (self.way[ok][order], self.seq[ok][order], lon[ok][order], lat[ok][order], fx[ok][order],
-                fy[ok][order])
+        return (self.way[ok][order], self.seq[ok][order], lon[ok][order], lat[ok][order], fx[ok][order], fy[ok][order])
 
 
 @dataclass
@@ -122,5 +121,6 @@ def segments_table(found: Lines, extra_points: set[Location]) -> pa.Table:
     points = _distinct(np.concatenate([found.points, extra]))
     points = points[~np.isin(_as_keys(points), _as_keys(found.segments[:, :2]))]
     columns = np.concatenate([found.segments, np.column_stack([points, points])])
-    return pa.table({name: pa.array(columns[:, i], pa.float64())
-                     for i, name in enumerate(("lon0", "lat0", "lon1", "lat1"))})
+    return pa.table(
+        {name: pa.array(columns[:, i], pa.float64()) for i, name in enumerate(("lon0", "lat0", "lon1", "lat1"))}
+    )

@@ -44,8 +44,15 @@ _SPARK_SCHEMAS = {
 # Estimated bytes a lookup returns per id (Arrow, decoded): a node 24; a way ~10 refs of 24; a node is in
 # ~1.5 ways; a relation ~10 members; a street way is in a few route relations; a route or boundary relation
 # lists ~100 ways of ~10 refs. What the driver budget is measured in.
-ROW_BYTES = {"nodes": 24, "node_ways": 24, "way_nodes": 240, "members": 400, "node_relations": 64,
-             "way_relations": 64, "relation_way_nodes": 24_000}
+ROW_BYTES = {
+    "nodes": 24,
+    "node_ways": 24,
+    "way_nodes": 240,
+    "members": 400,
+    "node_relations": 64,
+    "way_relations": 64,
+    "relation_way_nodes": 24_000,
+}
 # Lookups of up to this many ids take them as one JSON literal; more go as a local relation.
 INLINE_KEYS = 100_000
 # Estimated bytes of rows one lookup step may fetch on the driver (a minutely diff: well under 1 MB; a
@@ -75,8 +82,9 @@ def _task(db: str, name: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[p
 class StoreLookups:
     """``fetch`` answers several lookups of one step: small ones on the driver, the rest in one Spark action."""
 
-    def __init__(self, spark: SparkSession, store: GeometryStore, manifest: Manifest,
-                 driver_bytes: int = DRIVER_LOOKUP_BYTES) -> None:
+    def __init__(
+        self, spark: SparkSession, store: GeometryStore, manifest: Manifest, driver_bytes: int = DRIVER_LOOKUP_BYTES
+    ) -> None:
         self.spark, self.store, self.manifest, self.driver_bytes = spark, store, manifest, driver_bytes
         self.spark_steps = 0  # steps that needed Spark (counted into the job's inputs)
 

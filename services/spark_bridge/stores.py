@@ -61,7 +61,6 @@ class Stores:
             known = sorted({p.name for p in self.by_name.values()})
             raise UnknownStore(f"no store {name[:200]!r} on this bridge (configured: {known or 'none'})") from None
 
-
     def close(self) -> None:
         for sea in self.sea.values():
             sea.close()
@@ -79,6 +78,12 @@ def store_job_for(stores: Stores, request: ExpireRequest, inputs: list[ExpireInp
         raise failed("unknown_store", str(exc)) from None
     if len(inputs) != 1 or inputs[0].kind is not InputKind.OSC:
         raise failed("bad_input", "with store, paths must name exactly one osmChange file (.osc or .osc.gz)")
-    return StoreJob(store_dir=store_dir, sequence=request.sequence, apply=request.apply,
-                    driver_lookup_bytes=stores.driver_lookup_bytes, first_sequence=request.first_sequence,
-                    geometry=stores.geometry[store_dir], sea=stores.sea[store_dir])
+    return StoreJob(
+        store_dir=store_dir,
+        sequence=request.sequence,
+        apply=request.apply,
+        driver_lookup_bytes=stores.driver_lookup_bytes,
+        first_sequence=request.first_sequence,
+        geometry=stores.geometry[store_dir],
+        sea=stores.sea[store_dir],
+    )

@@ -80,8 +80,9 @@ def py_frac_tile(lon: float, lat: float, zoom: int) -> tuple[float, float]:
     return (lon + 180.0) / 360.0 * n, (0.5 - merc) * n
 
 
-def np_frac_tile(lon: npt.NDArray[np.float64], lat: npt.NDArray[np.float64],
-                 zoom: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+def np_frac_tile(
+    lon: npt.NDArray[np.float64], lat: npt.NDArray[np.float64], zoom: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """``py_frac_tile`` over arrays (numpy): the same expressions in the same order. The transcendental
     functions are numpy's, as the JVM's are Spark's; they may differ from each other in the last bit,
     which moves a tile only for a point within ~1e-16 tile of a buffer edge."""

@@ -128,7 +128,7 @@ def metric_label(name: str) -> str:
             words[3] = "*"
             return ".".join(words)
     elif name.startswith(SPARK_PROGRESS):
-        owner, dot, _ = name[len(SPARK_PROGRESS):].partition(".")
+        owner, dot, _ = name[len(SPARK_PROGRESS) :].partition(".")
         if dot:
             return f"{SPARK_PROGRESS}{owner}.*"
     return name

@@ -100,12 +100,14 @@ class OsmPublisher:
     async def declare(self, transport_connection: Connection) -> None:
         _, self._exchange = await declare_osm_exchange(cast(AbstractConnection, transport_connection))
 
-    async def publish(self, routing_key: str, body: bytes, *, message_id: str,
-                      content_type: str = "text/plain") -> None:
+    async def publish(
+        self, routing_key: str, body: bytes, *, message_id: str, content_type: str = "text/plain"
+    ) -> None:
         if self._exchange is None:
             raise ConnectionLost("the osm exchange is not declared (not connected)")
-        await self._exchange.publish(aio_pika.Message(body, content_type=content_type, message_id=message_id),
-                                     routing_key=routing_key)
+        await self._exchange.publish(
+            aio_pika.Message(body, content_type=content_type, message_id=message_id), routing_key=routing_key
+        )
 
 
 class ExpirationBatcher:
@@ -152,8 +154,10 @@ async def publish_expiry(unit: Unit, osm: OsmPublisher, text: str, key: str | No
     # Both at once: each waits for its broker confirm, and one after the other the two round trips added
     # up (docs/performance.md, "Index boxes on a 64 m grid, and the two wires at once"). Either failing fails the call
     # as before; the list may then be out on the other wire (a tile expired again is only rendered again).
-    await asyncio.gather(unit.alert(EXPIRE_TOPIC, text, content_type="text/plain", message_id=message_id),
-                         osm.publish(EXPIRE_TOPIC, text.encode("utf-8"), message_id=message_id))
+    await asyncio.gather(
+        unit.alert(EXPIRE_TOPIC, text, content_type="text/plain", message_id=message_id),
+        osm.publish(EXPIRE_TOPIC, text.encode("utf-8"), message_id=message_id),
+    )
 
 
 async def relay_expiry(unit: Unit, osm: OsmPublisher, text: str, message_id: str | None, heard_on: Wire) -> None:

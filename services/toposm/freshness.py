@@ -52,8 +52,13 @@ class FreshnessStore:
         self.root = tiles.root / MARKER_DIR
 
     def marker(self, metatile: Metatile) -> Path:
-        return (self.root / str(metatile.z) / str(metatile.mx // BLOCK) / str(metatile.my // BLOCK)
-                / f"{metatile.mx % BLOCK}-{metatile.my % BLOCK}")
+        return (
+            self.root
+            / str(metatile.z)
+            / str(metatile.mx // BLOCK)
+            / str(metatile.my // BLOCK)
+            / f"{metatile.mx % BLOCK}-{metatile.my % BLOCK}"
+        )
 
     def expire(self, metatiles: Iterable[Metatile], when: float | None = None) -> int:
         """Mark the metatiles expired at ``when`` (now); metatiles never rendered get no marker (they are
@@ -119,6 +124,6 @@ def nginx_lookup_map() -> list[tuple[str, int]]:
     ``marker``'s path for the tile's metatile."""
     entries: list[tuple[str, int]] = []
     for width in (1, 2, 3):
-        for n in range(10 ** width):
+        for n in range(10**width):
             entries.append((f"{n:0{width}d}", n // METATILE_SIZE))
     return entries

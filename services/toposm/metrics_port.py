@@ -26,5 +26,4 @@ def service_unit_metrics(registry: CollectorRegistry) -> UnitMetrics:
 
 def service_metrics(namespace: str, port: int | None, host: str = "127.0.0.1") -> MetricsServer:
     """A service's metrics server; ``namespace`` its metric prefix (``toposm_queuemaster``...)."""
-    return MetricsServer(namespace, port, host, version=__version__,
-                         unit_metrics=service_unit_metrics)
+    return MetricsServer(namespace, port, host, version=__version__, unit_metrics=service_unit_metrics)

@@ -49,8 +49,14 @@ class RenderLogRecord:
     reason: str | None = None
 
     def line(self) -> bytes:
-        fields: dict[str, Any] = {"metatile": self.metatile, "zoom": self.zoom, "renderer": self.renderer,
-                                  "start": self.start, "duration": self.duration, "status": self.status}
+        fields: dict[str, Any] = {
+            "metatile": self.metatile,
+            "zoom": self.zoom,
+            "renderer": self.renderer,
+            "start": self.start,
+            "duration": self.duration,
+            "status": self.status,
+        }
         if self.reason is not None:
             fields["reason"] = self.reason
         return orjson.dumps(fields) + b"\n"

@@ -34,19 +34,23 @@ SERVER_NAMED = r"amq\.gen-[A-Za-z0-9_-]+"  # a queue the broker named (a client'
 
 ROLES: dict[str, dict[str, Any]] = {
     "queuemaster": {
-        "serve": [QM], "call": [RENDER_ANY],
+        "serve": [QM],
+        "call": [RENDER_ANY],
         # `render`/`ping` to render threads: the queuemaster's alone, not even an operator's (a renderer
         # checks the sender's account against TOPOSM_QUEUEMASTER_USERS too)
         "reserved_calls": [RENDER_ANY],
         # expirations heard on one wire only are relayed to the other (services/toposm/expiry_wires.py)
-        "alert": [ALL, EXPIRE], "hear": [ALL, EXPIRE],
+        "alert": [ALL, EXPIRE],
+        "hear": [ALL, EXPIRE],
         # the `osm` wire: its durable queue there, and answers by queue name on the default exchange
-        "resources": [re.escape(QUEUEMASTER_OSM_QUEUE)], "default_exchange": True,
+        "resources": [re.escape(QUEUEMASTER_OSM_QUEUE)],
+        "default_exchange": True,
         "topics": {OSM_EXCHANGE: {"write": [ALL, EXPIRE], "read": [QM, EXPIRE, ALL]}},
         "listed_in": ["TOPOSM_QUEUEMASTER_USERS"],
     },
     "renderer": {
-        "call": [QM], "serve": [RENDER_ANY],
+        "call": [QM],
+        "serve": [RENDER_ANY],
         # A redelivered request is re-published to the name it came to: the shared levels. Not to single
         # threads (exclusive queues, never redelivered elsewhere): what a renderer may so send to a level,
         # other renderers refuse unless it comes from the queuemaster's account (TOPOSM_QUEUEMASTER_USERS).
@@ -62,7 +66,8 @@ ROLES: dict[str, dict[str, Any]] = {
     # one of the documented client prefix (services/toposm/seed_wire.py), hearing expirations there, and
     # `toposm` on both wires, where every running program listens (toposm-render-list, toposm-replicate).
     "client": {
-        "call": [QM], "hear": [ALL],
+        "call": [QM],
+        "hear": [ALL],
         "resources": [SERVER_NAMED, re.escape(CLIENT_REPLY_PREFIX) + "[A-Za-z0-9_-]+"],
         "topics": {OSM_EXCHANGE: {"write": [QM], "read": [EXPIRE, ALL]}},
     },

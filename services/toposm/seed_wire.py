@@ -74,10 +74,14 @@ def known_params(model: type[BaseModel], params: dict[str, Any]) -> tuple[dict[s
 
 # The one declaration of `osm` (docs/tiles.md): `qbroker provision` declares it so, a unit finds it
 # (declaring it only where its account may, on a bus without accounts), and what differs is named with its cost.
-OSM = topic_exchange(OSM_EXCHANGE, costs={
-    "durable": "it is gone after a broker restart with its bindings (the queuemaster's durable queue then misses "
-               "what is published on osm) until a program declares it again; a TopOSM program declares it durable "
-               "or passively (docs/tiles.md)"})
+OSM = topic_exchange(
+    OSM_EXCHANGE,
+    costs={
+        "durable": "it is gone after a broker restart with its bindings (the queuemaster's durable queue then misses "
+        "what is published on osm) until a program declares it again; a TopOSM program declares it durable "
+        "or passively (docs/tiles.md)"
+    },
+)
 
 
 async def declare_osm_exchange(connection: AbstractConnection) -> tuple[AbstractChannel, AbstractExchange]:
@@ -106,8 +110,9 @@ class OsmListener:
     ``queue_name`` is the queue, the ``reply_to`` of what the program sends on this wire; ``exchange``
     publishes there."""
 
-    def __init__(self, keys: Sequence[str], handle: Callable[[AbstractIncomingMessage], Awaitable[None]],
-                 *, prefetch: int = 64) -> None:
+    def __init__(
+        self, keys: Sequence[str], handle: Callable[[AbstractIncomingMessage], Awaitable[None]], *, prefetch: int = 64
+    ) -> None:
         self.keys = list(keys)
         self._handle = handle
         self._prefetch = prefetch
@@ -144,13 +149,26 @@ class AllProgramsTopic:
     to ``on_command``; anything else is counted as ``other`` and dropped, never an error. Built before
     ``unit.start()``."""
 
-    def __init__(self, unit: Unit, on_command: Callable[[dict[str, Any]], Awaitable[None]] | None = None, *,
-                 registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        unit: Unit,
+        on_command: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self._on_command = on_command
         self.heard: Counter[str] = Counter()
-        self._metric = (PromCounter("toposm_program_commands", "Commands heard on `toposm` (where every program "
-                                    "listens), by command: the protocol's `queuemaster online`, or other",
-                                    ["command"], registry=registry) if registry is not None else None)
+        self._metric = (
+            PromCounter(
+                "toposm_program_commands",
+                "Commands heard on `toposm` (where every program "
+                "listens), by command: the protocol's `queuemaster online`, or other",
+                ["command"],
+                registry=registry,
+            )
+            if registry is not None
+            else None
+        )
         if self._metric is not None:
             for label in (Command.QUEUEMASTER_ONLINE.value, OTHER_COMMAND):
                 self._metric.labels(label)
@@ -159,8 +177,7 @@ class AllProgramsTopic:
         unit.on_connected(self.listener.declare)
 
     async def _on_alert(self, body: Any) -> None:
-        await self._heard(body if isinstance(body, dict) and isinstance(body.get("command"), str) else None,
-                          "alert")
+        await self._heard(body if isinstance(body, dict) and isinstance(body.get("command"), str) else None, "alert")
 
     async def _on_osm(self, message: AbstractIncomingMessage) -> None:
         await self._heard(seed_command(message.body), "osm")

@@ -30,22 +30,27 @@ class StackSettings(ProgramSettings):
 class StackOptions(StackSettings):
     """Every option two or more of the stack's programs take, each once."""
 
-    tile_root: Path = option(Path("tiles"), "tile store root (<root>/z/x/y.png, or mod_tile's .meta files)",
-                             metavar="DIR")
+    tile_root: Path = option(
+        Path("tiles"), "tile store root (<root>/z/x/y.png, or mod_tile's .meta files)", metavar="DIR"
+    )
     tile_store: TileStoreKind = option(
-        "png", "png: <root>/z/x/y.png; meta: mod_tile's .meta files, <root>/z/h4/h3/h2/h1/h0.meta (the "
-        "queuemaster, the renderers and toposm-web must agree)")
+        "png",
+        "png: <root>/z/x/y.png; meta: mod_tile's .meta files, <root>/z/h4/h3/h2/h1/h0.meta (the "
+        "queuemaster, the renderers and toposm-web must agree)",
+    )
     min_zoom: int = option(0, "lowest zoom", metavar="Z", ge=0, le=30)
     max_zoom: int = option(18, "highest zoom", metavar="Z", ge=0, le=30)
-    render_log: Path | None = option(None, "the queuemaster's render log: one JSON line per finished render",
-                                     metavar="FILE")
-    operator_users: UserList = option(frozenset(), "broker accounts of operators (comma-separated)",
-                                      metavar="USERS")
+    render_log: Path | None = option(
+        None, "the queuemaster's render log: one JSON line per finished render", metavar="FILE"
+    )
+    operator_users: UserList = option(frozenset(), "broker accounts of operators (comma-separated)", metavar="USERS")
     store: Path | None = option(None, "an OSM store directory (toposm-import --store)", metavar="DIR")
-    postgis: str | None = option(None, "a PostGIS database (libpq DSN; its password better in PGPASSWORD or "
-                                 "~/.pgpass)", metavar="DSN")
-    flat_nodes: Path | None = option(None, "with --postgis: osm2pgsql's flat-nodes file (node locations)",
-                                     metavar="FILE")
+    postgis: str | None = option(
+        None, "a PostGIS database (libpq DSN; its password better in PGPASSWORD or ~/.pgpass)", metavar="DSN"
+    )
+    flat_nodes: Path | None = option(
+        None, "with --postgis: osm2pgsql's flat-nodes file (node locations)", metavar="FILE"
+    )
 
 
 def check_zooms(min_zoom: int, max_zoom: int) -> None:

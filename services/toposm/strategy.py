@@ -113,12 +113,7 @@ def choose_source(
 
 
 def choose_for_mix(
-    mix: StrategyMix,
-    missing: int,
-    important: int,
-    by_zoom_queue: Mapping[int, int],
-    rng: random.Random,
-    bulk: int = 0,
+    mix: StrategyMix, missing: int, important: int, by_zoom_queue: Mapping[int, int], rng: random.Random, bulk: int = 0
 ) -> str | int | None:
     """The source a thread with this mix takes from, or None if nothing it may render is queued."""
     for name in mix.draw_order(rng):

@@ -139,5 +139,6 @@ def open_tile_store(root: str | Path, kind: str = "png") -> TileStore:
 def check_tile_store_zoom(kind: str, max_zoom: int) -> None:
     """Refuse (ValueError, a usage error) a ``.meta`` store past the zoom its paths can tell apart."""
     if kind == "meta" and max_zoom > MAX_META_ZOOM:
-        raise ValueError(f"--tile-store meta holds zooms up to {MAX_META_ZOOM} (mod_tile's paths); "
-                         f"--max-zoom is {max_zoom}")
+        raise ValueError(
+            f"--tile-store meta holds zooms up to {MAX_META_ZOOM} (mod_tile's paths); --max-zoom is {max_zoom}"
+        )

@@ -68,8 +68,10 @@ def combined_line(request: BaseRequest, response: StreamResponse, elapsed: float
     referer = request.headers.get("Referer")
     agent = request.headers.get("User-Agent")
     quoted = [f'"{escape(text) if text else "-"}"' for text in (request_line, referer, agent)]
-    return (f'{request.remote or "-"} - - {clf_time(received)} {quoted[0]} {response.status} '
-            f'{body_bytes(request, response)} {quoted[1]} {quoted[2]}')
+    return (
+        f"{request.remote or '-'} - - {clf_time(received)} {quoted[0]} {response.status} "
+        f"{body_bytes(request, response)} {quoted[1]} {quoted[2]}"
+    )
 
 
 class CombinedAccessLogger(AbstractAccessLogger):
@@ -91,8 +93,9 @@ class _StdoutHandler(logging.Handler):
 def open_access_log(target: str) -> logging.Logger:
     """The logger the access lines go to: ``target`` a file (appended to) or ``-``. Raises OSError when the
     file cannot be opened."""
-    handler: logging.Handler = _StdoutHandler() if target == STDOUT else \
-        logging.handlers.WatchedFileHandler(target, encoding="utf-8")
+    handler: logging.Handler = (
+        _StdoutHandler() if target == STDOUT else logging.handlers.WatchedFileHandler(target, encoding="utf-8")
+    )
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger = logging.getLogger(LOGGER_NAME)
     for old in list(logger.handlers):

@@ -80,8 +80,16 @@ def client_of(request: web.Request, *, behind_front: bool = False) -> str:
 
 
 class WebApp:
-    def __init__(self, status: StatusModel, metrics: WebMetrics, tiles: TileServer, zooms: ZoomRange,
-                 cache: CachePolicy | None = None, *, behind_front: bool = False) -> None:
+    def __init__(
+        self,
+        status: StatusModel,
+        metrics: WebMetrics,
+        tiles: TileServer,
+        zooms: ZoomRange,
+        cache: CachePolicy | None = None,
+        *,
+        behind_front: bool = False,
+    ) -> None:
         self.cache = cache or CachePolicy()
         self.behind_front = behind_front
         self.status = status
@@ -130,28 +138,35 @@ class WebApp:
         except TileRefused as exc:
             self.metrics.tile_requests.labels(f"refused_{exc.status}").inc()
             if exc.unavailable and request.query.get(PLACEHOLDER_PARAM) == "1":
-                return web.Response(body=PLACEHOLDER_TILE, content_type="image/png",
-                                    headers={**NO_STORE, "X-Tile-State": "unavailable"})
-            headers = {**NO_STORE, "X-Tile-State": "unavailable" if exc.unavailable else "missing",
-                       **retry_after(exc)}
+                return web.Response(
+                    body=PLACEHOLDER_TILE, content_type="image/png", headers={**NO_STORE, "X-Tile-State": "unavailable"}
+                )
+            headers = {**NO_STORE, "X-Tile-State": "unavailable" if exc.unavailable else "missing", **retry_after(exc)}
             return web.Response(status=exc.status, text=f"{exc.status}: {exc.message}\n", headers=headers)
         self.metrics.tile_requests.labels(served.state).inc()
         # A tile rendered for this request is as fresh as can be; only a dirty one gets the short max-age.
         cache_state = "dirty" if served.state == "dirty" else "fresh"
-        headers = {**self.cache.headers(tile.z, cache_state, served.age, time.time()), "X-Tile-State": served.state,
-                   "Content-Type": "image/png"}
+        headers = {
+            **self.cache.headers(tile.z, cache_state, served.age, time.time()),
+            "X-Tile-State": served.state,
+            "Content-Type": "image/png",
+        }
         if self.tiles.store.kind == "png":
             return web.FileResponse(served.path, headers=headers)  # sendfile, ETag and 304s by aiohttp
         return await self.tile_from_metatile_file(request, tile, served.mtime, headers)
 
-    async def tile_from_metatile_file(self, request: web.Request, tile: Tile, mtime: float,
-                                      headers: dict[str, str]) -> web.Response:
+    async def tile_from_metatile_file(
+        self, request: web.Request, tile: Tile, mtime: float, headers: dict[str, str]
+    ) -> web.Response:
         """A tile out of its ``.meta`` file (``--tile-store meta``), with the validators FileResponse gives a
         PNG file: an ETag of the file's mtime and the tile's size, Last-Modified, and 304 on a match."""
         data = await asyncio.to_thread(self.tiles.store.read, tile)
         if data is None:  # replaced by an unreadable file since the stat, or damaged
-            return web.Response(status=404, text=f"404: tile {tile} is not in its metatile file\n",
-                                headers={**NO_STORE, "X-Tile-State": "missing"})
+            return web.Response(
+                status=404,
+                text=f"404: tile {tile} is not in its metatile file\n",
+                headers={**NO_STORE, "X-Tile-State": "missing"},
+            )
         etag = f"{int(mtime * 1_000_000):x}-{len(data):x}"
         modified = datetime.fromtimestamp(int(mtime), UTC)
         headers = {**headers, "ETag": f'"{etag}"', "Last-Modified": formatdate(int(mtime), usegmt=True)}
@@ -172,9 +187,13 @@ class WebApp:
     async def api_overlay(self, request: web.Request) -> web.Response:
         await asyncio.to_thread(self.status.tracker.prune_rendered, self.tiles.metatile_mtime)
         items = self.status.tracker.items()[-MAX_OVERLAY:]
-        return json_response({"metatiles": [{"z": m.z, "mx": m.mx, "my": m.my, "side": m.side, "state": state}
-                                            for m, state in items], "total": len(self.status.tracker),
-                              "queuemaster": self.status.queuemaster_health.view()})
+        return json_response(
+            {
+                "metatiles": [{"z": m.z, "mx": m.mx, "my": m.my, "side": m.side, "state": state} for m, state in items],
+                "total": len(self.status.tracker),
+                "queuemaster": self.status.queuemaster_health.view(),
+            }
+        )
 
     async def api_extent(self, request: web.Request) -> web.Response:
         """Where the tile store's data is: the map opens there unless its URL says otherwise."""
@@ -196,8 +215,9 @@ class WebApp:
         return json_response(answer, status=status)
 
     async def favicon(self, request: web.Request) -> web.StreamResponse:
-        return web.FileResponse(FAVICON, headers={"Cache-Control": "public, max-age=86400",
-                                                  "Content-Type": "image/x-icon"})
+        return web.FileResponse(
+            FAVICON, headers={"Cache-Control": "public, max-age=86400", "Content-Type": "image/x-icon"}
+        )
 
     async def prometheus(self, request: web.Request) -> web.Response:
         body = await asyncio.to_thread(self.metrics.render)
@@ -207,16 +227,19 @@ class WebApp:
         """Server-sent events: the whole snapshot whenever it changes (it is small), keep-alive comments."""
         address = self.client(request)
         if self.live_by_address[address] >= MAX_LIVE_PER_ADDRESS:
-            raise web.HTTPTooManyRequests(text=f"429: too many live streams from this address "
-                                               f"(limit {MAX_LIVE_PER_ADDRESS})\n", headers={"Retry-After": "30"})
+            raise web.HTTPTooManyRequests(
+                text=f"429: too many live streams from this address (limit {MAX_LIVE_PER_ADDRESS})\n",
+                headers={"Retry-After": "30"},
+            )
         if self.live_clients >= MAX_LIVE_CLIENTS:
             raise web.HTTPServiceUnavailable(text="503: too many live clients\n", headers={"Retry-After": "30"})
         # counted before the first await, so that concurrent requests see each other
         self.live_clients += 1
         self.live_by_address[address] += 1
         self.metrics.sse_clients.set(self.live_clients)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                               "X-Accel-Buffering": "no"})
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
         try:
             await response.prepare(request)
             seen = -1

@@ -82,18 +82,29 @@ class CacheOptions(BaseModel):
     """toposm-web's options for its cache headers (the program's settings inherit them)."""
 
     cache_max: int = option(_D.max, "longest max-age of any tile (DurationMax)", group=_GROUP, ge=0)
-    cache_minimum: int = option(_D.minimum, "max-age floor of a fresh tile above the medium zooms "
-                                "(DurationMinimum)", group=_GROUP, ge=0)
-    cache_low_zoom: ZoomBand = option((_D.low_zoom_level, _D.low_zoom), "max-age floor up to ZOOM "
-                                      "(DurationLowZoom)", metavar="ZOOM:SECONDS", group=_GROUP,
-                                      default_text=f"{_D.low_zoom_level}:{_D.low_zoom}")
-    cache_medium_zoom: ZoomBand = option((_D.medium_zoom_level, _D.medium_zoom), "max-age floor up to ZOOM "
-                                         "(DurationMediumZoom)", metavar="ZOOM:SECONDS", group=_GROUP,
-                                         default_text=f"{_D.medium_zoom_level}:{_D.medium_zoom}")
-    cache_dirty: int = option(_D.dirty, "max-age of a dirty tile, plus up to half of it at random (DurationDirty)",
-                              group=_GROUP, ge=0)
-    cache_age_factor: float = option(_D.age_factor, "a fresh tile may be kept this fraction of its age "
-                                     "(LastModifiedFactor)", group=_GROUP, ge=0)
+    cache_minimum: int = option(
+        _D.minimum, "max-age floor of a fresh tile above the medium zooms (DurationMinimum)", group=_GROUP, ge=0
+    )
+    cache_low_zoom: ZoomBand = option(
+        (_D.low_zoom_level, _D.low_zoom),
+        "max-age floor up to ZOOM (DurationLowZoom)",
+        metavar="ZOOM:SECONDS",
+        group=_GROUP,
+        default_text=f"{_D.low_zoom_level}:{_D.low_zoom}",
+    )
+    cache_medium_zoom: ZoomBand = option(
+        (_D.medium_zoom_level, _D.medium_zoom),
+        "max-age floor up to ZOOM (DurationMediumZoom)",
+        metavar="ZOOM:SECONDS",
+        group=_GROUP,
+        default_text=f"{_D.medium_zoom_level}:{_D.medium_zoom}",
+    )
+    cache_dirty: int = option(
+        _D.dirty, "max-age of a dirty tile, plus up to half of it at random (DurationDirty)", group=_GROUP, ge=0
+    )
+    cache_age_factor: float = option(
+        _D.age_factor, "a fresh tile may be kept this fraction of its age (LastModifiedFactor)", group=_GROUP, ge=0
+    )
     cache_jitter: int = option(_D.jitter, "random hold-off added to a fresh tile's max-age", group=_GROUP, ge=0)
 
     @field_validator("cache_low_zoom", "cache_medium_zoom")
@@ -105,7 +116,14 @@ class CacheOptions(BaseModel):
 
     def cache_policy(self) -> CachePolicy:
         """The policy the options describe."""
-        return CachePolicy(max=self.cache_max, minimum=self.cache_minimum, low_zoom_level=self.cache_low_zoom[0],
-                           low_zoom=self.cache_low_zoom[1], medium_zoom_level=self.cache_medium_zoom[0],
-                           medium_zoom=self.cache_medium_zoom[1], dirty=self.cache_dirty,
-                           age_factor=self.cache_age_factor, jitter=self.cache_jitter)
+        return CachePolicy(
+            max=self.cache_max,
+            minimum=self.cache_minimum,
+            low_zoom_level=self.cache_low_zoom[0],
+            low_zoom=self.cache_low_zoom[1],
+            medium_zoom_level=self.cache_medium_zoom[0],
+            medium_zoom=self.cache_medium_zoom[1],
+            dirty=self.cache_dirty,
+            age_factor=self.cache_age_factor,
+            jitter=self.cache_jitter,
+        )

@@ -35,8 +35,16 @@ MAX_LOG_READ = 1 << 20  # bytes of render log read per poll: a huge backlog is c
 
 
 class Collector:
-    def __init__(self, unit: Unit, status: StatusModel, metrics: WebMetrics, *, zooms: ZoomRange,
-                 poll_interval: float = 1.0, render_log: Path | None = None) -> None:
+    def __init__(
+        self,
+        unit: Unit,
+        status: StatusModel,
+        metrics: WebMetrics,
+        *,
+        zooms: ZoomRange,
+        poll_interval: float = 1.0,
+        render_log: Path | None = None,
+    ) -> None:
         self.unit = unit
         self.status = status
         self.metrics = metrics
@@ -133,8 +141,9 @@ class Collector:
         if isinstance(stats, dict):
             self.status.set_queuemaster(stats)
         else:
-            self.status.set_queuemaster(None, "the queuemaster's stats answer is not an object",
-                                        f"stats answered {type(stats).__name__}")
+            self.status.set_queuemaster(
+                None, "the queuemaster's stats answer is not an object", f"stats answered {type(stats).__name__}"
+            )
 
     async def queuemaster_answers(self) -> bool:
         """Whether the queuemaster answers: at once when the last poll had its answer; after one without, the
@@ -191,7 +200,7 @@ class Collector:
         complete = chunk[:cut]
         self._log_offset += len(complete)
         if self._in_long_line and cut:  # the long line's last part
-            complete = complete[complete.find(b"\n") + 1:]
+            complete = complete[complete.find(b"\n") + 1 :]
             self._in_long_line = False
         count = 0
         for line in complete.splitlines():

@@ -92,9 +92,12 @@ def _meta_zoom_box(root: Path, zoom: int) -> tuple[int, int, int, int] | None:
     if not corners:
         return None
     last = (1 << zoom) - 1
-    return (min(x for x, _ in corners), min(y for _, y in corners),
-            min(last, max(x for x, _ in corners) + METATILE_SIZE - 1),
-            min(last, max(y for _, y in corners) + METATILE_SIZE - 1))
+    return (
+        min(x for x, _ in corners),
+        min(y for _, y in corners),
+        min(last, max(x for x, _ in corners) + METATILE_SIZE - 1),
+        min(last, max(y for _, y in corners) + METATILE_SIZE - 1),
+    )
 
 
 def tile_root_extent(store: TileStore) -> dict[str, Any]:
@@ -106,8 +109,13 @@ def tile_root_extent(store: TileStore) -> dict[str, Any]:
         box = zoom_box(root, zoom) if zoom <= 30 else None
         if box is not None:
             x0, y0, x1, y1 = box
-            return {"zoom": zoom, "bounds": [[_latitude(y1 + 1, zoom), _longitude(x0, zoom)],
-                                             [_latitude(y0, zoom), _longitude(x1 + 1, zoom)]]}
+            return {
+                "zoom": zoom,
+                "bounds": [
+                    [_latitude(y1 + 1, zoom), _longitude(x0, zoom)],
+                    [_latitude(y0, zoom), _longitude(x1 + 1, zoom)],
+                ],
+            }
     return {"zoom": None, "bounds": None}
 
 

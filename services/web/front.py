@@ -45,9 +45,11 @@ PR_SET_PDEATHSIG = 1
 TEMP_DIRS = ("body", "proxy", "fastcgi", "uwsgi", "scgi")
 # /tiles/z/x/y.png with canonical numbers, each of x and y split into the digits before its last three
 # (``_h``) and those three (``_l``), or taken whole when under 1000 (``_s``): see freshness.py for why.
-TILE_REGEX = ("^/tiles/(?<tile_z>0|[1-9][0-9]?)"
-              "/(?:(?<tile_xh>[1-9][0-9]*)(?<tile_xl>[0-9]{3})|(?<tile_xs>0|[1-9][0-9]{0,2}))"
-              "/(?:(?<tile_yh>[1-9][0-9]*)(?<tile_yl>[0-9]{3})|(?<tile_ys>0|[1-9][0-9]{0,2}))\\.png$")
+TILE_REGEX = (
+    "^/tiles/(?<tile_z>0|[1-9][0-9]?)"
+    "/(?:(?<tile_xh>[1-9][0-9]*)(?<tile_xl>[0-9]{3})|(?<tile_xs>0|[1-9][0-9]{0,2}))"
+    "/(?:(?<tile_yh>[1-9][0-9]*)(?<tile_yl>[0-9]{3})|(?<tile_ys>0|[1-9][0-9]{0,2}))\\.png$"
+)
 
 
 class FrontError(RuntimeError):
@@ -72,7 +74,7 @@ def free_port(host: str) -> int:
 
 
 def _quote(text: str) -> str:
-    if any(c in text for c in "\"\\;{}$\n"):
+    if any(c in text for c in '"\\;{}$\n'):
         raise FrontError(f"path {text!r} cannot be written into an nginx configuration")
     return f'"{text}"'
 
@@ -108,8 +110,10 @@ def nginx_static_preamble(run: Path, user: str | None, workers: int = 0, access_
     """The process settings and the ``http`` block's static-file settings (left open), with every file
     nginx writes in ``run`` (but an access log asked for); bench/tiles_http.py's plain nginx, the peer, is
     built on the same."""
-    temp = "\n".join(f"    {kind}_temp_path {_quote(str(run / 'tmp' / kind))};"
-                     .replace("body_temp", "client_body_temp") for kind in TEMP_DIRS)
+    temp = "\n".join(
+        f"    {kind}_temp_path {_quote(str(run / 'tmp' / kind))};".replace("body_temp", "client_body_temp")
+        for kind in TEMP_DIRS
+    )
     return f"""{f"user {user};" if user else ""}
 worker_processes {workers or "auto"};
 pid {_quote(str(run / "nginx.pid"))};
@@ -208,8 +212,9 @@ class NginxFront:
         user, uid, gid = self._owner()
         make_runtime_dir(self.run, uid, gid)
         conf = self.run / "nginx.conf"
-        conf.write_text(nginx_config(FrontSettings(**{**self.settings.__dict__, "port": self.port}), self.run,
-                                     self.backend, user))
+        conf.write_text(
+            nginx_config(FrontSettings(**{**self.settings.__dict__, "port": self.port}), self.run, self.backend, user)
+        )
         return conf
 
     def backend_ready(self) -> None:
@@ -222,10 +227,18 @@ class NginxFront:
     async def start(self, timeout: float = 15.0) -> None:
         conf = self.run / "nginx.conf"
         self.proc = await asyncio.create_subprocess_exec(
-            self.nginx, "-p", str(self.run), "-c", str(conf), "-e", str(self.run / "error.log"),
+            self.nginx,
+            "-p",
+            str(self.run),
+            "-c",
+            str(conf),
+            "-e",
+            str(self.run / "error.log"),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=None if self.settings.access_log == STDOUT else asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL, preexec_fn=_die_with_parent)  # noqa: PLW1509 - prctl only
+            stderr=asyncio.subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )  # noqa: PLW1509 - prctl only
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
@@ -234,8 +247,9 @@ class NginxFront:
             with contextlib.suppress(OSError):
                 _, writer = await asyncio.open_connection(self.settings.host, self.port)
                 writer.close()
-                log.info("nginx front serving", port=self.port, tile_root=str(self.settings.tile_root),
-                         runtime=str(self.run))
+                log.info(
+                    "nginx front serving", port=self.port, tile_root=str(self.settings.tile_root), runtime=str(self.run)
+                )
                 return
             await asyncio.sleep(0.05)
         await self.stop()

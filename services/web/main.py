@@ -31,25 +31,36 @@ class WebOptions(StackSettings, CacheOptions):
     tile_store: TileStoreKind = stack_option("tile_store")
     host: str = option("127.0.0.1", "address to listen on", metavar="HOST")
     port: int = option(8080, "HTTP port (0: any free port)", metavar="PORT", ge=0, le=65535)
-    render_log: Path | None = stack_option("render_log", help="the queuemaster's render log (recent renders, "
-                                           "failures, durations)")
+    render_log: Path | None = stack_option(
+        "render_log", help="the queuemaster's render log (recent renders, failures, durations)"
+    )
     min_zoom: int = stack_option("min_zoom")
     max_zoom: int = stack_option("max_zoom")
     poll_interval: float = option(1.0, "seconds between queuemaster stats polls", gt=0)
     render_timeout: float = option(30.0, "seconds a tile request waits for a render", gt=0)
     max_renders_per_client: int = option(8, "on-demand metatile renders in flight for one client address", ge=1)
     max_renders: int = option(64, "on-demand metatile renders in flight in total", ge=1)
-    front: Front | None = option(None, "nginx: Debian's nginx answers on --port and serves tile hits from "
-                                 "--tile-root itself, the rest comes to toposm-web behind it (docs/web.md)",
-                                 default_text="none: toposm-web answers on --port")
+    front: Front | None = option(
+        None,
+        "nginx: Debian's nginx answers on --port and serves tile hits from "
+        "--tile-root itself, the rest comes to toposm-web behind it (docs/web.md)",
+        default_text="none: toposm-web answers on --port",
+    )
     front_workers: int = option(0, "nginx worker processes (0: one per core)", ge=0)
-    access_log: str | None = option(None, "write an access log in the Combined Log Format to PATH, or - for "
-                                    "standard output; with --front nginx, nginx writes it", metavar="PATH|-",
-                                    env=ACCESS_LOG_ENV, default_text="none")
-    rerenders_per_minute: int = option(30, "re-render requests (POST /api/render) a client address may send in "
-                                       "a minute", ge=1)
-    rerender_interval: float = option(60.0, "seconds after a re-render during which another re-render of that "
-                                      "metatile is a no-op", ge=0)
+    access_log: str | None = option(
+        None,
+        "write an access log in the Combined Log Format to PATH, or - for "
+        "standard output; with --front nginx, nginx writes it",
+        metavar="PATH|-",
+        env=ACCESS_LOG_ENV,
+        default_text="none",
+    )
+    rerenders_per_minute: int = option(
+        30, "re-render requests (POST /api/render) a client address may send in a minute", ge=1
+    )
+    rerender_interval: float = option(
+        60.0, "seconds after a re-render during which another re-render of that metatile is a no-op", ge=0
+    )
     drain_timeout: float = shared(StackSettings, "drain_timeout", DRAIN_TIMEOUT)
 
     @model_validator(mode="after")
@@ -57,8 +68,10 @@ class WebOptions(StackSettings, CacheOptions):
         check_tile_store_zoom(self.tile_store, self.max_zoom)
         check_zooms(self.min_zoom, self.max_zoom)
         if self.front == "nginx" and self.tile_store != "png":
-            raise ValueError("--front nginx serves <root>/z/x/y.png files; a --tile-store meta root is served by "
-                             "toposm-web alone, or by Apache's mod_tile")
+            raise ValueError(
+                "--front nginx serves <root>/z/x/y.png files; a --tile-store meta root is served by "
+                "toposm-web alone, or by Apache's mod_tile"
+            )
         if self.access_log not in (None, STDOUT):
             try:
                 with open(self.access_log, "a"):
@@ -70,15 +83,27 @@ class WebOptions(StackSettings, CacheOptions):
         return self
 
     def web_settings(self) -> WebSettings:
-        return WebSettings(tile_root=self.tile_root, tile_store=self.tile_store, host=self.host, port=self.port,
-                           render_log=self.render_log, zooms=ZoomRange(self.min_zoom, self.max_zoom),
-                           poll_interval=self.poll_interval, cache=self.cache_policy(),
-                           drain_timeout=self.drain_timeout, front=self.front, front_workers=self.front_workers,
-                           access_log=self.access_log or None,
-                           limits=OnDemandLimits(per_client=self.max_renders_per_client, total=self.max_renders,
-                                                 timeout=self.render_timeout,
-                                                 rerender_interval=self.rerender_interval,
-                                                 rerenders_per_minute=self.rerenders_per_minute))
+        return WebSettings(
+            tile_root=self.tile_root,
+            tile_store=self.tile_store,
+            host=self.host,
+            port=self.port,
+            render_log=self.render_log,
+            zooms=ZoomRange(self.min_zoom, self.max_zoom),
+            poll_interval=self.poll_interval,
+            cache=self.cache_policy(),
+            drain_timeout=self.drain_timeout,
+            front=self.front,
+            front_workers=self.front_workers,
+            access_log=self.access_log or None,
+            limits=OnDemandLimits(
+                per_client=self.max_renders_per_client,
+                total=self.max_renders,
+                timeout=self.render_timeout,
+                rerender_interval=self.rerender_interval,
+                rerenders_per_minute=self.rerenders_per_minute,
+            ),
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> WebSettings:
@@ -99,8 +124,12 @@ def main(argv: list[str] | None = None) -> None:
     options = WebOptions.parse(argv)
     settings = options.web_settings()
     # The service's own stop takes at most half the drain timeout, the unit's drain the other half.
-    serve(APP, lambda unit: _AnnouncedWebService(unit, settings), settings=options,
-          drain_timeout=settings.drain_timeout / 2)
+    serve(
+        APP,
+        lambda unit: _AnnouncedWebService(unit, settings),
+        settings=options,
+        drain_timeout=settings.drain_timeout / 2,
+    )
 
 
 if __name__ == "__main__":

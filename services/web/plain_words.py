@@ -69,23 +69,28 @@ class DeadLetterMeaning:
 # message was published to, reason from the broker), ``kept`` and ``kept_failed`` (copies for dead.kept).
 DEAD_LETTER_MEANINGS: dict[str, DeadLetterMeaning] = {
     "alert.unroutable": DeadLetterMeaning(
-        "alerts nobody listens to (e.g. qbroker.start where no one follows starts): normal", "normal"),
+        "alerts nobody listens to (e.g. qbroker.start where no one follows starts): normal", "normal"
+    ),
     "rpc.unroutable": DeadLetterMeaning(
         "requests to a name nobody serves, answered no_server at once: normal while services start, and "
-        "for toposm-web's spark.job poll where no Spark bridge runs", "notice"),
+        "for toposm-web's spark.job poll where no Spark bridge runs",
+        "notice",
+    ),
     "rpc.expired": DeadLetterMeaning(
-        "requests that waited in their server's queue until they expired: the server was stopped or stuck",
-        "attention"),
+        "requests that waited in their server's queue until they expired: the server was stopped or stuck", "attention"
+    ),
     "rpc.rejected": DeadLetterMeaning("requests a server rejected (answered fail/rejected)", "attention"),
     "rpc.poison": DeadLetterMeaning(
-        "requests that crashed or hung their servers several times: set aside, see qbroker dead list", "attention"),
+        "requests that crashed or hung their servers several times: set aside, see qbroker dead list", "attention"
+    ),
     "rpc.retries_exhausted": DeadLetterMeaning(
-        "requests that failed on every retry: set aside, see qbroker dead list", "attention"),
+        "requests that failed on every retry: set aside, see qbroker dead list", "attention"
+    ),
     "rpc.maxlen": DeadLetterMeaning("requests dropped because their queue was full", "attention"),
-    "rpc.delivery_limit": DeadLetterMeaning(
-        "requests redelivered more often than their queue allows", "attention"),
+    "rpc.delivery_limit": DeadLetterMeaning("requests redelivered more often than their queue allows", "attention"),
     "reply.unroutable": DeadLetterMeaning(
-        "replies whose caller was gone (it stopped or gave up before the answer)", "notice"),
+        "replies whose caller was gone (it stopped or gave up before the answer)", "notice"
+    ),
     "kept": DeadLetterMeaning("dead requests copied to dead.kept, for qbroker dead list and replay", "notice"),
     "kept_failed": DeadLetterMeaning("dead requests that could not be copied to dead.kept", "attention"),
     "other": DeadLetterMeaning("the rest, summed (more kinds than the page lists)", "notice"),

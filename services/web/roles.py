@@ -25,5 +25,5 @@ ROLES: dict[str, dict[str, Any]] = {
         "resources": [r"amq\.gen-[A-Za-z0-9_-]+"],
         "topics": {OSM_EXCHANGE: {"read": [EXPIRE, ALL]}},
         "listed_in": ["TOPOSM_EXPIRE_USERS"],
-    },
+    }
 }

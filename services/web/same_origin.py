@@ -23,10 +23,15 @@ from aiohttp.typedefs import Handler
 from yarl import URL
 
 NOSNIFF = "nosniff"
-CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                           "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-SECURITY_HEADERS = {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Frame-Options": "DENY",
-                    "X-Content-Type-Options": NOSNIFF}
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": NOSNIFF,
+}
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 JSON = "application/json"
 OWN_FETCH_SITES = frozenset({"same-origin", "none"})
@@ -58,8 +63,9 @@ def cross_site_refusal(request: web.Request) -> web.HTTPException | None:
     if request.method in SAFE_METHODS:
         return None
     if request.content_type != JSON:
-        return web.HTTPUnsupportedMediaType(text=f"415: the body must be JSON (Content-Type: {JSON}), "
-                                                 f"not {request.content_type[:100]}\n")
+        return web.HTTPUnsupportedMediaType(
+            text=f"415: the body must be JSON (Content-Type: {JSON}), not {request.content_type[:100]}\n"
+        )
     fetch_site = request.headers.get("Sec-Fetch-Site")
     if fetch_site is not None and fetch_site not in OWN_FETCH_SITES:
         return web.HTTPForbidden(text=f"403: a request from another site ({fetch_site[:20]}) is refused\n")

@@ -56,13 +56,26 @@ class WebService:
         self.status = StatusModel()
         self.metrics = WebMetrics(self.status)
         instrument(unit, self.metrics.library)
-        self.collector = Collector(unit, self.status, self.metrics, zooms=settings.zooms,
-                                   poll_interval=settings.poll_interval, render_log=settings.render_log)
-        self.tiles = TileServer(open_tile_store(settings.tile_root, settings.tile_store), self.collector,
-                                self.status, settings.limits)
+        self.collector = Collector(
+            unit,
+            self.status,
+            self.metrics,
+            zooms=settings.zooms,
+            poll_interval=settings.poll_interval,
+            render_log=settings.render_log,
+        )
+        self.tiles = TileServer(
+            open_tile_store(settings.tile_root, settings.tile_store), self.collector, self.status, settings.limits
+        )
         self.collector.expired_listeners.append(self.tiles.expired)
-        self.web = WebApp(self.status, self.metrics, self.tiles, settings.zooms, settings.cache,
-                          behind_front=settings.front is not None)
+        self.web = WebApp(
+            self.status,
+            self.metrics,
+            self.tiles,
+            settings.zooms,
+            settings.cache,
+            behind_front=settings.front is not None,
+        )
         self.front: NginxFront | None = None
         self._runner: web.AppRunner | None = None
         self.port = settings.port
@@ -79,9 +92,12 @@ class WebService:
         # HTTP side gets at most half of the drain timeout (main.py gives the unit's drain the other half).
         # Behind the front, nginx logs every request (its own hits too): toposm-web logs none.
         logged = self.settings.access_log if self.settings.front is None else None
-        self._runner = web.AppRunner(self.web.build(), access_log_class=CombinedAccessLogger,
-                                     access_log=open_access_log(logged) if logged else None,
-                                     shutdown_timeout=self.settings.drain_timeout / 8)
+        self._runner = web.AppRunner(
+            self.web.build(),
+            access_log_class=CombinedAccessLogger,
+            access_log=open_access_log(logged) if logged else None,
+            shutdown_timeout=self.settings.drain_timeout / 8,
+        )
         await self._runner.setup()
         if self.settings.front == "nginx":
             await self._start_behind_front()
@@ -91,15 +107,22 @@ class WebService:
             server = getattr(site, "_server", None)  # the bound port when asked for port 0
             if server is not None and server.sockets:
                 self.port = server.sockets[0].getsockname()[1]
-        log.info("toposm-web serving", status_page=f"{self.url}/", map=f"{self.url}/map",
-                 metrics=f"{self.url}/metrics")
+        log.info("toposm-web serving", status_page=f"{self.url}/", map=f"{self.url}/map", metrics=f"{self.url}/metrics")
 
     async def _start_behind_front(self) -> None:
         s = self.settings
         assert self._runner is not None
-        self.front = NginxFront(FrontSettings(host=s.host, port=s.port, tile_root=s.tile_root, cache=s.cache,
-                                              workers=s.front_workers, read_timeout=s.limits.timeout + 30,
-                                              access_log=s.access_log))
+        self.front = NginxFront(
+            FrontSettings(
+                host=s.host,
+                port=s.port,
+                tile_root=s.tile_root,
+                cache=s.cache,
+                workers=s.front_workers,
+                read_timeout=s.limits.timeout + 30,
+                access_log=s.access_log,
+            )
+        )
         self.front.prepare()
         await web.UnixSite(self._runner, str(self.front.backend)).start()
         self.front.backend_ready()

@@ -124,8 +124,9 @@ class StatusModel:
 
     # -- feeds -----------------------------------------------------------------------------------------
 
-    def set_queuemaster(self, stats: dict[str, Any] | None, error: str | None = None,
-                        detail: str | None = None) -> None:
+    def set_queuemaster(
+        self, stats: dict[str, Any] | None, error: str | None = None, detail: str | None = None
+    ) -> None:
         """Its stats answer, or None and why there is none (``error`` in plain words, ``detail`` technical)."""
         now = time.time()
         if stats is not None:
@@ -178,8 +179,9 @@ class StatusModel:
     def job_progress(self, snapshot: dict[str, Any]) -> None:
         job_id = str(snapshot.get("job_id"))
         job = self.jobs.setdefault(job_id, {"job_id": job_id})
-        job.update({k: snapshot[k] for k in ("kind", "state", "phase", "counters", "spark", "elapsed")
-                    if k in snapshot})
+        job.update(
+            {k: snapshot[k] for k in ("kind", "state", "phase", "counters", "spark", "elapsed") if k in snapshot}
+        )
         while len(self.jobs) > MAX_JOBS:
             self.jobs.popitem(last=False)
 
@@ -204,17 +206,28 @@ class StatusModel:
         q = q if isinstance(q, dict) else {}
         raw = q.get("by_zoom")
         by_zoom = top_n(raw if isinstance(raw, dict) else {}, MAX_ZOOMS)
-        return {"missing": as_count(q.get("missing")), "important": as_count(q.get("important")),
-                "expired": sum(by_zoom.values()), "expired_by_zoom": by_zoom, "bulk": as_count(q.get("bulk")),
-                "total": as_count(q.get("total")), "rendering": as_count(q.get("rendering"))}
+        return {
+            "missing": as_count(q.get("missing")),
+            "important": as_count(q.get("important")),
+            "expired": sum(by_zoom.values()),
+            "expired_by_zoom": by_zoom,
+            "bulk": as_count(q.get("bulk")),
+            "total": as_count(q.get("total")),
+            "rendering": as_count(q.get("rendering")),
+        }
 
     def renderers(self) -> list[dict[str, Any]]:
         out = []
         for thread in records((self.queuemaster or {}).get("renderers")):
             name = str(thread.get("renderer"))
             rate = self.rates.get(name)
-            out.append({**clip(thread), "rate_per_minute": rate.per_minute() if rate else 0.0,
-                        "failures": self.failures_by_renderer.get(name, 0)})
+            out.append(
+                {
+                    **clip(thread),
+                    "rate_per_minute": rate.per_minute() if rate else 0.0,
+                    "failures": self.failures_by_renderer.get(name, 0),
+                }
+            )
         return out
 
     def snapshot(self) -> dict[str, Any]:
@@ -225,17 +238,24 @@ class StatusModel:
             "version": self.version,
             "updated": round(self.updated, 3),
             "updates_within": self.updates_within,
-            "queuemaster": {**self.queuemaster_health.view(now), "counters": clip(qm.get("counters", {})),
-                            "waiting_requests": clip(qm.get("waiting_requests", 0)),
-                            "zoom_range": clip(qm.get("zoom_range")), "uptime": clip(qm.get("uptime"))},
+            "queuemaster": {
+                **self.queuemaster_health.view(now),
+                "counters": clip(qm.get("counters", {})),
+                "waiting_requests": clip(qm.get("waiting_requests", 0)),
+                "zoom_range": clip(qm.get("zoom_range")),
+                "uptime": clip(qm.get("uptime")),
+            },
             "queues": self.queues(),
             "renderers": self.renderers(),
             "recent_renders": clip(list(self.recent)[:20]),
             "recent_failures": clip(list(self.failures)[:20]),
             "spark": {**self.spark_health.view(now), "jobs": clip(jobs[:30])},
             "dead_letters": self.dead_letters,
-            "dead_letter_meanings": {key: {"meaning": m.meaning, "level": m.level}
-                                     for key in self.dead_letters for m in (dead_letter_meaning(key),)},
+            "dead_letter_meanings": {
+                key: {"meaning": m.meaning, "level": m.level}
+                for key in self.dead_letters
+                for m in (dead_letter_meaning(key),)
+            },
             "units": clip([{k: u.get(k) for k in ("app", "host", "pid", "uptime")} for u in self.units[:MAX_ITEMS]]),
             "overlay_metatiles": len(self.tracker),
         }

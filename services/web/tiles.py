@@ -53,8 +53,7 @@ class TileRefused(Exception):
     """The tile cannot be served now: ``status`` is the HTTP status, the message says why. ``unavailable``:
     renders are unavailable (the queuemaster does not answer), not this request refused."""
 
-    def __init__(self, status: int, message: str, retry_after: int | None = None, *,
-                 unavailable: bool = False) -> None:
+    def __init__(self, status: int, message: str, retry_after: int | None = None, *, unavailable: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -63,8 +62,9 @@ class TileRefused(Exception):
 
 
 def renders_unavailable(problem: str | None) -> TileRefused:
-    return TileRefused(503, f"renders unavailable: {problem or 'the queuemaster does not answer'}", retry_after=10,
-                       unavailable=True)
+    return TileRefused(
+        503, f"renders unavailable: {problem or 'the queuemaster does not answer'}", retry_after=10, unavailable=True
+    )
 
 
 def refusal(exc: QBrokerError, what: str) -> TileRefused:
@@ -139,8 +139,9 @@ class TileServer:
         try:
             await asyncio.wait_for(asyncio.shield(task), self.limits.timeout)
         except (TimeoutError, CallTimeout):  # the call's own deadline is the render timeout
-            raise TileRefused(503, f"tile {tile} is queued but not rendered within {self.limits.timeout:g}s",
-                              retry_after=5) from None
+            raise TileRefused(
+                503, f"tile {tile} is queued but not rendered within {self.limits.timeout:g}s", retry_after=5
+            ) from None
         except QBrokerError as exc:
             raise refusal(exc, f"render of {tile}") from None
         except asyncio.CancelledError:
@@ -176,14 +177,15 @@ class TileServer:
             raise TileRefused(503, "toposm-web is stopping", retry_after=5)
         mine = self.per_client.get(client, ())
         if metatile not in mine and len(mine) >= self.limits.per_client:
-            raise TileRefused(429, f"too many renders in flight for this client (limit {self.limits.per_client})",
-                              retry_after=5)
+            raise TileRefused(
+                429, f"too many renders in flight for this client (limit {self.limits.per_client})", retry_after=5
+            )
         if metatile not in self.renders and len(self.renders) >= self.limits.total:
-            raise TileRefused(503, f"render budget exhausted ({self.limits.total} metatiles in flight)",
-                              retry_after=5)
+            raise TileRefused(503, f"render budget exhausted ({self.limits.total} metatiles in flight)", retry_after=5)
 
-    def start(self, tile: Tile, client: str, *, waiting: bool = False,
-              expired: asyncio.Future[None] | None = None) -> asyncio.Task[Any]:
+    def start(
+        self, tile: Tile, client: str, *, waiting: bool = False, expired: asyncio.Future[None] | None = None
+    ) -> asyncio.Task[Any]:
         """Join the render of the tile's metatile, or start one if the budgets allow. A waiting request
         holds its client's slot until it returns; a background render until it finishes. ``expired``: a
         new render expires the metatile first and resolves the future with the outcome of that."""
@@ -205,16 +207,16 @@ class TileServer:
     async def _render(self, tile: Tile, expired: asyncio.Future[None] | None = None) -> Any:
         if expired is not None:
             try:
-                await self.collector.call(QUEUEMASTER, ExpireRequest(tiles=str(tile)).body(),
-                                          timeout=EXPIRE_TIMEOUT)
+                await self.collector.call(QUEUEMASTER, ExpireRequest(tiles=str(tile)).body(), timeout=EXPIRE_TIMEOUT)
             except BaseException as exc:
                 if not expired.done():
                     expired.set_exception(exc) if isinstance(exc, Exception) else expired.cancel()
                 raise
             expired.set_result(None)
         # The call's own deadline is the render timeout: a longer render keeps its place in the queue.
-        return await self.collector.call(QUEUEMASTER, RenderTileRequest(tile=str(tile)).body(),
-                                         timeout=self.limits.timeout)
+        return await self.collector.call(
+            QUEUEMASTER, RenderTileRequest(tile=str(tile)).body(), timeout=self.limits.timeout
+        )
 
     def _finished(self, metatile: Metatile, task: asyncio.Task[Any]) -> None:
         if self.renders.get(metatile) is task:
@@ -248,8 +250,11 @@ class TileServer:
             # re-rendered on request a moment ago and not expired since: again would change nothing
             return 200, {**answer, "state": "fresh", "age": round(time.time() - asked, 1)}
         if not self.rerender_limiter.hit(self.rerender_rate, client):
-            raise TileRefused(429, f"too many re-renders for this client (limit {self.limits.rerenders_per_minute}"
-                                   " a minute)", retry_after=10)
+            raise TileRefused(
+                429,
+                f"too many re-renders for this client (limit {self.limits.rerenders_per_minute} a minute)",
+                retry_after=10,
+            )
         expired: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.start(tile, client, expired=expired)
         self.rerendered[metatile] = time.time()
@@ -259,8 +264,9 @@ class TileServer:
         try:
             await asyncio.wait_for(asyncio.shield(expired), EXPIRE_TIMEOUT * 2)
         except TimeoutError:
-            raise renders_unavailable(f"the queuemaster did not confirm the expiry within {EXPIRE_TIMEOUT * 2:g} s") \
-                from None
+            raise renders_unavailable(
+                f"the queuemaster did not confirm the expiry within {EXPIRE_TIMEOUT * 2:g} s"
+            ) from None
         except QBrokerError as exc:
             raise refusal(exc, f"expiry of {tile}") from None
         except asyncio.CancelledError:

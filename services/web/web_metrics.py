@@ -30,8 +30,9 @@ class QueuemasterPoll(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self.status
-        up = GaugeMetricFamily("toposm_web_queuemaster_up", "1 when toposm-web's last stats poll of the "
-                               "queuemaster answered")
+        up = GaugeMetricFamily(
+            "toposm_web_queuemaster_up", "1 when toposm-web's last stats poll of the queuemaster answered"
+        )
         up.add_metric([], 1 if s.queuemaster_error is None and s.queuemaster is not None else 0)
         yield up
 
@@ -41,12 +42,18 @@ class WebMetrics:
         self.registry = program_registry(NAMESPACE, __version__)
         self.registry.register(QueuemasterPoll(status))
         self.library = service_unit_metrics(self.registry)
-        self.rpc_calls = Counter("toposm_web_rpc_calls", "RPC calls made by toposm-web, by endpoint and status",
-                                 ["endpoint", "status"], registry=self.registry)
-        self.tile_requests = Counter("toposm_web_tile_requests", "Tile requests by outcome", ["outcome"],
-                                     registry=self.registry)
-        self.on_demand = Gauge("toposm_web_on_demand_renders", "On-demand renders being waited for",
-                               registry=self.registry)
+        self.rpc_calls = Counter(
+            "toposm_web_rpc_calls",
+            "RPC calls made by toposm-web, by endpoint and status",
+            ["endpoint", "status"],
+            registry=self.registry,
+        )
+        self.tile_requests = Counter(
+            "toposm_web_tile_requests", "Tile requests by outcome", ["outcome"], registry=self.registry
+        )
+        self.on_demand = Gauge(
+            "toposm_web_on_demand_renders", "On-demand renders being waited for", registry=self.registry
+        )
         self.sse_clients = Gauge("toposm_web_live_clients", "Open live-update streams", registry=self.registry)
 
     def render(self) -> bytes:

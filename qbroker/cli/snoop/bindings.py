@@ -27,8 +27,9 @@ Deliver = Callable[[AbstractIncomingMessage, str], Awaitable[None]]
 
 
 class SnoopQueues:
-    def __init__(self, exchange_names: dict[str, str], queue_prefix: str, deliver: Deliver,
-                 debuggers_queue: str | None = None) -> None:
+    def __init__(
+        self, exchange_names: dict[str, str], queue_prefix: str, deliver: Deliver, debuggers_queue: str | None = None
+    ) -> None:
         self._exchange = exchange_names  # role -> real (prefixed) exchange name
         self._prefix = queue_prefix
         self._debuggers_queue = debuggers_queue
@@ -64,18 +65,13 @@ class SnoopQueues:
             if self._debuggers_queue:
                 # Shared by every debugger, never deleted by us (auto-delete when the last one goes):
                 # its consumer count tells a starting unit how many debuggers to wait for.
-                roll_call = await self.channel.declare_queue(self._debuggers_queue, durable=False,
-                                                             auto_delete=True)
+                roll_call = await self.channel.declare_queue(self._debuggers_queue, durable=False, auto_delete=True)
                 await roll_call.consume(_ignore, no_ack=True)
 
     async def _declare(self, suffix: str) -> Queue:
         assert self.channel is not None
         queue = await self.channel.declare_queue(
-            f"{self._prefix}{suffix}",
-            exclusive=True,
-            auto_delete=True,
-            durable=False,
-            arguments=dict(QUEUE_ARGUMENTS),
+            f"{self._prefix}{suffix}", exclusive=True, auto_delete=True, durable=False, arguments=dict(QUEUE_ARGUMENTS)
         )
         self.queues.append(queue)
         return queue

@@ -103,8 +103,11 @@ def decode(captured: Captured, roles: dict[str, str]) -> Event | None:
     if error is not None and is_original_error(error):  # the original QBroker's element, in the protocol's terms
         error = read_original_error(error).model_dump()
     # The original QBroker names a request in ``routing-key`` only; its routing key may be an address.
-    name = _str(headers.get("name")) or _str(headers.get(ROUTING_KEY_HEADER)) or (
-        captured.routing_key if kind in ("request", "alert") else None)
+    name = (
+        _str(headers.get("name"))
+        or _str(headers.get(ROUTING_KEY_HEADER))
+        or (captured.routing_key if kind in ("request", "alert") else None)
+    )
     event = Event(
         time=captured.seen_at,
         kind=kind,

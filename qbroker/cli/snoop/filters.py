@@ -20,9 +20,7 @@ def split_choices(values: Iterable[str], allowed: Iterable[str], option: str) ->
     chosen = {part.strip() for value in values for part in value.split(",") if part.strip()}
     unknown = sorted(chosen - set(allowed))
     if unknown:
-        raise UsageProblem(
-            f"{option}: unknown value(s) {', '.join(unknown)} (choose from {', '.join(allowed)})"
-        )
+        raise UsageProblem(f"{option}: unknown value(s) {', '.join(unknown)} (choose from {', '.join(allowed)})")
     return frozenset(chosen)
 
 

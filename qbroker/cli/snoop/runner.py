@@ -67,11 +67,11 @@ class Debugger:
         self.shown = 0
         self.connects = 0
         self._rediscovery: asyncio.Task[None] | None = None
-        self.held: OrderedDict[str, tuple[float, Event]] = (
-            OrderedDict()
-        )  # reply correlation id -> (until, reply)
+        self.held: OrderedDict[str, tuple[float, Event]] = OrderedDict()  # reply correlation id -> (until, reply)
         self.queues = SnoopQueues(
-            self.exchanges, f"{config.exchange_prefix}debug_{unit.uuid}_", self._deliver,
+            self.exchanges,
+            f"{config.exchange_prefix}debug_{unit.uuid}_",
+            self._deliver,
             debuggers_queue=None if settings.firehose else config.debuggers_queue_name,
         )
         unit.on_connected(self._attach)
@@ -179,8 +179,11 @@ class Debugger:
         try:
             await self._handle(captured)
         except Exception as exc:
-            say(f"qbroker-debug: could not show a message from {captured.exchange or '?'}:"
-                f"{captured.routing_key} ({type(exc).__name__}: {exc})", style="yellow")
+            say(
+                f"qbroker-debug: could not show a message from {captured.exchange or '?'}:"
+                f"{captured.routing_key} ({type(exc).__name__}: {exc})",
+                style="yellow",
+            )
 
     async def _handle(self, captured: Captured) -> None:
         event = decode(captured, self.roles)
@@ -274,10 +277,7 @@ class DebuggerService:
             following = f"firehose (amq.rabbitmq.trace), {info['units']} unit(s) known"
         else:
             following = f"own queues, {info['units']} unit(s), {info['endpoints']} endpoint(s)"
-        say(
-            f"qbroker-debug: watching via {following}; queues {', '.join(info['queues'])}; Ctrl-C to stop",
-            style="dim",
-        )
+        say(f"qbroker-debug: watching via {following}; queues {', '.join(info['queues'])}; Ctrl-C to stop", style="dim")
         self._printing = asyncio.create_task(debugger.run(), name="qbroker-debug-printer")
         self._printing.add_done_callback(lambda _: debugger.stopping.set())
         if debugger.settings.recheck_interval > 0 and not debugger.settings.firehose:

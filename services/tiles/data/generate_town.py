@@ -43,8 +43,9 @@ def rounded(points: list[Point]) -> list[list[float]]:
     return [[round(x, 1), round(y, 1)] for x, y in points]
 
 
-def noisy_ring(east: float, north: float, radius: float, rng: random.Random, n: int = 120,
-               wobble: float = 0.12) -> list[Point]:
+def noisy_ring(
+    east: float, north: float, radius: float, rng: random.Random, n: int = 120, wobble: float = 0.12
+) -> list[Point]:
     phases = [rng.uniform(0, 2 * math.pi) for _ in range(4)]
     ring = []
     for i in range(n):
@@ -70,28 +71,49 @@ def write(name: str, features: list[dict]) -> None:
 
 
 STREET_NAMES = [
-    "Harbour Street", "Queue Lane", "Broker Row", "Exchange Road", "Binding Way", "Routing Key Street",
-    "Topic Lane", "Fanout Terrace", "Consumer Close", "Publisher Street", "Channel Walk", "Vhost Avenue",
-    "Prefetch Lane", "Ack Street", "Nack Alley", "Mill Road", "Church Street", "Market Street",
-    "Lighthouse Road", "Quay Street", "Rope Walk", "Fisher Lane",
+    "Harbour Street",
+    "Queue Lane",
+    "Broker Row",
+    "Exchange Road",
+    "Binding Way",
+    "Routing Key Street",
+    "Topic Lane",
+    "Fanout Terrace",
+    "Consumer Close",
+    "Publisher Street",
+    "Channel Walk",
+    "Vhost Avenue",
+    "Prefetch Lane",
+    "Ack Street",
+    "Nack Alley",
+    "Mill Road",
+    "Church Street",
+    "Market Street",
+    "Lighthouse Road",
+    "Quay Street",
+    "Rope Walk",
+    "Fisher Lane",
 ]
 
 
 def main() -> None:
     rng = random.Random(20260422)
-    write("land.geojson", [feature("Polygon", [rounded(noisy_ring(0, 0, 5200, rng, n=240, wobble=0.08))],
-                                   name="Qbroker Island")])
+    write(
+        "land.geojson",
+        [feature("Polygon", [rounded(noisy_ring(0, 0, 5200, rng, n=240, wobble=0.08))], name="Qbroker Island")],
+    )
     lake = noisy_ring(-2300, 1900, 520, rng, n=60)
     write("water.geojson", [feature("Polygon", [rounded(lake)], name="Mirror Lake", kind="lake")])
-    river = [local(-2300 + 400 * i - 60 * math.sin(i), 1900 - 500 * i + 40 * math.cos(2 * i))
-             for i in range(1, 9)]
+    river = [local(-2300 + 400 * i - 60 * math.sin(i), 1900 - 500 * i + 40 * math.cos(2 * i)) for i in range(1, 9)]
     write("waterways.geojson", [feature("LineString", rounded(river), name="Sable River", kind="river")])
 
     landuse = [
-        feature("Polygon", [rounded(noisy_ring(1400, 3000, 1000, rng, n=80, wobble=0.2))], kind="forest",
-                name="Northwood"),
-        feature("Polygon", [rounded(noisy_ring(-3000, -1500, 700, rng, n=60, wobble=0.2))], kind="forest",
-                name="Westwood"),
+        feature(
+            "Polygon", [rounded(noisy_ring(1400, 3000, 1000, rng, n=80, wobble=0.2))], kind="forest", name="Northwood"
+        ),
+        feature(
+            "Polygon", [rounded(noisy_ring(-3000, -1500, 700, rng, n=60, wobble=0.2))], kind="forest", name="Westwood"
+        ),
         feature("Polygon", [rounded(rect(2600, -2400, 700, 300, 0.3))], kind="harbour", name="Harbour"),
     ]
     parks = [(2, 2), (-3, 1), (1, -3)]
@@ -102,19 +124,39 @@ def main() -> None:
         landuse.append(feature("Polygon", [rounded(outline)], kind="park", name=park_name))
     write("landuse.geojson", landuse)
 
-    roads = [feature("LineString", [rounded(noisy_ring(0, 0, 3300, rng, n=90, wobble=0.05))][0],
-                     name="Ring Road", highway="primary")]
+    roads = [
+        feature(
+            "LineString",
+            [rounded(noisy_ring(0, 0, 3300, rng, n=90, wobble=0.05))][0],
+            name="Ring Road",
+            highway="primary",
+        )
+    ]
     for i, avenue in enumerate(["North Avenue", "East Avenue", "South Avenue", "West Avenue"]):
         a = math.pi / 2 - i * math.pi / 2 + 0.2
-        pts = [local(r * math.cos(a + 0.05 * math.sin(r / 500)), r * math.sin(a + 0.05 * math.sin(r / 500)))
-               for r in range(int(half * spacing), 3400, 150)]
+        pts = [
+            local(r * math.cos(a + 0.05 * math.sin(r / 500)), r * math.sin(a + 0.05 * math.sin(r / 500)))
+            for r in range(int(half * spacing), 3400, 150)
+        ]
         roads.append(feature("LineString", rounded(pts), name=avenue, highway="secondary"))
     edge = half * spacing
     for i in range(-half, half + 1):
-        roads.append(feature("LineString", rounded([local(i * spacing, -edge), local(i * spacing, edge)]),
-                             name=STREET_NAMES[(i + half) % len(STREET_NAMES)], highway="residential"))
-        roads.append(feature("LineString", rounded([local(-edge, i * spacing), local(edge, i * spacing)]),
-                             name=STREET_NAMES[(i + half + 9) % len(STREET_NAMES)], highway="residential"))
+        roads.append(
+            feature(
+                "LineString",
+                rounded([local(i * spacing, -edge), local(i * spacing, edge)]),
+                name=STREET_NAMES[(i + half) % len(STREET_NAMES)],
+                highway="residential",
+            )
+        )
+        roads.append(
+            feature(
+                "LineString",
+                rounded([local(-edge, i * spacing), local(edge, i * spacing)]),
+                name=STREET_NAMES[(i + half + 9) % len(STREET_NAMES)],
+                highway="residential",
+            )
+        )
     write("roads.geojson", roads)
 
     buildings = []
@@ -129,16 +171,18 @@ def main() -> None:
                     depth = 45
                     w, h = rng.uniform(18, 30), rng.uniform(14, 24)
                     ex, ny = [(along, -depth), (depth, along), (along, depth), (-depth, along)][side]
-                    buildings.append(feature("Polygon", [rounded(rect(cx + ex, cy + ny, w, h))],
-                                             building="yes"))
+                    buildings.append(feature("Polygon", [rounded(rect(cx + ex, cy + ny, w, h))], building="yes"))
     write("buildings.geojson", buildings)
 
-    write("places.geojson", [
-        feature("Point", rounded([local(0, 60)])[0], name="Port Qbroker", place="town"),
-        feature("Point", rounded([local(-2600, -2900)])[0], name="Westby", place="village"),
-        feature("Point", rounded([local(3100, 1800)])[0], name="Eastholm", place="village"),
-        feature("Point", rounded([local(0, 200)])[0], name="Qbroker Island", place="island"),
-    ])
+    write(
+        "places.geojson",
+        [
+            feature("Point", rounded([local(0, 60)])[0], name="Port Qbroker", place="town"),
+            feature("Point", rounded([local(-2600, -2900)])[0], name="Westby", place="village"),
+            feature("Point", rounded([local(3100, 1800)])[0], name="Eastholm", place="village"),
+            feature("Point", rounded([local(0, 200)])[0], name="Qbroker Island", place="island"),
+        ],
+    )
 
 
 if __name__ == "__main__":

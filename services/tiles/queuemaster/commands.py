@@ -84,17 +84,21 @@ async def _expire(qm: Queuemaster, req: ExpireRequest, reply_to: str | None, use
     return answer
 
 
-COMMANDS: dict[str, QueuemasterCommand] = {c.name: c for c in (
-    QueuemasterCommand(RegisterRequest, lambda qm, req, reply_to, user: qm.register(req, reply_to, user=user)),
-    QueuemasterCommand(RenderedRequest, lambda qm, req, reply_to, user: qm.rendered(req, user=user)),
-    QueuemasterCommand(UnregisterRequest, lambda qm, req, reply_to, user: qm.unregister(req, reply_to, user=user)),
-    QueuemasterCommand(RenderTileRequest, _render, long_running=True),
-    QueuemasterCommand(ExpireRequest, _expire),
-    QueuemasterCommand(StatsRequest, lambda qm, req, reply_to, user: qm.describe()),
-    QueuemasterCommand(BulkRenderRequest, lambda qm, req, reply_to, user: bulk_render(qm, req, user),
-                       long_running=True),
-    QueuemasterCommand(CancelBulkRequest, lambda qm, req, reply_to, user: cancel_bulk(qm, req, user)),
-)}
+COMMANDS: dict[str, QueuemasterCommand] = {
+    c.name: c
+    for c in (
+        QueuemasterCommand(RegisterRequest, lambda qm, req, reply_to, user: qm.register(req, reply_to, user=user)),
+        QueuemasterCommand(RenderedRequest, lambda qm, req, reply_to, user: qm.rendered(req, user=user)),
+        QueuemasterCommand(UnregisterRequest, lambda qm, req, reply_to, user: qm.unregister(req, reply_to, user=user)),
+        QueuemasterCommand(RenderTileRequest, _render, long_running=True),
+        QueuemasterCommand(ExpireRequest, _expire),
+        QueuemasterCommand(StatsRequest, lambda qm, req, reply_to, user: qm.describe()),
+        QueuemasterCommand(
+            BulkRenderRequest, lambda qm, req, reply_to, user: bulk_render(qm, req, user), long_running=True
+        ),
+        QueuemasterCommand(CancelBulkRequest, lambda qm, req, reply_to, user: cancel_bulk(qm, req, user)),
+    )
+}
 
 
 def parse_command(name: Any, params: Any) -> tuple[QueuemasterCommand, Message]:

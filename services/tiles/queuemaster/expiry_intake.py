@@ -53,8 +53,14 @@ class ExpiryIntake:
         propagate = self.settings.propagate_to_zoom
         if propagate is not None:
             ancestor_keys(metatiles, max(propagate, self.zooms.min_zoom))
-        outcome: dict[str, int] = {"queued": 0, "merged": 0, "raised": 0, "rendering": 0, "marked_dirty": 0,
-                                   "not_rendered_yet": 0}
+        outcome: dict[str, int] = {
+            "queued": 0,
+            "merged": 0,
+            "raised": 0,
+            "rendering": 0,
+            "marked_dirty": 0,
+            "not_rendered_yet": 0,
+        }
         # One lookup and one insert statement for the whole message (one transaction), not two per metatile.
         keep = None if self.settings.render_missing_expired else self.tiles.metatile_exists
         outcome.update(self.queue.add_expired_keys(metatiles, keep_unknown=keep))

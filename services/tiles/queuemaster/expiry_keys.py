@@ -18,8 +18,10 @@ from services.toposm.contract import KEY_COORD_BITS, KEY_COORD_MASK, KEY_ZOOM_SH
 from services.toposm.tilemath import MAX_SUPPORTED_ZOOM, ZoomRange, parse_tile_list
 
 # Items are z/x/y of ASCII digits; separators ';' or newline, with blanks and empty items around them.
-_WELL_FORMED = re.compile(r"[ \t\r\n;]*[0-9]+/[0-9]+/[0-9]+"
-                          r"(?:[ \t\r]*[;\n][ \t\r\n;]*[0-9]+/[0-9]+/[0-9]+)*[ \t\r\n;]*")
+_WELL_FORMED = re.compile(
+    r"[ \t\r\n;]*[0-9]+/[0-9]+/[0-9]+"
+    r"(?:[ \t\r]*[;\n][ \t\r\n;]*[0-9]+/[0-9]+/[0-9]+)*[ \t\r\n;]*"
+)
 _NUMBER = re.compile(r"[0-9]+")
 
 
@@ -37,11 +39,14 @@ def expiry_keys(text: str, zooms: ZoomRange | None = None) -> tuple[list[int], l
         zs = numbers[0::3]
         # (x | y) >> z == 0 is x, y < 2**z; a shift by a huge z never happens, the zoom is checked first.
         if zs and low <= min(zs) and max(zs) <= high and all(not (x | y) >> z for z, x, y in triples):
-            return [(z << KEY_ZOOM_SHIFT) | ((x >> METATILE_SHIFT) << KEY_COORD_BITS) | (y >> METATILE_SHIFT)
-                    for z, x, y in triples], []
+            return [
+                (z << KEY_ZOOM_SHIFT) | ((x >> METATILE_SHIFT) << KEY_COORD_BITS) | (y >> METATILE_SHIFT)
+                for z, x, y in triples
+            ], []
     tiles, problems = parse_tile_list(text, zooms)
-    return [(t.z << KEY_ZOOM_SHIFT) | ((t.x >> METATILE_SHIFT) << KEY_COORD_BITS) | (t.y >> METATILE_SHIFT)
-            for t in tiles], problems
+    return [
+        (t.z << KEY_ZOOM_SHIFT) | ((t.x >> METATILE_SHIFT) << KEY_COORD_BITS) | (t.y >> METATILE_SHIFT) for t in tiles
+    ], problems
 
 
 def ancestor_keys(keys: dict[int, None], min_zoom: int) -> None:

@@ -27,25 +27,41 @@ OSM_WIRE_EVENTS = {"reply_to_refused": "osm_reply_to_refused", "unknown_fields_i
 class QueuemasterMetrics:
     def __init__(self, qm: Queuemaster, registry: CollectorRegistry) -> None:
         self.qm = qm
-        self.depth = Gauge("toposm_queuemaster_queue_depth",
-                           "Metatiles queued: missing, important and bulk (zoom all), expired by zoom",
-                           ["kind", "zoom"], registry=registry)
-        self.rendering = Gauge("toposm_queuemaster_rendering", "Metatiles being rendered, by the kind they were "
-                               "queued as", ["kind"], registry=registry)
-        self.waiters = Gauge("toposm_queuemaster_waiters", "Render requests waiting for their metatile",
-                             registry=registry)
-        self.threads = Gauge("toposm_queuemaster_render_threads", "Registered render threads by state", ["state"],
-                             registry=registry)
-        self.renders = Counter("toposm_queuemaster_renders", "Finished renders (rate: renders per second)",
-                               ["status"], registry=registry)
-        self.expired = Counter("toposm_queuemaster_expired_tiles", "Tiles named in expiry lists",
-                               registry=registry)
-        self.dispatch = Histogram("toposm_queuemaster_dispatch_seconds",
-                                  "From sending `render` to a render thread until it accepted the metatile",
-                                  buckets=DISPATCH_BUCKETS, registry=registry)
-        self.osm_wire = Counter("toposm_queuemaster_osm_wire", "On the osm wire: commands refused for their "
-                                "reply_to (a queue of the bus's own), unknown parameters ignored", ["event"],
-                                registry=registry)
+        self.depth = Gauge(
+            "toposm_queuemaster_queue_depth",
+            "Metatiles queued: missing, important and bulk (zoom all), expired by zoom",
+            ["kind", "zoom"],
+            registry=registry,
+        )
+        self.rendering = Gauge(
+            "toposm_queuemaster_rendering",
+            "Metatiles being rendered, by the kind they were queued as",
+            ["kind"],
+            registry=registry,
+        )
+        self.waiters = Gauge(
+            "toposm_queuemaster_waiters", "Render requests waiting for their metatile", registry=registry
+        )
+        self.threads = Gauge(
+            "toposm_queuemaster_render_threads", "Registered render threads by state", ["state"], registry=registry
+        )
+        self.renders = Counter(
+            "toposm_queuemaster_renders", "Finished renders (rate: renders per second)", ["status"], registry=registry
+        )
+        self.expired = Counter("toposm_queuemaster_expired_tiles", "Tiles named in expiry lists", registry=registry)
+        self.dispatch = Histogram(
+            "toposm_queuemaster_dispatch_seconds",
+            "From sending `render` to a render thread until it accepted the metatile",
+            buckets=DISPATCH_BUCKETS,
+            registry=registry,
+        )
+        self.osm_wire = Counter(
+            "toposm_queuemaster_osm_wire",
+            "On the osm wire: commands refused for their "
+            "reply_to (a queue of the bus's own), unknown parameters ignored",
+            ["event"],
+            registry=registry,
+        )
         for event in OSM_WIRE_EVENTS:
             self.osm_wire.labels(event)
         self._zooms: set[str] = set()

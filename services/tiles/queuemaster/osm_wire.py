@@ -74,9 +74,17 @@ ExpiryHandler = Callable[[bytes, str | None], Awaitable[None]]
 
 
 class OsmWire:
-    def __init__(self, qm: Queuemaster, on_expiry: ExpiryHandler, *, max_body_bytes: int = 16 * 1024 * 1024,
-                 max_commands: int = MAX_COMMANDS, waiters: WaiterStore | None = None,
-                 queue_arguments: dict[str, Any] | None = None, reply_queues: ReplyQueues | None = None) -> None:
+    def __init__(
+        self,
+        qm: Queuemaster,
+        on_expiry: ExpiryHandler,
+        *,
+        max_body_bytes: int = 16 * 1024 * 1024,
+        max_commands: int = MAX_COMMANDS,
+        waiters: WaiterStore | None = None,
+        queue_arguments: dict[str, Any] | None = None,
+        reply_queues: ReplyQueues | None = None,
+    ) -> None:
         self.qm = qm
         self.on_expiry = on_expiry
         self.waiters = waiters  # long-running commands (render) kept on disk until answered
@@ -118,8 +126,11 @@ class OsmWire:
         if self._exchange is None:
             return
         await self._exchange.publish(
-            aio_pika.Message(orjson.dumps({"command": Command.QUEUEMASTER_ONLINE}),
-                             content_type="application/json", app_id=QUEUEMASTER),
+            aio_pika.Message(
+                orjson.dumps({"command": Command.QUEUEMASTER_ONLINE}),
+                content_type="application/json",
+                app_id=QUEUEMASTER,
+            ),
             routing_key=ALL_PROGRAMS,
         )
 
@@ -128,14 +139,14 @@ class OsmWire:
     async def _publish(self, routing_key: str, body: dict[str, Any], **properties: Any) -> None:
         if self._exchange is None:
             raise ConnectionLost("the osm exchange is not declared (not connected)")
-        message = aio_pika.Message(orjson.dumps(body), content_type="application/json",
-                                   reply_to=QUEUEMASTER_OSM_QUEUE, **properties)
+        message = aio_pika.Message(
+            orjson.dumps(body), content_type="application/json", reply_to=QUEUEMASTER_OSM_QUEUE, **properties
+        )
         await self._exchange.publish(message, routing_key=routing_key)
 
     async def send_render(self, thread: RenderThread, metatile: Metatile) -> None:
         """The protocol's ``render`` on ``osm`` to the thread's own topic; its answer is a later ``rendered``."""
-        await self._publish(thread.endpoint, RenderCommand(metatile=str(metatile)).body(),
-                            message_id=uuid.uuid4().hex)
+        await self._publish(thread.endpoint, RenderCommand(metatile=str(metatile)).body(), message_id=uuid.uuid4().hex)
 
     async def liveness(self, thread: RenderThread) -> QueueLiveness:
         """What the broker says about the thread's own queue (its ``reply_to``); nothing is sent to it."""
@@ -155,9 +166,13 @@ class OsmWire:
         if bus_queue is not None:
             # Answering would publish into the bus's own queue it names (dead, rpc_*, the queuemaster's).
             self.qm.stats.count("osm_reply_to_refused")
-            log.warning("osm message refused: reply_to names a queue of the bus", routing_key=message.routing_key,
-                        reply_to=message.reply_to[:128] if message.reply_to else None, queue_kind=bus_queue,
-                        correlation_id=message.correlation_id)
+            log.warning(
+                "osm message refused: reply_to names a queue of the bus",
+                routing_key=message.routing_key,
+                reply_to=message.reply_to[:128] if message.reply_to else None,
+                queue_kind=bus_queue,
+                correlation_id=message.correlation_id,
+            )
             return
         size = len(message.body)
         if size > self.max_body_bytes:
@@ -229,16 +244,26 @@ class OsmWire:
         known, ignored = known_params(COMMANDS[command].request, body)
         if ignored:
             self.qm.stats.count("osm_unknown_fields", len(ignored))
-            log.info("osm command: unknown fields ignored", command=command, fields=[f[:64] for f in ignored[:10]],
-                     routing_key=message.routing_key)
+            log.info(
+                "osm command: unknown fields ignored",
+                command=command,
+                fields=[f[:64] for f in ignored[:10]],
+                routing_key=message.routing_key,
+            )
         return known
 
     def _keep(self, command: str, request: Any, message: AbstractIncomingMessage) -> int | None:
         if self.waiters is None or not message.reply_to:
             return None
-        return self.waiters.add(command, request.model_dump_json(), message.reply_to,
-                                message.correlation_id or message.message_id or "", message.user_id, None,
-                                wire="osm")
+        return self.waiters.add(
+            command,
+            request.model_dump_json(),
+            message.reply_to,
+            message.correlation_id or message.message_id or "",
+            message.user_id,
+            None,
+            wire="osm",
+        )
 
     async def _reply(self, message: AbstractIncomingMessage, result: Any) -> None:
         if message.reply_to:
@@ -250,10 +275,8 @@ class OsmWire:
             return
         try:
             await self._channel.default_exchange.publish(
-                aio_pika.Message(orjson.dumps(result), content_type="application/json",
-                                 correlation_id=correlation_id),
+                aio_pika.Message(orjson.dumps(result), content_type="application/json", correlation_id=correlation_id),
                 routing_key=reply_to,
             )
         except Exception as exc:  # the requester's queue or our channel is gone: nothing to answer
             log.warning("osm reply not delivered", error=str(exc), reply_to=reply_to)
-

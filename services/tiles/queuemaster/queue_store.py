@@ -146,26 +146,31 @@ class QueueStore:
 
     def row(self, key: int) -> tuple[int, int] | None:
         """(src, state) of a metatile, or None if it is not known."""
-        found: tuple[int, int] | None = self._db.execute("SELECT src, state FROM queue WHERE key = ?",
-                                                         (key,)).fetchone()
+        found: tuple[int, int] | None = self._db.execute(
+            "SELECT src, state FROM queue WHERE key = ?", (key,)
+        ).fetchone()
         return found
 
     def known(self, keys: list[int]) -> set[int]:
         """Which of ``keys`` are known (queued or in flight): one statement, however many keys."""
-        rows = self._db.execute("SELECT key FROM queue WHERE key IN (SELECT value FROM json_each(?))",
-                                (json.dumps(keys),))
+        rows = self._db.execute(
+            "SELECT key FROM queue WHERE key IN (SELECT value FROM json_each(?))", (json.dumps(keys),)
+        )
         return {key for (key,) in rows}
 
     def first(self, src: int) -> int | None:
         """The key of the first queued metatile of ``src`` (the partial index: O(log n))."""
-        found = self._db.execute("SELECT key FROM queue WHERE src = ? AND state = 0 ORDER BY seq LIMIT 1",
-                                 (src,)).fetchone()
+        found = self._db.execute(
+            "SELECT key FROM queue WHERE src = ? AND state = 0 ORDER BY seq LIMIT 1", (src,)
+        ).fetchone()
         return None if found is None else int(found[0])
 
     def queued_in(self, keys: list[int], src: int) -> list[int]:
         """Which of ``keys`` are queued (not in flight) in ``src``, in ``keys``' order."""
-        rows = self._db.execute("SELECT key FROM queue WHERE src = ? AND state = 0 AND key IN "
-                                "(SELECT value FROM json_each(?))", (src, json.dumps(keys)))
+        rows = self._db.execute(
+            "SELECT key FROM queue WHERE src = ? AND state = 0 AND key IN (SELECT value FROM json_each(?))",
+            (src, json.dumps(keys)),
+        )
         found = {key for (key,) in rows}
         return [key for key in keys if key in found]
 
@@ -176,8 +181,9 @@ class QueueStore:
 
     def put(self, key: int, src: int, seq: int, state: int) -> None:
         self._writing()
-        self._db.execute("INSERT OR REPLACE INTO queue (key, src, seq, state) VALUES (?, ?, ?, ?)",
-                         (key, src, seq, state))
+        self._db.execute(
+            "INSERT OR REPLACE INTO queue (key, src, seq, state) VALUES (?, ?, ?, ?)", (key, src, seq, state)
+        )
 
     def put_many(self, rows: Iterable[tuple[int, int, int, int]]) -> None:
         self._writing()
@@ -189,8 +195,10 @@ class QueueStore:
         which costs less than binding a row at a time (this is the expiry ingestion's hot path)."""
         self._writing()
         before = self._db.total_changes
-        self._db.execute("INSERT OR IGNORE INTO queue (key, src, seq, state) "
-                         "SELECT j.value, ?, ? + j.key, 0 FROM json_each(?) AS j", (src, first_seq, json.dumps(keys)))
+        self._db.execute(
+            "INSERT OR IGNORE INTO queue (key, src, seq, state) SELECT j.value, ?, ? + j.key, 0 FROM json_each(?) AS j",
+            (src, first_seq, json.dumps(keys)),
+        )
         return self._db.total_changes - before
 
     def set_state(self, key: int, state: int) -> None:

@@ -196,13 +196,15 @@ class RenderQueue:
         self._store.put(key, src, next(self._back), QUEUED)
         return "queued"
 
-    def add_expired(self, metatiles: Iterable[Metatile],
-                    keep_unknown: Callable[[Metatile], bool] | None = None) -> Counter[str]:
+    def add_expired(
+        self, metatiles: Iterable[Metatile], keep_unknown: Callable[[Metatile], bool] | None = None
+    ) -> Counter[str]:
         """``add(m, "background")`` for many metatiles at once: ``add_expired_keys`` of their keys."""
         return self.add_expired_keys([pack(m) for m in metatiles], keep_unknown)
 
-    def add_expired_keys(self, keys: Iterable[int],
-                         keep_unknown: Callable[[Metatile], bool] | None = None) -> Counter[str]:
+    def add_expired_keys(
+        self, keys: Iterable[int], keep_unknown: Callable[[Metatile], bool] | None = None
+    ) -> Counter[str]:
         """``add(m, "background")`` for many metatiles at once (an expiry message, as packed keys in
         order): a few statements for the whole message, not two per metatile. ``keep_unknown`` decides
         whether a metatile the queue does not know is queued (else it counts as ``not_rendered_yet``);

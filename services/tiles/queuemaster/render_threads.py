@@ -54,8 +54,7 @@ class RenderThread:
             "strategy": str(self.strategy),
             "state": self.state,
             "metatile": str(self.metatile) if self.metatile else None,
-            "busy_for": (round(time.time() - self.busy_since, 3)
-                         if self.busy_since and self.metatile else None),
+            "busy_for": (round(time.time() - self.busy_since, 3) if self.busy_since and self.metatile else None),
             "rendered": self.rendered,
             "wire": self.wire,
         }
@@ -105,16 +104,20 @@ class RenderThreadRegistry:
     def rendering(self, metatile: Metatile) -> RenderThread | None:
         return self._by_metatile.get(metatile)
 
-    def matching(self, reply_to: str | None, hostname: str | None, pid: int | None,
-                 threadid: int | None) -> list[RenderThread]:
+    def matching(
+        self, reply_to: str | None, hostname: str | None, pid: int | None, threadid: int | None
+    ) -> list[RenderThread]:
         """Threads an `unregister` names: by ids when given, else every thread behind reply_to."""
         found = []
         for t in self._threads.values():
             if hostname is None and pid is None and threadid is None:
                 if reply_to is not None and t.reply_to == reply_to:
                     found.append(t)
-            elif ((hostname is None or t.hostname == hostname) and (pid is None or t.pid == pid)
-                  and (threadid is None or t.threadid == threadid)):
+            elif (
+                (hostname is None or t.hostname == hostname)
+                and (pid is None or t.pid == pid)
+                and (threadid is None or t.threadid == threadid)
+            ):
                 found.append(t)
         return found
 
@@ -124,11 +127,16 @@ class RenderThreadRegistry:
         if not threads:
             return []
         self._rotation = (self._rotation + 1) % len(threads)
-        rotated = threads[self._rotation:] + threads[: self._rotation]
+        rotated = threads[self._rotation :] + threads[: self._rotation]
         return [t for t in rotated if t.idle]
 
-    def handed_again(self, metatile: Metatile, reporter: tuple[str | None, int | None, int | None],
-                     owned: Callable[[RenderThread], bool], named: bool = False) -> dict[str, Any] | None:
+    def handed_again(
+        self,
+        metatile: Metatile,
+        reporter: tuple[str | None, int | None, int | None],
+        owned: Callable[[RenderThread], bool],
+        named: bool = False,
+    ) -> dict[str, Any] | None:
         """A retried ``rendered`` whose first answer handed its thread the next metatile (the answer was
         lost on the way): that answer again, if the thread (the reporter, when it names itself or ``named``
         demands it, and of the caller's account) still has the metatile it was handed."""

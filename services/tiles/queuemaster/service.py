@@ -77,9 +77,14 @@ class QueuemasterService:
         # Read now, before the unit starts consuming: a `render` served between the unit's start and
         # ours would otherwise be taken for a previous run's and answered twice.
         self._restored = self.waiter_store.take_live()
-        self.osm = OsmWire(qm, self._on_osm_expiry, max_body_bytes=unit.config.max_body_bytes,
-                           waiters=self.waiter_store, queue_arguments=unit.config.durable_queue_type(),
-                           reply_queues=ReplyQueues(unit.config))
+        self.osm = OsmWire(
+            qm,
+            self._on_osm_expiry,
+            max_body_bytes=unit.config.max_body_bytes,
+            waiters=self.waiter_store,
+            queue_arguments=unit.config.durable_queue_type(),
+            reply_queues=ReplyQueues(unit.config),
+        )
         self.osm_publisher = OsmPublisher()  # relays expiries heard on alert only
         self.expiry_twins = TwinFilter()
         qm.announce_expiry = self._announce_expiry
@@ -107,8 +112,9 @@ class QueuemasterService:
             if command.long_running:
                 if ctx.reply_to and ctx.message_id:
                     # On disk before the ack: after a SIGKILL the broker has nothing left to redeliver.
-                    stored = self.waiter_store.add(command.name, request.model_dump_json(), ctx.reply_to,
-                                                   ctx.message_id, ctx.user_id, ctx.deadline)
+                    stored = self.waiter_store.add(
+                        command.name, request.model_dump_json(), ctx.reply_to, ctx.message_id, ctx.user_id, ctx.deadline
+                    )
                 await ctx.detach()
             request_deadline.set(ctx.deadline)  # this handler's own task context: render waits end with it
             handler = asyncio.current_task()
@@ -177,8 +183,11 @@ class QueuemasterService:
             if thread.wire == "osm":
                 await self.osm.send_render(thread, metatile)  # the `osm` wire: no answer but `rendered`
             else:
-                await self.unit.call(thread.endpoint, RenderCommand(metatile=str(metatile)).body(),
-                                     timeout=self.settings.dispatch_timeout)
+                await self.unit.call(
+                    thread.endpoint,
+                    RenderCommand(metatile=str(metatile)).body(),
+                    timeout=self.settings.dispatch_timeout,
+                )
         except NoServer:
             self.qm.thread_lost(thread, "no_server on render")
         except RequestFailed as exc:  # refused (busy, stopping): put back, let pings tell its state
@@ -221,8 +230,7 @@ class QueuemasterService:
             self.qm.stats.count("liveness_checks")
         thread.missed_pings = 0
         # A thread refused as busy stays out of rotation until it says it is idle.
-        if thread.pending and thread.metatile is None and isinstance(reply, dict) \
-                and reply.get("state") == "idle":
+        if thread.pending and thread.metatile is None and isinstance(reply, dict) and reply.get("state") == "idle":
             thread.pending = False
             self.qm.work_available.set()
 
@@ -285,12 +293,15 @@ class QueuemasterService:
         if restored:
             log.info("answering requests waiting before the restart", count=len(restored))
         self.qm.commits.start()
-        self._tasks = [asyncio.create_task(self._dispatch_loop()),
-                       asyncio.create_task(self._liveness_loop())]
+        self._tasks = [asyncio.create_task(self._dispatch_loop()), asyncio.create_task(self._liveness_loop())]
         await self.announce()
         self.metrics_server.start()
-        log.info("queuemaster online", tile_root=str(self.settings.tile_root),
-                 state_file=str(self.settings.state_file), queued=self.qm.queue.queued_count())
+        log.info(
+            "queuemaster online",
+            tile_root=str(self.settings.tile_root),
+            state_file=str(self.settings.state_file),
+            queued=self.qm.queue.queued_count(),
+        )
 
     async def announce(self) -> None:
         """Tell every renderer to (re)register: on `toposm` (qbroker) and on the osm exchange."""

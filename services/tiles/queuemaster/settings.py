@@ -49,7 +49,9 @@ class QueuemasterSettings:
 
     def __post_init__(self) -> None:
         if not 0 < self.max_waits_per_account < self.max_waits:
-            raise ValueError(f"--max-waits-per-account ({self.max_waits_per_account}) must be above 0 and below "
-                             f"--max-waits ({self.max_waits}): one account alone must never fill the queuemaster")
+            raise ValueError(
+                f"--max-waits-per-account ({self.max_waits_per_account}) must be above 0 and below "
+                f"--max-waits ({self.max_waits}): one account alone must never fill the queuemaster"
+            )
         if self.default_deadline <= 0:
             raise ValueError(f"--default-deadline must be above 0, not {self.default_deadline}")

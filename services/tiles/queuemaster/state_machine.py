@@ -102,8 +102,9 @@ class Queuemaster(ExpiryIntake):
 
     # -- render requests --------------------------------------------------------------------------------
 
-    async def request(self, tile_text: str, *, deadline: float | None = None,
-                      user: str | None = None) -> dict[str, Any]:
+    async def request(
+        self, tile_text: str, *, deadline: float | None = None, user: str | None = None
+    ) -> dict[str, Any]:
         """Answer when the metatile holding the tile is rendered (at once if it is fresh).
 
         ``deadline`` (epoch seconds; default: the qbroker request's own, see ``request_deadline``, or
@@ -144,8 +145,11 @@ class Queuemaster(ExpiryIntake):
         held = self.render_waiters.held_by(user)
         if held >= self.settings.max_waits_per_account:
             self.stats.count("requests_refused_account")
-            raise errored("busy", f"{describe_account(user)} has {held} requests waiting already "
-                                  f"(at most {self.settings.max_waits_per_account} per account)")
+            raise errored(
+                "busy",
+                f"{describe_account(user)} has {held} requests waiting already "
+                f"(at most {self.settings.max_waits_per_account} per account)",
+            )
         if self.waiting >= self.settings.max_waits:
             self.stats.count("requests_refused_busy")
             raise errored("busy", f"{self.waiting} render requests are waiting already")
@@ -175,9 +179,15 @@ class Queuemaster(ExpiryIntake):
         if existing is not None and not self._owned(existing, user):
             # Taking over another account's thread would hand its work (and its reports) to us.
             raise Forbidden(f"{req.endpoint} is registered by another account")
-        thread = RenderThread(endpoint=req.endpoint, hostname=req.hostname, pid=req.pid,
-                              threadid=req.threadid, strategy=parse_strategy(req.strategy), reply_to=reply_to,
-                              user=user)
+        thread = RenderThread(
+            endpoint=req.endpoint,
+            hostname=req.hostname,
+            pid=req.pid,
+            threadid=req.threadid,
+            strategy=parse_strategy(req.strategy),
+            reply_to=reply_to,
+            user=user,
+        )
         old = self.threads.add(thread)
         if old is not None and old.metatile is not None and old.metatile != claimed:
             self.queue.put_back(old.metatile)  # re-registered without the metatile it had: it lost it
@@ -187,8 +197,9 @@ class Queuemaster(ExpiryIntake):
                 self.queue.claim(claimed)
                 self.threads.assign(thread, claimed)
         self.stats.count("registrations")
-        log.info("render thread registered", renderer=thread.endpoint, strategy=str(thread.strategy),
-                 rendering=req.metatile)
+        log.info(
+            "render thread registered", renderer=thread.endpoint, strategy=str(thread.strategy), rendering=req.metatile
+        )
         self.work_available.set()
         return {"command": Command.REGISTERED, "renderer": thread.endpoint, "strategy": str(thread.strategy)}
 
@@ -207,8 +218,12 @@ class Queuemaster(ExpiryIntake):
         if self.threads.get(thread.endpoint) is not thread:
             return
         self.stats.count("renderers_lost")
-        log.warning("render thread lost", renderer=thread.endpoint, why=why,
-                    metatile=str(thread.metatile) if thread.metatile else None)
+        log.warning(
+            "render thread lost",
+            renderer=thread.endpoint,
+            why=why,
+            metatile=str(thread.metatile) if thread.metatile else None,
+        )
         self._drop(thread, why)
 
     def _drop(self, thread: RenderThread, why: str) -> None:
@@ -225,15 +240,19 @@ class Queuemaster(ExpiryIntake):
         thread = self.threads.rendering(m)
         if thread is None and req.next:
             # Under access checks the reporter must name itself, as `_check_reporter` demands.
-            repeated = self.threads.handed_again(m, (req.hostname, req.pid, req.threadid),
-                                                 lambda t: self._owned(t, user), self.settings.access.strict)
+            repeated = self.threads.handed_again(
+                m, (req.hostname, req.pid, req.threadid), lambda t: self._owned(t, user), self.settings.access.strict
+            )
             if repeated is not None:
                 return repeated
         if self.settings.access.strict:
             self._check_reporter(m, thread, req, user)
         reporter = (req.hostname, req.pid, req.threadid)
-        if thread is not None and req.hostname is not None and reporter != (thread.hostname, thread.pid,
-                                                                            thread.threadid):
+        if (
+            thread is not None
+            and req.hostname is not None
+            and reporter != (thread.hostname, thread.pid, thread.threadid)
+        ):
             # A thread we had given up on (missed pings) finished after all, while another thread renders
             # the metatile again: its tiles are good for the waiters; the other thread reports for itself.
             self.stats.count("rendered_by_replaced_thread")
@@ -248,23 +267,37 @@ class Queuemaster(ExpiryIntake):
                 self.render_waiters.answer(m, "ok", None)
             return {"command": Command.ACK, "metatile": str(m), "expected": False}
         again = self.queue.finish(m)
-        renderer = thread.endpoint if thread else (
-            f"{RENDER_ROOT}.{req.hostname}.{req.pid}.{req.threadid}" if req.hostname else "unknown")
+        renderer = (
+            thread.endpoint
+            if thread
+            else (f"{RENDER_ROOT}.{req.hostname}.{req.pid}.{req.threadid}" if req.hostname else "unknown")
+        )
         if thread is not None:
             self.threads.assign(thread, None)
             thread.pending = False
             thread.rendered += 1
         now = time.time()
-        duration = req.duration if req.duration is not None else (
-            now - thread.busy_since if thread and thread.busy_since else 0.0)
+        duration = (
+            req.duration
+            if req.duration is not None
+            else (now - thread.busy_since if thread and thread.busy_since else 0.0)
+        )
         self.stats.count("rendered" if req.status == "ok" else "failed")
         if req.status == "ok":
             self.stats.rendered(m.z, duration)
         if again:
             self.stats.count("rerender_after_expiry")
-        self.render_log.append(RenderLogRecord(
-            metatile=str(m), zoom=m.z, renderer=renderer, start=req.start or now - duration,
-            duration=round(duration, 4), status=req.status, reason=req.reason))
+        self.render_log.append(
+            RenderLogRecord(
+                metatile=str(m),
+                zoom=m.z,
+                renderer=renderer,
+                start=req.start or now - duration,
+                duration=round(duration, 4),
+                status=req.status,
+                reason=req.reason,
+            )
+        )
         self.commits.pending()  # the line waits for the group commit (its finish opened one anyway)
         self.render_waiters.answer(m, req.status, req.reason)
         answer: dict[str, Any] = {"command": Command.ACK, "metatile": str(m), "expected": True, "queued_again": again}
@@ -278,8 +311,7 @@ class Queuemaster(ExpiryIntake):
             self.work_available.set()
         return answer
 
-    def _check_reporter(self, m: Metatile, thread: RenderThread | None, req: RenderedRequest,
-                        user: str | None) -> None:
+    def _check_reporter(self, m: Metatile, thread: RenderThread | None, req: RenderedRequest, user: str | None) -> None:
         """Only the exact thread the metatile was dispatched to may report it (its account, its ids): a
         forged `rendered` would answer waiters though no tile was written."""
         if thread is None:
@@ -347,4 +379,3 @@ class Queuemaster(ExpiryIntake):
             "zoom_range": [self.zooms.min_zoom, self.zooms.max_zoom],
             **self.stats.describe(group_commits=self.commits.commits),
         }
-

@@ -20,8 +20,7 @@ class ZoomTiming:
 
     def describe(self) -> dict[str, float]:
         mean = self.total / self.count if self.count else 0.0
-        return {"count": self.count, "mean": round(mean, 4), "max": round(self.max, 4),
-                "total": round(self.total, 3)}
+        return {"count": self.count, "mean": round(mean, 4), "max": round(self.max, 4), "total": round(self.total, 3)}
 
 
 @dataclass

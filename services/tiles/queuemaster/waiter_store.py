@@ -63,12 +63,21 @@ class WaiterStore:
         if "wire" not in columns:  # a state file from before osm-wire waiters were kept
             self._db.execute("ALTER TABLE waiters ADD COLUMN wire TEXT NOT NULL DEFAULT 'qbroker'")
 
-    def add(self, command: str, body: str, reply_to: str, message_id: str, user_id: str | None,
-            deadline: float | None, wire: str = "qbroker") -> int:
+    def add(
+        self,
+        command: str,
+        body: str,
+        reply_to: str,
+        message_id: str,
+        user_id: str | None,
+        deadline: float | None,
+        wire: str = "qbroker",
+    ) -> int:
         self._before_write()
         cursor = self._db.execute(
-            "INSERT INTO waiters (command, body, reply_to, message_id, user_id, deadline, wire) "
-            "VALUES (?,?,?,?,?,?,?)", (command, body, reply_to, message_id, user_id, deadline, wire))
+            "INSERT INTO waiters (command, body, reply_to, message_id, user_id, deadline, wire) VALUES (?,?,?,?,?,?,?)",
+            (command, body, reply_to, message_id, user_id, deadline, wire),
+        )
         return int(cursor.lastrowid or 0)
 
     def remove(self, waiter_id: int) -> None:
@@ -91,8 +100,10 @@ class WaiterStore:
     def replies(self, ids: list[int]) -> list[tuple[int, str, str]]:
         """(id, reply_to, message_id) of those of ``ids`` still kept, in id order."""
         self.flush()
-        rows = self._db.execute("SELECT id, reply_to, message_id FROM waiters WHERE id IN "
-                                "(SELECT value FROM json_each(?)) ORDER BY id", (json.dumps(ids),)).fetchall()
+        rows = self._db.execute(
+            "SELECT id, reply_to, message_id FROM waiters WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
+            (json.dumps(ids),),
+        ).fetchall()
         return [(int(i), str(reply_to), str(message_id)) for i, reply_to, message_id in rows]
 
     def flush(self) -> None:
@@ -108,8 +119,9 @@ class WaiterStore:
         now = time.time() if now is None else now
         self._before_write()
         self._db.execute("DELETE FROM waiters WHERE deadline IS NOT NULL AND deadline < ?", (now,))
-        rows = self._db.execute("SELECT id, command, body, reply_to, message_id, user_id, deadline, wire "
-                                "FROM waiters ORDER BY id").fetchall()
+        rows = self._db.execute(
+            "SELECT id, command, body, reply_to, message_id, user_id, deadline, wire FROM waiters ORDER BY id"
+        ).fetchall()
         return [StoredWaiter(*row) for row in rows]
 
     def count(self) -> int:

@@ -45,8 +45,10 @@ class BBox:
         if not all(math.isfinite(v) for v in (west, south, east, north)):
             raise AreaError(f"bbox {text!r}: the numbers must be finite")
         if not (-180 <= west < east <= 180):
-            raise AreaError(f"bbox {text!r}: need -180 <= W < E <= 180 (for an area across the antimeridian, "
-                            "run one box on each side)")
+            raise AreaError(
+                f"bbox {text!r}: need -180 <= W < E <= 180 (for an area across the antimeridian, "
+                "run one box on each side)"
+            )
         if not (-90 <= south < north <= 90):
             raise AreaError(f"bbox {text!r}: need -90 <= S < N <= 90")
         return cls(west, south, east, north)
@@ -73,8 +75,7 @@ def tile_xy(lon: float, lat: float, zoom: int) -> tuple[int, int]:
     x = lon / 360.0 + 0.5
     sin_lat = math.sin(math.radians(max(-LAT_LIMIT, min(LAT_LIMIT, lat))))
     y = 0.5 - 0.25 * math.log((1.0 + sin_lat) / (1.0 - sin_lat)) / math.pi
-    return (min(n - 1, max(0, math.floor((x + ROUNDING) * n))),
-            min(n - 1, max(0, math.floor((y + ROUNDING) * n))))
+    return (min(n - 1, max(0, math.floor((x + ROUNDING) * n))), min(n - 1, max(0, math.floor((y + ROUNDING) * n))))
 
 
 @dataclass(frozen=True, slots=True)

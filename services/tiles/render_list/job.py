@@ -47,8 +47,14 @@ class JobSettings:
 
 
 class RenderListJob:
-    def __init__(self, unit: Unit, plan: AreaPlan, progress: Progress, settings: JobSettings,
-                 changed: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        unit: Unit,
+        plan: AreaPlan,
+        progress: Progress,
+        settings: JobSettings,
+        changed: Callable[[], None] = lambda: None,
+    ) -> None:
         self.unit = unit
         self.plan = plan
         self.progress = progress
@@ -97,10 +103,13 @@ class RenderListJob:
         deadline = time.monotonic() + self.settings.drain_timeout
         pending = [str(m) for m in self.in_flight.values()]
         for start in range(0, len(pending), MAX_CANCEL):
-            chunk = pending[start:start + MAX_CANCEL]
+            chunk = pending[start : start + MAX_CANCEL]
             try:
-                answer = await self.unit.call(QUEUEMASTER, CancelBulkRequest(metatiles=chunk).body(),
-                                              timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+                answer = await self.unit.call(
+                    QUEUEMASTER,
+                    CancelBulkRequest(metatiles=chunk).body(),
+                    timeout=max(0.1, min(5.0, deadline - time.monotonic())),
+                )
                 log.info("withdrawn from the queue", withdrawn=answer.get("withdrawn"), asked=len(chunk))
             except QBrokerError as exc:  # they render anyway; the next run asks for them again
                 log.warning("queued metatiles not withdrawn", error=str(exc), count=len(chunk))
@@ -132,8 +141,9 @@ class RenderListJob:
         self.changed()
 
     async def _one(self, position: int, metatile: Metatile) -> None:
-        body = BulkRenderRequest(metatile=str(metatile), priority=self.settings.priority,
-                                 missing_only=self.settings.missing_only).body()
+        body = BulkRenderRequest(
+            metatile=str(metatile), priority=self.settings.priority, missing_only=self.settings.missing_only
+        ).body()
         pause = FIRST_PAUSE
         try:
             while not self.stopping:

@@ -46,15 +46,17 @@ class RenderListSettings(StackSettings):
 
     bbox: str = option(help="the area, in degrees (WGS84 lon/lat)", metavar="W,S,E,N")
     zooms: str = option(help="zoom levels, e.g. 10-16 (or one: 14)", metavar="ZMIN-ZMAX")
-    missing_only: bool = option(False, "render only metatiles never rendered before (off: every metatile "
-                                "of the area)")
-    priority: Literal["bulk", "background"] = option("bulk", "bulk: below everything else; background: like "
-                                                     "expired tiles")
+    missing_only: bool = option(False, "render only metatiles never rendered before (off: every metatile of the area)")
+    priority: Literal["bulk", "background"] = option(
+        "bulk", "bulk: below everything else; background: like expired tiles"
+    )
     window: int = option(32, "requests in flight at once (more than the render threads that may pre-render)", ge=1)
-    resume: Path | None = option(None, "keep progress in FILE; a run with the same FILE and area continues where "
-                                 "it stopped", metavar="FILE")
-    request_timeout: float = option(600.0, "seconds one request waits; a metatile still queued then is asked for "
-                                    "again", gt=0)
+    resume: Path | None = option(
+        None, "keep progress in FILE; a run with the same FILE and area continues where it stopped", metavar="FILE"
+    )
+    request_timeout: float = option(
+        600.0, "seconds one request waits; a metatile still queued then is asked for again", gt=0
+    )
     json_report: bool = option(False, "print the report as JSON on stdout", flag="--json")
     dry_run: bool = option(False, "count the metatiles per zoom and exit (no broker)")
     # The progress bar is the output: the library's lines only from warnings up.
@@ -78,10 +80,20 @@ class Options:
 
 def parse_args(argv: list[str] | None = None) -> Options:
     a = RenderListSettings.parse(argv)
-    return Options(AreaPlan(BBox.parse(a.bbox), parse_zooms(a.zooms)),
-                   JobSettings(missing_only=a.missing_only, priority=a.priority, window=a.window,
-                               request_timeout=a.request_timeout, drain_timeout=a.drain_timeout),
-                   a.resume, a.json_report, a.dry_run, a)
+    return Options(
+        AreaPlan(BBox.parse(a.bbox), parse_zooms(a.zooms)),
+        JobSettings(
+            missing_only=a.missing_only,
+            priority=a.priority,
+            window=a.window,
+            request_timeout=a.request_timeout,
+            drain_timeout=a.drain_timeout,
+        ),
+        a.resume,
+        a.json_report,
+        a.dry_run,
+        a,
+    )
 
 
 class RenderListService:
@@ -131,28 +143,43 @@ class RenderListService:
 def report(options: Options, progress: Progress, seconds: float, fatal: str | None) -> dict[str, Any]:
     plan = options.plan
     per_zoom = plan.per_zoom()
-    return {"bbox": plan.bbox.as_list(), "zooms": [plan.zooms.min_zoom, plan.zooms.max_zoom],
-            "metatiles": plan.count, "settled": progress.settled, "remaining": plan.count - progress.settled,
-            "complete": progress.complete, **progress.counts(),
-            "by_zoom": {str(z): {"metatiles": n, **progress.by_zoom.get(str(z), {})} for z, n in per_zoom.items()},
-            "failures": progress.failures[:20], "seconds": round(seconds, 3),
-            "resume": str(options.resume) if options.resume else None, "refused": fatal}
+    return {
+        "bbox": plan.bbox.as_list(),
+        "zooms": [plan.zooms.min_zoom, plan.zooms.max_zoom],
+        "metatiles": plan.count,
+        "settled": progress.settled,
+        "remaining": plan.count - progress.settled,
+        "complete": progress.complete,
+        **progress.counts(),
+        "by_zoom": {str(z): {"metatiles": n, **progress.by_zoom.get(str(z), {})} for z, n in per_zoom.items()},
+        "failures": progress.failures[:20],
+        "seconds": round(seconds, 3),
+        "resume": str(options.resume) if options.resume else None,
+        "refused": fatal,
+    }
 
 
 def _print_report(result: dict[str, Any]) -> None:
     state = "done" if result["complete"] else "stopped"
-    lines = [f"toposm-render-list {state}: {result['settled']:,} of {result['metatiles']:,} metatiles in "
-             f"{result['seconds']:.1f} s (rendered {result['rendered']:,}, skipped {result['skipped']:,}, "
-             f"failed {result['failed']:,})"]
+    lines = [
+        f"toposm-render-list {state}: {result['settled']:,} of {result['metatiles']:,} metatiles in "
+        f"{result['seconds']:.1f} s (rendered {result['rendered']:,}, skipped {result['skipped']:,}, "
+        f"failed {result['failed']:,})"
+    ]
     for zoom, row in result["by_zoom"].items():
-        lines.append(f"  z{zoom}: {row['metatiles']:,} metatiles, rendered {row.get('rendered', 0):,}, "
-                     f"skipped {row.get('skipped', 0):,}, failed {row.get('failed', 0):,}")
+        lines.append(
+            f"  z{zoom}: {row['metatiles']:,} metatiles, rendered {row.get('rendered', 0):,}, "
+            f"skipped {row.get('skipped', 0):,}, failed {row.get('failed', 0):,}"
+        )
     lines += [f"  failed: {f['metatile']} {f['reason']}" for f in result["failures"][:5]]
     if result["refused"]:
         lines.append(f"  refused: {result['refused']}")
     elif not result["complete"]:
-        lines.append(f"  run again with --resume {result['resume']} to continue" if result["resume"]
-                     else "  (no --resume FILE: a new run starts from the beginning)")
+        lines.append(
+            f"  run again with --resume {result['resume']} to continue"
+            if result["resume"]
+            else "  (no --resume FILE: a new run starts from the beginning)"
+        )
     # Failure reasons and the refusal are the queuemaster's (and renderers') words: shown, never obeyed.
     print(printable("\n".join(lines), lines=True), file=sys.stderr)
 

@@ -30,9 +30,15 @@ class ProgressView:
     def start(self) -> None:
         p = self.job.progress
         if self.rich:
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[detail]}"), TimeRemainingColumn(),
-                                 console=Console(file=self.stream), transient=False)
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[detail]}"),
+                TimeRemainingColumn(),
+                console=Console(file=self.stream),
+                transient=False,
+            )
             self._bar.start()
             self._task = self._bar.add_task("metatiles", total=p.total, completed=p.settled, detail="")
         self.update()
@@ -40,8 +46,10 @@ class ProgressView:
     def update(self) -> None:
         p = self.job.progress
         counts = p.counts()
-        detail = (f"rendered {counts['rendered']:,} skipped {counts['skipped']:,} failed {counts['failed']:,}"
-                  f"  {self.job.rate():.1f}/s")
+        detail = (
+            f"rendered {counts['rendered']:,} skipped {counts['skipped']:,} failed {counts['failed']:,}"
+            f"  {self.job.rate():.1f}/s"
+        )
         if self.job.waiting:  # may quote the queuemaster's error message: escaped
             detail += f"  (asking again: {printable(self.job.waiting)})"
         if self._bar is not None and self._task is not None:

@@ -42,8 +42,12 @@ class Progress:
 
     @classmethod
     def new(cls, plan: AreaPlan) -> Progress:
-        return cls(bbox=plan.bbox.as_list(), zooms=[plan.zooms.min_zoom, plan.zooms.max_zoom], total=plan.count,
-                   by_zoom={str(z): dict.fromkeys(OUTCOMES, 0) for z in plan.per_zoom()})
+        return cls(
+            bbox=plan.bbox.as_list(),
+            zooms=[plan.zooms.min_zoom, plan.zooms.max_zoom],
+            total=plan.count,
+            by_zoom={str(z): dict.fromkeys(OUTCOMES, 0) for z in plan.per_zoom()},
+        )
 
     @property
     def settled(self) -> int:
@@ -78,19 +82,27 @@ def load(path: Path, plan: AreaPlan) -> Progress:
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise ResumeError(f"resume file {path}: not a {FORMAT} file")
     if raw.get("bbox") != fresh.bbox or raw.get("zooms") != fresh.zooms or raw.get("total") != fresh.total:
-        raise ResumeError(f"resume file {path} is for --bbox {_bbox_text(raw.get('bbox'))} --zooms "
-                          f"{_zooms_text(raw.get('zooms'))}; give the same area, or another file")
+        raise ResumeError(
+            f"resume file {path} is for --bbox {_bbox_text(raw.get('bbox'))} --zooms "
+            f"{_zooms_text(raw.get('zooms'))}; give the same area, or another file"
+        )
     try:
-        progress = Progress(bbox=fresh.bbox, zooms=fresh.zooms, total=fresh.total, next=int(raw["next"]),
-                            settled_ahead=sorted(int(p) for p in raw.get("settled_ahead", [])),
-                            by_zoom={str(z): {o: int(c.get(o, 0)) for o in OUTCOMES}
-                                     for z, c in dict(raw.get("by_zoom", {})).items()},
-                            failures=[{"metatile": str(f["metatile"]), "reason": str(f.get("reason", ""))}
-                                      for f in raw.get("failures", [])][:MAX_FAILURES_KEPT])
+        progress = Progress(
+            bbox=fresh.bbox,
+            zooms=fresh.zooms,
+            total=fresh.total,
+            next=int(raw["next"]),
+            settled_ahead=sorted(int(p) for p in raw.get("settled_ahead", [])),
+            by_zoom={str(z): {o: int(c.get(o, 0)) for o in OUTCOMES} for z, c in dict(raw.get("by_zoom", {})).items()},
+            failures=[
+                {"metatile": str(f["metatile"]), "reason": str(f.get("reason", ""))} for f in raw.get("failures", [])
+            ][:MAX_FAILURES_KEPT],
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ResumeError(f"resume file {path}: malformed ({exc})") from None
-    if not 0 <= progress.next <= progress.total or any(p < progress.next or p >= progress.total
-                                                        for p in progress.settled_ahead):
+    if not 0 <= progress.next <= progress.total or any(
+        p < progress.next or p >= progress.total for p in progress.settled_ahead
+    ):
         raise ResumeError(f"resume file {path}: positions outside the area's {progress.total} metatiles")
     return progress
 

@@ -19,10 +19,19 @@ def zoom_label(metatile: str) -> str:
 
 class RendererMetrics:
     def __init__(self, registry: CollectorRegistry, threads: int) -> None:
-        self.seconds = Histogram("toposm_renderer_render_seconds", "Seconds per metatile render, by zoom",
-                                 ["zoom"], buckets=RENDER_BUCKETS, registry=registry)
-        self.failures = Counter("toposm_renderer_render_failures", "Failed renders by kind (worker_died, error)",
-                                ["kind"], registry=registry)
+        self.seconds = Histogram(
+            "toposm_renderer_render_seconds",
+            "Seconds per metatile render, by zoom",
+            ["zoom"],
+            buckets=RENDER_BUCKETS,
+            registry=registry,
+        )
+        self.failures = Counter(
+            "toposm_renderer_render_failures",
+            "Failed renders by kind (worker_died, error)",
+            ["kind"],
+            registry=registry,
+        )
         self.busy = Gauge("toposm_renderer_busy_threads", "Render threads rendering now", registry=registry)
         Gauge("toposm_renderer_threads", "Render threads of this process", registry=registry).set(threads)
 

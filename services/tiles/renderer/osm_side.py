@@ -41,8 +41,13 @@ class OsmSide:
     """``on_render(endpoint_or_level, metatile)`` hands a render to a thread (True if one took it);
     ``on_online()`` registers the threads here."""
 
-    def __init__(self, keys: list[str], user: Callable[[], str | None],
-                 on_render: Callable[[str, str, str | None], bool], on_online: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        keys: list[str],
+        user: Callable[[], str | None],
+        on_render: Callable[[str, str, str | None], bool],
+        on_online: Callable[[], Awaitable[None]],
+    ) -> None:
         # keys: toposm, the levels, each thread's name. Nothing heard there is retried: a failure is logged
         # (by the listener) and the message dropped.
         self.listener = OsmListener(keys, self._on_message)
@@ -56,9 +61,12 @@ class OsmSide:
         exchange, queue_name = self.listener.exchange, self.listener.queue_name
         if exchange is None or queue_name is None:
             raise ConnectionLost("the osm wire is not declared (not connected)")
-        await exchange.publish(aio_pika.Message(orjson.dumps(body), content_type="application/json",
-                                                reply_to=queue_name, user_id=self.user()),
-                               routing_key=QUEUEMASTER)
+        await exchange.publish(
+            aio_pika.Message(
+                orjson.dumps(body), content_type="application/json", reply_to=queue_name, user_id=self.user()
+            ),
+            routing_key=QUEUEMASTER,
+        )
 
     async def unregister(self) -> None:
         """The protocol's bare ``unregister``: every thread behind our queue (on stop)."""
@@ -83,8 +91,9 @@ class OsmSide:
                 log.info("osm render with a bad metatile; dropped", routing_key=message.routing_key)
                 return
             if not self.on_render(message.routing_key or "", metatile, message.user_id):
-                log.info("osm render not taken: no idle thread there", routing_key=message.routing_key,
-                         metatile=metatile)
+                log.info(
+                    "osm render not taken: no idle thread there", routing_key=message.routing_key, metatile=metatile
+                )
         # answers to what we sent: nothing to do
         elif command not in (Command.REGISTERED, Command.ACK, Command.UNREGISTERED):
             log.debug("osm message ignored", command=str(command)[:64], routing_key=message.routing_key)

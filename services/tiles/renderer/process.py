@@ -51,8 +51,9 @@ class RendererProcess:
     """The bus side of a renderer; ``request_stop`` is what a ``shutdown`` alert does (default: SIGTERM
     to this process, which the runner turns into ``stop()``)."""
 
-    def __init__(self, unit: Unit, settings: RendererSettings,
-                 request_stop: Callable[[], None] = _terminate_self) -> None:
+    def __init__(
+        self, unit: Unit, settings: RendererSettings, request_stop: Callable[[], None] = _terminate_self
+    ) -> None:
         parse_strategy(settings.strategy)  # fail fast on a bad --strategy
         if settings.threads < 1:
             raise ValueError("threads must be at least 1")
@@ -61,8 +62,7 @@ class RendererProcess:
         self.unit = unit
         self.request_stop = request_stop
         self.started = False
-        self.threads = [RenderThread(i, render_thread(settings.hostname, self.pid, i))
-                      for i in range(settings.threads)]
+        self.threads = [RenderThread(i, render_thread(settings.hostname, self.pid, i)) for i in range(settings.threads)]
         self.stopping = asyncio.Event()
         self.ask_next = True  # take the next metatile with the answer to `rendered` (off for old queuemasters)
         self.watchdog_rounds = 0  # how often the watchdog looked (tests wait on it, not on the clock)
@@ -71,8 +71,7 @@ class RendererProcess:
         self._idle = asyncio.Condition()  # notified whenever a thread becomes idle
         self.metrics_server = service_metrics(NAMESPACE, settings.metrics_port, settings.metrics_host)
         self.metrics = RendererMetrics(self.metrics_server.registry, settings.threads)
-        self.metrics_server.refreshers.append(
-            lambda: self.metrics.busy.set(sum(1 for t in self.threads if t.metatile)))
+        self.metrics_server.refreshers.append(lambda: self.metrics.busy.set(sum(1 for t in self.threads if t.metatile)))
         self.metrics_server.instrument(unit)
         for thread in self.threads:
             self._serve_thread(thread)
@@ -91,8 +90,7 @@ class RendererProcess:
 
     def _new_pool(self) -> ProcessPoolExecutor:
         # spawn, not fork: the parent holds an event loop and an AMQP connection that must not be copied.
-        return ProcessPoolExecutor(max_workers=self.settings.threads,
-                                   mp_context=multiprocessing.get_context("spawn"))
+        return ProcessPoolExecutor(max_workers=self.settings.threads, mp_context=multiprocessing.get_context("spawn"))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -168,11 +166,13 @@ class RendererProcess:
         wait = None if deadline is None else max(0.0, deadline - time.time())
         try:
             async with asyncio.timeout(wait), self._idle:
-                await self._idle.wait_for(lambda: self.stopping.is_set() or any(
-                    t.metatile is None and not t.reporting for t in self.threads))
+                await self._idle.wait_for(
+                    lambda: self.stopping.is_set() or any(t.metatile is None and not t.reporting for t in self.threads)
+                )
         except TimeoutError:
-            raise failed("busy", f"no render thread of {self.unit.app} pid {self.pid} became idle "
-                                 "before the request's deadline") from None
+            raise failed(
+                "busy", f"no render thread of {self.unit.app} pid {self.pid} became idle before the request's deadline"
+            ) from None
         if self.stopping.is_set():
             raise failed("stopping", f"renderer pid {self.pid}")
         return next(t for t in self.threads if t.metatile is None and not t.reporting)
@@ -186,9 +186,14 @@ class RendererProcess:
             return None
         if command == Command.STATUS:
             threads = [s for s in self.threads if s.endpoint == ctx.name] or self.threads
-            return {"command": Command.STATUS, "pid": self.pid, "hostname": self.settings.hostname,
-                    "backend": self.settings.backend, "strategy": self.settings.strategy,
-                    "threads": [s.describe() for s in threads]}
+            return {
+                "command": Command.STATUS,
+                "pid": self.pid,
+                "hostname": self.settings.hostname,
+                "backend": self.settings.backend,
+                "strategy": self.settings.strategy,
+                "threads": [s.describe() for s in threads],
+            }
         if command == Command.SHUTDOWN:
             # Not in the TopOSM protocol, and it stops real work: only an operator account may ask (user_id is
             # validated by RabbitMQ); everyone else gets `forbidden` and the renderer keeps running.
@@ -209,22 +214,35 @@ class RendererProcess:
         loop = asyncio.get_running_loop()
         s = self.settings
         try:
-            duration = await loop.run_in_executor(self._pool, render_metatile, s.backend, str(s.tile_root),
-                                                  metatile, s.render_delay, s.tile_store)
+            duration = await loop.run_in_executor(
+                self._pool, render_metatile, s.backend, str(s.tile_root), metatile, s.render_delay, s.tile_store
+            )
             report: dict[str, Any] = {"status": "ok", "duration": round(duration, 4)}
         except BrokenProcessPool:
             self._pool = self._new_pool()  # a worker died (OOM, segfault in a backend): start afresh
-            report = {"status": "error", "reason": "render worker process died",
-                      "duration": round(time.time() - started, 4)}
+            report = {
+                "status": "error",
+                "reason": "render worker process died",
+                "duration": round(time.time() - started, 4),
+            }
         except Exception as exc:  # the backend or the tile store failed: report it, keep serving
-            report = {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
-                      "duration": round(time.time() - started, 4)}
+            report = {
+                "status": "error",
+                "reason": f"{type(exc).__name__}: {exc}",
+                "duration": round(time.time() - started, 4),
+            }
         self.metrics.rendered(metatile, report)
         # Idle before reporting (for the queuemaster's own `render` to this thread: it may dispatch the next
         # metatile before our call returns), and asking for the next metatile in the answer instead.
         thread.metatile, thread.task = None, None
-        body = RenderedRequest(metatile=metatile, start=round(started, 4), hostname=s.hostname, pid=self.pid,
-                               threadid=thread.threadid, **report).body()
+        body = RenderedRequest(
+            metatile=metatile,
+            start=round(started, 4),
+            hostname=s.hostname,
+            pid=self.pid,
+            threadid=thread.threadid,
+            **report,
+        ).body()
         if thread.wire == "osm":  # reported where the work came from, with our osm queue as reply_to
             await self._report_on_osm(thread, body)
             return
@@ -287,8 +305,9 @@ class RendererProcess:
     # -- registration and lifecycle ---------------------------------------------------------------------
 
     def _register_body(self, thread: RenderThread) -> dict[str, Any]:
-        request = RegisterRequest(hostname=self.settings.hostname, pid=self.pid, threadid=thread.threadid,
-                                  strategy=self.settings.strategy)
+        request = RegisterRequest(
+            hostname=self.settings.hostname, pid=self.pid, threadid=thread.threadid, strategy=self.settings.strategy
+        )
         if thread.metatile is not None:
             request.metatile = thread.metatile
         return request.body()
@@ -297,8 +316,7 @@ class RendererProcess:
         try:
             await self.unit.call(QUEUEMASTER, self._register_body(thread), timeout=5)
         except QBrokerError as exc:
-            log.info("registration pending: queuemaster not reachable", renderer=thread.endpoint,
-                     error=str(exc))
+            log.info("registration pending: queuemaster not reachable", renderer=thread.endpoint, error=str(exc))
             return False
         thread.heard_over_qbroker()
         return True
@@ -313,21 +331,26 @@ class RendererProcess:
             await asyncio.sleep(self.settings.reregister_after / 2)
             self.watchdog_rounds += 1
             for thread in self.threads:
-                if thread.registered_on == "qbroker" \
-                        and time.monotonic() - thread.last_contact > self.settings.reregister_after:
+                if (
+                    thread.registered_on == "qbroker"
+                    and time.monotonic() - thread.last_contact > self.settings.reregister_after
+                ):
                     await self.register(thread)
 
     async def start(self) -> None:
         """Load the backends, then offer every render thread to the queuemaster."""
         loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.run_in_executor(self._pool, warm_up, self.settings.backend)
-                               for _ in self.threads))
+        await asyncio.gather(*(loop.run_in_executor(self._pool, warm_up, self.settings.backend) for _ in self.threads))
         self.started = True
         self.metrics_server.start()
         await self.register_all()
         self._spawn(self._watchdog())
-        log.info("renderer running", threads=len(self.threads), backend=self.settings.backend,
-                 strategy=self.settings.strategy)
+        log.info(
+            "renderer running",
+            threads=len(self.threads),
+            backend=self.settings.backend,
+            strategy=self.settings.strategy,
+        )
 
     async def stop(self) -> None:
         """Finish the renders in hand (and report them) within the drain timeout, then unregister."""
@@ -336,8 +359,7 @@ class RendererProcess:
             self._idle.notify_all()
         in_hand = [t.task for t in self.threads if t.task]
         if in_hand:
-            log.info("finishing renders before stopping", metatiles=[t.metatile for t in self.threads
-                                                                      if t.metatile])
+            log.info("finishing renders before stopping", metatiles=[t.metatile for t in self.threads if t.metatile])
             await asyncio.wait(in_hand, timeout=self.settings.drain_timeout)
         try:
             # Hands back to the queuemaster whatever is still unfinished.

@@ -33,5 +33,9 @@ class RenderThread:
         self.registered_on = "qbroker"
 
     def describe(self) -> dict[str, Any]:
-        return {"renderer": self.endpoint, "threadid": self.threadid,
-                "state": "rendering" if self.metatile else "idle", "metatile": self.metatile}
+        return {
+            "renderer": self.endpoint,
+            "threadid": self.threadid,
+            "state": "rendering" if self.metatile else "idle",
+            "metatile": self.metatile,
+        }

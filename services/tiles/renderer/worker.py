@@ -31,8 +31,9 @@ def warm_up(backend_name: str) -> int:
     return os.getpid()
 
 
-def render_metatile(backend_name: str, tile_root: str, metatile_text: str, extra_delay: float = 0.0,
-                    tile_store: str = "png") -> float:
+def render_metatile(
+    backend_name: str, tile_root: str, metatile_text: str, extra_delay: float = 0.0, tile_store: str = "png"
+) -> float:
     """Render and store one metatile (``tile_store``: png or meta); returns the render duration in seconds.
     Raises on failure.
 

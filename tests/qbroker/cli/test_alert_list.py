@@ -32,8 +32,7 @@ async def test_alert_gather_prints_each_reply(amqp_url: str, example: Example) -
 
 async def test_alert_gather_max_stops_early(amqp_url: str, example: Example) -> None:
     # The gather's own deadline (600 s) is far beyond run_cli's ceiling (60 s): only --max can end it in time.
-    result = await run_cli(amqp_url, "alert", "qbroker.ping", "--gather", "--max", "1", "--timeout", "600",
-                           timeout=60)
+    result = await run_cli(amqp_url, "alert", "qbroker.ping", "--gather", "--max", "1", "--timeout", "600", timeout=60)
     assert result.code == 0
     assert len(result.stdout.splitlines()) == 1
     assert orjson.loads(result.stdout)["uuid"] == example.unit.uuid  # the CLI's own reply is not counted
@@ -88,15 +87,29 @@ async def test_alert_reports_and_clears_an_error_state(amqp_url: str, make_unit:
 
     await unit.start()
     for status in ("error", "ok"):
-        sent = await run_cli(amqp_url, "alert", "clitest.health", "--status", status, "--error-id", "db_down",
-                             "--part", "orders", "--message", "database unavailable")
+        sent = await run_cli(
+            amqp_url,
+            "alert",
+            "clitest.health",
+            "--status",
+            status,
+            "--error-id",
+            "db_down",
+            "--part",
+            "orders",
+            "--message",
+            "database unavailable",
+        )
         assert sent.code == 0, sent.stderr
         error = await asyncio.wait_for(seen.get(), 60)
         assert (error.status, error.id, error.part) == (status, "db_down", "orders")
     repaired = await run_cli(amqp_url, "call", "clitest.repair")
     assert repaired.code == 0 and repaired.json() == {"repaired": True}
     assert "ok: clears db_down" in repaired.stderr
-    for args in (("--status", "ok"), ("--status", "bad", "--error-id", "x"), ("--status", "ok", "--error-id", "x",
-                                                                                "--gather")):
+    for args in (
+        ("--status", "ok"),
+        ("--status", "bad", "--error-id", "x"),
+        ("--status", "ok", "--error-id", "x", "--gather"),
+    ):
         usage = await run_cli(amqp_url, "alert", "clitest.health", *args)
         assert usage.code == 64, (args, usage.stderr)

@@ -33,8 +33,9 @@ def parser_dir() -> str:
 
 def validate(path: Path) -> list[dict[str, Any]]:
     """The parser's diagnostics; fails the test on any error."""
-    done = subprocess.run(["node", str(VALIDATOR), parser_dir(), str(path)], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        ["node", str(VALIDATOR), parser_dir(), str(path)], capture_output=True, text=True, timeout=120
+    )
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     errors = [line for line in lines if line.get("severity") == 0]
     assert done.returncode == 0 and not errors, f"invalid AsyncAPI document: {errors or done.stderr}"

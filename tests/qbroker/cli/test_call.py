@@ -39,9 +39,7 @@ async def test_key_value_parsing_and_types(amqp_url: str, example: Example) -> N
 async def test_command_endpoint_with_command_word(amqp_url: str, example: Example) -> None:
     stats = await run_cli(amqp_url, "call", "clitest.tiles", "stats")
     assert (stats.code, stats.json()) == (0, {"queued": 0})
-    render = await run_cli(
-        amqp_url, "call", "clitest.tiles", "render", "tile=15/1/2", "zoom=15", 'tiles=["1/0/0"]'
-    )
+    render = await run_cli(amqp_url, "call", "clitest.tiles", "render", "tile=15/1/2", "zoom=15", 'tiles=["1/0/0"]')
     assert render.code == 0, render.stderr
     assert render.json() == {"tile": "15/1/2", "zoom": 15, "tiles": ["1/0/0"]}
 
@@ -51,9 +49,7 @@ async def test_json_from_stdin_and_merge(amqp_url: str, example: Example) -> Non
     assert (piped.code, piped.json()) == (0, {"text": "abab"})
     # Piped output is plain JSON (no ANSI colour codes); --raw is one compact line.
     assert "\x1b[" not in piped.stdout
-    merged = await run_cli(
-        amqp_url, "call", "clitest.echo", "--json", '{"text": "x", "times": 1}', "times=3", "--raw"
-    )
+    merged = await run_cli(amqp_url, "call", "clitest.echo", "--json", '{"text": "x", "times": 1}', "times=3", "--raw")
     assert merged.code == 0
     assert merged.stdout == '{"text":"xxx"}\n'
 

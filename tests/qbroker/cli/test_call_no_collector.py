@@ -12,8 +12,7 @@ async def test_call_timeout_names_the_missing_dead_letter_collector(amqp_url: st
     # Declares the prefixed exchanges and `dead` queue, but collects nothing (like a bus without one).
     unit = await make_unit("clitest.quiet", exchange_prefix=prefix, dead_letters=False)  # type: ignore[operator]
     await unit.start()
-    result = await run_cli(amqp_url, "call", "clitest.nobody", "--timeout", "0.5",
-                           QBROKER_EXCHANGE_PREFIX=prefix)
+    result = await run_cli(amqp_url, "call", "clitest.nobody", "--timeout", "0.5", QBROKER_EXCHANGE_PREFIX=prefix)
     assert result.code == 3, result  # timeout
     assert "nobody on the bus collects dead letters" in result.stderr
     assert "qbroker-dead-letter" in result.stderr

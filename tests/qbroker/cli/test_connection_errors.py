@@ -65,20 +65,36 @@ def cases(account: tuple[str, str], closed: str) -> dict[str, Case]:
     delete_vhost(gone)  # existed, now does not
     q = quote
     return {
-        "auth": Case(BrokerAuthRefused, f"amqp://{user}:{WRONG}@127.0.0.1:5672/{q(vhost, safe='')}",
-                     f"authentication refused for user '{user}' at amqp://{user}:***@127.0.0.1:5672/{vhost} "
-                     "(ACCESS_REFUSED"),
-        "vhost": Case(BrokerVhostRefused, f"amqp://{user}:{PASSWORD}@127.0.0.1:5672/{q(gone, safe='')}",
-                      f"vhost '{gone}' not allowed for user '{user}' at amqp://{user}:***@127.0.0.1:5672/{gone} "
-                      "(NOT_ALLOWED"),
-        "no access": Case(BrokerVhostRefused, f"amqp://{user}:{PASSWORD}@127.0.0.1:5672/{q(closed, safe='')}",
-                          f"vhost '{closed}' not allowed for user '{user}'"),
-        "dns": Case(BrokerHostUnknown, f"amqp://{user}:{PASSWORD}@nonexistent.invalid/",
-                    f"cannot resolve host 'nonexistent.invalid' of amqp://{user}:***@nonexistent.invalid:5672/"),
-        "closed port": Case(BrokerConnectionRefused, f"amqp://{user}:{PASSWORD}@127.0.0.1:1/",
-                            f"no broker reachable at amqp://{user}:***@127.0.0.1:1/: connection refused"),
-        "tls": Case(BrokerTlsFailed, f"amqps://{user}:{PASSWORD}@127.0.0.1:5672/",
-                    f"TLS handshake failed with amqps://{user}:***@127.0.0.1:5672/ ("),
+        "auth": Case(
+            BrokerAuthRefused,
+            f"amqp://{user}:{WRONG}@127.0.0.1:5672/{q(vhost, safe='')}",
+            f"authentication refused for user '{user}' at amqp://{user}:***@127.0.0.1:5672/{vhost} (ACCESS_REFUSED",
+        ),
+        "vhost": Case(
+            BrokerVhostRefused,
+            f"amqp://{user}:{PASSWORD}@127.0.0.1:5672/{q(gone, safe='')}",
+            f"vhost '{gone}' not allowed for user '{user}' at amqp://{user}:***@127.0.0.1:5672/{gone} (NOT_ALLOWED",
+        ),
+        "no access": Case(
+            BrokerVhostRefused,
+            f"amqp://{user}:{PASSWORD}@127.0.0.1:5672/{q(closed, safe='')}",
+            f"vhost '{closed}' not allowed for user '{user}'",
+        ),
+        "dns": Case(
+            BrokerHostUnknown,
+            f"amqp://{user}:{PASSWORD}@nonexistent.invalid/",
+            f"cannot resolve host 'nonexistent.invalid' of amqp://{user}:***@nonexistent.invalid:5672/",
+        ),
+        "closed port": Case(
+            BrokerConnectionRefused,
+            f"amqp://{user}:{PASSWORD}@127.0.0.1:1/",
+            f"no broker reachable at amqp://{user}:***@127.0.0.1:1/: connection refused",
+        ),
+        "tls": Case(
+            BrokerTlsFailed,
+            f"amqps://{user}:{PASSWORD}@127.0.0.1:5672/",
+            f"TLS handshake failed with amqps://{user}:***@127.0.0.1:5672/ (",
+        ),
     }
 
 
@@ -117,7 +133,10 @@ async def test_service_runner_ends_with_the_cause(cases: dict[str, Case], name: 
     result = await run_cli(case.url, exe=str(BIN / "qbroker-dead-letter"), QBROKER_LOG_FORMAT="json")
     assert result.code == 3
     # Beside the log lines, one line says why it ends: in JSON mode a JSON line too (docs/logging.md).
-    ours = [line["event"] for line in json_lines(result.stderr, "qbroker-dead-letter")
-            if line["level"] == "critical" and line["event"].startswith("qbroker.dead_letter: ")]
+    ours = [
+        line["event"]
+        for line in json_lines(result.stderr, "qbroker-dead-letter")
+        if line["level"] == "critical" and line["event"].startswith("qbroker.dead_letter: ")
+    ]
     assert len(ours) == 1 and ours[0].startswith(f"qbroker.dead_letter: {case.says}"), result.stderr
     assert PASSWORD not in result.stderr and WRONG not in result.stderr

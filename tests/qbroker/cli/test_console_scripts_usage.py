@@ -23,8 +23,10 @@ from services import toposm
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS: dict[str, str] = {
-    script: target for pyproject in (ROOT / "pyproject.toml", ROOT / "services" / "pyproject.toml")
-    for script, target in tomllib.loads(pyproject.read_text())["project"]["scripts"].items()}
+    script: target
+    for pyproject in (ROOT / "pyproject.toml", ROOT / "services" / "pyproject.toml")
+    for script, target in tomllib.loads(pyproject.read_text())["project"]["scripts"].items()
+}
 SCRIPT_HANG = 2 * HANG  # only catches a script that never returns; a healthy one answers in about a second
 # Usage errors exit 64 (EX_USAGE) in every script: 2 is a remote `fail` (docs/cli.md).
 USAGE_EXIT_CODES = (64,)
@@ -40,8 +42,14 @@ def _launch(script: str, target: str, arg: str, env: dict[str, str]) -> subproce
     module, _, func = target.partition(":")
     # What the generated wrapper does: argv[0] is the script's name, the entry point's return is the exit code.
     code = f"import sys; sys.argv[0] = {script!r}; from {module} import {func} as f; sys.exit(f())"
-    return subprocess.Popen([sys.executable, "-c", code, arg], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, arg],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _library(target: str) -> bool:
@@ -62,8 +70,11 @@ def _check_usage(scripts: dict[str, str]) -> None:
     assert scripts
     url = f"amqp://guest:guest@127.0.0.1:{_closed_port()}/"
     env = dict(os.environ, QBROKER_URL=url, PYTHONPATH=str(ROOT), COLUMNS="100")
-    runs = {(script, arg): _launch(script, target, arg, env)
-            for script, target in scripts.items() for arg in ("--help", "--no-such-option", "--version")}
+    runs = {
+        (script, arg): _launch(script, target, arg, env)
+        for script, target in scripts.items()
+        for arg in ("--help", "--no-such-option", "--version")
+    }
     problems: list[str] = []
     for (script, arg), proc in runs.items():
         try:
@@ -87,4 +98,3 @@ def _check_usage(scripts: dict[str, str]) -> None:
         if "unreachable" in text.lower() or "connection refused" in text.lower():
             problems.append(f"{script} {arg}: tried the broker: {text[-400:]!r}")
     assert not problems, "\n".join(problems)
-

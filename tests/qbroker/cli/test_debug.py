@@ -21,9 +21,7 @@ def debug_queues(vhost: str) -> list[str]:
     return [q for q in list_queues(vhost) if "debug_" in q]
 
 
-async def test_started_before_unit_follows_it_and_pairs_reply(
-    amqp_url: str, vhost: str, make_unit: Any
-) -> None:
+async def test_started_before_unit_follows_it_and_pairs_reply(amqp_url: str, vhost: str, make_unit: Any) -> None:
     snooper = await Snooper.start(amqp_url, "--json", "--body")
     try:
         server = await make_unit("clitest.late")
@@ -94,9 +92,7 @@ async def test_status_filter_and_text_lines(amqp_url: str, example: Example, mak
     assert code == 0 and len(lines) == 2, out
     bad, boom = lines
     assert "reply" in bad and "clitest.bad" in bad and "fail:bad_tile" in bad and "tile out of range" in bad
-    assert (
-        "clitest.example/" in bad and "-> clitest.client/" in bad and bad.rstrip().split()[0].count(":") == 2
-    )
+    assert "clitest.example/" in bad and "-> clitest.client/" in bad and bad.rstrip().split()[0].count(":") == 2
     assert "error:db_down" in boom and "ms" in boom
     assert not any(" ok " in line for line in lines)
 
@@ -126,8 +122,7 @@ async def test_does_not_change_routing(amqp_url: str, example: Example, make_uni
     assert reply["correlation_id"] == dead["message_id"] and reply["latency_ms"] is not None
 
 
-async def test_all_binds_everything_and_says_what_it_costs(amqp_url: str, example: Example,
-                                                         make_unit: Any) -> None:
+async def test_all_binds_everything_and_says_what_it_costs(amqp_url: str, example: Example, make_unit: Any) -> None:
     """--all sees requests to names nobody announced, at the documented price: while it runs such a
     request is routed to the debugger instead of `dead`, so the caller times out instead of no_server."""
     client = await make_unit("clitest.client")
@@ -198,8 +193,9 @@ async def test_firehose(amqp_url: str, vhost: str, example: Example, make_unit: 
     assert code == 0 and debug_queues(vhost) == []
 
 
-async def test_survives_broker_closing_its_connection(amqp_url: str, vhost: str, example: Example,
-                                                      make_unit: Any) -> None:
+async def test_survives_broker_closing_its_connection(
+    amqp_url: str, vhost: str, example: Example, make_unit: Any
+) -> None:
     client = await make_unit("clitest.client")
     await client.start()
     snooper = await Snooper.start(amqp_url, "--json", "--kind", "request,reply")

@@ -15,8 +15,9 @@ from tests.seed_client import seed_client
 
 
 def debug_rpc_binding_keys(vhost: str) -> set[str]:
-    out = rabbitmqctl("list_bindings", "-p", vhost, "-q", "--no-table-headers", "source_name",
-                      "destination_name", "routing_key").stdout
+    out = rabbitmqctl(
+        "list_bindings", "-p", vhost, "-q", "--no-table-headers", "source_name", "destination_name", "routing_key"
+    ).stdout
     keys = set()
     for line in out.splitlines():
         parts = line.split("\t")
@@ -39,17 +40,35 @@ async def test_forged_x_death_and_wildcard_announcement(amqp_url: str, vhost: st
                 "not a list",
             ]
             for deaths in forged_deaths:
-                await publish(b"{}", exchange="dead", routing_key="t.forged", properties=Basic.Properties(
-                    headers={"version": 1, "name": ["not", "text"], "x-death": deaths, "app": 3},
-                    message_id=uuid.uuid4().hex, content_type="application/json"))
+                await publish(
+                    b"{}",
+                    exchange="dead",
+                    routing_key="t.forged",
+                    properties=Basic.Properties(
+                        headers={"version": 1, "name": ["not", "text"], "x-death": deaths, "app": 3},
+                        message_id=uuid.uuid4().hex,
+                        content_type="application/json",
+                    ),
+                )
             # A forged unit announcing endpoints "#" and "a.*": must not be bound.
             fake = uuid.uuid4().hex
-            body = {"app": "forged", "uuid": fake, "endpoints": ["#", "a.*", "t.real.name", 5],
-                    "listeners": ["#", "fine.#"]}
-            await publish(orjson.dumps(body), exchange="alert", routing_key="qbroker.start",
-                          properties=Basic.Properties(headers={"version": 1, "name": "qbroker.start"},
-                                                      app_id=fake, message_id=uuid.uuid4().hex,
-                                                      content_type="application/json"))
+            body = {
+                "app": "forged",
+                "uuid": fake,
+                "endpoints": ["#", "a.*", "t.real.name", 5],
+                "listeners": ["#", "fine.#"],
+            }
+            await publish(
+                orjson.dumps(body),
+                exchange="alert",
+                routing_key="qbroker.start",
+                properties=Basic.Properties(
+                    headers={"version": 1, "name": "qbroker.start"},
+                    app_id=fake,
+                    message_id=uuid.uuid4().hex,
+                    content_type="application/json",
+                ),
+            )
             for _ in forged_deaths:
                 await snooper.next_event(kind="dead", timeout=30)
             await snooper.next_event(kind="alert", name="qbroker.start", uuid=fake, timeout=30)

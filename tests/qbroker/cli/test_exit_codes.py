@@ -59,8 +59,15 @@ def _run(script: str, args: list[str], url: str, tmp: Path) -> subprocess.Comple
     code = f"import sys; sys.argv[0] = {script!r}; from {module} import {func} as f; sys.exit(f())"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QBROKER_", "TOPOSM_"))}
     env.update(QBROKER_URL=url, PYTHONPATH=str(ROOT), COLUMNS="100")
-    return subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=tmp, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=2 * HANG)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=2 * HANG,
+    )
 
 
 def _scripts() -> list[object]:
@@ -106,8 +113,12 @@ def test_wrong_password(script: str, tmp_path: Path, amqp_url: str) -> None:
 
 @pytest.mark.parametrize("script", _scripts())
 def test_bad_flag(script: str, tmp_path: Path) -> None:
-    proc = _run(script, [*_arguments(script, tmp_path), "--no-such-option"],
-                f"amqp://guest:guest@127.0.0.1:{_closed_port()}/", tmp_path)
+    proc = _run(
+        script,
+        [*_arguments(script, tmp_path), "--no-such-option"],
+        f"amqp://guest:guest@127.0.0.1:{_closed_port()}/",
+        tmp_path,
+    )
     assert proc.returncode == ExitCode.USAGE, proc.stderr
     assert "usage" in proc.stderr.lower() and "--no-such-option" in proc.stderr, proc.stderr
     assert "unreachable" not in proc.stderr.lower() and "no broker" not in proc.stderr.lower(), proc.stderr

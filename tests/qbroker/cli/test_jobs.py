@@ -17,15 +17,35 @@ pytestmark = pytest.mark.usefixtures("bridge")  # a Spark bridge: heavy by its f
 
 
 def render_log(path: Path) -> Path:
-    path.write_text("".join(json.dumps({"metatile": "9/0/0", "zoom": 9, "renderer": f"toposm.render.h{i % 2}.1.1",
-                                        "start": 1000.0 + i, "duration": float(i), "status": "ok"}) + "\n"
-                            for i in range(1, 11)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "metatile": "9/0/0",
+                    "zoom": 9,
+                    "renderer": f"toposm.render.h{i % 2}.1.1",
+                    "start": 1000.0 + i,
+                    "duration": float(i),
+                    "status": "ok",
+                }
+            )
+            + "\n"
+            for i in range(1, 11)
+        )
+    )
     return path
 
 
 def stats_args(log: Path) -> list[str]:
-    return ["call", "spark.stats", f"paths={json.dumps([str(log)])}", "wait=true", "window_seconds=5",
-            "--timeout", "120"]
+    return [
+        "call",
+        "spark.stats",
+        f"paths={json.dumps([str(log)])}",
+        "wait=true",
+        "window_seconds=5",
+        "--timeout",
+        "120",
+    ]
 
 
 async def test_call_prints_progress_lines_off_a_terminal_and_jobs_commands(amqp_url, tmp_path) -> None:
@@ -35,8 +55,9 @@ async def test_call_prints_progress_lines_off_a_terminal_and_jobs_commands(amqp_
     assert "\x1b[" not in result.stderr
     job_id = result.json()["job_id"]
     listed = await run_cli(amqp_url, "jobs", "list")
-    assert listed.code == 0 and any(line.split("\t")[:3] == [job_id, "stats", "succeeded"]
-                                    for line in listed.stdout.splitlines()), listed.stdout
+    assert listed.code == 0 and any(
+        line.split("\t")[:3] == [job_id, "stats", "succeeded"] for line in listed.stdout.splitlines()
+    ), listed.stdout
     as_json = await run_cli(amqp_url, "jobs", "list", "--json", "--state", "succeeded")
     assert job_id in [j["job_id"] for j in as_json.json()["jobs"]]
     status = await run_cli(amqp_url, "jobs", "status", job_id)
@@ -52,8 +73,13 @@ async def test_call_prints_progress_lines_off_a_terminal_and_jobs_commands(amqp_
 async def test_call_shows_a_progress_bar_on_a_terminal(amqp_url, tmp_path) -> None:
     master, slave = pty.openpty()
     proc = await asyncio.create_subprocess_exec(
-        QBROKER, *stats_args(render_log(tmp_path / "render.log")), env={**cli_env(amqp_url), "TERM": "xterm"},
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=slave)
+        QBROKER,
+        *stats_args(render_log(tmp_path / "render.log")),
+        env={**cli_env(amqp_url), "TERM": "xterm"},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=slave,
+    )
     os.close(slave)
 
     def read_all() -> bytes:

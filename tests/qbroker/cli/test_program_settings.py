@@ -29,8 +29,9 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_flag_beats_environment_beats_file_beats_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "queuemaster.toml"
-    config.write_text('min_zoom = 3\nmax_zoom = 15\nping_misses = 7\nurl = "amqp://from-file/"\n'
-                      'renderer_users = ["r1", "r2"]\n')
+    config.write_text(
+        'min_zoom = 3\nmax_zoom = 15\nping_misses = 7\nurl = "amqp://from-file/"\nrenderer_users = ["r1", "r2"]\n'
+    )
     monkeypatch.setenv("TOPOSM_CONFIG", str(config))
     monkeypatch.setenv("TOPOSM_MAX_ZOOM", "16")
     monkeypatch.setenv("TOPOSM_MIN_ZOOM", "4")
@@ -44,25 +45,33 @@ def test_flag_beats_environment_beats_file_beats_default(tmp_path: Path, monkeyp
 
 def test_the_shared_options_reach_the_unit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("QBROKER_EXCHANGE_PREFIX", "env.")
-    settings = DeadLetterSettings.parse(["--url", "amqp://a/,amqp://b/", "--drain-timeout", "3", "--hear", "toposm",
-                                         "--hear", "other"])
+    settings = DeadLetterSettings.parse(
+        ["--url", "amqp://a/,amqp://b/", "--drain-timeout", "3", "--hear", "toposm", "--hear", "other"]
+    )
     config = settings.unit_config(dead_letters=True)
     assert config.urls == ["amqp://a/", "amqp://b/"] and config.exchange_prefix == "env."
     assert config.drain_timeout == 3 and config.dead_letters and settings.hear == ["toposm", "other"]
     assert QueuemasterOptions.parse([]).drain_timeout == 5.0  # a program's own default of a shared option
 
 
-@pytest.mark.parametrize("argv, env, problem", [
-    (["--min-zoom", "x"], {}, "--min-zoom"),
-    ([], {"TOPOSM_MAX_ZOOM": "99"}, "--max-zoom (env TOPOSM_MAX_ZOOM)"),
-    ([], {"QBROKER_METRICS_PORT": "70000"}, "--metrics-port (env QBROKER_METRICS_PORT)"),
-    (["--min-zoom", "9", "--max-zoom", "3"], {}, "--min-zoom 9 is above --max-zoom 3"),
-    (["--tile-store", "meta", "--max-zoom", "25"], {}, "--tile-store meta holds zooms up to 20"),
-    (["--config", "/no/such/file.toml"], {}, "--config /no/such/file.toml"),
-])
-def test_every_mistake_is_a_usage_error_naming_the_option(argv: list[str], env: dict[str, str], problem: str,
-                                                          monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, env, problem",
+    [
+        (["--min-zoom", "x"], {}, "--min-zoom"),
+        ([], {"TOPOSM_MAX_ZOOM": "99"}, "--max-zoom (env TOPOSM_MAX_ZOOM)"),
+        ([], {"QBROKER_METRICS_PORT": "70000"}, "--metrics-port (env QBROKER_METRICS_PORT)"),
+        (["--min-zoom", "9", "--max-zoom", "3"], {}, "--min-zoom 9 is above --max-zoom 3"),
+        (["--tile-store", "meta", "--max-zoom", "25"], {}, "--tile-store meta holds zooms up to 20"),
+        (["--config", "/no/such/file.toml"], {}, "--config /no/such/file.toml"),
+    ],
+)
+def test_every_mistake_is_a_usage_error_naming_the_option(
+    argv: list[str],
+    env: dict[str, str],
+    problem: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(SystemExit) as exit_:
@@ -80,7 +89,8 @@ def test_an_unknown_key_in_the_file_is_a_usage_error(tmp_path: Path, capsys: pyt
 
 
 def test_help_shows_each_options_default_and_environment_variable_never_a_password(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("COLUMNS", "400")  # one option a line
     monkeypatch.setenv("QBROKER_URL", "amqp://operator:s3cret@broker/")
     with pytest.raises(SystemExit) as exit_:
@@ -106,8 +116,16 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_shared_options_are_every_programs() -> None:
-    shared = {"url", "exchange_prefix", "metrics_port", "metrics_host", "drain_timeout", "log_format", "log_level",
-              "config"}
+    shared = {
+        "url",
+        "exchange_prefix",
+        "metrics_port",
+        "metrics_host",
+        "drain_timeout",
+        "log_format",
+        "log_level",
+        "config",
+    }
     assert set(ProgramSettings.model_fields) == shared
     for model in (QueuemasterOptions, DeadLetterSettings):
         assert shared <= set(model.model_fields)
@@ -115,7 +133,6 @@ def test_the_shared_options_are_every_programs() -> None:
 
 def test_the_exit_code_table_in_the_docs_is_the_librarys() -> None:
     text = (ROOT / "docs" / "cli.md").read_text()
-    table = text[text.index("## Exit codes"):]
+    table = text[text.index("## Exit codes") :]
     rows = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| (\d+) \| `(\w+)` \|", table, re.M)}
     assert rows == {int(code): code.name for code in ExitCode}
-

@@ -23,13 +23,19 @@ async def test_schedule_add_list_remove_with_a_scheduler_process(amqp_url: str) 
     async def tick(n: int) -> None:
         await ticks.put(n)
 
-    scheduler = await asyncio.create_subprocess_exec(QBROKER, "schedule", "serve", env=cli_env(amqp_url, **env),
-                                                     stdout=asyncio.subprocess.DEVNULL,
-                                                     stderr=asyncio.subprocess.PIPE)
+    scheduler = await asyncio.create_subprocess_exec(
+        QBROKER,
+        "schedule",
+        "serve",
+        env=cli_env(amqp_url, **env),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         async with server:
-            usage = await run_cli(amqp_url, "schedule", "add", "test.tick", "n=4", "--every", "1", "--cron",
-                                  "* * * * *", **env)
+            usage = await run_cli(
+                amqp_url, "schedule", "add", "test.tick", "n=4", "--every", "1", "--cron", "* * * * *", **env
+            )
             assert usage.code == 64 and "exactly one of every or cron" in usage.stderr
 
             added = await run_cli(amqp_url, "schedule", "add", "test.tick", "n=4", "--every", "0.2", **env)
@@ -48,6 +54,7 @@ async def test_schedule_add_list_remove_with_a_scheduler_process(amqp_url: str) 
             assert f"{schedule_id}  cast  test.tick  every 0.2s" in table.stdout
 
             assert (await run_cli(amqp_url, "schedule", "remove", schedule_id, **env)).code == 0
+
             async def removed() -> bool:
                 return (await run_cli(amqp_url, "schedule", "list", **env)).stdout.strip() == "no schedules"
 

@@ -14,7 +14,7 @@ import pytest
 from harness import HANG
 from tests.qbroker.cli.helpers import QBROKER, cli_env, run_cli
 
-MODULE = '''
+MODULE = """
 import asyncio
 from pathlib import Path
 
@@ -51,7 +51,7 @@ unit = Unit("served.unit")  # a Unit the module builds itself
 @unit.rpc("served.echo")
 async def echo(text: str) -> str:
     return text
-'''
+"""
 
 
 async def _wait_for(path: Path, proc: asyncio.subprocess.Process) -> None:
@@ -63,8 +63,16 @@ async def _wait_for(path: Path, proc: asyncio.subprocess.Process) -> None:
 
 async def _start(tmp_path: Path, amqp_url: str, spec: str, *args: str) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
-        QBROKER, "serve", spec, *args, cwd=tmp_path, env=cli_env(amqp_url, QBROKER_DRAIN_TIMEOUT="30"),
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        QBROKER,
+        "serve",
+        spec,
+        *args,
+        cwd=tmp_path,
+        env=cli_env(amqp_url, QBROKER_DRAIN_TIMEOUT="30"),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert proc.stderr is not None
     async with asyncio.timeout(HANG):
         async for line in proc.stderr:
@@ -113,14 +121,21 @@ async def test_serve_a_factory_or_a_unit(amqp_url: str, tmp_path: Path, spec: st
             await proc.wait()
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (("no_such_module_here:Service",), "qbroker: usage: no module named 'no_such_module_here'"),
-    (("tests.qbroker.cli.helpers:NoSuchThing",),
-     "qbroker: usage: module 'tests.qbroker.cli.helpers' has no attribute 'NoSuchThing'"),
-    (("tests.qbroker.cli.helpers:QBROKER",),
-     "qbroker: usage: tests.qbroker.cli.helpers:QBROKER is a str: expected a Unit"),
-    (("tests.qbroker.cli.helpers",), "qbroker: usage: 'tests.qbroker.cli.helpers': expected MODULE:NAME"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("no_such_module_here:Service",), "qbroker: usage: no module named 'no_such_module_here'"),
+        (
+            ("tests.qbroker.cli.helpers:NoSuchThing",),
+            "qbroker: usage: module 'tests.qbroker.cli.helpers' has no attribute 'NoSuchThing'",
+        ),
+        (
+            ("tests.qbroker.cli.helpers:QBROKER",),
+            "qbroker: usage: tests.qbroker.cli.helpers:QBROKER is a str: expected a Unit",
+        ),
+        (("tests.qbroker.cli.helpers",), "qbroker: usage: 'tests.qbroker.cli.helpers': expected MODULE:NAME"),
+    ],
+)
 async def test_a_bad_name_is_one_line_exit_64(amqp_url: str, args: tuple[str, ...], says: str) -> None:
     result = await run_cli(amqp_url, "serve", *args)
     assert result.code == 64

@@ -65,9 +65,7 @@ def test_exit_codes_for_core_errors() -> None:
     assert exit_code_for(UsageProblem("x")) == ExitCode.USAGE
 
 
-def captured(
-    exchange: str, routing_key: str, *, source: str = "traffic", at: float = 100.0, **kw: object
-) -> Captured:
+def captured(exchange: str, routing_key: str, *, source: str = "traffic", at: float = 100.0, **kw: object) -> Captured:
     return Captured(
         source=source,
         exchange=exchange,
@@ -99,21 +97,12 @@ def test_decode_request_reply_and_pairing() -> None:
             message_id="m2",
             correlation_id="m1",
             body=b"",
-            headers={
-                "version": 1,
-                "app": "server",
-                "error": {"status": "warn", "id": "partial", "message": "half"},
-            },
+            headers={"version": 1, "app": "server", "error": {"status": "warn", "id": "partial", "message": "half"}},
         ),
         ROLES,
     )
     assert request is not None and reply is not None
-    assert (request.kind, request.name, request.app, request.correlation_id) == (
-        "request",
-        "svc.echo",
-        "client",
-        "m1",
-    )
+    assert (request.kind, request.name, request.app, request.correlation_id) == ("request", "svc.echo", "client", "m1")
     assert (reply.kind, reply.status, reply.error_id, reply.to_uuid, reply.name) == (
         "reply",
         "warn",
@@ -132,8 +121,7 @@ def test_decode_request_reply_and_pairing() -> None:
 def test_gather_alert_pairs_many_replies_and_tracker_is_bounded() -> None:
     tracker = RequestTracker(max_pending=2)
     ping = decode(
-        captured("alert", "qbroker.ping", message_id="p", reply_to="me", headers={"name": "qbroker.ping"}),
-        ROLES,
+        captured("alert", "qbroker.ping", message_id="p", reply_to="me", headers={"name": "qbroker.ping"}), ROLES
     )
     assert ping is not None
     tracker.observe(ping)
@@ -163,11 +151,7 @@ def test_decode_dead_letters() -> None:
         ),
         ROLES,
     )
-    assert expired is not None and (expired.kind, expired.reason, expired.via) == (
-        "dead",
-        "expired",
-        "rpc:svc.slow",
-    )
+    assert expired is not None and (expired.kind, expired.reason, expired.via) == ("dead", "expired", "rpc:svc.slow")
     unroutable = decode(captured("rpc", "svc.none", source="dead", message_id="m2"), ROLES)
     assert unroutable is not None and (unroutable.reason, unroutable.via, unroutable.name) == (
         "unroutable",
@@ -177,9 +161,7 @@ def test_decode_dead_letters() -> None:
 
 
 def test_filters() -> None:
-    reply = decode(
-        captured("reply", "u1", app_id="u2", correlation_id="m1", headers={"app": "server"}), ROLES
-    )
+    reply = decode(captured("reply", "u1", app_id="u2", correlation_id="m1", headers={"app": "server"}), ROLES)
     assert reply is not None
     reply.name, reply.to_app = "svc.echo", "client"
     assert EventFilter.build(names=["svc.*"])(reply)
@@ -197,11 +179,7 @@ def test_directory_binds_only_announced_names() -> None:
     assert directory.learn({"app": "me-myself", "uuid": "me"}) is None
     directory.learn({"app": "a", "uuid": "u1", "endpoints": ["svc.x"], "listeners": ["toposm.#"]})
     directory.learn({"app": "b", "uuid": "u2", "endpoints": {"svc.x": {}, "svc.y": {}}, "listeners": []})
-    assert (
-        directory.follow_caller("c9")
-        and not directory.follow_caller("u1")
-        and not directory.follow_caller("me")
-    )
+    assert directory.follow_caller("c9") and not directory.follow_caller("u1") and not directory.follow_caller("me")
     desired = directory.desired()
     assert desired.rpc == {"svc.x", "svc.y"} and desired.alert == set(DISCOVERY_ALERTS) | {"toposm.#"}
     assert desired.reply == {"u1", "u2", "c9"}
@@ -251,9 +229,7 @@ async def test_reply_before_its_request_is_held_and_paired() -> None:
 
     out = io.StringIO()
     unit = Unit("test.debugger", config=Config(dead_letters=False))
-    debugger = Debugger(
-        unit, unit.config, DebugSettings(renderer=Renderer(as_json=True, with_body=False, stream=out))
-    )
+    debugger = Debugger(unit, unit.config, DebugSettings(renderer=Renderer(as_json=True, with_body=False, stream=out)))
     reply = captured("reply", "u1", at=100.0, app_id="u2", correlation_id="m1", headers={"app": "server"})
     request = captured(
         "rpc",

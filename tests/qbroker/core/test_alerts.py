@@ -143,8 +143,9 @@ async def test_start_and_stop_are_announced(make_unit: MakeUnit) -> None:
 
     await unit.start()
     await unit.stop()
-    await eventually(lambda: any(name == "qbroker.stop" and body["uuid"] == unit.uuid for name, body in seen),
-                     timeout=HANG)
+    await eventually(
+        lambda: any(name == "qbroker.stop" and body["uuid"] == unit.uuid for name, body in seen), timeout=HANG
+    )
     start = next(body for name, body in seen if name == "qbroker.start" and body["uuid"] == unit.uuid)
     assert start["app"] == "test.announced"
     assert start["endpoints"] == ["t.announced"]

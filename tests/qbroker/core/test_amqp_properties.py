@@ -19,25 +19,38 @@ from qbroker.errors import ErrorInfo
 
 short_text = st.text(max_size=40) | st.sampled_from(["", "application/json", "rpc", "reply", "guest", "é" * 127])
 keys = st.text(min_size=1, max_size=20) | st.sampled_from(["version", "app", "name", "deadline", "k" * 129])
-scalars = (st.text(max_size=30) | st.booleans() | st.none() | st.floats(allow_nan=False, width=32)
-           | st.integers(min_value=-(2**63), max_value=2**63 - 1)
-           | st.datetimes(timezones=st.just(datetime.UTC)).map(lambda d: d.replace(microsecond=0))
-           | st.binary(max_size=10).map(bytearray))
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=3),
-                      max_leaves=8)
+scalars = (
+    st.text(max_size=30)
+    | st.booleans()
+    | st.none()
+    | st.floats(allow_nan=False, width=32)
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.datetimes(timezones=st.just(datetime.UTC)).map(lambda d: d.replace(microsecond=0))
+    | st.binary(max_size=10).map(bytearray)
+)
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=3), max_leaves=8
+)
 tables = st.none() | st.dictionaries(keys, values, max_size=6)
 timestamps = st.none() | st.datetimes(
-    min_value=datetime.datetime(1971, 1, 1), max_value=datetime.datetime(2200, 1, 1), timezones=st.just(datetime.UTC),
+    min_value=datetime.datetime(1971, 1, 1), max_value=datetime.datetime(2200, 1, 1), timezones=st.just(datetime.UTC)
 )
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    content_type=st.none() | short_text, content_encoding=st.none() | short_text, headers=tables,
-    delivery_mode=st.none() | st.sampled_from([1, 2]), priority=st.none() | st.integers(0, 255),
-    correlation_id=st.none() | short_text, reply_to=st.none() | short_text,
-    expiration=st.none() | st.integers(0, 10**9).map(str), message_id=st.none() | short_text,
-    timestamp=timestamps, message_type=st.none() | short_text, user_id=st.none() | short_text,
+    content_type=st.none() | short_text,
+    content_encoding=st.none() | short_text,
+    headers=tables,
+    delivery_mode=st.none() | st.sampled_from([1, 2]),
+    priority=st.none() | st.integers(0, 255),
+    correlation_id=st.none() | short_text,
+    reply_to=st.none() | short_text,
+    expiration=st.none() | st.integers(0, 10**9).map(str),
+    message_id=st.none() | short_text,
+    timestamp=timestamps,
+    message_type=st.none() | short_text,
+    user_id=st.none() | short_text,
     app_id=st.none() | short_text,
 )
 def test_property_lists_are_pamqps_byte_for_byte(**fields: Any) -> None:
@@ -77,13 +90,41 @@ def test_true_and_one_are_not_confused_by_the_memo() -> None:
 def _envelopes() -> list[OutgoingMessage]:
     error = ErrorInfo(status="fail", id="bad_body", part="bench.echo", message="no", detail="n=1")
     return [
-        build_message({"text": "hello", "n": 1}, kind="rpc", app_id="a" * 32, app="bench.client",
-                      message_id=new_message_id(), name="bench.echo", reply_to="b" * 32, deadline=1795500000.25,
-                      expiration_s=60, user_id="guest", persistent=True, notify=True, debug=True, priority=5),
-        build_message(None, kind="reply", app_id="c" * 32, app="bench.server", message_id=new_message_id(),
-                      correlation_id="d" * 32, error=error, user_id="guest"),
-        build_message({"x": 1}, kind="alert", app_id="e" * 32, app="ä-app", message_id=new_message_id(),
-                      name="some.alert", expiration_s=0.001),
+        build_message(
+            {"text": "hello", "n": 1},
+            kind="rpc",
+            app_id="a" * 32,
+            app="bench.client",
+            message_id=new_message_id(),
+            name="bench.echo",
+            reply_to="b" * 32,
+            deadline=1795500000.25,
+            expiration_s=60,
+            user_id="guest",
+            persistent=True,
+            notify=True,
+            debug=True,
+            priority=5,
+        ),
+        build_message(
+            None,
+            kind="reply",
+            app_id="c" * 32,
+            app="bench.server",
+            message_id=new_message_id(),
+            correlation_id="d" * 32,
+            error=error,
+            user_id="guest",
+        ),
+        build_message(
+            {"x": 1},
+            kind="alert",
+            app_id="e" * 32,
+            app="ä-app",
+            message_id=new_message_id(),
+            name="some.alert",
+            expiration_s=0.001,
+        ),
     ]
 
 
@@ -102,6 +143,7 @@ def test_qbrokers_envelopes_decode_to_what_was_built(message: OutgoingMessage) -
     assert got.expiration == (None if message.expiration is None else str(int(message.expiration * 1000)))
     assert got.timestamp is not None and message.timestamp is not None
     assert int(got.timestamp.timestamp()) == int(float(message.timestamp))  # type: ignore[arg-type]
+
     def text(value: Any) -> Any:
         if isinstance(value, dict):
             return {k: text(v) for k, v in value.items()}
@@ -126,7 +168,6 @@ def test_the_memo_stays_bounded() -> None:
         properties = Basic.Properties(app_id=f"app-{n}", headers={"name": f"n{n}"})
         assert encode_properties(properties) == Basic.Properties.marshal(properties)
     assert len(amqp_properties._memo) <= amqp_properties._MEMO_SIZE
-
 
 
 def test_a_received_non_utf8_header_can_be_published_again() -> None:

@@ -19,13 +19,39 @@ from qbroker.bus import Bus
 from qbroker.config import Config
 from qbroker.envelope import OutgoingMessage
 
-FIELDS = ("body", "headers", "content_type", "content_encoding", "delivery_mode", "priority", "correlation_id",
-          "reply_to", "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "exchange",
-          "routing_key", "redelivered", "consumer_tag", "delivery_tag")
+FIELDS = (
+    "body",
+    "headers",
+    "content_type",
+    "content_encoding",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
+    "exchange",
+    "routing_key",
+    "redelivered",
+    "consumer_tag",
+    "delivery_tag",
+)
 PROPERTIES: dict[str, Any] = dict(
     headers={"version": 1, "name": "t.x", "deadline": 1795500000000, "nested": {"a": "b"}, "flag": True},
-    content_type="application/json", content_encoding="identity", priority=3, correlation_id="c1",
-    reply_to="r1", expiration=12.5, message_id="m1", type="rpc", user_id="guest", app_id="a1",
+    content_type="application/json",
+    content_encoding="identity",
+    priority=3,
+    correlation_id="c1",
+    reply_to="r1",
+    expiration=12.5,
+    message_id="m1",
+    type="rpc",
+    user_id="guest",
+    app_id="a1",
     timestamp=datetime.datetime(2026, 11, 24, 7, 0, tzinfo=datetime.UTC),
 )
 
@@ -56,8 +82,11 @@ async def test_delivery_reads_what_incoming_message_reads(amqp_url: str, kind: s
         await mine.bind(exchange)
         await theirs.bind("t.fanout")
         delivery_mode = 2 if persistent else 1
-        message = (OutgoingMessage(b'{"n": 1}', delivery_mode=delivery_mode, **PROPERTIES) if kind == "outgoing"
-                   else aio_pika.Message(b'{"n": 1}', delivery_mode=delivery_mode, **PROPERTIES))
+        message = (
+            OutgoingMessage(b'{"n": 1}', delivery_mode=delivery_mode, **PROPERTIES)
+            if kind == "outgoing"
+            else aio_pika.Message(b'{"n": 1}', delivery_mode=delivery_mode, **PROPERTIES)
+        )
         await exchange.publish(message, routing_key="t.key")
         delivered, incoming = await asyncio.gather(_receive(mine), _receive(theirs))
         assert isinstance(delivered, Delivery)
@@ -109,13 +138,17 @@ async def test_settling_errors_are_aio_pikas(amqp_url: str) -> None:
         await connection.close()
 
 
-
 async def test_acks_queued_on_the_connection_reach_the_broker_by_a_flush(amqp_url: str) -> None:
     # Acks (and replies) are queued, not awaited until written, and closing a connection drops what is
     # still queued (here ~5% of a burst of 200 acks without the flush): Bus.flush, which a unit's stop
     # runs before it closes, is what gets them out.
-    bus = Bus(Config(url=amqp_url), app="test.flush", uuid=uuid.uuid4().hex, log=structlog.get_logger(),
-              on_connected=lambda _: asyncio.sleep(0))
+    bus = Bus(
+        Config(url=amqp_url),
+        app="test.flush",
+        uuid=uuid.uuid4().hex,
+        log=structlog.get_logger(),
+        on_connected=lambda _: asyncio.sleep(0),
+    )
     await bus.start()
     try:
         assert await bus.wait_connected(HANG)

@@ -38,10 +38,20 @@ async def _collector_ping(client: Unit) -> dict | None:
 @pytest.mark.parametrize("reader", ["closed", "stalled"])
 async def test_collector_with_a_dead_log_pipe_answers_acks_and_stops(amqp_url: str, reader: str) -> None:
     prefix = f"logpipe{uuid.uuid4().hex[:6]}."
-    env = dict(os.environ, QBROKER_URL=amqp_url, QBROKER_EXCHANGE_PREFIX=prefix, QBROKER_LOG_LEVEL="DEBUG",
-               QBROKER_DRAIN_TIMEOUT=str(DRAIN_TIMEOUT))
-    collector = subprocess.Popen([sys.executable, "-m", "qbroker.cli.dead_letter"], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    env = dict(
+        os.environ,
+        QBROKER_URL=amqp_url,
+        QBROKER_EXCHANGE_PREFIX=prefix,
+        QBROKER_LOG_LEVEL="DEBUG",
+        QBROKER_DRAIN_TIMEOUT=str(DRAIN_TIMEOUT),
+    )
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "qbroker.cli.dead_letter"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
     config = Config(url=amqp_url, exchange_prefix=prefix, dead_letters=False)
     client = Unit("test.client", config=config)
     try:

@@ -65,12 +65,13 @@ async def _listed(client: Unit, predicate: Any) -> tuple[str | None, list[dict[s
 
 
 async def test_one_scheduler_is_active_and_a_standby_takes_over_with_the_schedules(
-        make_unit: MakeUnit, transport: str) -> None:
+    make_unit: MakeUnit, transport: str
+) -> None:
     prefix, ticks, client = await _setup(make_unit)
     first, first_scheduler = await _scheduler(make_unit, prefix, "test.scheduler.a")
     second, second_scheduler = await _scheduler(make_unit, prefix, "test.scheduler.b")
     await eventually(lambda: first_scheduler.active or second_scheduler.active, timeout=HANG)
-    active, standby = ((first, second_scheduler) if first_scheduler.active else (second, first_scheduler))
+    active, standby = (first, second_scheduler) if first_scheduler.active else (second, first_scheduler)
 
     schedule_id = await add_schedule(client, ScheduleSpec(name="test.tick", body={"n": 1}, every=0.05))
     for _ in range(3):
@@ -157,8 +158,13 @@ async def test_forged_and_invalid_schedules_are_refused(make_unit: MakeUnit, tra
     await eventually(lambda: scheduler.active, timeout=HANG)
     assert client.connection is not None
     channel = await client.connection.channel()  # a raw AMQP client writing to the queue directly
-    forged = [b"not json", b'{"op": "set"}', b'{"op": "set", "created_at": 0, "schedule": {"name": "#", "every": 1}}',
-              b'{"op": "drop table"}', b"[" * 100_000]
+    forged = [
+        b"not json",
+        b'{"op": "set"}',
+        b'{"op": "set", "created_at": 0, "schedule": {"name": "#", "every": 1}}',
+        b'{"op": "drop table"}',
+        b"[" * 100_000,
+    ]
     for body in forged:
         await channel.default_exchange.publish(aio_pika.Message(body), routing_key=schedules_queue(client.config))
     await channel.close()
@@ -195,8 +201,9 @@ async def test_a_removed_schedule_stays_removed(make_unit: MakeUnit, transport: 
     assert client.connection is not None
     channel = await client.connection.channel()
     stale = {"op": "set", "schedule": spec.model_dump(mode="json"), "runs": 99, "created_at": created_at}
-    await channel.default_exchange.publish(aio_pika.Message(orjson.dumps(stale)),
-                                           routing_key=schedules_queue(client.config))
+    await channel.default_exchange.publish(
+        aio_pika.Message(orjson.dumps(stale)), routing_key=schedules_queue(client.config)
+    )
     await channel.close()
     await eventually(lambda: scheduler.stale > stale_before, timeout=HANG)
     _, listed = await list_schedules(client)

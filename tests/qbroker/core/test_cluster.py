@@ -36,8 +36,9 @@ def cluster() -> Iterator[Cluster]:
 
 def _config(cluster: Cluster, first: int = 0, **extra: Any) -> Config:
     # Every unit lists the three nodes, node 1 first unless told: it connects there and fails over along the list.
-    return Config(url=cluster.url(first), queue_type="quorum", heartbeat=5, reconnect_backoff_max=0.5,
-                  connect_timeout=2, **extra)
+    return Config(
+        url=cluster.url(first), queue_type="quorum", heartbeat=5, reconnect_backoff_max=0.5, connect_timeout=2, **extra
+    )
 
 
 def _first_run_dies(server: Unit) -> tuple[list[str | None], asyncio.Event]:
@@ -116,9 +117,16 @@ async def test_a_call_whose_confirm_died_with_its_node_is_published_again_and_an
     server = Unit("test.cluster.server", config=_config(cluster))
     runs, holding = _first_run_dies(server)
 
-    client = Unit("test.cluster.client", config=Config(
-        url=",".join([relay.url, *cluster.urls(1)]), queue_type="quorum", heartbeat=5, reconnect_backoff_max=0.5,
-        connect_timeout=2))  # its reply queue exclusive: only the copy published again can be answered
+    client = Unit(
+        "test.cluster.client",
+        config=Config(
+            url=",".join([relay.url, *cluster.urls(1)]),
+            queue_type="quorum",
+            heartbeat=5,
+            reconnect_backoff_max=0.5,
+            connect_timeout=2,
+        ),
+    )  # its reply queue exclusive: only the copy published again can be answered
     await server.start()
     await client.start()
     try:

@@ -26,10 +26,24 @@ from tests.conftest import MakeUnit
 WARNING = "shared object exists with other settings; used as it is"
 # What the original's dead-letter collector answers (captured from trio_qbroker 4a46a50 on RabbitMQ 3.10): its
 # own error element, in its own codec, which qbroker cannot read.
-ORIGINAL_DEAD_ANSWER = {"debug": False, "version": 1, "error": {
-    "s": "error", "m": "Dead: queue=rpc route=t.nobody", "c": "DeadLettered", "_o": "m_err",
-    "e": {"e": "trio_qbroker.conn.DeadLettered", "a0": "rpc", "a1": "t.nobody", "_o": "exc",
-          "r": "DeadLettered('rpc', 't.nobody')", "s": "Dead: queue=rpc route=t.nobody"}}}
+ORIGINAL_DEAD_ANSWER = {
+    "debug": False,
+    "version": 1,
+    "error": {
+        "s": "error",
+        "m": "Dead: queue=rpc route=t.nobody",
+        "c": "DeadLettered",
+        "_o": "m_err",
+        "e": {
+            "e": "trio_qbroker.conn.DeadLettered",
+            "a0": "rpc",
+            "a1": "t.nobody",
+            "_o": "exc",
+            "r": "DeadLettered('rpc', 't.nobody')",
+            "s": "Dead: queue=rpc route=t.nobody",
+        },
+    },
+}
 
 
 async def _channel(make_unit: MakeUnit) -> Channel:
@@ -42,8 +56,9 @@ async def _channel(make_unit: MakeUnit) -> Channel:
 
 async def declare_like_the_original(channel: Channel, prefix: str, *, dead_collector: bool) -> None:
     await channel.declare_exchange(prefix + "alert", "topic", durable=True, arguments={})
-    await channel.declare_exchange(prefix + "rpc", "topic", durable=True,
-                                   arguments={"alternate-exchange": prefix + "dead"})
+    await channel.declare_exchange(
+        prefix + "rpc", "topic", durable=True, arguments={"alternate-exchange": prefix + "dead"}
+    )
     await channel.declare_exchange(prefix + "reply", "direct", durable=True, arguments={})
     if dead_collector:
         await channel.declare_exchange(prefix + "dead", "topic", durable=True, arguments={})
@@ -68,10 +83,8 @@ async def test_a_unit_starts_where_the_original_and_its_collector_declared_first
     unit = await make_unit("test.beside", exchange_prefix=prefix)
     warned = _warned(await _start(unit))
     assert warned == {
-        f"exchange '{prefix}dead': type is 'topic' there, qbroker declares 'fanout'":
-            "none: the dead queue is bound with '#', so a topic exchange gives it every key",
-        f"exchange '{prefix}alert': alternate-exchange is none there, qbroker declares '{prefix}dead'":
-            "alerts nobody listens to are dropped unseen instead of counted as dead",
+        f"exchange '{prefix}dead': type is 'topic' there, qbroker declares 'fanout'": "none: the dead queue is bound with '#', so a topic exchange gives it every key",
+        f"exchange '{prefix}alert': alternate-exchange is none there, qbroker declares '{prefix}dead'": "alerts nobody listens to are dropped unseen instead of counted as dead",
     }
     with pytest.raises(NoServer):  # our collector answers through the original's topic `dead`
         await unit.call("t.nobody", timeout=HANG)
@@ -82,8 +95,9 @@ async def test_a_unit_starts_where_the_original_without_a_collector_declared_fir
     await declare_like_the_original(await _channel(make_unit), prefix, dead_collector=False)
     unit = await make_unit("test.beside", exchange_prefix=prefix)
     warned = _warned(await _start(unit))
-    assert list(warned) == [f"exchange '{prefix}alert': alternate-exchange is none there, qbroker declares "
-                            f"'{prefix}dead'"]
+    assert list(warned) == [
+        f"exchange '{prefix}alert': alternate-exchange is none there, qbroker declares '{prefix}dead'"
+    ]
     with pytest.raises(NoServer):
         await unit.call("t.nobody", timeout=HANG)
 
@@ -92,8 +106,11 @@ async def test_a_name_the_original_serves_too_is_served_from_its_queue(make_unit
     prefix = f"t.orig.{uuid.uuid4().hex[:8]}."
     channel = await _channel(make_unit)
     await declare_like_the_original(channel, prefix, dead_collector=False)
-    queue = await channel.declare_queue(f"{prefix}rpc_t.both", auto_delete=True, arguments={
-        "x-dead-letter-exchange": prefix + "dead", "x-message-ttl": 10_000})
+    queue = await channel.declare_queue(
+        f"{prefix}rpc_t.both",
+        auto_delete=True,
+        arguments={"x-dead-letter-exchange": prefix + "dead", "x-message-ttl": 10_000},
+    )
     await queue.bind(prefix + "rpc", routing_key="t.both")
     server = await make_unit("test.server", exchange_prefix=prefix)
 
@@ -102,8 +119,11 @@ async def test_a_name_the_original_serves_too_is_served_from_its_queue(make_unit
         return "qbroker"
 
     warned = _warned(await _start(server))
-    queue_warnings = {difference.split(":")[1].split()[0]: cost for difference, cost in warned.items()
-                      if difference.startswith(f"queue '{prefix}rpc_t.both'")}
+    queue_warnings = {
+        difference.split(":")[1].split()[0]: cost
+        for difference, cost in warned.items()
+        if difference.startswith(f"queue '{prefix}rpc_t.both'")
+    }
     assert set(queue_warnings) == {"durable", "auto_delete", "x-expires", "x-message-ttl"}
     assert queue_warnings["x-message-ttl"] == "messages waiting longer than 10000 ms are dropped or dead-lettered"
     client = await make_unit("test.client", exchange_prefix=prefix)
@@ -111,16 +131,22 @@ async def test_a_name_the_original_serves_too_is_served_from_its_queue(make_unit
     assert await client.call("t.both", timeout=HANG) == "qbroker"
 
 
-async def _foreign_collector(channel: Channel, prefix: str, answer: dict[str, Any],
-                             answered: asyncio.Event) -> None:
+async def _foreign_collector(channel: Channel, prefix: str, answer: dict[str, Any], answered: asyncio.Event) -> None:
     """Another program's dead-letter collector on the original's `deadrpc` queue: answers every dead request
     at once with ``answer`` (its headers), in the original's codec."""
     reply = await channel.get_exchange(prefix + "reply", ensure=False)
 
     async def on_dead(message: Any) -> None:
-        await reply.publish(aio_pika.Message(b"null", headers=answer, content_type="application/json+obj",
-                                             correlation_id=message.message_id, type="reply"),
-                            routing_key=message.reply_to)
+        await reply.publish(
+            aio_pika.Message(
+                b"null",
+                headers=answer,
+                content_type="application/json+obj",
+                correlation_id=message.message_id,
+                type="reply",
+            ),
+            routing_key=message.reply_to,
+        )
         await message.ack()
         answered.set()
 

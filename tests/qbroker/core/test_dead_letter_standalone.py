@@ -19,11 +19,13 @@ pytestmark = pytest.mark.rabbitmq_only
 
 async def test_standalone_collector_answers_for_units_that_do_not_collect(amqp_url: str) -> None:
     env = dict(os.environ, QBROKER_URL=amqp_url, QBROKER_EXCHANGE_PREFIX="standalone.")
-    collector = subprocess.Popen([sys.executable, "-m", "qbroker.cli.dead_letter"], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "qbroker.cli.dead_letter"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     client = Unit("test.client", config=Config(url=amqp_url, exchange_prefix="standalone.", dead_letters=False))
     await client.start()
     try:
+
         async def collector_answers() -> bool:
             async for reply in client.gather("qbroker.ping", {}, timeout=1):
                 if reply.body["app"] == "qbroker.dead_letter":
@@ -51,11 +53,16 @@ async def test_standalone_collector_listens_where_it_is_told(amqp_url: str, tmp_
     env = dict(os.environ, QBROKER_URL=amqp_url, QBROKER_EXCHANGE_PREFIX="hears.")
     log = tmp_path / "collector.log"
     with open(log, "wb") as out:
-        collector = subprocess.Popen([sys.executable, "-m", "qbroker.cli.dead_letter", "--hear", "toposm"],
-                                     env=env, stdout=out, stderr=subprocess.STDOUT)
+        collector = subprocess.Popen(
+            [sys.executable, "-m", "qbroker.cli.dead_letter", "--hear", "toposm"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     client = Unit("test.client", config=Config(url=amqp_url, exchange_prefix="hears.", dead_letters=False))
     await client.start()
     try:
+
         async def listening() -> bool:
             async for reply in client.gather("qbroker.ping", {}, timeout=1):
                 if reply.body["app"] == "qbroker.dead_letter":
@@ -78,11 +85,16 @@ async def test_standalone_collector_serves_its_metrics(amqp_url: str) -> None:
     its connection), its build info with the installed version, and no `_created` series."""
     env = dict(os.environ, QBROKER_URL=amqp_url, QBROKER_EXCHANGE_PREFIX="measured.")
     port = free_port()
-    collector = subprocess.Popen([sys.executable, "-m", "qbroker.cli.dead_letter", "--metrics-port", str(port)],
-                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "qbroker.cli.dead_letter", "--metrics-port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     client = Unit("test.client", config=Config(url=amqp_url, exchange_prefix="measured.", dead_letters=False))
     await client.start()
     try:
+
         def serving() -> str | None:
             assert collector.poll() is None, collector.communicate()[0].decode()
             try:

@@ -37,8 +37,9 @@ KINDS = ("rpc", "alert", "reply", "dead")
 
 
 def queue_counts(vhost: str, prefix: str) -> dict[str, tuple[int, int]]:
-    out = rabbitmqctl("list_queues", "-p", vhost, "-q", "--no-table-headers", "name", "messages_ready",
-                      "messages_unacknowledged").stdout
+    out = rabbitmqctl(
+        "list_queues", "-p", vhost, "-q", "--no-table-headers", "name", "messages_ready", "messages_unacknowledged"
+    ).stdout
     counts = {}
     for line in out.splitlines():
         parts = line.split()
@@ -89,15 +90,20 @@ async def test_fuzzed_messages_are_all_settled_and_answered(make_unit: MakeUnit,
         expected: dict[str, str] = {}  # token -> kind, for messages that must get exactly one reply
         sent: Counter[str] = Counter()
         unencodable = 0
-        routes = {"rpc": ["t.fuzz", "t.sync", "t.cmd", "t.absent"], "alert": ["fuzz.x"],
-                  "reply": [server.uuid], "dead": ["t.fuzz"]}
+        routes = {
+            "rpc": ["t.fuzz", "t.sync", "t.cmd", "t.absent"],
+            "alert": ["fuzz.x"],
+            "reply": [server.uuid],
+            "dead": ["t.fuzz"],
+        }
         for kind in KINDS:
             for i, original in enumerate(generated):
                 message = Fuzzed(**{**original.__dict__, "token": uuid.uuid4().hex})
                 key = routes[kind][i % len(routes[kind])]
                 try:
-                    await channel.basic_publish(message.body, exchange=prefix + kind, routing_key=key,
-                                                properties=message.properties(me))
+                    await channel.basic_publish(
+                        message.body, exchange=prefix + kind, routing_key=key, properties=message.properties(me)
+                    )
                 except (aiormq.exceptions.AMQPError, ValueError, TypeError, OverflowError, UnicodeError):
                     unencodable += 1  # pamqp could not encode it: not a message the broker ever sees
                     if channel.is_closed:
@@ -106,19 +112,25 @@ async def test_fuzzed_messages_are_all_settled_and_answered(make_unit: MakeUnit,
                 sent[kind] += 1
                 if message.wants_reply and kind in ("rpc", "alert"):
                     expected[message.token] = kind
+
         def missing() -> list[str]:
             return [t for t in expected if t not in replies]
 
-        await eventually(lambda: not missing(), FUZZ_HANG, 0.1,
-                         context=lambda: f"{len(missing())} requests never answered, e.g. {missing()[:3]}")
+        await eventually(
+            lambda: not missing(),
+            FUZZ_HANG,
+            0.1,
+            context=lambda: f"{len(missing())} requests never answered, e.g. {missing()[:3]}",
+        )
 
         # Every consumer has settled everything: nothing ready in our queues, nothing unacked anywhere.
         async def settled() -> bool:
             counts = await asyncio.to_thread(queue_counts, vhost, prefix)
             return all(c == (0, 0) for c in counts.values())
 
-        await eventually(settled, FUZZ_HANG, 0.5,
-                         context=lambda: f"messages left unsettled: {queue_counts(vhost, prefix)}")
+        await eventually(
+            settled, FUZZ_HANG, 0.5, context=lambda: f"messages left unsettled: {queue_counts(vhost, prefix)}"
+        )
         doubles = {t: len(r) for t, r in replies.items() if len(r) > 1}
         collected = server.dead_letters.stats() if server.dead_letters is not None else {}
         assert collected.get("kept_failed", 0) == 0, f"dead requests whose copy could not be kept: {collected}"
@@ -130,9 +142,11 @@ async def test_fuzzed_messages_are_all_settled_and_answered(make_unit: MakeUnit,
                 assert error["status"] in ("error", "fail"), error
                 assert error["id"] in STABLE_IDS, error
                 ids[error["id"]] += 1
-        print(f"fuzz: sent {dict(sent)}, unencodable {unencodable}, expected replies {len(expected)}, "
-              f"answered {len(replies)}, "
-              f"error ids {dict(ids)}")
+        print(
+            f"fuzz: sent {dict(sent)}, unencodable {unencodable}, expected replies {len(expected)}, "
+            f"answered {len(replies)}, "
+            f"error ids {dict(ids)}"
+        )
         assert all(sent[k] >= COUNT // 2 for k in KINDS), sent
     finally:
         await connection.close()

@@ -59,8 +59,9 @@ async def lost(transport: str, request: pytest.FixtureRequest) -> AsyncIterator[
         async def memory_drop() -> int:
             return broker.drop_connections()
 
-        yield LostConfirm(url, url, lambda: broker.lose_connection_after_routing(NAME), lambda: None, memory_count,
-                          memory_drop)
+        yield LostConfirm(
+            url, url, lambda: broker.lose_connection_after_routing(NAME), lambda: None, memory_count, memory_drop
+        )
         MemoryBroker.discard(broker.name)
         return
     amqp_url = request.getfixturevalue("amqp_url")
@@ -72,8 +73,14 @@ async def lost(transport: str, request: pytest.FixtureRequest) -> AsyncIterator[
         return next((int(line.split()[1]) for line in out.splitlines() if line.split()[:1] == [QUEUE]), 0)
 
     try:
-        yield LostConfirm(amqp_url, relay.url, relay.hold_replies, relay.reset, lambda: asyncio.to_thread(
-            rabbitmq_count), lambda: asyncio.to_thread(close_connections, vhost))
+        yield LostConfirm(
+            amqp_url,
+            relay.url,
+            relay.hold_replies,
+            relay.reset,
+            lambda: asyncio.to_thread(rabbitmq_count),
+            lambda: asyncio.to_thread(close_connections, vhost),
+        )
     finally:
         await relay.close()
 
@@ -84,8 +91,10 @@ def _config(url: str, **extra: bool) -> Config:
 
 @pytest.fixture
 async def units(lost: LostConfirm) -> AsyncIterator[tuple[Unit, Unit]]:
-    server, client = Unit("test.server", config=_config(lost.server_url)), Unit("test.client",
-                                                                                config=_config(lost.client_url))
+    server, client = (
+        Unit("test.server", config=_config(lost.server_url)),
+        Unit("test.client", config=_config(lost.client_url)),
+    )
     yield server, client
     for unit in (client, server):
         await unit.stop(drain_timeout=1)
@@ -109,7 +118,8 @@ def _doubling(server: Unit, release: asyncio.Event | None = None) -> tuple[list[
 
 
 async def test_a_call_whose_confirm_was_lost_is_published_again_and_answered_from_the_first_run(
-        lost: LostConfirm, units: tuple[Unit, Unit]) -> None:
+    lost: LostConfirm, units: tuple[Unit, Unit]
+) -> None:
     server, client = units
     runs, got = _doubling(server)
     await server.start()
@@ -126,7 +136,8 @@ async def test_a_call_whose_confirm_was_lost_is_published_again_and_answered_fro
 
 
 async def test_a_copy_that_arrives_while_the_first_runs_waits_for_its_outcome(
-        lost: LostConfirm, units: tuple[Unit, Unit]) -> None:
+    lost: LostConfirm, units: tuple[Unit, Unit]
+) -> None:
     server, client = units
     release = asyncio.Event()
     runs, started = _doubling(server, release)
@@ -170,7 +181,8 @@ async def test_a_guaranteed_cast_whose_confirm_was_lost_runs_once(lost: LostConf
 
 
 async def test_a_copy_does_not_wait_for_a_run_that_went_with_its_connection(
-        lost: LostConfirm, units: tuple[Unit, Unit]) -> None:
+    lost: LostConfirm, units: tuple[Unit, Unit]
+) -> None:
     """The first run goes on after its connection closed (a handler that does not stop when cancelled); the
     request delivered again on the server's new connection is served, not held behind that run. When that run
     ends, its request cannot be settled on the closed channel: nothing more happens (it used to reach the
@@ -217,7 +229,8 @@ async def test_a_copy_does_not_wait_for_a_run_that_went_with_its_connection(
 
 
 async def test_copies_run_once_but_a_forged_copy_is_a_request_of_its_own(
-        lost: LostConfirm, units: tuple[Unit, Unit]) -> None:
+    lost: LostConfirm, units: tuple[Unit, Unit]
+) -> None:
     """Two copies of one guaranteed request (what a caller's second publish makes) run once and are each
     answered; a third message reusing the message id with another body (or sent by anyone but the caller,
     to another reply-to) neither reads the first one's answer nor keeps it from running."""
@@ -236,8 +249,15 @@ async def test_copies_run_once_but_a_forged_copy_is_a_request_of_its_own(
     replies = bus.pending.open_gather(message_id)
 
     def request(n: int) -> OutgoingMessage:
-        return bus.make_message({"n": n}, kind="rpc", name=NAME, message_id=message_id, reply_to=bus.uuid,
-                                deadline=time.time() + HANG, persistent=True)
+        return bus.make_message(
+            {"n": n},
+            kind="rpc",
+            name=NAME,
+            message_id=message_id,
+            reply_to=bus.uuid,
+            deadline=time.time() + HANG,
+            persistent=True,
+        )
 
     for message in (request(1), request(1), request(2)):
         await bus.publish("rpc", NAME, message)

@@ -51,8 +51,12 @@ asyncio.run(main(sys.argv[1]))
 
 async def _python(*args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, *args, env={"PATH": "/usr/bin:/bin"},  # no QBROKER_LOG_* of the test run's
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        *args,
+        env={"PATH": "/usr/bin:/bin"},  # no QBROKER_LOG_* of the test run's
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()

@@ -28,8 +28,9 @@ raise RuntimeError("boom")
 
 
 def run(level: str) -> list[dict[str, object]]:
-    done = subprocess.run([sys.executable, "-c", SCRIPT, level], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, level], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}
+    )
     assert done.returncode == 1 and not done.stdout
     lines = json_lines(done.stderr, "stderr")
     assert all(line["app"] == "test.pipeline" and line["uuid"] == "u1" for line in lines), lines

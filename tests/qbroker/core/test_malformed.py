@@ -23,22 +23,39 @@ pytestmark = pytest.mark.rabbitmq_only
 class RawClient:
     """A bare aio-pika client that speaks (or mangles) the wire format by hand."""
 
-    def __init__(self, connection: aio_pika.abc.AbstractConnection, channel: aio_pika.abc.AbstractChannel,
-                 replies: asyncio.Queue[aio_pika.abc.AbstractIncomingMessage], uuid_: str) -> None:
+    def __init__(
+        self,
+        connection: aio_pika.abc.AbstractConnection,
+        channel: aio_pika.abc.AbstractChannel,
+        replies: asyncio.Queue[aio_pika.abc.AbstractIncomingMessage],
+        uuid_: str,
+    ) -> None:
         self.connection = connection
         self.channel = channel
         self.replies = replies
         self.uuid = uuid_
 
-    async def send(self, name: str, body: bytes, *, headers: dict[str, Any] | None = None,
-                   content_type: str = "application/json", reply_to: str | None = "",
-                   message_id: str | None = "auto") -> str | None:
+    async def send(
+        self,
+        name: str,
+        body: bytes,
+        *,
+        headers: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+        reply_to: str | None = "",
+        message_id: str | None = "auto",
+    ) -> str | None:
         message_id = uuid.uuid4().hex if message_id == "auto" else message_id
         exchange = await self.channel.get_exchange("rpc")
         await exchange.publish(
-            aio_pika.Message(body, headers=headers if headers is not None else {"version": 1, "name": name},
-                             content_type=content_type, message_id=message_id,
-                             reply_to=self.uuid if reply_to == "" else reply_to, type="rpc"),
+            aio_pika.Message(
+                body,
+                headers=headers if headers is not None else {"version": 1, "name": name},
+                content_type=content_type,
+                message_id=message_id,
+                reply_to=self.uuid if reply_to == "" else reply_to,
+                type="rpc",
+            ),
             routing_key=name,
         )
         return message_id
@@ -92,8 +109,9 @@ class _BrokenAudit(Middleware):
         ("pickle", "bad_body", "not accepted"),
     ],
 )
-async def test_malformed_request_answered_fail(make_unit: MakeUnit, raw_client: RawClient, case: str,
-                                               expected_id: str, expected_text: str) -> None:
+async def test_malformed_request_answered_fail(
+    make_unit: MakeUnit, raw_client: RawClient, case: str, expected_id: str, expected_text: str
+) -> None:
     server = await make_unit("test.server", max_body_bytes=64 * 1024)
     audit = _BrokenAudit()
     server.use(audit)
@@ -155,8 +173,9 @@ async def test_request_without_reply_to_is_dropped_quietly(make_unit: MakeUnit, 
     assert calls == [7, 8]
 
 
-async def test_a_malformed_alert_is_counted_and_told_to_the_middlewares(make_unit: MakeUnit,
-                                                                        raw_client: RawClient) -> None:
+async def test_a_malformed_alert_is_counted_and_told_to_the_middlewares(
+    make_unit: MakeUnit, raw_client: RawClient
+) -> None:
     server = await make_unit("test.server")
     audit = _BrokenAudit()
     server.use(audit)
@@ -170,9 +189,17 @@ async def test_a_malformed_alert_is_counted_and_told_to_the_middlewares(make_uni
     await server.start()
     alert = await raw_client.channel.get_exchange("alert")
     message_id = uuid.uuid4().hex
-    await alert.publish(aio_pika.Message(b'{"n": 1', headers={"version": 1, "name": "t.event"},
-                                         content_type="application/json", message_id=message_id,
-                                         reply_to=raw_client.uuid, type="alert"), routing_key="t.event")
+    await alert.publish(
+        aio_pika.Message(
+            b'{"n": 1',
+            headers={"version": 1, "name": "t.event"},
+            content_type="application/json",
+            message_id=message_id,
+            reply_to=raw_client.uuid,
+            type="alert",
+        ),
+        routing_key="t.event",
+    )
     headers, _ = await raw_client.reply(message_id)
     assert _error(headers)["id"] == "bad_body"
     assert audit.told == [("t.event", "alert", "bad_body")] and heard == []

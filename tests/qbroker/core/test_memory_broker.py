@@ -166,7 +166,12 @@ async def test_reject_and_expiry_dead_letter_with_x_death(connection: MemoryConn
     [rejected] = connection.broker.messages("dead")
     death = rejected.headers["x-death"][0]
     assert (death["reason"], death["queue"], death["exchange"], death["routing-keys"], death["count"]) == (
-        "rejected", "work", "work_ex", ["job"], 1)
+        "rejected",
+        "work",
+        "work_ex",
+        ["job"],
+        1,
+    )
     assert rejected.exchange == "dlx" and rejected.headers["x-first-death-reason"] == "rejected"
 
 

@@ -117,4 +117,3 @@ async def test_running_stops_started_units_when_a_later_start_fails() -> None:
         async with running(server, Unit("test.client", config=down)):
             raise AssertionError("the body must not run")
     assert server.state == "stopped"
-

@@ -50,8 +50,14 @@ async def test_links_run_in_order_around_the_handler(make_unit: MakeUnit, transp
     seen.clear()
     with pytest.raises(RequestFailed, match="invalid_params"):
         await client.call("mw.echo", {"who": {"not": "a string"}})
-    assert seen == ["A> rpc mw.echo", "B> rpc mw.echo", "C> rpc mw.echo", "<C invalid_params",
-                    "<B invalid_params", "<A invalid_params"]  # every link sees the handler's outcome
+    assert seen == [
+        "A> rpc mw.echo",
+        "B> rpc mw.echo",
+        "C> rpc mw.echo",
+        "<C invalid_params",
+        "<B invalid_params",
+        "<A invalid_params",
+    ]  # every link sees the handler's outcome
 
 
 async def test_a_middleware_refuses_before_the_handler_runs(make_unit: MakeUnit, transport: str) -> None:

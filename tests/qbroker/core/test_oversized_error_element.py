@@ -85,9 +85,16 @@ async def test_a_request_whose_headers_nearly_fill_a_frame_cuts_no_connection(ma
         await replies.bind(server.bus.config.exchange_name("reply"), routing_key=me)
         rpc = await channel.get_exchange(server.bus.config.exchange_name("rpc"))
         for name in ("test.padded.nobody", "test.padded.flaky"):
-            await rpc.publish(aio_pika.Message(
-                b"{}", content_type="application/json", message_id=uuid.uuid4().hex, reply_to=me,
-                headers={"version": 1, "name": name, "pad": "x" * 130_900}), routing_key=name)
+            await rpc.publish(
+                aio_pika.Message(
+                    b"{}",
+                    content_type="application/json",
+                    message_id=uuid.uuid4().hex,
+                    reply_to=me,
+                    headers={"version": 1, "name": name, "pad": "x" * 130_900},
+                ),
+                routing_key=name,
+            )
         answers: list[Any] = []
         async with replies.iterator(timeout=HANG) as it:
             async for message in it:

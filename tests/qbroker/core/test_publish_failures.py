@@ -121,8 +121,9 @@ async def test_a_guaranteed_reply_the_broker_refuses_serves_the_request_again(ma
     await client.start()
     assert client.connection is not None
     channel = await client.connection.channel()
-    full = await channel.declare_queue("", exclusive=True,
-                                       arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+    full = await channel.declare_queue(
+        "", exclusive=True, arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
+    )
     await full.bind(client.config.exchange_name("reply"), routing_key=client.uuid)
     refused_on = server.bus.publishing.channel
     call = asyncio.ensure_future(client.call("t.refused_reply", guarantee=True, timeout=60))

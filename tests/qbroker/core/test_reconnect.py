@@ -159,8 +159,10 @@ async def test_broker_restart_with_1000_calls_in_flight(private_node: PrivateNod
         assert sum(outcomes.values()) == 1000
         assert set(outcomes) <= {"ok", "connection_lost", "call_timeout", "queue_timeout"}, outcomes
         assert outcomes["connection_lost"] > 0, outcomes  # the restart did cut calls off
-        print(f"\nRESTART-1000: in flight at stop {in_flight}, outcomes {dict(outcomes)}, "
-              f"broker app start {app_up:.1f}s, service answering {resumed:.1f}s after start_app")
+        print(
+            f"\nRESTART-1000: in flight at stop {in_flight}, outcomes {dict(outcomes)}, "
+            f"broker app start {app_up:.1f}s, service answering {resumed:.1f}s after start_app"
+        )
     finally:
         await client.stop()
         await server.stop()
@@ -184,8 +186,12 @@ async def test_a_guaranteed_request_survives_a_broker_restart(private_node: Priv
     first = server_unit()
     await first.start()  # declares rpc_t.guaranteed (durable)
     await first.stop()  # nobody serves it now: the request will wait in the queue
-    client = Unit("test.client", config=Config(url=private_node.url, heartbeat=5, reconnect_backoff_max=0.5,
-                                                connect_timeout=2, durable_reply_queue=True))
+    client = Unit(
+        "test.client",
+        config=Config(
+            url=private_node.url, heartbeat=5, reconnect_backoff_max=0.5, connect_timeout=2, durable_reply_queue=True
+        ),
+    )
     await client.start()
     second: Unit | None = None
     try:

@@ -147,14 +147,15 @@ async def test_command_endpoint(make_unit: MakeUnit) -> None:
     await client.start()
     assert await client.call("t.queuemaster", {"command": "stats"}) == {"queued": 4}
     assert await client.call("t.queuemaster", {"command": "render", "tile": "2/1/1"}) == {
-        "command": "rendered", "tile": "2/1/1"}
+        "command": "rendered",
+        "tile": "2/1/1",
+    }
     with pytest.raises(UnknownCommand, match="render, stats"):
         await client.call("t.queuemaster", {"command": "explode"})
     with pytest.raises(InvalidParams, match="command"):
         await client.call("t.queuemaster", {"tile": "1/0/0"})
     with pytest.raises(InvalidParams, match="tile"):
         await client.call("t.queuemaster", {"command": "render"})
-
 
 
 class _Request(BaseModel):
@@ -187,9 +188,15 @@ async def test_command_request_model_named_at_registration(make_unit: MakeUnit) 
     client = await make_unit("test.client")
     await client.start()
     assert await client.call("t.models", {"command": "zoom", "zoom": 3}) == {
-        "command": "zoom", "model": "_Zoom", "zoom": 3}
+        "command": "zoom",
+        "model": "_Zoom",
+        "zoom": 3,
+    }
     assert await client.call("t.models", {"command": "tile", "tile": "1/0/0"}) == {
-        "command": "tile", "model": "_Tile", "tile": "1/0/0"}
+        "command": "tile",
+        "model": "_Tile",
+        "tile": "1/0/0",
+    }
     with pytest.raises(InvalidParams, match="zoom"):
         await client.call("t.models", {"command": "zoom", "tile": "1/0/0"})
     assert qm.describe()["commands"]["tile"]["properties"] == {"tile": {"title": "Tile", "type": "string"}}
@@ -202,6 +209,7 @@ def test_command_request_model_needs_one_parameter() -> None:
 
     with pytest.raises(TypeError, match="exactly one parameter"):
         Handler(two, "t:two", request=_Zoom)
+
 
 class TileOutOfRange(RequestFailed):
     error_id = "tile_out_of_range"
@@ -340,8 +348,11 @@ async def test_native_exceptions_by_allow_list(make_unit: MakeUnit) -> None:
     with pytest.raises(KeyError) as key:
         await client.call("t.native", {"kind": "key"})
     assert isinstance(key.value, RequestError)  # still a qbroker error: `except QBrokerError` catches it
-    assert (key.value.id, key.value.message, key.value.detail) == ("python.KeyError", "KeyError in t.native",
-                                                                    "tile 9/1/2")
+    assert (key.value.id, key.value.message, key.value.detail) == (
+        "python.KeyError",
+        "KeyError in t.native",
+        "tile 9/1/2",
+    )
     # The seed: one (status, id, part), one message; what differs per request is the detail.
     with pytest.raises(ValueError) as value:
         await client.call("t.native", {"kind": "value"})

@@ -70,9 +70,13 @@ async def test_run_service_closes_the_unit_when_the_service_fails_to_start(make_
 
 async def _spawn(amqp_url: str, **env: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.qbroker.core.serve_example", cwd=ROOT,
+        sys.executable,
+        "-m",
+        "tests.qbroker.core.serve_example",
+        cwd=ROOT,
         env=dict(os.environ, QBROKER_URL=amqp_url, **env),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
     )
 
 
@@ -112,7 +116,6 @@ async def test_serve_kills_on_a_second_signal(make_unit: MakeUnit, amqp_url: str
     finally:
         if proc.returncode is None:
             proc.kill()
-
 
 
 async def test_a_stop_abandons_the_handlers_still_running_when_its_drain_times_out(make_unit: MakeUnit) -> None:

@@ -59,6 +59,7 @@ async def test_broadcast_reaches_every_server_of_a_name(make_unit: MakeUnit, tra
     servers = [await make_unit(f"test.server{i}") for i in range(3)]
     client = await make_unit("test.client")
     for i, server in enumerate(servers):
+
         async def who(i: int = i) -> int:
             return i
 

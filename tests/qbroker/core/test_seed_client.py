@@ -91,10 +91,16 @@ async def test_reply_from_a_seed_server_is_read(make_unit: MakeUnit, amqp_url: s
             from pamqp.commands import Basic
 
             await server.channel.basic_publish(
-                message.body, exchange="reply", routing_key=props.reply_to,
-                properties=Basic.Properties(correlation_id=props.message_id, content_type="application/json",
-                                            app_id=server.uuid, message_id="r-" + props.message_id,
-                                            headers={"version": 1}),
+                message.body,
+                exchange="reply",
+                routing_key=props.reply_to,
+                properties=Basic.Properties(
+                    correlation_id=props.message_id,
+                    content_type="application/json",
+                    app_id=server.uuid,
+                    message_id="r-" + props.message_id,
+                    headers={"version": 1},
+                ),
             )
             await message.channel.basic_ack(message.delivery_tag)
 

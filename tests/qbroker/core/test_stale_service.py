@@ -31,8 +31,10 @@ async def test_stopped_service_answers_no_server_after_grace(make_unit: MakeUnit
     started = time.monotonic()
     with pytest.raises(NoServer, match="no server for t.stale"):
         await client.call("t.stale", timeout=30)
-    print(f"\nSTALE: no_server answered {1000 * (time.monotonic() - started):.1f} ms after the call, "
-          "once the queue had expired")  # a figure for docs/reliability.md, not an assertion
+    print(
+        f"\nSTALE: no_server answered {1000 * (time.monotonic() - started):.1f} ms after the call, "
+        "once the queue had expired"
+    )  # a figure for docs/reliability.md, not an assertion
 
 
 async def test_requests_queued_during_a_restart_are_served(make_unit: MakeUnit) -> None:
@@ -101,8 +103,9 @@ async def test_server_skips_request_past_its_deadline(make_unit: MakeUnit) -> No
     client = await make_unit("test.client")
     await client.start()
     reply_future = client.pending.expect("late-1")
-    message = client.bus.make_message({}, kind="rpc", name="t.late", message_id="late-1",
-                                      reply_to=client.uuid, deadline=time.time() - 3600)
+    message = client.bus.make_message(
+        {}, kind="rpc", name="t.late", message_id="late-1", reply_to=client.uuid, deadline=time.time() - 3600
+    )
     await client.bus.publish("rpc", "t.late", message)
     reply = await asyncio.wait_for(reply_future, 60)
     assert reply.error is not None and reply.error.id == "deadline_passed"

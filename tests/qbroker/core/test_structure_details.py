@@ -17,12 +17,20 @@ from qbroker.rpc import call
 from tests.conftest import MakeUnit
 
 
-async def _send(client: Unit, routing_key: str, name: str | None, body: Any = None, *,
-                headers: dict[str, Any] | None = None, debug: bool = False) -> Reply:
+async def _send(
+    client: Unit,
+    routing_key: str,
+    name: str | None,
+    body: Any = None,
+    *,
+    headers: dict[str, Any] | None = None,
+    debug: bool = False,
+) -> Reply:
     """A request published with ``routing_key`` whose header says ``name`` (None: no ``name`` header)."""
     message_id = new_message_id()
-    message = client.bus.make_message(body, kind="rpc", name=name or routing_key, message_id=message_id,
-                                      reply_to=client.uuid, debug=debug)
+    message = client.bus.make_message(
+        body, kind="rpc", name=name or routing_key, message_id=message_id, reply_to=client.uuid, debug=debug
+    )
     if name is None:
         del message.headers["name"]
     message.headers.update(headers or {})

@@ -112,8 +112,9 @@ class ForgedTraceparent(Middleware):
         return contextlib.nullcontext()
 
 
-async def test_a_request_without_or_with_a_bad_traceparent_starts_a_trace(make_unit: MakeUnit, transport: str,
-                                                                           spans) -> None:
+async def test_a_request_without_or_with_a_bad_traceparent_starts_a_trace(
+    make_unit: MakeUnit, transport: str, spans
+) -> None:
     provider, exporter = spans
     server: Unit = await make_unit("test.trace.server")
     plain, forged = await make_unit("test.trace.plain"), await make_unit("test.trace.forged")

@@ -25,7 +25,7 @@ def test_unknown_scheme_names_the_registered_ones() -> None:
 
 def test_production_code_does_not_load_the_test_double() -> None:
     """A process that never imports qbroker.testing has no memory transport, and says how to get one."""
-    script = textwrap.dedent('''
+    script = textwrap.dedent("""
         import sys
         import qbroker.cli.dead_letter, qbroker.cli.debug, qbroker.cli.main, qbroker.runner, qbroker.unit
         from qbroker import Config, Unit
@@ -34,7 +34,7 @@ def test_production_code_does_not_load_the_test_double() -> None:
             Unit("x", config=Config(url="memory://x"))
         except ValueError as exc:
             print(exc)
-    ''')
+    """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "import qbroker.testing" in result.stdout

@@ -9,9 +9,13 @@ from tests.conftest import MakeUnit
 
 
 async def test_a_heavier_server_gets_work_first_and_a_lighter_one_only_when_it_is_full(
-        make_unit: MakeUnit, transport: str) -> None:
-    heavy, light, client = (await make_unit("test.heavy"), await make_unit("test.light"),
-                            await make_unit("test.client"))
+    make_unit: MakeUnit, transport: str
+) -> None:
+    heavy, light, client = (
+        await make_unit("test.heavy"),
+        await make_unit("test.light"),
+        await make_unit("test.client"),
+    )
     release = asyncio.Event()
     served: list[str] = []
 

@@ -165,8 +165,15 @@ StartOriginal = Callable[..., Awaitable[OriginalUnit]]
 
 def original_settings(url: str, app: str, **options: Any) -> dict[str, Any]:
     parts = urlsplit(url)
-    return {"host": parts.hostname or "127.0.0.1", "port": parts.port or 5672, "login": unquote(parts.username or ""),
-            "password": unquote(parts.password or ""), "vhost": unquote(parts.path[1:]), "app": app, **options}
+    return {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 5672,
+        "login": unquote(parts.username or ""),
+        "password": unquote(parts.password or ""),
+        "vhost": unquote(parts.path[1:]),
+        "app": app,
+        **options,
+    }
 
 
 def original_env() -> dict[str, str]:
@@ -184,8 +191,14 @@ async def original(peer_python: Path, fresh_url: str, tmp_path: Path) -> AsyncIt
         stderr = tmp_path / f"original-{len(started)}.log"
         with open(stderr, "wb") as err:
             proc = await asyncio.create_subprocess_exec(
-                str(peer_python), str(AGENT), orjson.dumps(original_settings(fresh_url, app, **options)).decode(),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err, env=original_env())
+                str(peer_python),
+                str(AGENT),
+                orjson.dumps(original_settings(fresh_url, app, **options)).decode(),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
+                env=original_env(),
+            )
         unit = OriginalUnit(proc, stderr)
         started.append(unit)
         await unit.wait_ready()

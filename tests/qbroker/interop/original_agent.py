@@ -97,12 +97,24 @@ async def run_command(unit, command):
         return {"ok": None}
     if op == "poll":
         replies = []
-        async for msg in unit.poll(command["name"], data, max_delay=command.get("max_delay", 1.0),
-                                   result_conv=CC_MSG, debug=command.get("debug", False), **options):
+        async for msg in unit.poll(
+            command["name"],
+            data,
+            max_delay=command.get("max_delay", 1.0),
+            result_conv=CC_MSG,
+            debug=command.get("debug", False),
+            **options,
+        ):
             if msg.error is not None:
-                replies.append({"error": {"cls": getattr(msg.error, "cls", None),
-                                          "message": getattr(msg.error, "message", None),
-                                          "status": getattr(msg.error, "status", None)}})
+                replies.append(
+                    {
+                        "error": {
+                            "cls": getattr(msg.error, "cls", None),
+                            "message": getattr(msg.error, "message", None),
+                            "status": getattr(msg.error, "status", None),
+                        }
+                    }
+                )
             else:
                 replies.append({"data": encode(msg.data)})
         return {"replies": replies}
@@ -111,11 +123,18 @@ async def run_command(unit, command):
 
 async def main():
     settings = json.loads(sys.argv[1])
-    cfg = {"amqp": {
-        "server": {"host": settings["host"], "port": settings["port"], "login": settings["login"],
-                   "password": settings["password"], "virtualhost": settings["vhost"]},
-        "handlers": {"dead": settings.get("dead", True), "debug": settings.get("debug", True)},
-    }}
+    cfg = {
+        "amqp": {
+            "server": {
+                "host": settings["host"],
+                "port": settings["port"],
+                "login": settings["login"],
+                "password": settings["password"],
+                "virtualhost": settings["vhost"],
+            },
+            "handlers": {"dead": settings.get("dead", True), "debug": settings.get("debug", True)},
+        }
+    }
     async with trio_qbroker.open_broker(settings["app"], cfg=cfg) as unit:
         if settings.get("serve", True):
             await serve(unit)

@@ -57,8 +57,9 @@ async def test_bodyless_messages_leave_the_original_alive(qbroker_units: MakeUni
     assert await unit.call("orig.echo", "alive?") == "alive?"
 
 
-async def test_an_original_ping_of_another_app_is_not_answered(qbroker_units: MakeUnit,
-                                                               original: StartOriginal) -> None:
+async def test_an_original_ping_of_another_app_is_not_answered(
+    qbroker_units: MakeUnit, original: StartOriginal
+) -> None:
     """The original's ping may name the app (or uuid) it asks for: qbroker units keep to it."""
     unit = await qbroker_units("qb.pinged")
     await unit.start()

@@ -39,8 +39,9 @@ async def test_the_original_discovers_qbroker_units(qbroker_units: MakeUnit, ori
     assert (await orig.rpc("not.here", uuid=unit.uuid))["error"]["type"] == "MsgError"
 
 
-async def test_qbroker_list_shows_original_units(qbroker_units: MakeUnit, original: StartOriginal,
-                                                 fresh_url: str) -> None:
+async def test_qbroker_list_shows_original_units(
+    qbroker_units: MakeUnit, original: StartOriginal, fresh_url: str
+) -> None:
     unit = await qbroker_units("qb.lister")
     await unit.start()
     orig = await original("orig.listed")
@@ -67,8 +68,9 @@ async def test_toposm_webs_status_view_shows_original_units(qbroker_units: MakeU
     assert "orig.on.the.page" in {unit["app"] for unit in model.snapshot()["units"]}
 
 
-async def test_qbroker_debug_names_the_originals_messages(qbroker_units: MakeUnit, original: StartOriginal,
-                                                          fresh_url: str) -> None:
+async def test_qbroker_debug_names_the_originals_messages(
+    qbroker_units: MakeUnit, original: StartOriginal, fresh_url: str
+) -> None:
     unit = await qbroker_units("qb.watched")
     await unit.start()
     server = await original("orig.watched.server")

@@ -73,12 +73,14 @@ async def test_qbroker_calls_original_server(qbroker_units: MakeUnit, original: 
 
 @pytest.mark.parametrize("qbroker_collects", [False, True], ids=["its_collector_alone", "both_collectors"])
 async def test_a_name_nobody_serves_is_no_server_whoever_answers_first(
-        qbroker_units: MakeUnit, original: StartOriginal, qbroker_collects: bool) -> None:
+    qbroker_units: MakeUnit, original: StartOriginal, qbroker_collects: bool
+) -> None:
     """The original's dead-letter answer (DeadLettered) reads as qbroker's no_server; with both collectors on
     the bus, whichever answers first, every call ends no_server."""
     client = await qbroker_units("qb.client", dead_letters=qbroker_collects)
     await client.start()
     await original("orig.collector", serve=False, dead=True)
-    results = await asyncio.gather(*(client.call("nobody.at.all", n, timeout=10) for n in range(8)),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(client.call("nobody.at.all", n, timeout=10) for n in range(8)), return_exceptions=True
+    )
     assert all(isinstance(r, NoServer) for r in results), results

@@ -25,7 +25,8 @@ def suite_copy(base: Path, url: str) -> Path:
         "config:\n  amqp:\n    server:\n"
         f"      host: {server['host']}\n      port: {server['port']}\n      login: {server['login']}\n"
         f"      password: {server['password']}\n      virtualhost: {server['vhost']}\n"
-        "    handlers:\n      dead: 1\n      debug: 1\n")
+        "    handlers:\n      dead: 1\n      debug: 1\n"
+    )
     return tree
 
 
@@ -34,9 +35,19 @@ async def run_suite(python: Path, tree: Path, *tests: str) -> tuple[set[str], st
     Asynchronously: the qbroker unit beside it lives in this event loop."""
     report = tree / f"junit-{len(list(tree.glob('junit-*.xml')))}.xml"
     proc = await asyncio.create_subprocess_exec(
-        str(python), "-m", "pytest", *(tests or ("tests",)), "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-        cwd=tree, env={**original_env(), "PYTHONPATH": str(tree)},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        str(python),
+        "-m",
+        "pytest",
+        *(tests or ("tests",)),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={report}",
+        cwd=tree,
+        env={**original_env(), "PYTHONPATH": str(tree)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     output, _ = await asyncio.wait_for(proc.communicate(), 10 * HANG)
     failed = set()
     for case in ElementTree.parse(report).getroot().iter("testcase"):
@@ -51,8 +62,9 @@ def node_id(case: str) -> str:
     return f"{module.replace('.', '/')}.py::{name}"
 
 
-async def test_its_own_suite_beside_a_qbroker_unit(peer_python: Path, tmp_path: Path, qbroker_units: MakeUnit,
-                                                   fresh_url: str) -> None:
+async def test_its_own_suite_beside_a_qbroker_unit(
+    peer_python: Path, tmp_path: Path, qbroker_units: MakeUnit, fresh_url: str
+) -> None:
     alone_vhost = create_vhost("qbroker-interop-alone")
     try:
         alone, alone_output = await run_suite(peer_python, suite_copy(tmp_path / "alone", url_for_vhost(alone_vhost)))

@@ -41,8 +41,10 @@ async def _refused_publish(connection, exchange: str, routing_key: str, **props)
 async def test_wrong_password_and_password_in_errors(provisioned, as_role) -> None:
     from qbroker import BrokerUnavailable, Config, Unit
 
-    config = Config(url=f"amqp://{provisioned.names['client']}:wrong-secret@127.0.0.1:5672/"
-                    f"{provisioned.deployment.vhost}", connect_timeout=5)
+    config = Config(
+        url=f"amqp://{provisioned.names['client']}:wrong-secret@127.0.0.1:5672/{provisioned.deployment.vhost}",
+        connect_timeout=5,
+    )
     unit = Unit("test.badpw", config=config)
     with pytest.raises(BrokerUnavailable) as info:
         await unit.start()
@@ -167,8 +169,14 @@ async def test_wildcard_bindings_cannot_widen_a_role(provisioned) -> None:
         await _bind_refused(conn, "alert", "qbroker.broadcast.#")
         # nor another account's job progress, nor every account's...
         other = owner_word(provisioned.names["operator"])
-        for key in ("spark.progress.#", "spark.progress.*.#", f"spark.progress.{other}.#", "spark.progress.*.*",
-                    "#", "*.progress.#"):
+        for key in (
+            "spark.progress.#",
+            "spark.progress.*.#",
+            f"spark.progress.{other}.#",
+            "spark.progress.*.*",
+            "#",
+            "*.progress.#",
+        ):
             await _bind_refused(conn, "alert", key)
         # ... but it follows its own jobs' progress, as `qbroker call` does while it waits (qbroker.progress)
         channel = await conn.channel()
@@ -198,7 +206,6 @@ async def test_a_server_account_may_retry_its_own_requests(provisioned, as_role)
 
     await bridge.start()
     client = await as_role("client")
-    assert await client.call("spark.job", {"command": "list"}, timeout=HANG) == {"command": "list",
-                                                                              "tries": [0, 1, 2]}
+    assert await client.call("spark.job", {"command": "list"}, timeout=HANG) == {"command": "list", "tries": [0, 1, 2]}
     async with raw(provisioned, "spark_bridge") as conn:  # not for a name it does not serve
         await _refused_publish(conn, "rpc", "qbroker.retry.50.toposm.queuemaster")

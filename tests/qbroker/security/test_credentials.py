@@ -37,10 +37,16 @@ async def test_password_never_in_logs_or_errors(provisioned) -> None:
     wrong = Path(str(provisioned.passwords["client"]) + ".wrong")
     wrong.write_text(secret + "\n")
     try:
-        config = Config(url=f"amqp://{HOST}/{provisioned.deployment.vhost}", username=provisioned.names["client"],
-                        password_file=wrong, connect_timeout=5)
-        in_url = Config(url=f"amqp://{provisioned.names['client']}:{secret}@{HOST}/{provisioned.deployment.vhost}",
-                        connect_timeout=5)
+        config = Config(
+            url=f"amqp://{HOST}/{provisioned.deployment.vhost}",
+            username=provisioned.names["client"],
+            password_file=wrong,
+            connect_timeout=5,
+        )
+        in_url = Config(
+            url=f"amqp://{provisioned.names['client']}:{secret}@{HOST}/{provisioned.deployment.vhost}",
+            connect_timeout=5,
+        )
         with structlog.testing.capture_logs() as logs:
             with pytest.raises(BrokerUnavailable) as info:
                 await Unit("test.wrong.password", config=config).start()
@@ -60,17 +66,27 @@ async def test_unreadable_password_file_is_a_clear_error(tmp_path) -> None:
         await Unit("test.pwfile", config=config).start()
 
 
-async def test_service_process_holds_no_password_in_arguments_or_environment(provisioned, as_role,
-                                                                             tmp_path) -> None:
+async def test_service_process_holds_no_password_in_arguments_or_environment(provisioned, as_role, tmp_path) -> None:
     password = provisioned.passwords["queuemaster"].read_text().strip()
     env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
-    env.update(QBROKER_URL=f"amqp://{HOST}/{provisioned.deployment.vhost}",
-               QBROKER_USERNAME=provisioned.names["queuemaster"],
-               QBROKER_PASSWORD_FILE=str(provisioned.passwords["queuemaster"]))
+    env.update(
+        QBROKER_URL=f"amqp://{HOST}/{provisioned.deployment.vhost}",
+        QBROKER_USERNAME=provisioned.names["queuemaster"],
+        QBROKER_PASSWORD_FILE=str(provisioned.passwords["queuemaster"]),
+    )
     log = (tmp_path / "qm.log").open("w")
-    qm = subprocess.Popen([str(BIN / "toposm-queuemaster"), "--tile-root", str(tmp_path / "tiles"),
-                           "--state-file", str(tmp_path / "q.sqlite")], env=env, stdout=log,
-                          stderr=subprocess.STDOUT)
+    qm = subprocess.Popen(
+        [
+            str(BIN / "toposm-queuemaster"),
+            "--tile-root",
+            str(tmp_path / "tiles"),
+            "--state-file",
+            str(tmp_path / "q.sqlite"),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         client = await as_role("client")
 

@@ -34,15 +34,20 @@ def _write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ('vhost = "v"\n', "account"),
-    ('vhost = "v"\n[[account]]\nname = "a"\nrole = "root"\n', "role"),
-    ('vhost = "v"\n[[account]]\nname = "a b"\nrole = "client"\n', "name"),
-    ('vhost = "v"\n[[account]]\nname = "a"\nrole = "client"\n[[account]]\nname = "a"\nrole = "operator"\n',
-     "appears twice"),
-    ('vhost = "v"\nsurprise = 1\n[[account]]\nname = "a"\nrole = "client"\n', "surprise"),
-    ("vhost = \n", "not TOML"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('vhost = "v"\n', "account"),
+        ('vhost = "v"\n[[account]]\nname = "a"\nrole = "root"\n', "role"),
+        ('vhost = "v"\n[[account]]\nname = "a b"\nrole = "client"\n', "name"),
+        (
+            'vhost = "v"\n[[account]]\nname = "a"\nrole = "client"\n[[account]]\nname = "a"\nrole = "operator"\n',
+            "appears twice",
+        ),
+        ('vhost = "v"\nsurprise = 1\n[[account]]\nname = "a"\nrole = "client"\n', "surprise"),
+        ("vhost = \n", "not TOML"),
+    ],
+)
 def test_bad_descriptions_are_refused(tmp_path: Path, text: str, problem: str, roles: RoleBook) -> None:
     with pytest.raises(DescriptionError, match=problem):
         load_deployment(_write(tmp_path, text), roles)
@@ -58,8 +63,9 @@ def _allows(pattern: str, name: str) -> bool:
 
 
 def test_topic_patterns(roles: RoleBook) -> None:
-    qm, renderer, client, operator = (permissions_for(roles[r], roles, "").topics
-                                      for r in ("queuemaster", "renderer", "client", "operator"))
+    qm, renderer, client, operator = (
+        permissions_for(roles[r], roles, "").topics for r in ("queuemaster", "renderer", "client", "operator")
+    )
     # who may send `render` to render threads (rpc write)
     for name in ("toposm.render", "toposm.render.vader", "toposm.render.vader.12.0"):
         assert _allows(qm["rpc"][0], name) and not _allows(operator["rpc"][0], name)
@@ -104,6 +110,7 @@ def test_no_role_may_configure_a_shared_name(roles: RoleBook, tmp_path: Path) ->
 def test_a_client_may_bind_its_own_progress_only(roles: RoleBook) -> None:
     """``{account}`` is the account's own routing-key word, escaped: a dot in a name is neither a regex wildcard
     nor a word boundary (``a.b`` must not hear ``a``'s or ``aXb``'s jobs, nor ``a`` those of ``a.b``)."""
+
     def hears(account: str, key: str) -> bool:
         return _allows(permissions_for(roles["client"], roles, "", account).topics["alert"][1], key)
 
@@ -152,21 +159,27 @@ hear = ['site\\.news']
     assert _allows(viewer["rpc"][0], "toposm.queuemaster") and not _allows(viewer["rpc"][0], "spark.job")
     assert _allows(viewer["alert"][1], "expire_toposm")
     assert _allows(permissions_for(book["client"], book, "").topics["alert"][1], "site.news")
-    description = _write(tmp_path, 'vhost = "v"\n[[account]]\nname = "viewer"\nrole = "tileviewer"\n'
-                                   '[[account]]\nname = "bridge"\nrole = "spark_bridge"\n')
+    description = _write(
+        tmp_path,
+        'vhost = "v"\n[[account]]\nname = "viewer"\nrole = "tileviewer"\n'
+        '[[account]]\nname = "bridge"\nrole = "spark_bridge"\n',
+    )
     assert service_env(load_deployment(description, book), book)["TOPOSM_EXPIRE_USERS"] == "viewer,bridge"
     with pytest.raises(DescriptionError, match="no such role tileviewer"):
         load_deployment(description, load_roles())
     assert load_deployment(description).account[0].role == "tileviewer"  # removing needs no roles
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("[role.x]\ncall = ['(']\n", "not a regex"),
-    ("[role.x]\nsurprise = 1\n", "surprise"),
-    ("[role.X]\n", "not a role name"),
-    ("vhost = 'v'\n", "only \\[role.<name>\\] tables"),
-    ("[role\n", "not TOML"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[role.x]\ncall = ['(']\n", "not a regex"),
+        ("[role.x]\nsurprise = 1\n", "surprise"),
+        ("[role.X]\n", "not a role name"),
+        ("vhost = 'v'\n", "only \\[role.<name>\\] tables"),
+        ("[role\n", "not TOML"),
+    ],
+)
 def test_bad_roles_files_are_refused(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "roles.toml"
     path.write_text(text)
@@ -177,8 +190,12 @@ def test_bad_roles_files_are_refused(tmp_path: Path, text: str, problem: str) ->
 def test_list_roles_names_each_source(tmp_path: Path) -> None:
     path = tmp_path / "site.toml"
     path.write_text("[role.tileviewer]\ncall = ['toposm\\.queuemaster']\n")
-    done = subprocess.run([str(BIN / "qbroker"), "provision", "--list-roles", "--roles", str(path)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [str(BIN / "qbroker"), "provision", "--list-roles", "--roles", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert any(line.startswith("tileviewer") and f"file {path}" in line for line in lines)

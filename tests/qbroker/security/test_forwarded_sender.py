@@ -57,9 +57,15 @@ async def test_a_forwarded_sender_header_from_anyone_else_is_ignored(provisioned
         channel = await connection.channel()
         rpc = await channel.get_exchange("rpc", ensure=False)
         for user_id in (provisioned.names["client"], None):
-            await rpc.publish(aio_pika.Message(
-                orjson.dumps({}), content_type="application/json", message_id=f"m-{user_id}", user_id=user_id,
-                headers={"version": 1, "name": "spark.stats", SENDER_HEADER: provisioned.names["operator"]},
-            ), routing_key="spark.stats")
+            await rpc.publish(
+                aio_pika.Message(
+                    orjson.dumps({}),
+                    content_type="application/json",
+                    message_id=f"m-{user_id}",
+                    user_id=user_id,
+                    headers={"version": 1, "name": "spark.stats", SENDER_HEADER: provisioned.names["operator"]},
+                ),
+                routing_key="spark.stats",
+            )
             # the claim to forward the operator's request is not believed: it is not the server's account
             assert await asyncio.wait_for(seen.get(), HANG) == user_id

@@ -26,8 +26,14 @@ from qbroker.cli.deployment import permissions_for
 from qbroker.cli.roles import load_roles
 from tests.qbroker.security.test_broker_permissions import raw
 
-EXCHANGES = {"rpc": "topic", "reply": "direct", "alert": "topic", "dead": "fanout", "dead.kept.in": "fanout",
-             "osm": "topic"}
+EXCHANGES = {
+    "rpc": "topic",
+    "reply": "direct",
+    "alert": "topic",
+    "dead": "fanout",
+    "dead.kept.in": "fanout",
+    "osm": "topic",
+}
 QUEUES = ("dead", "dead.kept")
 BIN = Path(sys.executable).parent
 
@@ -43,16 +49,16 @@ async def _all_there(connection: aio_pika.abc.AbstractConnection) -> None:
 async def test_provision_declares_the_shared_topology(provisioned: Provisioned) -> None:
     async with raw(provisioned, "client") as conn:
         await _all_there(conn)
-    listed = rabbitmqctl("list_exchanges", "-p", provisioned.deployment.vhost, "name", "type", "arguments",
-                         "-q", "--no-table-headers").stdout
+    listed = rabbitmqctl(
+        "list_exchanges", "-p", provisioned.deployment.vhost, "name", "type", "arguments", "-q", "--no-table-headers"
+    ).stdout
     rows = {line.split("\t")[0]: line.split("\t")[1:] for line in listed.splitlines()}
     assert {name: rows[name][0] for name in EXCHANGES} == EXCHANGES
     assert "alternate-exchange" in rows["rpc"][1] and "alternate-exchange" in rows["alert"][1]
 
 
 @pytest.mark.parametrize("role", [role for role in ROLES if role != "renderer2"])
-async def test_no_role_may_delete_or_redeclare_a_shared_exchange_or_queue(provisioned: Provisioned,
-                                                                          role: str) -> None:
+async def test_no_role_may_delete_or_redeclare_a_shared_exchange_or_queue(provisioned: Provisioned, role: str) -> None:
     async with raw(provisioned, role) as conn:
         for name in EXCHANGES:
             with pytest.raises(ChannelAccessRefused):
@@ -64,8 +70,9 @@ async def test_no_role_may_delete_or_redeclare_a_shared_exchange_or_queue(provis
         with pytest.raises(ChannelAccessRefused):
             await (await conn.channel()).declare_exchange("rpc", aio_pika.ExchangeType.FANOUT)
         with pytest.raises(ChannelAccessRefused):
-            await (await conn.channel()).declare_exchange("rpc", aio_pika.ExchangeType.TOPIC, durable=True,
-                                                          arguments={"alternate-exchange": "dead"})
+            await (await conn.channel()).declare_exchange(
+                "rpc", aio_pika.ExchangeType.TOPIC, durable=True, arguments={"alternate-exchange": "dead"}
+            )
         await _all_there(conn)
 
 
@@ -88,35 +95,53 @@ def bare_vhost(provisioned: Provisioned) -> tuple[str, str]:
     delete_vhost(vhost)
 
 
-async def test_a_unit_facing_a_missing_topology_names_it_and_the_command(provisioned: Provisioned,
-                                                                         bare_vhost: tuple[str, str]) -> None:
+async def test_a_unit_facing_a_missing_topology_names_it_and_the_command(
+    provisioned: Provisioned, bare_vhost: tuple[str, str]
+) -> None:
     vhost, _ = bare_vhost
     config = provisioned.config("client").model_copy(update={"url": f"amqp://{HOST}/{vhost}"})
     with pytest.raises(QBrokerError, match="topology_missing") as info:
         await asyncio.wait_for(Unit("test.client", config=config).start(), HANG)
     message = str(info.value)
-    for name in ("exchange 'rpc'", "exchange 'reply'", "exchange 'alert'", "exchange 'dead'", "queue 'dead'",
-                 "exchange 'dead.kept.in'", "queue 'dead.kept'", "qbroker provision"):
+    for name in (
+        "exchange 'rpc'",
+        "exchange 'reply'",
+        "exchange 'alert'",
+        "exchange 'dead'",
+        "queue 'dead'",
+        "exchange 'dead.kept.in'",
+        "queue 'dead.kept'",
+        "qbroker provision",
+    ):
         assert name in message, message
 
 
-async def test_a_service_facing_a_missing_topology_exits_saying_so(provisioned: Provisioned,
-                                                                   bare_vhost: tuple[str, str]) -> None:
+async def test_a_service_facing_a_missing_topology_exits_saying_so(
+    provisioned: Provisioned, bare_vhost: tuple[str, str]
+) -> None:
     vhost, account = bare_vhost
-    env = {**os.environ, "QBROKER_URL": f"amqp://{HOST}/{vhost}", "QBROKER_USERNAME": account,
-           "QBROKER_PASSWORD_FILE": str(provisioned.passwords["client"])}
-    done = await asyncio.to_thread(subprocess.run, [str(BIN / "qbroker-dead-letter")], env=env,
-                                   capture_output=True, text=True, timeout=HANG)
+    env = {
+        **os.environ,
+        "QBROKER_URL": f"amqp://{HOST}/{vhost}",
+        "QBROKER_USERNAME": account,
+        "QBROKER_PASSWORD_FILE": str(provisioned.passwords["client"]),
+    }
+    done = await asyncio.to_thread(
+        subprocess.run, [str(BIN / "qbroker-dead-letter")], env=env, capture_output=True, text=True, timeout=HANG
+    )
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("qbroker.dead_letter: error/topology_missing: the bus's shared exchanges and queues "
-                           "are missing (exchange 'dead', queue 'dead', "), last
+    assert last.startswith(
+        "qbroker.dead_letter: error/topology_missing: the bus's shared exchanges and queues "
+        "are missing (exchange 'dead', queue 'dead', "
+    ), last
     assert "`qbroker provision DEPLOYMENT.toml` declares them" in last
     # declared once by an account that may (here the development default, guest), the same unit starts
     declarer = Unit("test.declarer", config=Config(url=f"amqp://guest:guest@{HOST}/{vhost}"))
     await declarer.start()
     await declarer.stop()
-    client = Unit("test.client", config=provisioned.config("client").model_copy(
-        update={"url": f"amqp://{HOST}/{vhost}"}))
+    client = Unit(
+        "test.client", config=provisioned.config("client").model_copy(update={"url": f"amqp://{HOST}/{vhost}"})
+    )
     await asyncio.wait_for(client.start(), HANG)
     await client.stop()

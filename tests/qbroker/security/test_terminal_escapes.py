@@ -37,8 +37,7 @@ def assert_inert(output: bytes) -> None:
     """Nothing a terminal would act on but rich's own colours; the attack is there, escaped."""
     text = SGR.sub(b"", output).decode("utf-8", "replace")
     assert "\\u001b]0;pwned" in text, text[-2000:]
-    acting = sorted({f"U+{ord(c):04X}" for c in text if (ord(c) < 0x20 and c not in "\n\r\t")
-                     or 0x7F <= ord(c) < 0xA0})
+    acting = sorted({f"U+{ord(c):04X}" for c in text if (ord(c) < 0x20 and c not in "\n\r\t") or 0x7F <= ord(c) < 0xA0})
     assert not acting, (acting, text[-2000:])
 
 
@@ -54,8 +53,9 @@ class Output:
             os.close(slave)
             source: Any = os.fdopen(master, "rb", buffering=0)
         else:
-            self.proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
             source = self.proc.stdout
         self._reader = threading.Thread(target=self._read, args=(source,), daemon=True)
         self._reader.start()
@@ -83,8 +83,7 @@ class Output:
 
 
 def _env(provisioned: Provisioned) -> dict[str, str]:
-    return dict(os.environ, QBROKER_URL=provisioned.url_with_password("operator"), TERM="xterm-256color",
-                COLUMNS="200")
+    return dict(os.environ, QBROKER_URL=provisioned.url_with_password("operator"), TERM="xterm-256color", COLUMNS="200")
 
 
 @pytest.fixture
@@ -130,8 +129,24 @@ async def test_list_and_call_escape_what_came_off_the_wire(hostile, provisioned,
 @pytest.mark.parametrize("terminal", [False, True], ids=["piped", "terminal"])
 async def test_debug_escapes_names_apps_bodies_and_errors(hostile, provisioned, terminal: bool) -> None:
     env = _env(provisioned)
-    debug = Output([str(BIN / "qbroker-debug"), "--name", "t.evil", "--name", "qbroker.stop", "--body",
-                    "--count", "5", "--discover-timeout", "0.5", "--recheck", "0"], env, terminal=terminal)
+    debug = Output(
+        [
+            str(BIN / "qbroker-debug"),
+            "--name",
+            "t.evil",
+            "--name",
+            "qbroker.stop",
+            "--body",
+            "--count",
+            "5",
+            "--discover-timeout",
+            "0.5",
+            "--recheck",
+            "0",
+        ],
+        env,
+        terminal=terminal,
+    )
     try:
         await asyncio.to_thread(debug.wait_for, b"watching")
         # The client's raw publish: its own app id and app header (RabbitMQ checks user_id only).
@@ -139,9 +154,16 @@ async def test_debug_escapes_names_apps_bodies_and_errors(hostile, provisioned, 
         async with raw:
             channel = await raw.channel()
             alert = await channel.get_exchange(f"{provisioned.deployment.exchange_prefix}alert", ensure=False)
-            await alert.publish(aio_pika.Message(b'{"text": "x"}', app_id=EVIL, content_type="application/json",
-                                                 user_id=provisioned.names["client"], headers={"app": EVIL}),
-                                routing_key="qbroker.stop")
+            await alert.publish(
+                aio_pika.Message(
+                    b'{"text": "x"}',
+                    app_id=EVIL,
+                    content_type="application/json",
+                    user_id=provisioned.names["client"],
+                    headers={"app": EVIL},
+                ),
+                routing_key="qbroker.stop",
+            )
         unit = Unit("test.caller", config=provisioned.config("operator"))
         await unit.start()
         try:
@@ -163,8 +185,10 @@ async def test_debug_escapes_names_apps_bodies_and_errors(hostile, provisioned, 
 def test_console_log_lines_show_control_characters_escaped() -> None:
     """A value from the wire in a log line (a unit's app id, an error message) reaches the operator's
     terminal escaped; JSON log lines escape it as JSON does."""
-    code = ("import sys; from qbroker.log import get_logger; "
-            "get_logger(app=sys.argv[1]).warning('request refused', error=sys.argv[1])")
+    code = (
+        "import sys; from qbroker.log import get_logger; "
+        "get_logger(app=sys.argv[1]).warning('request refused', error=sys.argv[1])"
+    )
     for log_format in ("console", "json"):
         env = dict(os.environ, QBROKER_LOG_FORMAT=log_format)
         done = subprocess.run([sys.executable, "-c", code, EVIL], env=env, capture_output=True, timeout=SLOW_HANG)
@@ -199,10 +223,14 @@ async def test_render_list_escapes_what_the_queuemaster_says(make_unit: Any, amq
     await forged.start()
     script = BIN / "toposm-render-list"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "services.tiles.render_list.main"]
-    env = dict(os.environ, QBROKER_URL=amqp_url, TERM="xterm-256color", COLUMNS="200",
-               PYTHONPATH=str(Path(__file__).resolve().parents[3]))
-    output = Output([*command, "--bbox=-10,-10,10,10", "--zooms", "0-1", "--window", "1"], env,
-                    terminal=terminal)
+    env = dict(
+        os.environ,
+        QBROKER_URL=amqp_url,
+        TERM="xterm-256color",
+        COLUMNS="200",
+        PYTHONPATH=str(Path(__file__).resolve().parents[3]),
+    )
+    output = Output([*command, "--bbox=-10,-10,10,10", "--zooms", "0-1", "--window", "1"], env, terminal=terminal)
     code, data = await asyncio.to_thread(output.finish)
     assert code != 0 and asked == ["0/0/0", "0/0/0", "1/0/0"], (asked, data[-2000:])
     assert_inert(RICH_LIVE.sub(b"", data))

@@ -25,18 +25,59 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 def make_ca(directory: Path, name: str) -> None:
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
-             "-keyout", f"{name}.key", "-out", f"{name}.crt", cwd=directory)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN={name}",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.crt",
+        cwd=directory,
+    )
 
 
 def make_cert(directory: Path, ca: str, name: str, *, server: bool) -> None:
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key",
-             "-out", f"{name}.csr", cwd=directory)
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        f"/CN={name}",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        cwd=directory,
+    )
     ext = directory / f"{name}.ext"
     usage = "serverAuth" if server else "clientAuth"
     ext.write_text(f"subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage={usage}\n")
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
-             "-days", "2", "-extfile", ext.name, "-out", f"{name}.crt", cwd=directory)
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        f"{ca}.crt",
+        "-CAkey",
+        f"{ca}.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        ext.name,
+        "-out",
+        f"{name}.crt",
+        cwd=directory,
+    )
 
 
 @dataclass
@@ -102,7 +143,9 @@ def _wait_port(port: int) -> None:
 def _config(node: TlsNode, *, ca: str | None = "ca", client: bool = True) -> Config:
     certs = node.certs
     return Config(
-        url=node.url(), connect_timeout=10, reconnect_backoff_max=0.5,
+        url=node.url(),
+        connect_timeout=10,
+        reconnect_backoff_max=0.5,
         tls_ca_file=certs / f"{ca}.crt" if ca else None,
         tls_cert_file=certs / "client.crt" if client else None,
         tls_key_file=certs / "client.key" if client else None,

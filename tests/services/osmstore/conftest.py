@@ -54,8 +54,23 @@ def postgis_dsn() -> Iterator[str]:
     db = f"toposm_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     yield postgis_database(db)
     # WITH (FORCE): mapnik's postgis plugin keeps its pooled connections open
-    subprocess.run(["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-c",
-                    f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "psql",
+            "-X",
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-c",
+            f"DROP DATABASE IF EXISTS {db} WITH (FORCE)",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def index_entry(geom: bytes, grid: float = INDEX_GRID) -> list[float]:

@@ -28,11 +28,15 @@ def _db(store: Path) -> sqlite3.Connection:
     return sqlite3.connect(store / "render.sqlite")
 
 
-def _bbox(db: sqlite3.Connection, table: str, osm_type: str, osm_id: int,
-          grid: float = INDEX_GRID) -> tuple[float, float, float, float]:
+def _bbox(
+    db: sqlite3.Connection, table: str, osm_type: str, osm_id: int, grid: float = INDEX_GRID
+) -> tuple[float, float, float, float]:
     """The feature's geometry box, once its index entry is checked to be that box rounded out to ``grid``."""
-    row = db.execute(f"SELECT t.geom, i.xmin, i.ymin, i.xmax, i.ymax FROM {table} t JOIN idx_{table}_geom i "
-                     f"ON i.pkid = t.fid WHERE t.osm_type = ? AND t.osm_id = ?", (osm_type, osm_id)).fetchone()
+    row = db.execute(
+        f"SELECT t.geom, i.xmin, i.ymin, i.xmax, i.ymax FROM {table} t JOIN idx_{table}_geom i "
+        f"ON i.pkid = t.fid WHERE t.osm_type = ? AND t.osm_id = ?",
+        (osm_type, osm_id),
+    ).fetchone()
     assert row is not None, f"{table} has no feature for {osm_type}{osm_id}"
     assert list(row[1:]) == index_entry(row[0], grid), (table, osm_id)
     return wkb_bbox(row[0])
@@ -48,8 +52,12 @@ def _street(extract: Extract, name: str) -> tuple[int, list[int], dict[str, str]
 def _complete_building(extract: Extract, used_by_relations: bool = False) -> tuple[int, list[int], dict[str, str]]:
     members = {ref for refs, _ in extract.relations.values() for t, ref, _r in refs if t == "w"}
     for wid, (refs, tags) in sorted(extract.ways.items()):
-        if (tags.get("building") and refs[0] == refs[-1] and all(r in extract.nodes for r in refs)
-                and (wid in members) == used_by_relations):
+        if (
+            tags.get("building")
+            and refs[0] == refs[-1]
+            and all(r in extract.nodes for r in refs)
+            and (wid in members) == used_by_relations
+        ):
             return wid, refs, tags
     raise AssertionError("no complete building in the extract")
 
@@ -61,9 +69,11 @@ def test_renamed_street_shows_its_new_name(store: Path, extract: Extract, tmp_pa
     assert stats["ways_modified"] == 1 and stats["ways_rebuilt"] == 1
     db = _db(store)
     assert db.execute("SELECT name FROM roads WHERE osm_type = 'w' AND osm_id = ?", (wid,)).fetchall() == [
-        ("Qbrokerinkatu",)]
+        ("Qbrokerinkatu",)
+    ]
     assert db.execute("SELECT json_extract(tags, '$.name') FROM ways WHERE id = ?", (wid,)).fetchone()[0] == (
-        "Qbrokerinkatu")
+        "Qbrokerinkatu"
+    )
 
 
 def test_moved_node_rebuilds_the_way_not_in_the_diff(store: Path, extract: Extract, tmp_path: Path) -> None:
@@ -119,8 +129,10 @@ def test_deleted_way(store: Path, extract: Extract, tmp_path: Path) -> None:
     db = _db(store)
     assert db.execute("SELECT count(*) FROM roads WHERE osm_id = ?", (wid,)).fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM ways WHERE id = ?", (wid,)).fetchone()[0] == 0
-    assert db.execute("SELECT count(*) FROM roads").fetchone()[0] == db.execute(
-        "SELECT count(*) FROM idx_roads_geom").fetchone()[0]
+    assert (
+        db.execute("SELECT count(*) FROM roads").fetchone()[0]
+        == db.execute("SELECT count(*) FROM idx_roads_geom").fetchone()[0]
+    )
 
 
 def _digest(store: Path) -> str:
@@ -177,8 +189,9 @@ def test_a_coastline_edit_marks_the_sea_which_refresh_rebuilds(store: Path, extr
     assert refresh_sea(store) is None  # no longer stale
 
 
-def test_the_rendering_store_refuses_a_diff_the_geometry_store_is_not_ready_for(store: Path, extract: Extract,
-                                                                                tmp_path: Path) -> None:
+def test_the_rendering_store_refuses_a_diff_the_geometry_store_is_not_ready_for(
+    store: Path, extract: Extract, tmp_path: Path
+) -> None:
     """The rendering store lays a diff over the geometry store's state (the one middle): after a diff applied
     to the rendering store alone, the next is refused, until the geometry store has the first one too."""
     wid, refs, tags = _street(extract, "Mikonkatu")
@@ -213,12 +226,15 @@ def test_byte_identical_replication_diffs_are_applied_to_both_stores(store: Path
 
 def _index_pages(db: sqlite3.Connection) -> dict[str, list[tuple[int, bytes]]]:
     """Every R*Tree node of every feature table, as stored."""
-    return {table: db.execute(f"SELECT nodeno, data FROM idx_{table}_geom_node ORDER BY nodeno").fetchall()
-            for table in FEATURE_TABLES}
+    return {
+        table: db.execute(f"SELECT nodeno, data FROM idx_{table}_geom_node ORDER BY nodeno").fetchall()
+        for table in FEATURE_TABLES
+    }
 
 
-def test_a_node_moved_inside_its_ways_box_rewrites_the_row_and_leaves_the_index(store: Path, extract: Extract,
-                                                                               tmp_path: Path) -> None:
+def test_a_node_moved_inside_its_ways_box_rewrites_the_row_and_leaves_the_index(
+    store: Path, extract: Extract, tmp_path: Path
+) -> None:
     """A rebuilt feature made differently keeps its row (new values in place) and, when its box is the same,
     its R*Tree entry: the index is byte for byte as it was, and a tile query still finds the road."""
     ways_of: dict[int, int] = {}
@@ -232,10 +248,13 @@ def test_a_node_moved_inside_its_ways_box_rewrites_the_row_and_leaves_the_index(
         for nid in refs[1:-1]:
             others = [extract.nodes[r] for r in refs if r != nid]
             lon, lat = extract.nodes[nid]
-            inside = (min(o[0] for o in others) < lon < max(o[0] for o in others)
-                      and min(o[1] for o in others) < lat < max(o[1] for o in others))
-            drawn = any(db.execute(f"SELECT 1 FROM {t} WHERE osm_type = 'n' AND osm_id = ?", (nid,)).fetchone()
-                        for t in FEATURE_TABLES)
+            inside = min(o[0] for o in others) < lon < max(o[0] for o in others) and min(
+                o[1] for o in others
+            ) < lat < max(o[1] for o in others)
+            drawn = any(
+                db.execute(f"SELECT 1 FROM {t} WHERE osm_type = 'n' AND osm_id = ?", (nid,)).fetchone()
+                for t in FEATURE_TABLES
+            )
             if inside and ways_of[nid] == 1 and refs.count(nid) == 1 and not drawn:
                 break
         else:
@@ -254,8 +273,14 @@ def test_a_node_moved_inside_its_ways_box_rewrites_the_row_and_leaves_the_index(
     assert db.execute("SELECT geom FROM roads WHERE fid = ?", (fid,)).fetchone()[0] != geom
     assert _bbox(db, "roads", "w", wid) == box and _index_pages(db) == index
     x, y = mercator(lon, lat)
-    assert db.execute("SELECT pkid FROM idx_roads_geom WHERE xmin <= ? AND xmax >= ? AND ymin <= ? AND ymax >= ?",
-                      (x, x, y, y)).fetchall().count((fid,)) == 1
+    assert (
+        db.execute(
+            "SELECT pkid FROM idx_roads_geom WHERE xmin <= ? AND xmax >= ? AND ymin <= ? AND ymax >= ?", (x, x, y, y)
+        )
+        .fetchall()
+        .count((fid,))
+        == 1
+    )
 
 
 def _new_building(store: Path, tmp_path: Path) -> tuple[float, float]:

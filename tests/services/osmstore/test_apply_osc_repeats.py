@@ -33,21 +33,31 @@ def _db(store: Path) -> sqlite3.Connection:
 
 
 def _refs(db: sqlite3.Connection, way: int) -> list[int]:
-    return [r for (r,) in db.execute("SELECT r.value FROM g.ways w, json_each(w.nodes) r WHERE w.id = ? "
-                                     "ORDER BY r.key", (way,))]
+    return [
+        r
+        for (r,) in db.execute(
+            "SELECT r.value FROM g.ways w, json_each(w.nodes) r WHERE w.id = ? ORDER BY r.key", (way,)
+        )
+    ]
 
 
 def _contents(store: Path) -> dict[str, list[tuple[object, ...]]]:
     """Every OSM row, and every feature with its index box but not its fid (which depends on how the
     inserts were grouped into diffs)."""
     db = _db(store)
-    out = {t: db.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()  # noqa: S608
-           for t in ("g.nodes", "g.ways", "g.relations", "g.node_ways", "ways", "relations", "relation_members")}
+    out = {
+        t: db.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()  # noqa: S608
+        for t in ("g.nodes", "g.ways", "g.relations", "g.node_ways", "ways", "relations", "relation_members")
+    }
     for table, columns in FEATURE_TABLES.items():
         cols = ", ".join(f't."{c}"' for c in columns)
-        out[table] = sorted(db.execute(
-            f"SELECT t.osm_type, t.osm_id, {cols}, t.geom, i.xmin, i.xmax, i.ymin, i.ymax "  # noqa: S608
-            f"FROM {table} t JOIN idx_{table}_geom i ON i.pkid = t.fid").fetchall(), key=repr)
+        out[table] = sorted(
+            db.execute(
+                f"SELECT t.osm_type, t.osm_id, {cols}, t.geom, i.xmin, i.xmax, i.ymin, i.ymax "  # noqa: S608
+                f"FROM {table} t JOIN idx_{table}_geom i ON i.pkid = t.fid"
+            ).fetchall(),
+            key=repr,
+        )
         assert db.execute(f"SELECT count(*) FROM idx_{table}_geom").fetchone()[0] == len(out[table])  # noqa: S608
     return out
 
@@ -59,10 +69,13 @@ def _osc(blocks: list[tuple[str, str]]) -> str:
 
 def test_repeated_objects_in_one_diff_end_as_in_separate_diffs(imported_store: Path, tmp_path: Path) -> None:
     db = _db(imported_store)
-    place, lon, lat = db.execute("SELECT p.osm_id, n.lon, n.lat FROM places p JOIN g.nodes n ON n.id = p.osm_id "
-                                 "WHERE p.osm_type = 'n' ORDER BY p.osm_id LIMIT 1").fetchone()
-    street, tags_text = db.execute("SELECT w.id, w.tags FROM roads r JOIN ways w ON w.id = r.osm_id "
-                                   "WHERE r.osm_type = 'w' ORDER BY w.id LIMIT 1").fetchone()
+    place, lon, lat = db.execute(
+        "SELECT p.osm_id, n.lon, n.lat FROM places p JOIN g.nodes n ON n.id = p.osm_id "
+        "WHERE p.osm_type = 'n' ORDER BY p.osm_id LIMIT 1"
+    ).fetchone()
+    street, tags_text = db.execute(
+        "SELECT w.id, w.tags FROM roads r JOIN ways w ON w.id = r.osm_id WHERE r.osm_type = 'w' ORDER BY w.id LIMIT 1"
+    ).fetchone()
     refs = _refs(db, street)
     moved = refs[len(refs) // 2]
     mlon, mlat = db.execute("SELECT lon, lat FROM g.nodes WHERE id = ?", (moved,)).fetchone()
@@ -121,10 +134,13 @@ def test_highest_version_wins_whatever_the_order_in_the_file(imported_store: Pat
     """A merged diff may list an object's versions out of order: the rendering store keeps the highest, as
     the geometry store does (``read_diff``), not the last one in the file."""
     db = _db(imported_store)
-    place, lon, lat = db.execute("SELECT p.osm_id, n.lon, n.lat FROM places p JOIN g.nodes n ON n.id = p.osm_id "
-                                 "WHERE p.osm_type = 'n' ORDER BY p.osm_id LIMIT 1").fetchone()
-    (street,) = db.execute("SELECT w.id FROM roads r JOIN ways w ON w.id = r.osm_id "
-                           "WHERE r.osm_type = 'w' ORDER BY w.id LIMIT 1").fetchone()
+    place, lon, lat = db.execute(
+        "SELECT p.osm_id, n.lon, n.lat FROM places p JOIN g.nodes n ON n.id = p.osm_id "
+        "WHERE p.osm_type = 'n' ORDER BY p.osm_id LIMIT 1"
+    ).fetchone()
+    (street,) = db.execute(
+        "SELECT w.id FROM roads r JOIN ways w ON w.id = r.osm_id WHERE r.osm_type = 'w' ORDER BY w.id LIMIT 1"
+    ).fetchone()
     refs = _refs(db, street)
     db.close()
     tags = {"highway": "residential"}
@@ -146,9 +162,11 @@ def test_highest_version_wins_whatever_the_order_in_the_file(imported_store: Pat
     location = db.execute("SELECT lon, lat FROM g.nodes WHERE id = ?", (place,)).fetchone()
     assert location == pytest.approx((lon, lat), abs=1e-7)
     assert db.execute("SELECT name FROM places WHERE osm_type = 'n' AND osm_id = ?", (place,)).fetchall() == [
-        ("Uusin",)]
+        ("Uusin",)
+    ]
     assert db.execute("SELECT name FROM roads WHERE osm_type = 'w' AND osm_id = ?", (street,)).fetchall() == [
-        ("Uusin tie",)]
+        ("Uusin tie",)
+    ]
     db.close()
 
     highest_only = tmp_path / "highest-only"
@@ -164,19 +182,24 @@ def _moves_and_ways(store: Path, rng: random.Random, moved: int) -> tuple[list[s
     nodes = db.execute("SELECT id, lon, lat FROM g.nodes ORDER BY id").fetchall()
     ways = db.execute("SELECT w.id, w.tags, g.nodes FROM ways w JOIN g.ways g ON g.id = w.id ORDER BY w.id").fetchall()
     db.close()
-    return [node_xml(nid, lon + rng.uniform(-3e-4, 3e-4), lat + rng.uniform(-3e-4, 3e-4), version=50)
-            for nid, lon, lat in rng.sample(nodes, moved)], ways
+    return [
+        node_xml(nid, lon + rng.uniform(-3e-4, 3e-4), lat + rng.uniform(-3e-4, 3e-4), version=50)
+        for nid, lon, lat in rng.sample(nodes, moved)
+    ], ways
 
 
-def test_lines_made_without_the_rebuild_file_equal_those_made_through_it(imported_store: Path, tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lines_made_without_the_rebuild_file_equal_those_made_through_it(
+    imported_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The rebuilt ways that can make lines only are drawn from their nodes' locations in Python, the others
     through the small file libosmium assembles areas from: every feature as the file alone made them. A
     diff moving nodes of roads, buildings, landuse and multipolygon members and retagging ways of each kind."""
     rng = random.Random(22)
     moves, ways = _moves_and_ways(imported_store, rng, 400)
-    edits = [way_xml(wid, json.loads(refs), {**json.loads(tags), "note": "retagged"}, version=50)
-             for wid, tags, refs in rng.sample(ways, 150)]
+    edits = [
+        way_xml(wid, json.loads(refs), {**json.loads(tags), "note": "retagged"}, version=50)
+        for wid, tags, refs in rng.sample(ways, 150)
+    ]
     path = tmp_path / "diff.osc"
     path.write_text(osc_blocks([("modify", moves + edits)]))
 
@@ -200,23 +223,34 @@ def test_lines_made_without_the_rebuild_file_equal_those_made_through_it(importe
 
     assert _contents(direct) == _contents(through_file)
     assert len(set(made_here)) > 200  # many rebuilt ways went without the file
-    rebuilt_areas = _db(direct).execute("SELECT count(*) FROM buildings b JOIN ways w ON w.id = b.osm_id "
-                                        "WHERE b.osm_type = 'w' AND w.tags LIKE '%retagged%'").fetchone()[0]
+    rebuilt_areas = (
+        _db(direct)
+        .execute(
+            "SELECT count(*) FROM buildings b JOIN ways w ON w.id = b.osm_id "
+            "WHERE b.osm_type = 'w' AND w.tags LIKE '%retagged%'"
+        )
+        .fetchone()[0]
+    )
     assert rebuilt_areas > 0  # and areas still came through it
 
 
-def test_features_made_again_as_they_were_are_kept(imported_store: Path, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_features_made_again_as_they_were_are_kept(
+    imported_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Rebuilt features that come out as stored (a way retagged with a tag nothing draws) keep their rows;
     the others are replaced: the store ends as when every rebuilt feature was deleted and inserted again.
     A diff of node moves, retags that change nothing drawn and renames."""
     rng = random.Random(7)
     moves, ways = _moves_and_ways(imported_store, rng, 200)
     picked = rng.sample(ways, 300)
-    edits = [way_xml(wid, json.loads(refs), {**json.loads(tags), "note": "retagged"}, version=50)
-             for wid, tags, refs in picked[:200]]
-    edits += [way_xml(wid, json.loads(refs), {**json.loads(tags), "name": f"Renamed {wid}"}, version=50)
-              for wid, tags, refs in picked[200:]]
+    edits = [
+        way_xml(wid, json.loads(refs), {**json.loads(tags), "note": "retagged"}, version=50)
+        for wid, tags, refs in picked[:200]
+    ]
+    edits += [
+        way_xml(wid, json.loads(refs), {**json.loads(tags), "name": f"Renamed {wid}"}, version=50)
+        for wid, tags, refs in picked[200:]
+    ]
     path = tmp_path / "diff.osc"
     path.write_text(osc_blocks([("modify", moves + edits)]))
 
@@ -226,8 +260,9 @@ def test_features_made_again_as_they_were_are_kept(imported_store: Path, tmp_pat
     replaced = tmp_path / "replaced"
     shutil.copytree(imported_store, replaced)
     with monkeypatch.context() as patched:  # every staged feature deleted at once, as before
-        patched.setattr(FeatureWriter, "stage_many",
-                        lambda self, osm_type, ids: [self.remove(osm_type, i) for i in ids] and None)
+        patched.setattr(
+            FeatureWriter, "stage_many", lambda self, osm_type, ids: [self.remove(osm_type, i) for i in ids] and None
+        )
         replaced_stats = apply_to_store(replaced, path)["render"]
 
     assert _contents(kept) == _contents(replaced)

@@ -29,7 +29,7 @@ QUERIES = {
     "node_relations": "SELECT node_id, rel_id FROM node_relations",
     "way_relations": "SELECT way_id, rel_id FROM way_relations",
     "members": "SELECT r.id AS rel_id, m.key AS seq, m.value ->> 0 AS member_type, m.value ->> 1 AS member_id, "
-               "m.value ->> 2 AS role FROM relations r, json_each(r.members) m",
+    "m.value ->> 2 AS role FROM relations r, json_each(r.members) m",
     "meta": "SELECT key, value FROM meta",
 }
 
@@ -52,7 +52,7 @@ def _pages(db: Path) -> list[bytes]:
     with closing(sqlite3.connect(db)) as conn:
         size = conn.execute("PRAGMA page_size").fetchone()[0]
     data = db.read_bytes()
-    return [data[i:i + size] for i in range(0, len(data), size)]
+    return [data[i : i + size] for i in range(0, len(data), size)]
 
 
 def test_import_writes_every_location_and_membership(imported_store: Path, extract: Extract) -> None:
@@ -68,7 +68,8 @@ def test_import_writes_every_location_and_membership(imported_store: Path, extra
     for r in _table(imported_store, "members"):
         members.setdefault(r["rel_id"], []).append((r["seq"], r["member_type"], r["member_id"], r["role"]))
     assert {r: [m[1:] for m in sorted(v)] for r, v in members.items()} == {
-        r: ms for r, (ms, _) in extract.relations.items() if ms}
+        r: ms for r, (ms, _) in extract.relations.items() if ms
+    }
     assert_member_relations(imported_store, {r: ms for r, (ms, _) in extract.relations.items()})
     manifest = GeometryStore.of_store(imported_store).manifest()
     assert manifest.sequence is None and manifest.counts["nodes"] == len(extract.nodes) and manifest.commits == 0
@@ -79,7 +80,8 @@ def assert_member_relations(store: Path, relations: dict[int, list[tuple[str, in
     for kind, name in (("n", "node_relations"), ("w", "way_relations")):
         column = "node_id" if kind == "n" else "way_id"
         assert {(r[column], r["rel_id"]) for r in _table(store, name)} == {
-            (ref, rel) for rel, members in relations.items() for t, ref, _ in members if t == kind}, name
+            (ref, rel) for rel, members in relations.items() for t, ref, _ in members if t == kind
+        }, name
 
 
 def test_a_store_of_the_previous_format_gets_its_member_indexes(store: Path, extract: Extract) -> None:
@@ -88,8 +90,9 @@ def test_a_store_of_the_previous_format_gets_its_member_indexes(store: Path, ext
     with closing(sqlite3.connect(geometry.db)) as conn:
         conn.executescript("DROP TABLE node_relations; DROP TABLE way_relations;")
         manifest = json.loads(conn.execute("SELECT value FROM meta WHERE key = 'manifest'").fetchone()[0])
-        conn.execute("UPDATE meta SET value = ? WHERE key = 'manifest'",
-                     (json.dumps({**manifest, "format_version": 3}),))
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = 'manifest'", (json.dumps({**manifest, "format_version": 3}),)
+        )
         conn.commit()
     assert geometry.manifest().format_version == 3
     with geometry.locked() as locked:
@@ -107,8 +110,12 @@ def test_a_diff_writes_what_it_changes_not_the_store(store: Path, extract: Extra
     before = _pages(db)
     wid, (refs, tags) = next(iter(extract.ways.items()))
     moved = list(extract.nodes.items())[1000:1010]
-    diff = read_diff(write_osc(tmp_path / "d.osc", osc(modify=[*(node_xml(n, x + 1e-4, y) for n, (x, y) in moved),
-                                                               way_xml(wid, refs, {**tags, "note": "x"})])))
+    diff = read_diff(
+        write_osc(
+            tmp_path / "d.osc",
+            osc(modify=[*(node_xml(n, x + 1e-4, y) for n, (x, y) in moved), way_xml(wid, refs, {**tags, "note": "x"})]),
+        )
+    )
     with GeometryStore(store / "geometry", keep_writer=True) as geo:
         assert apply_diff(geo, diff, sequence=None)["applied"] is True
     after = _pages(db)  # closed: everything is in the file
@@ -121,9 +128,11 @@ def test_moved_node_changed_way_deleted_way(store: Path, extract: Extract, tmp_p
     (wid, (refs, tags)), (gone, (gone_refs, gone_tags)) = list(extract.ways.items())[:2]
     nid = refs[0]
     lon, lat = extract.nodes[nid]
-    text = osc(create=[node_xml(9_000_000_001, 24.95, 60.17, version=1)],
-               modify=[node_xml(nid, lon + 0.001, lat), way_xml(wid, [*refs, 9_000_000_001], tags)],
-               delete=[way_xml(gone, gone_refs, gone_tags, version=9)])
+    text = osc(
+        create=[node_xml(9_000_000_001, 24.95, 60.17, version=1)],
+        modify=[node_xml(nid, lon + 0.001, lat), way_xml(wid, [*refs, 9_000_000_001], tags)],
+        delete=[way_xml(gone, gone_refs, gone_tags, version=9)],
+    )
     stats = apply_diff(GeometryStore.of_store(store), read_diff(write_osc(tmp_path / "d.osc", text)), sequence=None)
     assert stats["applied"] is True
     nodes = {r["id"]: (r["lon"], r["lat"]) for r in _table(store, "nodes")}
@@ -165,8 +174,9 @@ def test_corrupt_diff_is_refused_before_anything_is_applied(store: Path, extract
     assert _digest(store) == before
 
 
-def test_failure_before_the_commit_leaves_the_store(store: Path, extract: Extract, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_before_the_commit_leaves_the_store(
+    store: Path, extract: Extract, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A failure after the rows were written, before the commit: the store is as before."""
     from services.osmstore import geometry_apply
 
@@ -184,13 +194,15 @@ def test_failure_before_the_commit_leaves_the_store(store: Path, extract: Extrac
     assert GeometryStore.of_store(store).manifest().commits == 0
 
 
-def test_a_diff_leaves_the_rows_the_extract_with_it_would_have(store: Path, extract: Extract,
-                                                                 tmp_path: Path) -> None:
+def test_a_diff_leaves_the_rows_the_extract_with_it_would_have(store: Path, extract: Extract, tmp_path: Path) -> None:
     """Tag edits (node, way, relation), node moves, new and deleted nodes, ways whose node list grew, shrank
     or was replaced, new and deleted ways, relations with new members and deleted ones: every table, the
     reverse index and the manifest's counts are what the extract with the diff applied holds."""
-    nodes, ways, rels = dict(extract.nodes), {w: list(r) for w, (r, _) in extract.ways.items()}, {
-        r: list(m) for r, (m, _) in extract.relations.items()}
+    nodes, ways, rels = (
+        dict(extract.nodes),
+        {w: list(r) for w, (r, _) in extract.ways.items()},
+        {r: list(m) for r, (m, _) in extract.relations.items()},
+    )
     way_ids, node_ids = list(ways)[:60], list(nodes)[5000:5010]
     rel_ids = [r for r, m in rels.items() if m][:3]
     shrunk = next(r for r, m in rels.items() if len(m) >= 3 and m[0][0] == "w" and r not in rel_ids)
@@ -234,7 +246,8 @@ def test_a_diff_leaves_the_rows_the_extract_with_it_would_have(store: Path, extr
         stored.setdefault(r["way_id"], []).append((r["seq"], r["node_id"]))
     assert {w: [n for _, n in sorted(v)] for w, v in stored.items()} == ways
     assert {(r["node_id"], r["way_id"]) for r in _table(store, "node_ways")} == {
-        (n, w) for w, refs in ways.items() for n in refs}
+        (n, w) for w, refs in ways.items() for n in refs
+    }
     members: dict[int, list[tuple[int, str, int, str]]] = {}
     for r in _table(store, "members"):
         members.setdefault(r["rel_id"], []).append((r["seq"], r["member_type"], r["member_id"], r["role"]))
@@ -242,7 +255,10 @@ def test_a_diff_leaves_the_rows_the_extract_with_it_would_have(store: Path, extr
     assert_member_relations(store, rels)
     counts = GeometryStore.of_store(store).manifest().counts
     assert (counts["nodes"], counts["ways"], counts["way_nodes"]) == (
-        len(nodes), len(ways), sum(map(len, ways.values())))
+        len(nodes),
+        len(ways),
+        sum(map(len, ways.values())),
+    )
     assert counts["members"] == sum(map(len, rels.values()))
 
 
@@ -253,10 +269,12 @@ def test_tag_edits_leave_the_geometry_rows_alone(store: Path, extract: Extract, 
     each.)"""
     db = store / "geometry" / "geometry.sqlite"
     before = _pages(db)
-    modify = [way_xml(w, refs, {**tags, "note": "x"}, version=7)
-              for w, (refs, tags) in list(extract.ways.items())[:200]]
-    modify += [node_xml(n, lon, lat, {"amenity": "bench"}, version=3)
-               for n, (lon, lat) in list(extract.nodes.items())[:200]]
+    modify = [
+        way_xml(w, refs, {**tags, "note": "x"}, version=7) for w, (refs, tags) in list(extract.ways.items())[:200]
+    ]
+    modify += [
+        node_xml(n, lon, lat, {"amenity": "bench"}, version=3) for n, (lon, lat) in list(extract.nodes.items())[:200]
+    ]
     diff = read_diff(write_osc(tmp_path / "d.osc", osc(modify=modify)))
     with GeometryStore(store / "geometry", keep_writer=True) as geo:
         assert apply_diff(geo, diff, sequence=None)["applied"] is True

@@ -72,12 +72,16 @@ def _assert_no_leftovers(parent: Path, name: str) -> None:
     assert [p.name for p in parent.iterdir() if p.name.startswith(f".{name}")] == []
 
 
-@pytest.mark.parametrize(("name", "content"), [
-    ("bad.osm.pbf", b"this is not an OSM file\n" * 100),
-    ("bad.osm.pbf", b""),
-    ("bad.osm", b'<osm version="0.6"><node id="1" lat="60.1" lon="24.9"/><node id="x" lat="1" lon="1"/></osm>'),
-    ("bad.osm", b"<html><body>404 Not Found</body></html>"),
-], ids=["text", "empty", "bad-xml-id", "html"])
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("bad.osm.pbf", b"this is not an OSM file\n" * 100),
+        ("bad.osm.pbf", b""),
+        ("bad.osm", b'<osm version="0.6"><node id="1" lat="60.1" lon="24.9"/><node id="x" lat="1" lon="1"/></osm>'),
+        ("bad.osm", b"<html><body>404 Not Found</body></html>"),
+    ],
+    ids=["text", "empty", "bad-xml-id", "html"],
+)
 def test_non_osm_file_is_a_clear_error(tmp_path: Path, name: str, content: bytes) -> None:
     bad = tmp_path / name
     bad.write_bytes(content)
@@ -88,7 +92,7 @@ def test_non_osm_file_is_a_clear_error(tmp_path: Path, name: str, content: bytes
 
 def test_truncated_extract_leaves_no_store(tmp_path: Path, helsinki: Path) -> None:
     cut = tmp_path / "cut.osm.pbf"
-    cut.write_bytes(helsinki.read_bytes()[: 400_000])
+    cut.write_bytes(helsinki.read_bytes()[:400_000])
     with pytest.raises(ImportFailed, match="not a readable OSM file"):
         import_extract(cut, tmp_path / "store")
     _assert_no_leftovers(tmp_path, "store")
@@ -106,13 +110,21 @@ def test_failed_reimport_keeps_the_old_store(store: Path, tmp_path: Path) -> Non
 
 
 def test_cli(tmp_path: Path, helsinki: Path) -> None:
-    out = subprocess.run([str(ROOT / ".venv" / "bin" / "toposm-import"), str(helsinki), "--store",
-                          str(tmp_path / "s")], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "toposm-import"), str(helsinki), "--store", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert "nodes" in out.stderr and "objects/s" in out.stderr
     assert (tmp_path / "s" / "render.sqlite").is_file()
-    bad = subprocess.run([str(ROOT / ".venv" / "bin" / "toposm-import"), str(tmp_path / "missing.pbf"),
-                          "--store", str(tmp_path / "t")], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "toposm-import"), str(tmp_path / "missing.pbf"), "--store", str(tmp_path / "t")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 1 and "missing.pbf: no such file" in bad.stderr
 
 

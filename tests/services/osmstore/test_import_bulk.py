@@ -37,9 +37,13 @@ class _PerObject(osmium.SimpleHandler):
 
 def _features(db: sqlite3.Connection, table: str) -> list[tuple[object, ...]]:
     cols = ", ".join(f't."{c}"' for c in render_db.FEATURE_TABLES[table])
-    return sorted(db.execute(
-        f"SELECT t.osm_type, t.osm_id, {cols}, t.geom, i.xmin, i.xmax, i.ymin, i.ymax FROM {table} t "  # noqa: S608
-        f"JOIN idx_{table}_geom i ON i.pkid = t.fid WHERE t.osm_type != 'c'").fetchall(), key=repr)
+    return sorted(
+        db.execute(
+            f"SELECT t.osm_type, t.osm_id, {cols}, t.geom, i.xmin, i.xmax, i.ymin, i.ymax FROM {table} t "  # noqa: S608
+            f"JOIN idx_{table}_geom i ON i.pkid = t.fid WHERE t.osm_type != 'c'"
+        ).fetchall(),
+        key=repr,
+    )
 
 
 def test_import_equals_the_per_object_code(imported_store: Path, helsinki: Path, tmp_path: Path) -> None:
@@ -90,13 +94,18 @@ def test_node_locations_on_disk_and_objects_read_a_block_at_a_time(helsinki: Pat
     # for a selection (the counts read the column's character data at once, offsets and all).
     bare = list(read_objects(scan.objects, block_size=64 * 1024, tags=False))
     assert sum(b.ref_count() for b in bare if isinstance(b, Ways)) == sum(
-        len(b.refs) for b in whole if isinstance(b, Ways))
+        len(b.refs) for b in whole if isinstance(b, Ways)
+    )
     assert sum(b.member_count() for b in bare if isinstance(b, Relations)) == sum(
-        len(b.member_ids) for b in whole if isinstance(b, Relations))
+        len(b.member_ids) for b in whole if isinstance(b, Relations)
+    )
     relations = next(b for b in whole if isinstance(b, Relations) and len(b) > 2)
     odd = relations.select(np.arange(len(relations)) % 2 == 1)
-    assert odd.member_count() == len(odd.member_ids) == sum(
-        np.diff(relations.offsets)[np.arange(len(relations)) % 2 == 1].tolist())
+    assert (
+        odd.member_count()
+        == len(odd.member_ids)
+        == sum(np.diff(relations.offsets)[np.arange(len(relations)) % 2 == 1].tolist())
+    )
     assert all(b.tags.null_count == len(b) for b in bare)
 
 
@@ -136,8 +145,15 @@ class _Recorder(render_db.FeatureWriter):
         super().__init__(conn)
         self.rows: list[tuple[object, ...]] = []
 
-    def add(self, table: str, osm_type: str, osm_id: int, attrs: dict[str, object], geom: bytes,
-            bbox: tuple[float, float, float, float]) -> None:
+    def add(
+        self,
+        table: str,
+        osm_type: str,
+        osm_id: int,
+        attrs: dict[str, object],
+        geom: bytes,
+        bbox: tuple[float, float, float, float],
+    ) -> None:
         self.rows.append((table, osm_type, osm_id, attrs, geom, bbox))
 
 
@@ -148,8 +164,9 @@ def test_areas_spilled_during_the_pass_are_written_as_without(helsinki: Path, tm
     spilled = tmp_path / "areas.spill"
     with spilled.open("wb") as spill:
         at_once, deferred = AreaFeatures(direct, batch=100), AreaFeatures(later, batch=100, spill=spill)
-        for area in osmium.FileProcessor(str(helsinki)).with_areas().with_filter(osmium.filter.EntityFilter(
-                osmium.osm.AREA)):
+        for area in (
+            osmium.FileProcessor(str(helsinki)).with_areas().with_filter(osmium.filter.EntityFilter(osmium.osm.AREA))
+        ):
             at_once.add(area)
             deferred.add(area)
         at_once.flush()

@@ -16,10 +16,17 @@ def test_the_rule() -> None:
 
 
 def test_every_adapter_picks_the_same_version(tmp_path: Path) -> None:
-    path = write_osc(tmp_path / "repeats.osc.gz", osc(modify=[
-        node_xml(1, 24.0, 60.0, version=2), node_xml(1, 24.1, 60.1, version=2),  # a tie: the later one
-        node_xml(2, 25.0, 61.0, version=3), node_xml(2, 25.1, 61.1, version=2),  # the higher one, read first
-    ]))
+    path = write_osc(
+        tmp_path / "repeats.osc.gz",
+        osc(
+            modify=[
+                node_xml(1, 24.0, 60.0, version=2),
+                node_xml(1, 24.1, 60.1, version=2),  # a tie: the later one
+                node_xml(2, 25.0, 61.0, version=3),
+                node_xml(2, 25.1, 61.1, version=2),  # the higher one, read first
+            ]
+        ),
+    )
     diff = read_diff(path)
     geometry = {nid: (node.lon, node.lat) for nid, node in diff.nodes.items()}
     spark = read_osc([(path, "repeats.osc.gz")], InputBudget(None), lambda _: None).latest_locations()

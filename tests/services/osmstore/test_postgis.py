@@ -34,9 +34,12 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_osm2pgsql_import_and_render(postgis_dsn: str, helsinki: Path) -> None:
     main([str(helsinki), "--postgis", postgis_dsn])
-    count = subprocess.run(["psql", "-X", "-tA", postgis_dsn, "-c",
-                            "SELECT count(*) FROM planet_osm_line WHERE name = 'Mannerheimintie'"],
-                           capture_output=True, text=True, timeout=60)
+    count = subprocess.run(
+        ["psql", "-X", "-tA", postgis_dsn, "-c", "SELECT count(*) FROM planet_osm_line WHERE name = 'Mannerheimintie'"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert int(count.stdout.strip()) > 0
     lon, lat = _middle_of(read_extract(helsinki), name="Mannerheimintie", highway="primary")
     t = mercantile.tile(lon, lat, 16)
@@ -89,8 +92,7 @@ def test_a_hanging_database_is_unavailable_and_its_password_stays_out_of_the_err
     diff.write_text('<osmChange version="0.6"></osmChange>\n')
     with _silent_server() as port:
         dsn = f"postgresql://replicator:S3CRET-pw@127.0.0.1:{port}/gis"
-        for attempt in (lambda: import_postgis(diff, dsn, timeout=2),
-                        lambda: psql(dsn, "SELECT 1", timeout=2)):
+        for attempt in (lambda: import_postgis(diff, dsn, timeout=2), lambda: psql(dsn, "SELECT 1", timeout=2)):
             with pytest.raises(StoreUnavailable) as info:
                 attempt()
             shown = "".join(traceback.format_exception(info.value))
@@ -116,9 +118,21 @@ def test_replicate_stops_on_sigterm_while_the_database_hangs(amqp_url: str, tmp_
     with _silent_server() as port:
         env = {**os.environ, "QBROKER_URL": amqp_url, "QBROKER_DRAIN_TIMEOUT": "4", "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "toposm-replicate"), "--source", str(source), "--spool", str(spool),
-             "--postgis", f"postgresql://replicator:pw@127.0.0.1:{port}/gis", "--start", "1"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            [
+                str(Path(sys.executable).parent / "toposm-replicate"),
+                "--source",
+                str(source),
+                "--spool",
+                str(spool),
+                "--postgis",
+                f"postgresql://replicator:pw@127.0.0.1:{port}/gis",
+                "--start",
+                "1",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         try:
             deadline = time.monotonic() + HANG
             while "psql" not in _children(proc.pid):  # it asks the database for its sequence first

@@ -26,9 +26,12 @@ def extract(helsinki: Path) -> Extract:
 def _middle_of(extract: Extract, **want: str) -> tuple[float, float]:
     """Location of the middle node of the longest way with these tags (read with pyosmium), as far as the
     extract holds its nodes."""
-    ways = [[r for r in refs if r in extract.nodes] for refs, tags in extract.ways.values()
-            if all(tags.get(k) == v for k, v in want.items())
-            and (refs[0] != refs[-1] or all(r in extract.nodes for r in refs))]  # areas: whole ones only
+    ways = [
+        [r for r in refs if r in extract.nodes]
+        for refs, tags in extract.ways.values()
+        if all(tags.get(k) == v for k, v in want.items())
+        and (refs[0] != refs[-1] or all(r in extract.nodes for r in refs))
+    ]  # areas: whole ones only
     assert ways, want
     refs = max(ways, key=len)
     if refs[0] == refs[-1]:  # an area: its vertices' mean lies inside for the compact ponds used here
@@ -81,7 +84,8 @@ def test_renamed_street_renders_its_new_name(store: Path, extract: Extract, tmp_
     changed = sum(1 for a, b in zip(before.get_flattened_data(), after.get_flattened_data(), strict=True) if a != b)
     assert changed > 50  # the label, and only a label: the roads themselves stay
     assert _share_near(after, ROAD_COLOURS["minor"][1], 20) == pytest.approx(
-        _share_near(before, ROAD_COLOURS["minor"][1], 20), abs=0.02)
+        _share_near(before, ROAD_COLOURS["minor"][1], 20), abs=0.02
+    )
 
 
 def test_renderer_store_option(imported_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,8 +25,13 @@ def _cells(low: float, high: float) -> int:
 def test_the_sea_is_cut_into_pieces_a_metatile_reads_alone() -> None:
     # A concave ring (a seven-pointed star) ~30 cells across, 2,000 vertices.
     steps = [2 * math.pi * i / 2000 for i in range(2000)]
-    ring = [(2.77e6 + 1.5e5 * (0.6 + 0.4 * math.sin(7 * t)) * math.cos(t),
-             8.43e6 + 1.5e5 * (0.6 + 0.4 * math.sin(7 * t)) * math.sin(t)) for t in steps]
+    ring = [
+        (
+            2.77e6 + 1.5e5 * (0.6 + 0.4 * math.sin(7 * t)) * math.cos(t),
+            8.43e6 + 1.5e5 * (0.6 + 0.4 * math.sin(7 * t)) * math.sin(t),
+        )
+        for t in steps
+    ]
     ring.append(ring[0])
     pieces = split_ring(ring)
     assert len(pieces) > 20
@@ -39,8 +44,13 @@ def test_the_sea_is_cut_into_pieces_a_metatile_reads_alone() -> None:
 def test_features_are_stored_in_space_order(imported_store: Path) -> None:
     db = sqlite3.connect(imported_store / "render.sqlite")
     for table in FEATURE_TABLES:
-        boxes = np.array(db.execute(f"SELECT pkid, xmin, xmax, ymin, ymax FROM idx_{table}_geom "  # noqa: S608
-                                    "ORDER BY pkid").fetchall(), np.float64).reshape(-1, 5)
+        boxes = np.array(
+            db.execute(
+                f"SELECT pkid, xmin, xmax, ymin, ymax FROM idx_{table}_geom "  # noqa: S608
+                "ORDER BY pkid"
+            ).fetchall(),
+            np.float64,
+        ).reshape(-1, 5)
         keys = z_order((boxes[:, 1] + boxes[:, 2]) / 2, (boxes[:, 3] + boxes[:, 4]) / 2)
         assert np.all(keys[1:] >= keys[:-1]), table
         assert db.execute(f"SELECT rtreecheck('idx_{table}_geom')").fetchone() == ("ok",), table  # packed: valid
@@ -54,8 +64,10 @@ def test_every_index_box_is_its_geometrys_box_on_the_grid(imported_store: Path) 
     shapes: set[int] = set()
     holes = 0
     for table in FEATURE_TABLES:
-        for geom, *stored in db.execute(f"SELECT t.geom, i.xmin, i.ymin, i.xmax, i.ymax FROM {table} t "  # noqa: S608
-                                        f"JOIN idx_{table}_geom i ON i.pkid = t.fid"):
+        for geom, *stored in db.execute(
+            f"SELECT t.geom, i.xmin, i.ymin, i.xmax, i.ymax FROM {table} t "  # noqa: S608
+            f"JOIN idx_{table}_geom i ON i.pkid = t.fid"
+        ):
             assert stored == index_entry(geom), table
             shapes.add(int.from_bytes(geom[1:5], "little"))
             holes += geom[1] == 6 and int.from_bytes(geom[14:18], "little") > 1  # the first polygon's rings

@@ -27,11 +27,12 @@ def test_packed_equals_inserted(count: int) -> None:
     ids = np.arange(1, count + 1)
     inserted, packed = _rtree(), _rtree()
     inserted.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", zip(ids.tolist(), *boxes.T.tolist(), strict=True))
-    pack_rtree(packed, "t", count, [(ids[i:i + 7000], boxes[i:i + 7000]) for i in range(0, count, 7000)])
+    pack_rtree(packed, "t", count, [(ids[i : i + 7000], boxes[i : i + 7000]) for i in range(0, count, 7000)])
     assert packed.execute("SELECT rtreecheck('t')").fetchone() == ("ok",)
     assert sorted(packed.execute("SELECT * FROM t")) == sorted(inserted.execute("SELECT * FROM t"))  # same floats
-    for qx, qy, size in zip(rng.uniform(-2e7, 2e7, 30), rng.uniform(-2e7, 2e7, 30), rng.uniform(1e3, 1e6, 30),
-                            strict=True):
+    for qx, qy, size in zip(
+        rng.uniform(-2e7, 2e7, 30), rng.uniform(-2e7, 2e7, 30), rng.uniform(1e3, 1e6, 30), strict=True
+    ):
         window = (qx, qx + size, qy, qy + size)
         assert packed.execute(_WINDOW, window).fetchall() == inserted.execute(_WINDOW, window).fetchall()
     packed.execute("DELETE FROM t WHERE pkid % 3 = 0")

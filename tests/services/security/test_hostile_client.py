@@ -39,9 +39,13 @@ class Stack:
 async def stack(provisioned, as_role, tmp_path) -> AsyncIterator[Stack]:
     names = provisioned.names
     settings = QueuemasterSettings(
-        tile_root=tmp_path / "tiles", state_file=tmp_path / "q.sqlite", ping_interval=0.5,
-        access=AccessPolicy(renderers=frozenset({names["renderer"], names["renderer2"]}),
-                            expirers=frozenset({names["spark_bridge"], names["operator"]})),
+        tile_root=tmp_path / "tiles",
+        state_file=tmp_path / "q.sqlite",
+        ping_interval=0.5,
+        access=AccessPolicy(
+            renderers=frozenset({names["renderer"], names["renderer2"]}),
+            expirers=frozenset({names["spark_bridge"], names["operator"]}),
+        ),
     )
     qm = Queuemaster(settings)
     qm_unit = await as_role("queuemaster", app=QM, start=False)
@@ -52,9 +56,13 @@ async def stack(provisioned, as_role, tmp_path) -> AsyncIterator[Stack]:
     r_unit = await as_role("renderer", app="toposm.renderer", start=False)
     renderer = RendererProcess(
         r_unit,
-        RendererSettings(tile_root=tmp_path / "tiles", hostname="vader", render_delay=4.0,
-                         operator_users=frozenset({names["operator"]}),
-                         queuemaster_users=frozenset({names["queuemaster"]})),
+        RendererSettings(
+            tile_root=tmp_path / "tiles",
+            hostname="vader",
+            render_delay=4.0,
+            operator_users=frozenset({names["operator"]}),
+            queuemaster_users=frozenset({names["queuemaster"]}),
+        ),
         request_stop=stop_asked.set,
     )
     await r_unit.start()
@@ -146,15 +154,21 @@ async def test_seed_wire_renderer_commands_need_a_renderer_account(stack, provis
             await answers.put(orjson.loads(message.body))
 
         await replies.consume(on_reply, no_ack=True)
-        for body in ({"command": "rendered", "metatile": "12/125/187"}, {"command": "unregister", "threadid": 0},
-                     {"command": "register", "hostname": "evil", "pid": 1, "threadid": 0}):
-            await osm.publish(aio_pika.Message(orjson.dumps(body), reply_to=replies.name,
-                                               user_id=provisioned.names["client"]), routing_key=QM)
+        for body in (
+            {"command": "rendered", "metatile": "12/125/187"},
+            {"command": "unregister", "threadid": 0},
+            {"command": "register", "hostname": "evil", "pid": 1, "threadid": 0},
+        ):
+            await osm.publish(
+                aio_pika.Message(orjson.dumps(body), reply_to=replies.name, user_id=provisioned.names["client"]),
+                routing_key=QM,
+            )
             answer = await asyncio.wait_for(answers.get(), HANG)
             assert answer["status"] == "fail" and answer["error"] == "forbidden", answer
         # and without any user_id at all (a seed client that never sets it)
-        await osm.publish(aio_pika.Message(orjson.dumps({"command": "unregister"}), reply_to=replies.name),
-                          routing_key=QM)
+        await osm.publish(
+            aio_pika.Message(orjson.dumps({"command": "unregister"}), reply_to=replies.name), routing_key=QM
+        )
         answer = await asyncio.wait_for(answers.get(), HANG)
         assert answer["error"] == "forbidden"
         stats = {"command": "stats"}
@@ -179,8 +193,7 @@ async def test_shutdown_only_from_an_operator(stack, as_role) -> None:
     assert not stack.stop_asked.is_set() and not stack.renderer.stopping.is_set()
     # the operator may
     operator = await as_role("operator")
-    [reply] = [r async for r in operator.gather(process_level, {"command": "shutdown"}, timeout=HANG,
-                                                max_replies=1)]
+    [reply] = [r async for r in operator.gather(process_level, {"command": "shutdown"}, timeout=HANG, max_replies=1)]
     assert reply.body == {"command": "shutting down", "pid": os.getpid()}
     await asyncio.wait_for(stack.stop_asked.wait(), HANG)
 

@@ -31,8 +31,14 @@ async def bridge(as_role, provisioned, spark, tmp_path) -> AsyncIterator[SparkBr
     unit = await as_role("spark_bridge", app="spark.bridge", start=False)
     root = tmp_path / "inputs"
     root.mkdir()
-    service = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, input_roots=[root],
-                          operator_users=frozenset({provisioned.names["operator"]}))
+    service = SparkBridge(
+        unit,
+        spark,
+        tmp_path / "state",
+        max_jobs=1,
+        input_roots=[root],
+        operator_users=frozenset({provisioned.names["operator"]}),
+    )
     await unit.start()
     yield service
     await service.close()
@@ -57,16 +63,24 @@ async def test_client_cannot_read_probe_or_exhaust_the_bridge_host(bridge, as_ro
         with pytest.raises(RequestFailed) as info:
             await client.call("spark.expire", body, timeout=JOB_HANG)
         answers[label] = info.value
-    for label, error_id in {"passwd": "input_not_allowed", "missing": "input_not_allowed",
-                            "dev_zero": "input_not_allowed", "fifo": "bad_input_type", "slash": "input_not_allowed",
-                            "dotdot": "input_not_allowed", "huge_guard": "over_limit"}.items():
+    for label, error_id in {
+        "passwd": "input_not_allowed",
+        "missing": "input_not_allowed",
+        "dev_zero": "input_not_allowed",
+        "fifo": "bad_input_type",
+        "slash": "input_not_allowed",
+        "dotdot": "input_not_allowed",
+        "huge_guard": "over_limit",
+    }.items():
         assert answers[label].id == error_id and answers[label].status == "fail", (label, answers[label])
     assert "root:" not in str(answers["passwd"])
     # existing vs missing outside the roots: indistinguishable
-    assert answers["passwd"].detail.replace("/etc/passwd", "") == \
-        answers["missing"].detail.replace("/etc/does-not-exist", "")
-    (root / "render.log").write_text('{"metatile": "9/0/0", "zoom": 9, "renderer": "r", "start": 1.0, '
-                                     '"duration": 1.0, "status": "ok"}\n')
+    assert answers["passwd"].detail.replace("/etc/passwd", "") == answers["missing"].detail.replace(
+        "/etc/does-not-exist", ""
+    )
+    (root / "render.log").write_text(
+        '{"metatile": "9/0/0", "zoom": 9, "renderer": "r", "start": 1.0, "duration": 1.0, "status": "ok"}\n'
+    )
     with pytest.raises(RequestFailed) as info:
         await client.call("spark.stats", {"paths": ["render.log"], "output_dir": str(outside)}, timeout=JOB_HANG)
     assert info.value.id == "bad_output_name"
@@ -125,9 +139,11 @@ async def test_job_errors_name_the_file_and_problem_never_the_content(bridge, as
     (root / "coord.osc").write_bytes(OSC_HEAD + _node() + _node(SECRET) + OSC_TAIL)
     (root / "xml.osc").write_bytes(OSC_HEAD + _node() + f'<node id="2" {SECRET} />\n'.encode() + OSC_TAIL)
     (root / "lines.list").write_text(f"10/0/0\n{SECRET}\n")
-    expected = {"coord.osc": "coord.osc: unparsable osmChange: wrong format for coordinate",
-                "xml.osc": "xml.osc: unparsable osmChange: not well-formed XML at line 5",
-                "lines.list": "lines.list: a line is not z/x/y within the zoom limit (line 2)"}
+    expected = {
+        "coord.osc": "coord.osc: unparsable osmChange: wrong format for coordinate",
+        "xml.osc": "xml.osc: unparsable osmChange: not well-formed XML at line 5",
+        "lines.list": "lines.list: a line is not z/x/y within the zoom limit (line 2)",
+    }
     for name, wanted in expected.items():
         with pytest.raises(RequestFailed) as info:
             await client.call("spark.expire", {"paths": [name], "publish": False, "wait": True}, timeout=JOB_HANG)

@@ -24,8 +24,7 @@ QM = "toposm.queuemaster"
 
 @pytest.fixture
 async def queuemaster(as_role, tmp_path) -> AsyncIterator[Queuemaster]:
-    settings = QueuemasterSettings(tile_root=tmp_path / "tiles", state_file=tmp_path / "q.sqlite",
-                                   default_deadline=1.0)
+    settings = QueuemasterSettings(tile_root=tmp_path / "tiles", state_file=tmp_path / "q.sqlite", default_deadline=1.0)
     qm = Queuemaster(settings)
     unit = await as_role("queuemaster", app=QM, start=False)
     service = QueuemasterService(unit, qm)
@@ -48,8 +47,10 @@ async def test_one_accounts_parked_renders_never_get_another_account_refused(que
     of them took the queuemaster to 1 GB and had every other account answered `busy`); its next one is
     `busy`, while another account's render is taken and waits as any other."""
     client = await as_role("client")
-    parked = [asyncio.create_task(client.call(QM, {"command": "render", "tile": "18/0/0"}, timeout=10 * HANG))
-              for _ in range(MAX_WAITS_PER_ACCOUNT)]
+    parked = [
+        asyncio.create_task(client.call(QM, {"command": "render", "tile": "18/0/0"}, timeout=10 * HANG))
+        for _ in range(MAX_WAITS_PER_ACCOUNT)
+    ]
     await eventually(lambda: _equals(waiting(client), MAX_WAITS_PER_ACCOUNT))
     with pytest.raises(RequestError) as info:
         await client.call(QM, {"command": "render", "tile": "18/8/8"}, timeout=HANG)
@@ -79,8 +80,10 @@ async def test_a_render_without_a_deadline_ends_at_the_default_deadline(queuemas
 
         await replies.consume(on_reply, no_ack=True)
         body = {"command": "render", "tile": "18/0/0"}
-        await osm.publish(aio_pika.Message(orjson.dumps(body), reply_to=replies.name,
-                                           user_id=provisioned.names["client"]), routing_key=QM)
+        await osm.publish(
+            aio_pika.Message(orjson.dumps(body), reply_to=replies.name, user_id=provisioned.names["client"]),
+            routing_key=QM,
+        )
         answer = await asyncio.wait_for(answers.get(), HANG)
         assert answer["status"] == "error" and answer["error"] == "render_timeout", answer
         assert queuemaster.waiting == 0

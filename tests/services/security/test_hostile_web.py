@@ -87,6 +87,7 @@ async def test_sigterm_stops_within_the_drain_timeout_after_a_flood(bus: TileBus
     await wait_renderers(await bus.client(), 0)
     web = start_web(bus, "--render-timeout", "60")
     async with aiohttp.ClientSession() as session:
+
         async def get(path: str) -> Any:
             async with session.get(web.url + path) as response:
                 return response.status
@@ -148,6 +149,7 @@ async def test_metrics_and_status_stay_bounded_when_a_unit_answers_ping_with_500
 
     web = start_web(bus)
     async with aiohttp.ClientSession() as session:
+
         async def polled() -> bytes | None:
             async with session.get(web.url + "/api/status") as response:
                 body = await response.read()

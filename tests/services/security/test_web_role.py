@@ -25,8 +25,9 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> dict:
         return result
 
 
-async def test_web_starts_and_works_under_its_own_role(provisioned: Provisioned, as_role, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_web_starts_and_works_under_its_own_role(
+    provisioned: Provisioned, as_role, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tb = TileBus(f"amqp://{HOST}/{provisioned.deployment.vhost}", tmp_path)
     for key, value in provisioned.service_env.items():
         monkeypatch.setenv(key, value)
@@ -41,6 +42,7 @@ async def test_web_starts_and_works_under_its_own_role(provisioned: Provisioned,
         account("web")
         web = start_web(tb)
         async with aiohttp.ClientSession() as session:
+
             async def online() -> dict | None:
                 status = await get_json(session, web.url + "/api/status")
                 return status if status["queuemaster"]["online"] else None

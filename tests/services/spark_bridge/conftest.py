@@ -51,8 +51,9 @@ async def bridge(make_unit, spark, tmp_path):
     unit = await make_unit("spark.bridge")
     # Inputs come from the test's own directory; the big cancel test needs ceilings above the defaults.
     limits = BridgeLimits(max_tiles=10**10, max_tiles_per_geometry=10**10)
-    service = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, progress_interval=0.3,
-                          input_roots=[tmp_path], limits=limits)
+    service = SparkBridge(
+        unit, spark, tmp_path / "state", max_jobs=1, progress_interval=0.3, input_roots=[tmp_path], limits=limits
+    )
     await unit.start()
     yield service
     await service.close()

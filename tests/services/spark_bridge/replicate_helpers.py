@@ -16,8 +16,9 @@ from services.spark_bridge.service import SparkBridge
 async def store_bridge(make_unit, spark, tmp_path, store):
     unit = await make_unit("spark.bridge")
     limits = BridgeLimits(max_tiles=10**8, max_tiles_per_geometry=10**8)
-    service = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, input_roots=[tmp_path], limits=limits,
-                          stores=[store])
+    service = SparkBridge(
+        unit, spark, tmp_path / "state", max_jobs=1, input_roots=[tmp_path], limits=limits, stores=[store]
+    )
     await unit.start()
     yield service
     await service.close()
@@ -36,12 +37,11 @@ async def listen_for_expirations(make_unit) -> list[str]:
     return bodies
 
 
-
-
 def street(extract: Extract) -> tuple[int, list[int], dict[str, str]]:
     """Mikonkatu (the demo's street): its way id, node refs and tags."""
-    wid = next(w for w, (refs, tags) in sorted(extract.ways.items())
-               if tags.get("name") == "Mikonkatu" and tags.get("highway"))
+    wid = next(
+        w for w, (refs, tags) in sorted(extract.ways.items()) if tags.get("name") == "Mikonkatu" and tags.get("highway")
+    )
     refs, tags = extract.ways[wid]
     return wid, refs, tags
 
@@ -67,10 +67,14 @@ def new_building(first_id: int = 9_300_000_001) -> list[str]:
 
 def edits(extract: Extract) -> list[str]:
     node, lon, lat = moved_node(extract)
-    return [osc(modify=[renamed(extract, "Qbrokerinkatu", 2)]), osc(modify=[node_xml(node, lon, lat)]),
-            osc(create=new_building())]
+    return [
+        osc(modify=[renamed(extract, "Qbrokerinkatu", 2)]),
+        osc(modify=[node_xml(node, lon, lat)]),
+        osc(create=new_building()),
+    ]
 
 
 def settings(source: Path | str, store: Path, **kw) -> FollowSettings:
-    return FollowSettings(source=source, store=store, store_name=store.name, min_zoom=14, max_zoom=16,
-                          call_timeout=600, **kw)
+    return FollowSettings(
+        source=source, store=store, store_name=store.name, min_zoom=14, max_zoom=16, call_timeout=600, **kw
+    )

@@ -92,7 +92,7 @@ class _Handler(SimpleHTTPRequestHandler):
         self.close_connection = True
         try:
             for i in range(len(answer.body)):
-                self.wfile.write(answer.body[i: i + 1])
+                self.wfile.write(answer.body[i : i + 1])
                 self.wfile.flush()
                 if srv.closing.wait(answer.drip):
                     return

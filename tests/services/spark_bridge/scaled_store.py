@@ -51,8 +51,13 @@ def _digest(*parts: bytes) -> str:
 
 
 def _psql_admin(sql: str) -> str:
-    out = subprocess.run(["psql", "-X", "-q", "-tA", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-c", sql],
-                         capture_output=True, text=True, timeout=600, check=True)
+    out = subprocess.run(
+        ["psql", "-X", "-q", "-tA", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-c", sql],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     return out.stdout.strip()
 
 
@@ -83,8 +88,9 @@ def scaled_helsinki() -> ScaledHelsinki:
     extract = helsinki_extract()
     module = scale_module()
     data_key = _digest(extract.read_bytes(), SCALE_CODE.read_bytes(), str(K).encode())
-    store_key = _digest(data_key.encode(), str(geometry.FORMAT_VERSION).encode(),
-                        str(render_db.FORMAT_VERSION).encode())
+    store_key = _digest(
+        data_key.encode(), str(geometry.FORMAT_VERSION).encode(), str(render_db.FORMAT_VERSION).encode()
+    )
     CACHE.mkdir(parents=True, exist_ok=True)
     scale = module.Scale(module.read_source(extract), K)
     pbf = CACHE / f"helsinki-x{K}-{data_key}.osm.pbf"

@@ -43,4 +43,3 @@ def per_zoom(tiles: set[tuple[int, int, int]]) -> dict[str, int]:
 
 def oracle_metatiles(tiles: set[tuple[int, int, int]]) -> set[str]:
     return {f"{z}/{(x // 8) * 8}/{(y // 8) * 8}" for z, x, y in tiles}
-

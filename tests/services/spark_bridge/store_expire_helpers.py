@@ -35,8 +35,11 @@ def coords(extract: Extract, refs: list[int], moved: dict[int, tuple[float, floa
 
 
 def whole_ways(extract: Extract, **want: str) -> list[int]:
-    return sorted(w for w, (refs, tags) in extract.ways.items()
-                  if all(tags.get(k) == v for k, v in want.items()) and all(r in extract.nodes for r in refs))
+    return sorted(
+        w
+        for w, (refs, tags) in extract.ways.items()
+        if all(tags.get(k) == v for k, v in want.items()) and all(r in extract.nodes for r in refs)
+    )
 
 
 _USERS: dict[int, dict[int, list[int]]] = {}
@@ -66,12 +69,14 @@ def parents(extract: Extract, ways: set[int] | list[int], nodes: set[int] | list
             for t, ref, _ in members:
                 index.setdefault((t, ref), []).append(r)
     via = {w for n in nodes for w in users(extract, n)}
-    return ({r for w in {*ways, *via} for r in index.get(("w", w), ())}
-            | {r for n in nodes for r in index.get(("n", n), ())})
+    return {r for w in {*ways, *via} for r in index.get(("w", w), ())} | {
+        r for n in nodes for r in index.get(("n", n), ())
+    }
 
 
-def expect_relations(expected: Expected, extract: Extract, relations: set[int],
-                     moved: dict[int, tuple[float, float]] | None = None) -> set[int]:
+def expect_relations(
+    expected: Expected, extract: Extract, relations: set[int], moved: dict[int, tuple[float, float]] | None = None
+) -> set[int]:
     """Each relation's member ways, old and new line (osm2pgsql draws a relation from its ways); returns them."""
     ways: set[int] = set()
     for r in relations:

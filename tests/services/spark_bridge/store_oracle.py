@@ -59,5 +59,7 @@ class Expected:
             self.may |= _line_tiles(a, b, zoom, 0.1 + 1e-9)
 
     def metatiles(self, min_zoom: int) -> tuple[set[str], set[str]]:
-        return (oracle_metatiles(oracle_propagate(self.must, min_zoom)),
-                oracle_metatiles(oracle_propagate(self.may, min_zoom)))
+        return (
+            oracle_metatiles(oracle_propagate(self.must, min_zoom)),
+            oracle_metatiles(oracle_propagate(self.may, min_zoom)),
+        )

@@ -23,10 +23,24 @@ async def test_the_bridge_and_its_jvm_log_json(amqp_url: str, make_unit, tmp_pat
     log = tmp_path / "bridge.log"
     with log.open("wb") as out:
         bridge = subprocess.Popen(
-            [str(BIN / "qbroker-spark-bridge"), "--master", "local[1]", "--app", APP, "--state-dir",
-             str(tmp_path / "state"), "--input-root", str(tmp_path), "--metrics-port", str(free_port())],
+            [
+                str(BIN / "qbroker-spark-bridge"),
+                "--master",
+                "local[1]",
+                "--app",
+                APP,
+                "--state-dir",
+                str(tmp_path / "state"),
+                "--input-root",
+                str(tmp_path),
+                "--metrics-port",
+                str(free_port()),
+            ],
             env={**os.environ, "QBROKER_URL": amqp_url, "QBROKER_LOG_FORMAT": "json"},
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         client = await make_unit("test.json.bridge.client")
         await client.start()
@@ -38,8 +52,11 @@ async def test_the_bridge_and_its_jvm_log_json(amqp_url: str, make_unit, tmp_pat
         await eventually(bridge_up, 2 * HANG, 1, ignore=(Exception,), context=lambda: log.read_text()[-3000:])
         listing = tmp_path / "expire.list"
         listing.write_text("15/17000/11000\n")
-        reply = await client.call("spark.expire", {"paths": [str(listing)], "min_zoom": 14, "max_zoom": 15,
-                                                   "publish": False, "wait": True}, timeout=2 * HANG)
+        reply = await client.call(
+            "spark.expire",
+            {"paths": [str(listing)], "min_zoom": 14, "max_zoom": 15, "publish": False, "wait": True},
+            timeout=2 * HANG,
+        )
         assert reply["state"] == "succeeded"
         bridge.send_signal(signal.SIGTERM)  # the bridge alone: it stops its JVM itself
         assert bridge.wait(HANG) == 0, log.read_text()[-3000:]

@@ -14,8 +14,9 @@ from tests.prometheus_text import created_series, says_its_version, scrape, valu
 
 async def test_bridge_metrics_after_an_expire_job(make_unit, spark, tmp_path, client) -> None:
     unit = await make_unit("spark.bridge")
-    bridge = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, input_roots=[tmp_path],
-                         metrics=service_metrics(NAMESPACE, 0))
+    bridge = SparkBridge(
+        unit, spark, tmp_path / "state", max_jobs=1, input_roots=[tmp_path], metrics=service_metrics(NAMESPACE, 0)
+    )
     await unit.start()
     await bridge.start()
     try:
@@ -23,14 +24,19 @@ async def test_bridge_metrics_after_an_expire_job(make_unit, spark, tmp_path, cl
         assert port is not None
         listing = tmp_path / "expire.list"
         listing.write_text("15/17000/11000\n15/17001/11000\n")
-        reply = await client.call("spark.expire", {"paths": [str(listing)], "min_zoom": 12, "max_zoom": 15,
-                                                   "publish": False, "wait": True}, timeout=120)
+        reply = await client.call(
+            "spark.expire",
+            {"paths": [str(listing)], "min_zoom": 12, "max_zoom": 15, "publish": False, "wait": True},
+            timeout=120,
+        )
         assert reply["state"] == "succeeded"
 
         def counted() -> bool:
             text = scrape(port)
-            return value(text, 'spark_bridge_jobs{kind="expire",state="succeeded"}') == 1 and \
-                value(text, "spark_bridge_tiles_expired_total") == 5
+            return (
+                value(text, 'spark_bridge_jobs{kind="expire",state="succeeded"}') == 1
+                and value(text, "spark_bridge_tiles_expired_total") == 5
+            )
 
         await eventually(counted, timeout=30)
         text = scrape(port)

@@ -36,8 +36,7 @@ def extract(helsinki: Path) -> Extract:
     return read_extract(helsinki)
 
 
-async def test_follows_in_order_and_resumes_after_a_restart(store_bridge, make_unit, store, extract,
-                                                            tmp_path) -> None:
+async def test_follows_in_order_and_resumes_after_a_restart(store_bridge, make_unit, store, extract, tmp_path) -> None:
     source = tmp_path / "replication"
     first, second, third = edits(extract)
     publish(source, 1, first)
@@ -70,8 +69,9 @@ async def test_follows_in_order_and_resumes_after_a_restart(store_bridge, make_u
     with pytest.raises(ReplicationError, match=r"gap: .*000/000/004.osc.gz is missing"):
         await restarted.catch_up()
     # A corrupt diff 4 (cut short): the bridge refuses it whole.
-    whole = gzip.compress(osc(modify=[node_xml(n, lon, lat + 0.001) for n, (lon, lat)
-                                      in list(extract.nodes.items())[:3000]]).encode())
+    whole = gzip.compress(
+        osc(modify=[node_xml(n, lon, lat + 0.001) for n, (lon, lat) in list(extract.nodes.items())[:3000]]).encode()
+    )
     publish(source, 4, whole[: len(whole) // 2])
     commits = GeometryStore.of_store(store).manifest().commits
     with pytest.raises(ReplicationError, match="diff 4 .*unreadable osmChange"):
@@ -84,12 +84,22 @@ def test_cli_stops_on_a_gap_with_a_clear_error(store, amqp_url, tmp_path) -> Non
     source = tmp_path / "replication"
     write_state(source / "state.txt", ReplicationState(7, None))
     env = {**os.environ, "QBROKER_URL": amqp_url}
-    out = subprocess.run([str(BIN / "toposm-replicate"), "--source", str(source), "--store", str(store),
-                          "--start", "6", "--once"], capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run(
+        [str(BIN / "toposm-replicate"), "--source", str(source), "--store", str(store), "--start", "6", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert out.returncode == 1, out.stderr
     assert "toposm-replicate: gap:" in out.stderr and "000/000/006.osc.gz is missing" in out.stderr
-    missing_start = subprocess.run([str(BIN / "toposm-replicate"), "--source", str(source), "--store", str(store),
-                                    "--once"], capture_output=True, text=True, timeout=120, env=env)
+    missing_start = subprocess.run(
+        [str(BIN / "toposm-replicate"), "--source", str(source), "--store", str(store), "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert missing_start.returncode == 1 and "pass --start N" in missing_start.stderr
 
 

@@ -33,13 +33,17 @@ STATE = "/replication/minute/state.txt"
 DIFF_1 = "/replication/minute/000/000/001.osc.gz"
 DRAIN = 2.0  # QBROKER_DRAIN_TIMEOUT of the processes started here
 # What a hostile or broken server answers for a state file, none of which is one.
-NOT_A_STATE = [b"#now\nsequenceNumber=\xc2\xb2\ntimestamp=2026-11-24T00\\:01\\:00Z\n",  # superscript two
-               b"sequenceNumber=" + b"7" * 5000 + b"\n",  # past int()'s 4,300 digits
-               b"sequenceNumber=abc\n"]
+NOT_A_STATE = [
+    b"#now\nsequenceNumber=\xc2\xb2\ntimestamp=2026-11-24T00\\:01\\:00Z\n",  # superscript two
+    b"sequenceNumber=" + b"7" * 5000 + b"\n",  # past int()'s 4,300 digits
+    b"sequenceNumber=abc\n",
+]
 PORTAL = b"<!doctype html><html><head><title>Hotel Wi-Fi</title></head><body><form>Log in</form></body></html>"
-ENTITIES = (b'<?xml version="1.0"?>\n<!DOCTYPE osmChange [<!ENTITY a "aaaaaaaaaa">'
-            b'<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>\n<osmChange version="0.6"><modify>'
-            b'<node id="1" version="2" lat="60.17" lon="24.94"><tag k="name" v="&b;"/></node></modify></osmChange>\n')
+ENTITIES = (
+    b'<?xml version="1.0"?>\n<!DOCTYPE osmChange [<!ENTITY a "aaaaaaaaaa">'
+    b'<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>\n<osmChange version="0.6"><modify>'
+    b'<node id="1" version="2" lat="60.17" lon="24.94"><tag k="name" v="&b;"/></node></modify></osmChange>\n'
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +55,26 @@ def extract(helsinki: Path) -> Extract:
 def replicate(url: str, store: Path, amqp_url: str, log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
     """``toposm-replicate`` as an operator runs it, in a session of its own; killed with it if still running."""
     with log.open("wb") as out:
-        proc = subprocess.Popen([str(BIN / "toposm-replicate"), "--source", url, "--store", str(store), "--start",
-                                 "1", "--min-zoom", "14", "--max-zoom", "16", *args], stdout=out, stderr=out,
-                                env={**os.environ, "QBROKER_URL": amqp_url, "QBROKER_DRAIN_TIMEOUT": str(DRAIN)},
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                str(BIN / "toposm-replicate"),
+                "--source",
+                url,
+                "--store",
+                str(store),
+                "--start",
+                "1",
+                "--min-zoom",
+                "14",
+                "--max-zoom",
+                "16",
+                *args,
+            ],
+            stdout=out,
+            stderr=out,
+            env={**os.environ, "QBROKER_URL": amqp_url, "QBROKER_DRAIN_TIMEOUT": str(DRAIN)},
+            start_new_session=True,
+        )
         try:
             yield proc
         finally:
@@ -75,8 +95,10 @@ def group_gone(pid: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize("answer", [*NOT_A_STATE, PORTAL, b"", b"sequenceNumber=-1\n", b"sequenceNumber=1e3\n",
-                                    b"sequenceNumber=1000000000\n"])
+@pytest.mark.parametrize(
+    "answer",
+    [*NOT_A_STATE, PORTAL, b"", b"sequenceNumber=-1\n", b"sequenceNumber=1e3\n", b"sequenceNumber=1000000000\n"],
+)
 def test_what_is_not_a_state_file_is_refused_as_one(answer: bytes) -> None:
     """A ReplicationError naming the URL, never a ValueError (which ended the follower with a traceback)."""
     with pytest.raises(ReplicationError, match=r"^http://mirror/state\.txt: no valid sequenceNumber$"):
@@ -102,7 +124,8 @@ async def test_a_download_is_bounded_in_size_and_in_total_time(tmp_path) -> None
 
 
 async def test_bad_answers_are_counted_and_backed_off_until_the_server_answers_well(
-        store_bridge, store, extract, amqp_url, tmp_path) -> None:
+    store_bridge, store, extract, amqp_url, tmp_path
+) -> None:
     mirror = tmp_path / "mirror"
     publish(mirror / "replication" / "minute", 1, osc(modify=[renamed(extract, "Hostilinkatu", 2)]))
     metrics, log = free_port(), tmp_path / "replicate.log"
@@ -110,11 +133,15 @@ async def test_bad_answers_are_counted_and_backed_off_until_the_server_answers_w
         # Five bad answers (four state files, then a good one with a diff that has XML entities) and a state
         # file dripped a byte every 0.2 s (its 70 bytes in 14 s), past the 1 s --http-deadline; then the files
         # as published.
-        server.answers[STATE] = [*(Answer(bad) for bad in NOT_A_STATE), Answer(PORTAL, "text/html"),
-                                 Answer((mirror / "replication/minute/state.txt").read_bytes(), drip=0.2)]
+        server.answers[STATE] = [
+            *(Answer(bad) for bad in NOT_A_STATE),
+            Answer(PORTAL, "text/html"),
+            Answer((mirror / "replication/minute/state.txt").read_bytes(), drip=0.2),
+        ]
         server.answers[DIFF_1] = [Answer(ENTITIES, "application/xml")]
         args = ("--interval", "0.05", "--max-backoff", "0.2", "--http-deadline", "1", "--metrics-port", str(metrics))
         with replicate(server.url + "replication/minute/", store, amqp_url, log, *args) as proc:
+
             async def caught_up() -> bool:
                 assert proc.poll() is None, "a bad answer ended replication"
                 return GeometryStore.of_store(store).sequence == 1
@@ -123,8 +150,10 @@ async def test_bad_answers_are_counted_and_backed_off_until_the_server_answers_w
 
             def round_done() -> str | None:  # the store holds diff 1 a moment before its round ends and says so
                 text = scrape(metrics)
-                done = (value(text, "toposm_replicate_failures_in_a_row") == 0
-                        and value(text, 'toposm_replicate_sequence{store="store"}') == 1)
+                done = (
+                    value(text, "toposm_replicate_failures_in_a_row") == 0
+                    and value(text, 'toposm_replicate_sequence{store="store"}') == 1
+                )
                 return text if done else None
 
             text = await eventually(round_done, timeout=HANG, interval=0.1, context=lambda: tail(log))
@@ -140,7 +169,8 @@ async def test_bad_answers_are_counted_and_backed_off_until_the_server_answers_w
 
 
 async def test_sigterm_in_the_middle_of_a_download_ends_the_process_within_the_drain_timeout(
-        store, amqp_url, tmp_path) -> None:
+    store, amqp_url, tmp_path
+) -> None:
     """A server that drips state.txt for ever, well within --http-timeout per read and before --http-deadline:
     SIGTERM cancels the download; the process exits 0 and leaves nothing behind."""
     mirror = tmp_path / "mirror"
@@ -170,6 +200,8 @@ def test_once_reports_a_bad_answer_without_a_traceback(store, amqp_url, tmp_path
         with replicate(server.url + "replication/minute/", store, amqp_url, log, "--once") as proc:
             assert proc.wait(timeout=HANG) == 1
     out = log.read_text()
-    assert f"toposm-replicate: the source answered badly: {server.url}replication/minute/state.txt: " \
-           "no valid sequenceNumber" in out
+    assert (
+        f"toposm-replicate: the source answered badly: {server.url}replication/minute/state.txt: "
+        "no valid sequenceNumber" in out
+    )
     assert "Traceback" not in out

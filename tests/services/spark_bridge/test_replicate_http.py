@@ -49,18 +49,24 @@ async def test_follows_a_replication_server(store_bridge, make_unit, store, extr
     publish(minute, 3, osc(create=new_building(), modify=[renamed(extract, "Replicatorinkatu", 3)]))
     with serving(mirror) as server:
         url = server.url + "replication/minute/"
-        follower = Follower(await make_unit("toposm.replicate"),
-                            settings(url, store, start=1, interval=0.05, max_backoff=0.2, http_retries=0))
+        follower = Follower(
+            await make_unit("toposm.replicate"),
+            settings(url, store, start=1, interval=0.05, max_backoff=0.2, http_retries=0),
+        )
         await follower.unit.start()
         commits = GeometryStore.of_store(store).manifest().commits
         # Missing: state.txt announces 3, the server has no diff 1 (404): a bad answer, naming the URL.
         diff_path(minute, 1).unlink()
-        with pytest.raises(BadAnswer, match=r"gap: http://127\.0\.0\.1:\d+/replication/minute/"
-                                                   r"000/000/001\.osc\.gz is missing"):
+        with pytest.raises(
+            BadAnswer,
+            match=r"gap: http://127\.0\.0\.1:\d+/replication/minute/"
+            r"000/000/001\.osc\.gz is missing",
+        ):
             await follower.catch_up()
         # Truncated: diff 1 is there but cut short on the server. Nothing of 1..3 is applied.
-        whole = gzip.compress(osc(modify=[node_xml(n, x, y + 0.001) for n, (x, y)
-                                          in list(extract.nodes.items())[:3000]]).encode())
+        whole = gzip.compress(
+            osc(modify=[node_xml(n, x, y + 0.001) for n, (x, y) in list(extract.nodes.items())[:3000]]).encode()
+        )
         diff_path(minute, 1).write_bytes(whole[: len(whole) // 2])
         with pytest.raises(BadAnswer, match=r"diff 1 \(http://.*/000/000/001\.osc\.gz\): unreadable osmChange"):
             await follower.catch_up()
@@ -75,15 +81,18 @@ async def test_follows_a_replication_server(store_bridge, make_unit, store, extr
         await eventually(lambda: 3 in follower.applied or follower.finished.is_set(), timeout=900, interval=0.1)
         await follower.stop()
         assert follower.error is None and follower.jobs == [(1, 3)]
-        assert [what for _path, what in server.log].count("503") == 2 and ("/replication/minute/000/000/001.osc.gz",
-                                                                            "cut") in server.log
+        assert [what for _path, what in server.log].count("503") == 2 and (
+            "/replication/minute/000/000/001.osc.gz",
+            "cut",
+        ) in server.log
         assert follower.retries == 3  # two rounds without state.txt, one with a cut diff
     db = sqlite3.connect(store / "render.sqlite")
     assert db.execute("SELECT count(*) FROM roads WHERE name = 'Replicatorinkatu'").fetchone()[0] >= 1
     assert db.execute("SELECT count(*) FROM roads WHERE name = 'Qbrokerinkatu'").fetchone()[0] == 0
     geometry = sqlite3.connect(store / "geometry" / "geometry.sqlite")  # the one middle
-    assert geometry.execute("SELECT lon, lat FROM nodes WHERE id = ?", (node,)).fetchone() == \
-        pytest.approx((lon, lat), abs=1e-6)
+    assert geometry.execute("SELECT lon, lat FROM nodes WHERE id = ?", (node,)).fetchone() == pytest.approx(
+        (lon, lat), abs=1e-6
+    )
     assert db.execute("SELECT count(*) FROM buildings WHERE osm_id = 9300000100").fetchone()[0] == 1
     manifest = GeometryStore.of_store(store).manifest()
     assert manifest.sequence == 3 and manifest.applied[-1]["first_sequence"] == 1
@@ -97,10 +106,16 @@ def test_backoff_doubles_up_to_its_ceiling() -> None:
 
 def test_source_urls(store: Path, tmp_path: Path) -> None:
     args = ["--store", str(store)]
-    assert parse_args(["--source", "https://planet.example/replication/minute", *args]).source == \
-        "https://planet.example/replication/minute/"
-    for bad in ("ftp://planet.example/replication/", "file:///etc/", str(tmp_path),
-                "https://user:secret@planet.example/replication/minute/"):
+    assert (
+        parse_args(["--source", "https://planet.example/replication/minute", *args]).source
+        == "https://planet.example/replication/minute/"
+    )
+    for bad in (
+        "ftp://planet.example/replication/",
+        "file:///etc/",
+        str(tmp_path),
+        "https://user:secret@planet.example/replication/minute/",
+    ):
         with pytest.raises(SystemExit):
             parse_args(["--source", bad, *args])
 
@@ -119,10 +134,24 @@ def test_cli_once_says_when_the_server_does_not_answer(store: Path, amqp_url: st
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    out = subprocess.run([str(Path(sys.executable).parent / "toposm-replicate"), "--source",
-                          f"http://127.0.0.1:{port}/replication/minute", "--store", str(store), "--start", "1",
-                          "--once"], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "QBROKER_URL": amqp_url})
+    out = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "toposm-replicate"),
+            "--source",
+            f"http://127.0.0.1:{port}/replication/minute",
+            "--store",
+            str(store),
+            "--start",
+            "1",
+            "--once",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "QBROKER_URL": amqp_url},
+    )
     assert out.returncode == 1, out.stderr[-2000:]
-    assert f"toposm-replicate: the source did not answer: http://127.0.0.1:{port}/replication/minute/state.txt" \
+    assert (
+        f"toposm-replicate: the source did not answer: http://127.0.0.1:{port}/replication/minute/state.txt"
         in out.stderr
+    )

@@ -39,8 +39,9 @@ def metatile(tile: str) -> str:
     return f"{z}/{x >> 3 << 3}/{y >> 3 << 3}"
 
 
-async def test_postgis_kept_current_and_bridge_expiry_covers_osm2pgsql(store_bridge, make_unit, store, helsinki,
-                                                                      postgis_dsn, tmp_path) -> None:
+async def test_postgis_kept_current_and_bridge_expiry_covers_osm2pgsql(
+    store_bridge, make_unit, store, helsinki, postgis_dsn, tmp_path
+) -> None:
     import_postgis(helsinki, postgis_dsn)  # the same extract as the embedded store
     edit = helsinki_edit(helsinki)  # the demo's edit: a street renamed, a building corner moved, a new building
     source = tmp_path / "replication"
@@ -50,12 +51,22 @@ async def test_postgis_kept_current_and_bridge_expiry_covers_osm2pgsql(store_bri
     refs = extract.ways[edit.streets[0]][0]
     lon, lat = extract.nodes[refs[len(refs) // 2]]
     ring = [NEW_BUILDING_ID + 1 + i for i in range(4)] + [NEW_BUILDING_ID + 1]
-    publish(source, 2, osc(modify=[node_xml(refs[len(refs) // 2], lon + 0.0004, lat - 0.0003, version=50),
-                                   way_xml(NEW_BUILDING_ID, ring, {"building": "yes", "name": "Qbroker Hall"})]))
+    publish(
+        source,
+        2,
+        osc(
+            modify=[
+                node_xml(refs[len(refs) // 2], lon + 0.0004, lat - 0.0003, version=50),
+                way_xml(NEW_BUILDING_ID, ring, {"building": "yes", "name": "Qbroker Hall"}),
+            ]
+        ),
+    )
     published = await listen_for_expirations(make_unit)
     expired = tmp_path / "osm2pgsql-expired.list"
-    follower = Follower(await make_unit("toposm.replicate"),
-                        settings(source, store, start=1, postgis=postgis_dsn, expire_output=expired))
+    follower = Follower(
+        await make_unit("toposm.replicate"),
+        settings(source, store, start=1, postgis=postgis_dsn, expire_output=expired),
+    )
     await follower.unit.start()
     assert await follower.catch_up() == [1, 2]
     assert follower.jobs == [(1, 2)]  # both stores were at 0: one merged file for both
@@ -91,8 +102,11 @@ async def test_flat_nodes_import_and_append(postgis_dsn, helsinki, tmp_path) -> 
         await PostgisStore(postgis_dsn, "file:replication").apply(batch)
     await PostgisStore(postgis_dsn, "file:replication", flat_nodes=flat).apply(batch)
     assert postgis_sequence(postgis_dsn) == 1
-    moved = psql(postgis_dsn, "SELECT count(*) FROM planet_osm_line WHERE name = 'Mannerheimintie' AND ST_DWithin(way, "
-                 f"ST_Transform(ST_SetSRID(ST_MakePoint({lon + 0.002}, {lat}), 4326), 3857), 1)")
+    moved = psql(
+        postgis_dsn,
+        "SELECT count(*) FROM planet_osm_line WHERE name = 'Mannerheimintie' AND ST_DWithin(way, "
+        f"ST_Transform(ST_SetSRID(ST_MakePoint({lon + 0.002}, {lat}), 4326), 3857), 1)",
+    )
     assert int(moved) >= 1
 
 
@@ -113,25 +127,38 @@ def relation_members_changed(scaled: ScaledHelsinki, diff: str, copy: int) -> li
         return f' id="{scale.oid(kind, rank, copy)}"' not in diff
 
     def members(kind: str, of_type: str) -> list[int]:
-        return [ref for _, ms, _, tags in src.relations if dict(tags).get("type") == of_type
-                for t, ref, _ in ms if t == kind and ref in (ways if kind == "w" else nodes) and untouched(kind, ref)]
+        return [
+            ref
+            for _, ms, _, tags in src.relations
+            if dict(tags).get("type") == of_type
+            for t, ref, _ in ms
+            if t == kind and ref in (ways if kind == "w" else nodes) and untouched(kind, ref)
+        ]
 
     edits = []
     route_way = members("w", "route")[0]
     refs, version, tags = ways[route_way]
-    edits.append(way_xml(scale.oid("w", route_way, copy), [scale.oid("n", r, copy) for r in refs],
-                         {**dict(tags), "note": "route member"}, version + 1))
+    edits.append(
+        way_xml(
+            scale.oid("w", route_way, copy),
+            [scale.oid("n", r, copy) for r in refs],
+            {**dict(tags), "note": "route member"},
+            version + 1,
+        )
+    )
     outer = next(w for w in members("w", "multipolygon") if all(r in nodes and untouched("n", r) for r in ways[w][0]))
     for node in (ways[outer][0][0], members("n", "route")[0]):
         lon, lat, version, tags = nodes[node]
-        edits.append(node_xml(scale.oid("n", node, copy), lon + dx + 0.0003, lat + dy - 0.0002, dict(tags),
-                              version + 1))
+        edits.append(
+            node_xml(scale.oid("n", node, copy), lon + dx + 0.0003, lat + dy - 0.0002, dict(tags), version + 1)
+        )
     return edits
 
 
 @pytest.mark.timeout(1800)  # the first run builds the cached 10x stores: many minutes on a loaded machine
-async def test_bridge_expiry_covers_osm2pgsql_on_a_10x_store(spark, helsinki_x10: ScaledHelsinki,
-                                                              tmp_path: Path) -> None:
+async def test_bridge_expiry_covers_osm2pgsql_on_a_10x_store(
+    spark, helsinki_x10: ScaledHelsinki, tmp_path: Path
+) -> None:
     """The issue's case: osm2pgsql 1.8 (--slim --append --expire-tiles=16-18) against the bridge's store job,
     on the same ~1,000-object diff over the 10x store. osm2pgsql re-processes the relations of every
     changed way, of every way whose node moved and of every moved node member, and expires their whole

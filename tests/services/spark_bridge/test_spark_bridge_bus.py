@@ -92,8 +92,7 @@ async def test_submit_then_query_job(bridge, client, tmp_path) -> None:
     assert err.value.id == "unknown_job"
     with pytest.raises(RequestFailed) as err:
         await client.call(
-            "spark.expire",
-            {"paths": [str(listing)], "publish": False, "wait": True, "wait_timeout": 0.001},
+            "spark.expire", {"paths": [str(listing)], "publish": False, "wait": True, "wait_timeout": 0.001}
         )
     assert err.value.id == "wait_timeout" and "keeps running" in err.value.message
 

@@ -40,8 +40,9 @@ async def tight(make_unit, spark, tmp_path, dirs):
     root, _ = dirs
     unit = await make_unit("spark.bridge")
     limits = BridgeLimits(max_tiles=5_000, max_tiles_per_geometry=2_000, max_pending_jobs=1, keep_jobs=2)
-    service = SparkBridge(unit, spark, tmp_path / "state", max_jobs=1, progress_interval=0.3,
-                          input_roots=[root], limits=limits)
+    service = SparkBridge(
+        unit, spark, tmp_path / "state", max_jobs=1, progress_interval=0.3, input_roots=[root], limits=limits
+    )
     await unit.start()
     yield service
     await service.close()
@@ -78,9 +79,16 @@ async def test_paths_outside_the_roots_are_refused_alike(tight, client, dirs) ->
     assert existing.id == missing.id == "input_not_allowed"
     assert existing.detail.replace("/etc/passwd", "P") == missing.detail.replace("/etc/no-such-file-here", "P")
     assert "root:" not in str(existing)
-    for path in (str(root / ".." / "private" / "secret.list"), str(root / "sub" / ".." / ".." / "private"),
-                 str(root / "link.list"), "dangling.list", "../private/secret.list", "/", "/dev/zero",
-                 str(outside)):
+    for path in (
+        str(root / ".." / "private" / "secret.list"),
+        str(root / "sub" / ".." / ".." / "private"),
+        str(root / "link.list"),
+        "dangling.list",
+        "../private/secret.list",
+        "/",
+        "/dev/zero",
+        str(outside),
+    ):
         err = await refused(client, "spark.expire", {"paths": [path]})
         assert err.id == "input_not_allowed", (path, err.message)
 
@@ -98,14 +106,23 @@ async def test_only_regular_files_and_parquet_directories(tight, client, dirs) -
     sneaky.mkdir()
     pq.write_table(table, sneaky / "part-0.parquet")
     os.symlink("/etc", sneaky / "etc")
-    cases = {"pipe.list": "bad_input_type", "zero.list": "input_not_allowed", "plain": "bad_input_type",
-             "sneaky.parquet": "bad_input_type", str(root): "bad_input_type", "missing.osc": "no_such_input"}
+    cases = {
+        "pipe.list": "bad_input_type",
+        "zero.list": "input_not_allowed",
+        "plain": "bad_input_type",
+        "sneaky.parquet": "bad_input_type",
+        str(root): "bad_input_type",
+        "missing.osc": "no_such_input",
+    }
     for name, error_id in cases.items():
         err = await refused(client, "spark.expire", {"paths": [name]})  # relative: from the first root
         assert err.id == error_id, (name, err.message)
     # the FIFO was never opened (it would have blocked a worker thread forever): the bridge still answers
-    ok = await client.call("spark.expire", {"paths": ["points.parquet"], "min_zoom": 12, "max_zoom": 13,
-                                            "publish": False, "wait": True}, timeout=CALL)
+    ok = await client.call(
+        "spark.expire",
+        {"paths": ["points.parquet"], "min_zoom": 12, "max_zoom": 13, "publish": False, "wait": True},
+        timeout=CALL,
+    )
     assert ok["state"] == "succeeded" and ok["result"]["total_tiles"] > 0
 
 
@@ -138,8 +155,10 @@ async def test_errors_never_quote_file_contents(tight, client, dirs) -> None:
 async def test_stats_output_is_a_name_under_the_state_dir(tight, client, dirs, tmp_path) -> None:
     root, outside = dirs
     log = root / "render.log"
-    log.write_text('{"metatile": "9/0/0", "zoom": 9, "renderer": "toposm.render.h.1.1", "start": 1000.0, '
-                   '"duration": 1.0, "status": "ok"}\n')
+    log.write_text(
+        '{"metatile": "9/0/0", "zoom": 9, "renderer": "toposm.render.h.1.1", "start": 1000.0, '
+        '"duration": 1.0, "status": "ok"}\n'
+    )
     for bad in (str(outside), "../x", "a/b", "..", ".hidden", ""):
         err = await refused(client, "spark.stats", {"paths": ["render.log"], "output_dir": bad})
         assert err.id == "bad_output_name", (bad, err.message)
@@ -148,8 +167,9 @@ async def test_stats_output_is_a_name_under_the_state_dir(tight, client, dirs, t
     err = await refused(client, "spark.stats", {"paths": ["render.log"], "output_dir": "linked"})
     assert err.id == "bad_output_name"
     assert sorted(p.name for p in outside.iterdir()) == ["secret.list"]  # nothing written outside
-    reply = await client.call("spark.stats", {"paths": ["render.log"], "output_dir": "daily", "wait": True},
-                              timeout=CALL)
+    reply = await client.call(
+        "spark.stats", {"paths": ["render.log"], "output_dir": "daily", "wait": True}, timeout=CALL
+    )
     assert Path(reply["result"]["outputs"]["json"]) == tight.state_dir / "outputs" / "daily" / "stats.json"
     err = await refused(client, "spark.stats", {"paths": ["/etc/passwd"]})
     assert err.id == "input_not_allowed"
@@ -172,8 +192,11 @@ async def test_guards_have_ceilings_checked_before_the_expensive_stages(tight, c
     # One z0 tile at min_zoom 8 is 65 536 tiles: refused before the explosion is planned.
     (root / "low.list").write_text("0/0/0\n")
     with pytest.raises(RequestFailed) as info:
-        await client.call("spark.expire", {"paths": ["low.list"], "min_zoom": 8, "max_zoom": 8,
-                                           "max_tiles_per_geometry": 2_000, "wait": True}, timeout=CALL)
+        await client.call(
+            "spark.expire",
+            {"paths": ["low.list"], "min_zoom": 8, "max_zoom": 8, "max_tiles_per_geometry": 2_000, "wait": True},
+            timeout=CALL,
+        )
     assert "max_tiles_per_geometry" in info.value.detail
     # 128 z5 tiles at min_zoom 8: 64 tiles each (within the per-geometry guard), 8 192 in all (over max_tiles).
     (root / "lows.list").write_text("".join(f"5/{x}/{y}\n" for x in range(32) for y in range(4)))
@@ -202,8 +225,7 @@ async def test_too_many_jobs_is_busy_and_old_records_are_pruned(tight, client, d
     await tight.manager.wait(holder.job_id, 120)
     done = [holder.job_id]
     for _ in range(3):
-        reply = await client.call("spark.expire", {"paths": ["x.list"], "publish": False, "wait": True},
-                                  timeout=CALL)
+        reply = await client.call("spark.expire", {"paths": ["x.list"], "publish": False, "wait": True}, timeout=CALL)
         done.append(reply["job_id"])
     tight.manager.prune()
     kept = {j["job_id"] for j in (await client.call("spark.job", {"command": "list"}))["jobs"]}
@@ -224,4 +246,3 @@ def test_spark_ui_is_off_unless_asked(tmp_path: Path) -> None:
     args = parse_args(["--state-dir", str(tmp_path)])
     assert args.spark_ui is False and args.input_root == []
     assert parse_args(["--state-dir", str(tmp_path), "--spark-ui"]).spark_ui is True
-

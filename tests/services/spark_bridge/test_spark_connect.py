@@ -113,8 +113,13 @@ async def test_expire_progress_and_cancel_over_spark_connect(connect_bridge, mak
         await client.call("spark.job", {"command": "list"}, timeout=3)
         return True
 
-    await eventually(bridge_up, 2 * HANG, 1, ignore=(Exception,),  # not consuming yet
-                     context=lambda: (tmp_path / "bridge.log").read_text()[-3000:])
+    await eventually(
+        bridge_up,
+        2 * HANG,
+        1,
+        ignore=(Exception,),  # not consuming yet
+        context=lambda: (tmp_path / "bridge.log").read_text()[-3000:],
+    )
 
     nodes = [OscNode(1, 2.35, 48.85), OscNode(2, 2.36, 48.86), OscWay(9, [1, 2])]
     diff = write_osc(tmp_path / "paris.osc", modify=nodes)

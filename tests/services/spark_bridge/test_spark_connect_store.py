@@ -29,27 +29,50 @@ VENV_BIN = Path(sys.executable).parent
 @pytest.fixture(params=["64", "0"], ids=["driver-lookups", "spark-lookups"])
 def connect_store_bridge(request, connect_url, amqp_url, tmp_path, store) -> Iterator[subprocess.Popen]:
     bridge = subprocess.Popen(
-        [str(VENV_BIN / "qbroker-spark-bridge"), "--master", connect_url, "--state-dir", str(tmp_path / "state"),
-         "--input-root", str(tmp_path), "--store", str(store), "--driver-lookup-mib", request.param],
+        [
+            str(VENV_BIN / "qbroker-spark-bridge"),
+            "--master",
+            connect_url,
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--input-root",
+            str(tmp_path),
+            "--store",
+            str(store),
+            "--driver-lookup-mib",
+            request.param,
+        ],
         env={**os.environ, "QBROKER_URL": amqp_url},
-        stdout=(tmp_path / "bridge.log").open("w"), stderr=subprocess.STDOUT)
+        stdout=(tmp_path / "bridge.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
     yield bridge
     stop(bridge)
 
 
-async def test_replicate_through_a_connect_bridge(connect_store_bridge, make_unit, store, helsinki, amqp_url,
-                                                  tmp_path) -> None:
+async def test_replicate_through_a_connect_bridge(
+    connect_store_bridge, make_unit, store, helsinki, amqp_url, tmp_path
+) -> None:
     client = await make_unit("test.connect.store.client")
     await client.start()
+
     async def bridge_up() -> bool:
         await client.call("spark.job", {"command": "list"}, timeout=3)
         return True
 
-    await eventually(bridge_up, 3 * HANG, 1, ignore=(Exception,),  # not consuming yet
-                     context=lambda: (tmp_path / "bridge.log").read_text()[-3000:])
+    await eventually(
+        bridge_up,
+        3 * HANG,
+        1,
+        ignore=(Exception,),  # not consuming yet
+        context=lambda: (tmp_path / "bridge.log").read_text()[-3000:],
+    )
     extract = read_extract(helsinki)
-    street = next(w for w, (refs, tags) in sorted(extract.ways.items()) if tags.get("highway") == "residential"
-                  and all(r in extract.nodes for r in refs))
+    street = next(
+        w
+        for w, (refs, tags) in sorted(extract.ways.items())
+        if tags.get("highway") == "residential" and all(r in extract.nodes for r in refs)
+    )
     refs, tags = extract.ways[street]
     lon, lat = extract.nodes[refs[0]]
     source = tmp_path / "replication"
@@ -57,14 +80,38 @@ async def test_replicate_through_a_connect_bridge(connect_store_bridge, make_uni
     path.parent.mkdir(parents=True)
     import gzip
 
-    path.write_bytes(gzip.compress(osc(modify=[node_xml(refs[0], lon + 0.001, lat),
-                                               way_xml(street, refs, {**tags, "name": "Connectinkatu"})]).encode()))
+    path.write_bytes(
+        gzip.compress(
+            osc(
+                modify=[node_xml(refs[0], lon + 0.001, lat), way_xml(street, refs, {**tags, "name": "Connectinkatu"})]
+            ).encode()
+        )
+    )
     write_state(state_path(source, 7), ReplicationState(7, "2026-11-24T05:00:00Z"))
     write_state(source / "state.txt", ReplicationState(7, "2026-11-24T05:00:00Z"))
-    out = await asyncio.to_thread(subprocess.run, [
-        str(VENV_BIN / "toposm-replicate"), "--source", str(source), "--store", str(store), "--start", "7",
-        "--once", "--min-zoom", "14", "--max-zoom", "16", "--call-timeout", "300"],
-        capture_output=True, text=True, timeout=400, env={**os.environ, "QBROKER_URL": amqp_url})
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [
+            str(VENV_BIN / "toposm-replicate"),
+            "--source",
+            str(source),
+            "--store",
+            str(store),
+            "--start",
+            "7",
+            "--once",
+            "--min-zoom",
+            "14",
+            "--max-zoom",
+            "16",
+            "--call-timeout",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env={**os.environ, "QBROKER_URL": amqp_url},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert GeometryStore.of_store(store).sequence == 7
     status = json.loads((store / "replication.json").read_text())

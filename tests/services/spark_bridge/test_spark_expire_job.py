@@ -75,10 +75,7 @@ def test_way_expires_tiles_along_segments_and_reports_unresolved(spark, tmp_path
 
 
 def test_deleted_node_without_location_is_counted(spark, tmp_path: Path) -> None:
-    path = write_osc(
-        tmp_path / "del.osc",
-        delete=[OscNode(1, None, None), OscNode(2, 10.5, 50.5)],
-    )
+    path = write_osc(tmp_path / "del.osc", delete=[OscNode(1, None, None), OscNode(2, 10.5, 50.5)])
     result, _ = run(spark, [path], 10, 10, publish=False)
     assert result["inputs"]["deleted_nodes_without_location"] == 1
     assert result["tiles_per_zoom"] == per_zoom(oracle_point_tiles(10.5, 50.5, 10))
@@ -221,8 +218,9 @@ def test_a_small_job_is_one_spark_action(spark, tmp_path: Path) -> None:
 
     listing = tmp_path / "minutely.list"
     rng = random.Random(8)
-    listing.write_text("".join(f"18/{149_000 + rng.randrange(900)}/{75_700 + rng.randrange(500)}\n"
-                               for _ in range(2_000)))
+    listing.write_text(
+        "".join(f"18/{149_000 + rng.randrange(900)}/{75_700 + rng.randrange(500)}\n" for _ in range(2_000))
+    )
     published: list[str] = []
     ctx = JobContext("small-job", spark, None, publish=published.append)
     enter_job(spark, "small-job", "test")

@@ -148,7 +148,8 @@ def test_expire_on_standalone_cluster_via_cli(standalone_master, amqp_url, tmp_p
     )
     try:
         wait_for(
-            lambda: cli(amqp_url, "call", "spark.job", "list", "--timeout", "3").returncode == 0, 5 * HANG,
+            lambda: cli(amqp_url, "call", "spark.job", "list", "--timeout", "3").returncode == 0,
+            5 * HANG,
             "bridge process",
         )
         nodes = [OscNode(1, 7.44, 46.95), OscNode(2, -122.42, 37.77), OscNode(3, 139.69, 35.68)]

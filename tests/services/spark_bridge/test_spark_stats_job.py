@@ -96,11 +96,7 @@ def test_stats_request_log_and_time_filter(spark, tmp_path: Path) -> None:
     )
     ctx = JobContext("stats-test2", spark, None)
     result = run_stats(
-        [log],
-        [requests],
-        StatsParams(window_seconds=3600, since=T0 + 2, until=T0 + 200),
-        tmp_path / "out",
-        ctx,
+        [log], [requests], StatsParams(window_seconds=3600, since=T0 + 2, until=T0 + 200), tmp_path / "out", ctx
     )
     assert result["renders"] == 138 + 3  # ok renders start at T0 + 0..139, failures at T0 + 140..142
     assert result["requests"]["requests"] == 2

@@ -22,8 +22,9 @@ from services.spark_bridge.sea_refresh import SeaRefresher
 from services.spark_bridge.store_job import StoreJob, run_store_expire
 
 
-def test_next_diff_sees_current_geometry_and_replay_changes_nothing(spark, store: Path, extract: Extract,
-                                                                    tmp_path: Path) -> None:
+def test_next_diff_sees_current_geometry_and_replay_changes_nothing(
+    spark, store: Path, extract: Extract, tmp_path: Path
+) -> None:
     way = whole_ways(extract, highway="unclassified")[0]
     refs, tags = extract.ways[way]
     new = (extract.nodes[refs[0]][0] + 0.002, extract.nodes[refs[0]][1])
@@ -41,8 +42,11 @@ def test_next_diff_sees_current_geometry_and_replay_changes_nothing(spark, store
     assert_expires(published, expected)
     assert GeometryStore.of_store(store).sequence == 2
     again, republished = run(spark, store, move, sequence=1)
-    assert again["store"] == {"applied": False, "sequence": 2,
-                              "replay": "sequence 1 is already applied (the store is at 2)"}
+    assert again["store"] == {
+        "applied": False,
+        "sequence": 2,
+        "replay": "sequence 1 is already applied (the store is at 2)",
+    }
     assert republished == set() and again["total_tiles"] == 0
     with pytest.raises(Exception, match="diffs 3..4 are missing"):
         run(spark, store, write_osc(tmp_path / "5.osc", osc(modify=[node_xml(refs[1], *new)])), sequence=5)
@@ -88,8 +92,9 @@ def test_rerun_after_a_crash_between_the_two_commits(spark, store: Path, extract
     assert GeometryStore.of_store(store).sequence == 1
 
 
-def test_a_job_stopped_after_the_rendering_store_was_prepared_applies_nothing(spark, store: Path, extract: Extract,
-                                                                               tmp_path: Path) -> None:
+def test_a_job_stopped_after_the_rendering_store_was_prepared_applies_nothing(
+    spark, store: Path, extract: Extract, tmp_path: Path
+) -> None:
     """The rendering store's transaction is built while Spark resolves the diff and committed only once the
     expiry succeeded: a job cancelled in between rolls it back and publishes nothing."""
     from services.spark_bridge.job_context import JobCancelled
@@ -120,8 +125,9 @@ def test_a_job_stopped_after_the_rendering_store_was_prepared_applies_nothing(sp
     assert db.execute("SELECT count(*) FROM roads WHERE name = 'Cancelled'").fetchone()[0] > 0
 
 
-def test_a_coastline_edit_refreshes_the_sea_and_expires_again(spark, store: Path, extract: Extract,
-                                                              tmp_path: Path) -> None:
+def test_a_coastline_edit_refreshes_the_sea_and_expires_again(
+    spark, store: Path, extract: Extract, tmp_path: Path
+) -> None:
     """After the job, the bridge rebuilds the sea in the background and publishes the job's metatiles again
     (tiles re-rendered before the sea was rebuilt show the old one along the edited coast)."""
     nid = coastline_node(extract)
@@ -129,8 +135,12 @@ def test_a_coastline_edit_refreshes_the_sea_and_expires_again(spark, store: Path
     diff = write_osc(tmp_path / "coast.osc", osc(modify=[node_xml(nid, lon + 0.001, lat)]))
     published: list[str] = []
     sea = SeaRefresher(store)
-    result = run_store_expire(diff, StoreJob(store, 1, True, sea=sea), ExpireParams(MIN_Z, MAX_Z),
-                              JobContext("test", spark, None, publish=published.append))
+    result = run_store_expire(
+        diff,
+        StoreJob(store, 1, True, sea=sea),
+        ExpireParams(MIN_Z, MAX_Z),
+        JobContext("test", spark, None, publish=published.append),
+    )
     assert result["store"]["render"]["sea_stale"] == 1
     assert sea.wait_idle(5 * HANG) and sea.refreshes == 1
     sent = result["published"]["messages"]

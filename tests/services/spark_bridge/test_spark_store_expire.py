@@ -23,21 +23,28 @@ from services.osmstore.geometry import GeometryStore
 
 def route_with_members_in_the_extract(extract: Extract) -> int:
     """A route relation with several member ways in the extract and a node member."""
-    return next(r for r, (members, tags) in sorted(extract.relations.items())
-                if tags.get("type") == "route"
-                and sum(1 for t, ref, _ in members if t == "w" and ref in extract.ways) >= 5
-                and any(t == "n" and ref in extract.nodes for t, ref, _ in members))
+    return next(
+        r
+        for r, (members, tags) in sorted(extract.relations.items())
+        if tags.get("type") == "route"
+        and sum(1 for t, ref, _ in members if t == "w" and ref in extract.ways) >= 5
+        and any(t == "n" and ref in extract.nodes for t, ref, _ in members)
+    )
 
 
 @pytest.mark.parametrize("change", ["member way edited", "member way's node moved", "member node moved"])
-def test_a_changed_member_expires_its_whole_relation(spark, store: Path, extract: Extract, tmp_path: Path,
-                                                     change: str) -> None:
+def test_a_changed_member_expires_its_whole_relation(
+    spark, store: Path, extract: Extract, tmp_path: Path, change: str
+) -> None:
     """osm2pgsql re-processes the relations of a changed way, of a way whose node moved and of a moved node
     member, and expires each relation's old and new geometry: every member way, not only the changed one."""
     route = route_with_members_in_the_extract(extract)
     members = extract.relations[route][0]
-    way = next(ref for t, ref, _ in members if t == "w" and ref in extract.ways
-               and all(n in extract.nodes for n in extract.ways[ref][0]))
+    way = next(
+        ref
+        for t, ref, _ in members
+        if t == "w" and ref in extract.ways and all(n in extract.nodes for n in extract.ways[ref][0])
+    )
     refs, tags = extract.ways[way]
     member_node = next(ref for t, ref, _ in members if t == "n" and ref in extract.nodes)
     moved: dict[int, tuple[float, float]] = {}
@@ -65,11 +72,16 @@ def test_a_changed_member_expires_its_whole_relation(spark, store: Path, extract
     assert result["inputs"]["parent_relations"] == len(relations) and result["inputs"]["ways"] == len(ways)
 
 
-def test_node_move_expires_both_positions_and_every_way_using_it(spark, store: Path, extract: Extract,
-                                                                 tmp_path: Path) -> None:
+def test_node_move_expires_both_positions_and_every_way_using_it(
+    spark, store: Path, extract: Extract, tmp_path: Path
+) -> None:
     # A node shared by two streets: neither way is in the diff.
-    shared = next(n for n in extract.nodes if len(users(extract, n)) >= 2
-                  and all(all(r in extract.nodes for r in extract.ways[w][0]) for w in users(extract, n)))
+    shared = next(
+        n
+        for n in extract.nodes
+        if len(users(extract, n)) >= 2
+        and all(all(r in extract.nodes for r in extract.ways[w][0]) for w in users(extract, n))
+    )
     lon, lat = extract.nodes[shared]
     new = (lon + 0.0015, lat + 0.0007)
     result, published = run(spark, store, write_osc(tmp_path / "move.osc", osc(modify=[node_xml(shared, *new)])))
@@ -100,11 +112,13 @@ def test_tag_only_way_edit_expires_its_whole_geometry(spark, store: Path, extrac
     # The same diff renamed the street in the rendering store.
     db = sqlite3.connect(store / "render.sqlite")
     assert db.execute("SELECT name FROM roads WHERE osm_type = 'w' AND osm_id = ?", (way,)).fetchone() == (
-        "Qbrokerinkatu",)
+        "Qbrokerinkatu",
+    )
 
 
-def test_way_with_a_moved_node_not_in_the_diff_and_a_deleted_way(spark, store: Path, extract: Extract,
-                                                                   tmp_path: Path) -> None:
+def test_way_with_a_moved_node_not_in_the_diff_and_a_deleted_way(
+    spark, store: Path, extract: Extract, tmp_path: Path
+) -> None:
     """The diff moves one node of way A (A is not in it) and deletes way B (without nodes, as the API does)."""
     ways = whole_ways(extract, building="yes")
     a, b = ways[0], ways[-1]
@@ -131,10 +145,16 @@ def test_way_with_a_moved_node_not_in_the_diff_and_a_deleted_way(spark, store: P
 
 def test_multipolygon_member_change(spark, store: Path, extract: Extract, tmp_path: Path) -> None:
     """A multipolygon loses one outer way and gains another: both ways' geometry expires, and the rest."""
-    rel = next(r for r, (members, tags) in sorted(extract.relations.items())
-               if tags.get("type") == "multipolygon" and 2 <= len(members) <= 6
-               and all(t == "w" and ref in extract.ways and all(n in extract.nodes for n in extract.ways[ref][0])
-                       for t, ref, _ in members))
+    rel = next(
+        r
+        for r, (members, tags) in sorted(extract.relations.items())
+        if tags.get("type") == "multipolygon"
+        and 2 <= len(members) <= 6
+        and all(
+            t == "w" and ref in extract.ways and all(n in extract.nodes for n in extract.ways[ref][0])
+            for t, ref, _ in members
+        )
+    )
     members, tags = extract.relations[rel]
     gained = next(w for w in whole_ways(extract, building="yes") if w not in {m[1] for m in members})
     new_members = [*members[:-1], ("w", gained, "outer")]
@@ -153,10 +173,14 @@ def test_new_way_and_objects_the_store_does_not_know(spark, store: Path, extract
     street = whole_ways(extract, highway="residential")[0]
     first = extract.ways[street][0][0]
     corner = (24.9440, 60.1700)
-    created = [node_xml(9_100_000_001, *corner, version=1),
-               way_xml(9_100_000_100, [first, 9_100_000_001], {"highway": "footway"}, version=1)]
-    outside = [node_xml(9_200_000_001, 10.0, 50.0, version=7),  # modified, but never in this region
-               way_xml(9_200_000_100, [9_200_000_001, 9_200_000_002], {"highway": "path"}, version=3)]
+    created = [
+        node_xml(9_100_000_001, *corner, version=1),
+        way_xml(9_100_000_100, [first, 9_100_000_001], {"highway": "footway"}, version=1),
+    ]
+    outside = [
+        node_xml(9_200_000_001, 10.0, 50.0, version=7),  # modified, but never in this region
+        way_xml(9_200_000_100, [9_200_000_001, 9_200_000_002], {"highway": "path"}, version=3),
+    ]
     result, published = run(spark, store, write_osc(tmp_path / "new.osc", osc(create=created, modify=outside)))
     expected = Expected()
     expected.line([extract.nodes[first], corner], MAX_Z)

@@ -40,21 +40,29 @@ def mixed_diff(extract: Extract, path: Path) -> Path:
     rng = random.Random(7)
     nodes = rng.sample(sorted(extract.nodes), 300)
     ways = rng.sample(sorted(w for w, (refs, _) in extract.ways.items() if refs), 60)
-    rel = next(r for r, (members, tags) in sorted(extract.relations.items())
-               if tags.get("type") == "multipolygon" and 2 <= len(members) <= 6)
+    rel = next(
+        r
+        for r, (members, tags) in sorted(extract.relations.items())
+        if tags.get("type") == "multipolygon" and 2 <= len(members) <= 6
+    )
     members, _ = extract.relations[rel]
-    mxml = "".join(f'<member type="{t}" ref="{ref}" role="{role}"/>' for t, ref, role in [*members[:-1],
-                                                                                          ("w", ways[0], "outer")])
+    mxml = "".join(
+        f'<member type="{t}" ref="{ref}" role="{role}"/>' for t, ref, role in [*members[:-1], ("w", ways[0], "outer")]
+    )
     modify = [node_xml(n, extract.nodes[n][0] + 2e-4, extract.nodes[n][1] - 1e-4, version=5) for n in nodes[:250]]
     modify += [way_xml(w, extract.ways[w][0], {**extract.ways[w][1], "note": "x"}, version=5) for w in ways[:40]]
-    modify += [f'<relation id="{rel}" version="5">{mxml}<tag k="type" v="multipolygon"/></relation>',
-               node_xml(9_200_000_001, 10.0, 50.0, version=7),
-               way_xml(9_200_000_100, [9_200_000_001, 9_200_000_002], {"highway": "path"}, version=3)]
+    modify += [
+        f'<relation id="{rel}" version="5">{mxml}<tag k="type" v="multipolygon"/></relation>',
+        node_xml(9_200_000_001, 10.0, 50.0, version=7),
+        way_xml(9_200_000_100, [9_200_000_001, 9_200_000_002], {"highway": "path"}, version=3),
+    ]
     delete = [f'<node id="{n}" version="6"/>' for n in nodes[250:]]
     delete += [f'<way id="{w}" version="6"/>' for w in ways[40:]]
     first = extract.ways[ways[1]][0][0]
-    create = [node_xml(9_100_000_001, 24.944, 60.170, version=1),
-              way_xml(9_100_000_100, [first, 9_100_000_001, 9_100_000_002], {"highway": "footway"}, version=1)]
+    create = [
+        node_xml(9_100_000_001, 24.944, 60.170, version=1),
+        way_xml(9_100_000_100, [first, 9_100_000_001, 9_100_000_002], {"highway": "footway"}, version=1),
+    ]
     return write_osc(path, osc(create=create, modify=modify, delete=delete))
 
 

@@ -32,8 +32,7 @@ class Proc:
         self.log = log
         env = {**os.environ, "QBROKER_URL": url}
         self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        self.popen = subprocess.Popen(args, env=env, stdout=self._out, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
+        self.popen = subprocess.Popen(args, env=env, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True)
 
     @property
     def pid(self) -> int:
@@ -69,16 +68,35 @@ class TileBus:
         self.units: list[Unit] = []
 
     def queuemaster(self, *extra: str) -> Proc:
-        args = [str(BIN / "toposm-queuemaster"), "--tile-root", str(self.tile_root), "--state-file",
-                str(self.state_file), "--render-log", str(self.render_log), "--max-zoom", "18",
-                "--ping-interval", "0.5", *extra]
+        args = [
+            str(BIN / "toposm-queuemaster"),
+            "--tile-root",
+            str(self.tile_root),
+            "--state-file",
+            str(self.state_file),
+            "--render-log",
+            str(self.render_log),
+            "--max-zoom",
+            "18",
+            "--ping-interval",
+            "0.5",
+            *extra,
+        ]
         proc = Proc(args, self.url, self.tmp / "queuemaster.log")
         self.procs.append(proc)
         return proc
 
     def renderer(self, *extra: str, threads: int = 1, backend: str = "testpattern") -> Proc:
-        args = [str(BIN / "toposm-renderer"), "--threads", str(threads), "--backend", backend,
-                "--tile-root", str(self.tile_root), *extra]
+        args = [
+            str(BIN / "toposm-renderer"),
+            "--threads",
+            str(threads),
+            "--backend",
+            backend,
+            "--tile-root",
+            str(self.tile_root),
+            *extra,
+        ]
         proc = Proc(args, self.url, self.tmp / f"renderer-{len(self.procs)}.log")
         self.procs.append(proc)
         return proc
@@ -97,8 +115,7 @@ class TileBus:
         return [json.loads(line) for line in self.render_log.read_text().splitlines()]
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.log.name}\n{p.log.read_text()[-3000:]}"
-                         for p in self.procs if p.log.exists())
+        return "\n".join(f"--- {p.log.name}\n{p.log.read_text()[-3000:]}" for p in self.procs if p.log.exists())
 
 
 async def stats(unit: Unit) -> dict[str, Any]:
@@ -121,8 +138,9 @@ async def render_in_progress(client: Unit, tile: str, timeout: float = 60) -> as
     The renderer's own word (its thread's ``ping``), not the queuemaster's: the queuemaster says
     ``rendering`` as soon as it sends ``render``, before the renderer has taken it; a SIGTERM in between
     has the renderer refuse it as new work (``stopping``), and it was never in hand."""
-    request = asyncio.create_task(client.call("toposm.queuemaster", {"command": "render", "tile": tile},
-                                              timeout=timeout))
+    request = asyncio.create_task(
+        client.call("toposm.queuemaster", {"command": "render", "tile": tile}, timeout=timeout)
+    )
 
     async def rendering() -> bool:
         [thread] = (await stats(client))["renderers"]

@@ -37,6 +37,7 @@ async def osm_client(url: str, reply_queue: str = "") -> tuple[AbstractConnectio
 
 async def osm_wire_ready(connection: AbstractConnection) -> None:
     """The queuemaster consumes its osm queue (it declares it after its qbroker endpoint already answers)."""
+
     async def consumed() -> bool:
         channel = await connection.channel()
         try:
@@ -51,12 +52,18 @@ async def osm_wire_ready(connection: AbstractConnection) -> None:
     await eventually(consumed)
 
 
-async def ask(exchange: AbstractExchange, replies: AbstractQueue, body: bytes, timeout: float = 20.0,
-              routing_key: str = "toposm.queuemaster") -> Any:
+async def ask(
+    exchange: AbstractExchange,
+    replies: AbstractQueue,
+    body: bytes,
+    timeout: float = 20.0,
+    routing_key: str = "toposm.queuemaster",
+) -> Any:
     """Publish a command with ``replies`` as reply_to and return the answer with its correlation id."""
     correlation_id = uuid.uuid4().hex
-    await exchange.publish(aio_pika.Message(body, reply_to=replies.name, correlation_id=correlation_id),
-                           routing_key=routing_key)
+    await exchange.publish(
+        aio_pika.Message(body, reply_to=replies.name, correlation_id=correlation_id), routing_key=routing_key
+    )
     async with replies.iterator(timeout=timeout) as it:
         async for message in it:
             async with message.process():
@@ -73,8 +80,15 @@ class SeedRenderThread:
     is counted in ``unknown`` and ignored. ``extra`` goes into its ``register`` (the text's
     ``{"command": ..., <parameters>}`` leaves a program free to say more)."""
 
-    def __init__(self, tile_root: Path, host: str = "rawhost", pid: int = 4242, threadid: int = 0,
-                 queue_name: str = "", extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        tile_root: Path,
+        host: str = "rawhost",
+        pid: int = 4242,
+        threadid: int = 0,
+        queue_name: str = "",
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         self.tile_root, self.host, self.pid, self.threadid = tile_root, host, pid, threadid
         self.name = f"toposm.render.{host}.{pid}.{threadid}"
         self.queue_name = queue_name
@@ -87,19 +101,33 @@ class SeedRenderThread:
         self.channel = await self.connection.channel()
         self.exchange = await declare_osm(self.channel)
         self.queue = await self.channel.declare_queue(self.queue_name, exclusive=True)
-        for key in ("toposm", "toposm.render", f"toposm.render.{self.host}",
-                    f"toposm.render.{self.host}.{self.pid}", self.name):
+        for key in (
+            "toposm",
+            "toposm.render",
+            f"toposm.render.{self.host}",
+            f"toposm.render.{self.host}.{self.pid}",
+            self.name,
+        ):
             await self.queue.bind(self.exchange, routing_key=key)
         await self.queue.consume(self.on_message)
         await self.register()
 
     async def send(self, body: dict[str, Any]) -> None:
-        await self.exchange.publish(aio_pika.Message(json.dumps(body).encode(), reply_to=self.queue.name),
-                                    routing_key="toposm.queuemaster")
+        await self.exchange.publish(
+            aio_pika.Message(json.dumps(body).encode(), reply_to=self.queue.name), routing_key="toposm.queuemaster"
+        )
 
     async def register(self) -> None:
-        await self.send({"command": "register", "hostname": self.host, "pid": self.pid,
-                         "threadid": self.threadid, "strategy": "by_work_available", **self.extra})
+        await self.send(
+            {
+                "command": "register",
+                "hostname": self.host,
+                "pid": self.pid,
+                "threadid": self.threadid,
+                "strategy": "by_work_available",
+                **self.extra,
+            }
+        )
 
     async def on_message(self, message: AbstractIncomingMessage) -> None:
         async with message.process():
@@ -112,7 +140,7 @@ class SeedRenderThread:
                 await self.register()
             elif command == "render":
                 z, mx, my = (int(v) for v in body["metatile"].split("/"))
-                side = min(8, 2 ** z)
+                side = min(8, 2**z)
                 for x in range(mx * 8, mx * 8 + side):
                     for y in range(my * 8, my * 8 + side):
                         path = self.tile_root / str(z) / str(x) / f"{y}.png"
@@ -134,7 +162,6 @@ async def wait_for_message(queue: AbstractQueue, timeout: float = 20.0) -> Abstr
             await message.ack()
             return message
     raise AssertionError("no message")
-
 
 
 async def osm_listener(exchange: AbstractExchange, routing_key: str) -> list[str]:

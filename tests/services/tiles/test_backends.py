@@ -26,7 +26,11 @@ def test_low_zoom_metatile_has_whole_zoom(tmp_path):
     duration = render_metatile("testpattern", str(tmp_path), "1/0/0")
     assert duration > 0
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.png")) == [
-        "1/0/0.png", "1/0/1.png", "1/1/0.png", "1/1/1.png"]
+        "1/0/0.png",
+        "1/0/1.png",
+        "1/1/0.png",
+        "1/1/1.png",
+    ]
     assert not list(tmp_path.rglob("*.tmp"))
     assert TileStore(tmp_path).metatile_exists(Metatile(1, 0, 0))
 

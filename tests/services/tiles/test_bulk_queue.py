@@ -70,8 +70,7 @@ async def test_bulk_takes_at_most_its_threads_and_leaves_the_rest_for_requests(t
     [(second, m2)] = qm.next_assignments()  # an idle thread was there for it
     assert second is not first and m2 == Metatile(12, 100, 100)
     # the bulk thread finishes and takes the next bulk metatile in the answer; still one at a time
-    answer = qm.rendered(RenderedRequest(metatile=str(m1), hostname="h", pid=1, threadid=first.threadid,
-                                         next=True))
+    answer = qm.rendered(RenderedRequest(metatile=str(m1), hostname="h", pid=1, threadid=first.threadid, next=True))
     assert answer["render"] == "12/1/0"
     assert qm.next_assignments() == []
     finish(qm, m2)

@@ -61,7 +61,8 @@ async def test_queuemaster_sigkill_and_restart_loses_nothing(bus):
 
     async def all_rendered():
         return {line["metatile"] for line in bus.render_log_lines()} >= {
-            f"11/{x}/{y}" for x in range(5) for y in range(4)} or None
+            f"11/{x}/{y}" for x in range(5) for y in range(4)
+        } or None
 
     await eventually(all_rendered, timeout=40)
     s = await stats(client)
@@ -98,14 +99,17 @@ async def test_status_and_shutdown_alerts(bus):
     client = await bus.client()
     await wait_renderers(client, 2)
     # one process answers a status alert on the level above its threads once, for both threads
-    replies = [r.body async for r in client.gather("toposm.render", {"command": "status"}, timeout=10,
-                                                   max_replies=1)]
+    replies = [r.body async for r in client.gather("toposm.render", {"command": "status"}, timeout=10, max_replies=1)]
     [status] = replies
     assert status["pid"] == renderer.pid and [t["threadid"] for t in status["threads"]] == [0, 1]
     assert {t["state"] for t in status["threads"]} == {"idle"}
     # `shutdown` takes the same path as SIGTERM: unregister, then exit cleanly
-    [ack] = [r.body async for r in client.gather(f"toposm.render.{status['hostname']}.{renderer.pid}",
-                                                 {"command": "shutdown"}, timeout=10, max_replies=1)]
+    [ack] = [
+        r.body
+        async for r in client.gather(
+            f"toposm.render.{status['hostname']}.{renderer.pid}", {"command": "shutdown"}, timeout=10, max_replies=1
+        )
+    ]
     assert ack == {"command": "shutting down", "pid": renderer.pid}
     assert await asyncio.to_thread(renderer.popen.wait, 30) == 0
     s = await stats(client)
@@ -137,8 +141,10 @@ async def test_queuemaster_sigkill_answers_its_waiting_requesters_after_restart(
     client = await bus.client()
     await eventually(lambda: stats(client))
     tiles = ["10/100/100", "10/200/200", "10/300/300"]
-    calls = [asyncio.create_task(client.call("toposm.queuemaster", {"command": "render", "tile": t},
-                                             timeout=120)) for t in tiles]
+    calls = [
+        asyncio.create_task(client.call("toposm.queuemaster", {"command": "render", "tile": t}, timeout=120))
+        for t in tiles
+    ]
 
     async def all_waiting():
         return (await stats(client))["waiting_requests"] == len(tiles)
@@ -160,8 +166,10 @@ async def test_queuemaster_sigkill_with_10000_queued_and_50_requesters(bus):
     expired = ";".join(f"13/{x * 8}/{y * 8}" for x in range(100) for y in range(100))
     await client.call("toposm.queuemaster", {"command": "expire", "tiles": expired}, timeout=120)
     tiles = [f"12/{i * 8}/8" for i in range(50)]
-    calls = [asyncio.create_task(client.call("toposm.queuemaster", {"command": "render", "tile": t},
-                                             timeout=600)) for t in tiles]
+    calls = [
+        asyncio.create_task(client.call("toposm.queuemaster", {"command": "render", "tile": t}, timeout=600))
+        for t in tiles
+    ]
 
     async def all_waiting():
         s = await stats(client)
@@ -182,8 +190,10 @@ async def test_queuemaster_sigkill_with_10000_queued_and_50_requesters(bus):
     bus.renderer(threads=2)
     replies = await asyncio.wait_for(asyncio.gather(*calls), 600)
     assert sorted(r["tile"] for r in replies) == sorted(tiles)
-    print(f"\nQM-SIGKILL: {before} queued and {len(tiles)} waiting at SIGKILL; {after} queued after restart; "
-          f"all {len(replies)} requesters answered {time.monotonic() - restarted:.1f}s after the restart")
+    print(
+        f"\nQM-SIGKILL: {before} queued and {len(tiles)} waiting at SIGKILL; {after} queued after restart; "
+        f"all {len(replies)} requesters answered {time.monotonic() - restarted:.1f}s after the restart"
+    )
 
 
 async def test_queuemaster_sigkill_answers_seed_wire_requesters_after_restart(bus):
@@ -198,9 +208,14 @@ async def test_queuemaster_sigkill_answers_seed_wire_requesters_after_restart(bu
         await osm_wire_ready(connection)
         tiles = {"c1": "11/100/100", "c2": "11/900/900"}
         for correlation_id, tile in tiles.items():
-            await exchange.publish(aio_pika.Message(json.dumps({"command": "render", "tile": tile}).encode(),
-                                                    reply_to=replies.name, correlation_id=correlation_id),
-                                   routing_key="toposm.queuemaster")
+            await exchange.publish(
+                aio_pika.Message(
+                    json.dumps({"command": "render", "tile": tile}).encode(),
+                    reply_to=replies.name,
+                    correlation_id=correlation_id,
+                ),
+                routing_key="toposm.queuemaster",
+            )
 
         async def all_waiting():
             return (await stats(client))["waiting_requests"] == len(tiles)
@@ -216,7 +231,8 @@ async def test_queuemaster_sigkill_answers_seed_wire_requesters_after_restart(bu
                     answered[message.correlation_id] = json.loads(message.body)
                 if len(answered) == len(tiles):
                     break
-        assert {c: (a["command"], a["tile"]) for c, a in answered.items()} == \
-               {c: ("rendered", t) for c, t in tiles.items()}
+        assert {c: (a["command"], a["tile"]) for c, a in answered.items()} == {
+            c: ("rendered", t) for c, t in tiles.items()
+        }
     finally:
         await connection.close()

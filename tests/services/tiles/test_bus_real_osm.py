@@ -21,8 +21,11 @@ async def test_renderer_store_renders_real_data_and_a_diff(bus, tmp_path: Path, 
     store = tmp_path / "helsinki"
     import_extract(extract_path, store)
     extract = read_extract(extract_path)
-    streets = {wid: (refs, tags) for wid, (refs, tags) in extract.ways.items()
-               if tags.get("name") == "Mikonkatu" and tags.get("highway") == "unclassified"}
+    streets = {
+        wid: (refs, tags)
+        for wid, (refs, tags) in extract.ways.items()
+        if tags.get("name") == "Mikonkatu" and tags.get("highway") == "unclassified"
+    }
     refs = max((refs for refs, _ in streets.values()), key=len)
     lon, lat = extract.nodes[refs[len(refs) // 2]]
     t = mercantile.tile(lon, lat, 17)

@@ -26,8 +26,9 @@ async def test_register_render_rendered(bus):
 
     # five requesters wait on one never-rendered metatile: one render answers all of them
     tiles = ["12/1000/1500", "12/1001/1500", "12/1007/1503", "12/1003/1501", "12/1000/1500"]
-    replies = await asyncio.gather(*(client.call("toposm.queuemaster", {"command": "render", "tile": t},
-                                                 timeout=20) for t in tiles))
+    replies = await asyncio.gather(
+        *(client.call("toposm.queuemaster", {"command": "render", "tile": t}, timeout=20) for t in tiles)
+    )
     assert [r["tile"] for r in replies] == tiles
     assert {(r["command"], r["metatile"]) for r in replies} == {("rendered", "12/125/187")}
     store = TileStore(bus.tile_root)
@@ -160,8 +161,10 @@ async def test_malformed_requests_fail(bus):
     with pytest.raises(InvalidParams, match="tile"):
         await call("toposm.queuemaster", {"command": "render"})
     with pytest.raises(InvalidParams, match="strategy"):
-        await call("toposm.queuemaster", {"command": "register", "hostname": "h", "pid": 1, "threadid": 0,
-                                          "strategy": "fastest"})
+        await call(
+            "toposm.queuemaster",
+            {"command": "register", "hostname": "h", "pid": 1, "threadid": 0, "strategy": "fastest"},
+        )
     with pytest.raises(InvalidParams, match="hostname"):
         await call("toposm.queuemaster", {"command": "register", "hostname": "a.b", "pid": 1, "threadid": 0})
     with pytest.raises(InvalidParams, match="metatile"):
@@ -187,8 +190,13 @@ async def test_stats_from_the_shell(bus):
     client = await bus.client()
     await eventually(lambda: stats(client))
     out = await asyncio.to_thread(
-        subprocess.run, [str(BIN / "qbroker"), "call", "--raw", "toposm.queuemaster", "stats"],
-        env={"QBROKER_URL": bus.url, "PATH": str(BIN)}, capture_output=True, text=True, timeout=30)
+        subprocess.run,
+        [str(BIN / "qbroker"), "call", "--raw", "toposm.queuemaster", "stats"],
+        env={"QBROKER_URL": bus.url, "PATH": str(BIN)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     body = json.loads(out.stdout)
     assert body["command"] == "stats" and body["queues"]["total"] == 0 and body["uptime"] > 0

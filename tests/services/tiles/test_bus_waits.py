@@ -26,12 +26,14 @@ async def test_requests_whose_callers_all_gave_up_leave_the_queue_to_one_still_w
     client = await bus.client()
     await eventually(lambda: stats(client), context=bus.logs)
     tiles = [f"18/{8 * i}/0" for i in range(500)]
-    answers = await asyncio.gather(*(client.call(QM, {"command": "render", "tile": tile}, timeout=1)
-                                     for tile in tiles), return_exceptions=True)
+    answers = await asyncio.gather(
+        *(client.call(QM, {"command": "render", "tile": tile}, timeout=1) for tile in tiles), return_exceptions=True
+    )
     # each gave up: at its deadline, or (a busy machine) before the queuemaster took it at all
     given_up = ("render_timeout", "deadline_passed")
-    assert all(isinstance(a, CallTimeout) or (isinstance(a, RequestError) and a.id in given_up)
-               for a in answers), {repr(a) for a in answers}
+    assert all(isinstance(a, CallTimeout) or (isinstance(a, RequestError) and a.id in given_up) for a in answers), {
+        repr(a) for a in answers
+    }
 
     async def let_go() -> bool:
         queues = (await stats(client))["queues"]
@@ -48,8 +50,9 @@ def _events(log_text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log_text.splitlines() if line.startswith("{")]
 
 
-async def test_sigterm_with_thousands_waiting_ends_within_the_drain_and_loses_none(bus: TileBus,
-                                                                                   monkeypatch: Any) -> None:
+async def test_sigterm_with_thousands_waiting_ends_within_the_drain_and_loses_none(
+    bus: TileBus, monkeypatch: Any
+) -> None:
     """5,000 waits, SIGTERM, a 0.1 s drain timeout: the queuemaster answers `queuemaster_stopped` from the
     requests' rows for half the drain timeout, keeps the rest for its next run, cancels their handlers and
     exits (a ceiling catches a hang; no wall time is asserted). The next run (with a renderer) answers every
@@ -60,8 +63,10 @@ async def test_sigterm_with_thousands_waiting_ends_within_the_drain_and_loses_no
     first = bus.queuemaster("--drain-timeout", "0.1", *options)
     client = await bus.client()
     await eventually(lambda: stats(client), context=bus.logs)
-    calls = [asyncio.create_task(client.call(QM, {"command": "render", "tile": "18/0/0"}, timeout=10 * HANG))
-             for _ in range(n)]
+    calls = [
+        asyncio.create_task(client.call(QM, {"command": "render", "tile": "18/0/0"}, timeout=10 * HANG))
+        for _ in range(n)
+    ]
 
     async def parked() -> bool:
         return bool((await stats(client))["waiting_requests"] == n)

@@ -38,8 +38,11 @@ async def test_seed_wire_on_osm_exchange(bus):
         for body, raw in (({"command": "render", "tile": "9/10"}, bad), ({"command": "dance"}, unknown)):
             with pytest.raises(RequestFailed) as info:
                 await client.call("toposm.queuemaster", body)
-            assert (info.value.id, info.value.message, info.value.detail) == (raw["error"], raw["message"],
-                                                                              raw.get("detail"))
+            assert (info.value.id, info.value.message, info.value.detail) == (
+                raw["error"],
+                raw["message"],
+                raw.get("detail"),
+            )
         # expirations as plain text on routing key expire_toposm
         await exchange.publish(aio_pika.Message(b"9/10/20;9/11/21;9/200/200"), routing_key="expire_toposm")
 

@@ -13,8 +13,15 @@ def test_keys_round_trip_and_agree_everywhere() -> None:
     for z, mx, my in ((0, 0, 0), (14, 1023, 2047), (30, (1 << 27) - 1, 5)):
         key = metatile_key(z, mx, my)
         assert unpack_key(key) == (z, mx, my)
-        assert sqlite3.connect(":memory:").execute(f"SELECT {KEY_SQL} FROM (SELECT ? z, ? mx, ? my)",  # noqa: S608
-                                                    (z, mx, my)).fetchone()[0] == key
+        assert (
+            sqlite3.connect(":memory:")
+            .execute(
+                f"SELECT {KEY_SQL} FROM (SELECT ? z, ? mx, ? my)",  # noqa: S608
+                (z, mx, my),
+            )
+            .fetchone()[0]
+            == key
+        )
     tiles = [Tile(14, 8185, 5448), Tile(3, 7, 0)]
     keys, problems = expiry_keys(join_expiry_list(tiles))
     assert not problems and keys == [metatile_key(t.z, t.metatile.mx, t.metatile.my) for t in tiles]

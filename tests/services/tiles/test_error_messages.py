@@ -63,8 +63,16 @@ async def test_each_error_triple_has_one_message(bus):
         await osm_wire_ready(connection)
         for body in [*(json.dumps(b).encode() for b in BAD_QUEUEMASTER_REQUESTS), b"{nope", b"[1, 2"]:
             answer = await ask(exchange, replies, body)
-            details.append(_collect(messages, answer["status"], answer["error"], "toposm.queuemaster (osm)",
-                                    answer["message"], answer.get("detail")))
+            details.append(
+                _collect(
+                    messages,
+                    answer["status"],
+                    answer["error"],
+                    "toposm.queuemaster (osm)",
+                    answer["message"],
+                    answer.get("detail"),
+                )
+            )
     finally:
         await connection.close()
     varied = {triple: texts for triple, texts in messages.items() if len(texts) > 1}
@@ -78,7 +86,11 @@ def test_every_error_id_the_services_raise_has_its_message():
     used = set()
     for path in Path("services").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("failed", "errored") \
-                    and node.args and isinstance(node.args[0], ast.Constant):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) in ("failed", "errored")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 used.add(node.args[0].value)
     assert used and used <= set(MESSAGES), used - set(MESSAGES)

@@ -25,16 +25,22 @@ def keys_the_slow_way(text, zooms):
     return [pack(t.metatile) for t in tiles], problems
 
 
-@pytest.mark.parametrize("text", [
-    "14/5672/3452;14/5673/3452; 14/5672/3453;;bad;3/9/9\n2/0/0",
-    "16/0/0;16/65535/65535\n;\n 1/1/1 ;0/0/0;;",
-    "12/99999/0;19/0/0;5/1/1",             # outside its zoom, outside the range
-    "5/1/1 5/2/2",                           # no separator
-    "5/\u0661/1;5/+1/1;5/1/-1;5/1/1/1;5/1",  # non-ASCII digit, sign, negative, too many and too few parts
-    "5/1/1;" + "9" * 5000 + "/1/1",          # a number longer than int() takes
-    "5/1/1\x0b;\u20035/2/2\u2003",           # whitespace the general parser strips
-    "", ";;", "3/7/7", "007/0/0",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "14/5672/3452;14/5673/3452; 14/5672/3453;;bad;3/9/9\n2/0/0",
+        "16/0/0;16/65535/65535\n;\n 1/1/1 ;0/0/0;;",
+        "12/99999/0;19/0/0;5/1/1",  # outside its zoom, outside the range
+        "5/1/1 5/2/2",  # no separator
+        "5/\u0661/1;5/+1/1;5/1/-1;5/1/1/1;5/1",  # non-ASCII digit, sign, negative, too many and too few parts
+        "5/1/1;" + "9" * 5000 + "/1/1",  # a number longer than int() takes
+        "5/1/1\x0b;\u20035/2/2\u2003",  # whitespace the general parser strips
+        "",
+        ";;",
+        "3/7/7",
+        "007/0/0",
+    ],
+)
 def test_expiry_keys_match_the_general_parser(text):
     zooms = ZoomRange(0, 18)
     assert expiry_keys(text, zooms) == keys_the_slow_way(text, zooms)
@@ -45,8 +51,10 @@ def test_expiry_keys_match_the_general_parser_on_random_lists():
     alphabet = "0123456789/;\n \t\rx-"
     for _ in range(2000):
         if rng.random() < 0.5:  # mostly well formed, some out of range
-            items = [f"{z}/{rng.randrange(1 << z) + rng.choice([0, 0, 0, 1 << z])}/{rng.randrange(1 << z)}"
-                     for z in (rng.randrange(0, 21) for _ in range(rng.randrange(1, 30)))]
+            items = [
+                f"{z}/{rng.randrange(1 << z) + rng.choice([0, 0, 0, 1 << z])}/{rng.randrange(1 << z)}"
+                for z in (rng.randrange(0, 21) for _ in range(rng.randrange(1, 30)))
+            ]
             text = rng.choice([";", "\n", " ;", ";;"]).join(items)
         else:
             text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
@@ -68,9 +76,16 @@ def test_ancestor_keys_are_metatile_ancestors_nearest_first():
 
 
 def make_qm(tmp_path):
-    return Queuemaster(QueuemasterSettings(tile_root=tmp_path / "tiles", state_file=tmp_path / "q.sqlite",
-                                           render_log=tmp_path / "render.log", render_missing_expired=True,
-                                           zooms=ZoomRange(0, 16), seed=1))
+    return Queuemaster(
+        QueuemasterSettings(
+            tile_root=tmp_path / "tiles",
+            state_file=tmp_path / "q.sqlite",
+            render_log=tmp_path / "render.log",
+            render_missing_expired=True,
+            zooms=ZoomRange(0, 16),
+            seed=1,
+        )
+    )
 
 
 def rows_on_disk(state_file):
@@ -151,8 +166,9 @@ async def test_group_commits_survive_a_sigkill_without_losing_an_acknowledged_re
         async def report(metatile):
             while True:  # as real renderers do: retried until the queuemaster acknowledges it
                 try:
-                    answer = await unit.call("toposm.queuemaster", {"command": "rendered", "metatile": metatile},
-                                             timeout=5)
+                    answer = await unit.call(
+                        "toposm.queuemaster", {"command": "rendered", "metatile": metatile}, timeout=5
+                    )
                     break
                 except Exception:
                     await asyncio.sleep(0.2)
@@ -177,8 +193,9 @@ async def test_group_commits_survive_a_sigkill_without_losing_an_acknowledged_re
 
     async def register_all():
         for i in range(threads):
-            await unit.call("toposm.queuemaster", {"command": "register", "hostname": "nullhost",
-                                                   "pid": os.getpid(), "threadid": i})
+            await unit.call(
+                "toposm.queuemaster", {"command": "register", "hostname": "nullhost", "pid": os.getpid(), "threadid": i}
+            )
         return True
 
     await eventually(register_all)

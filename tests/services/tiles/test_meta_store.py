@@ -40,7 +40,7 @@ def read_meta(path: Path) -> tuple[bytes, int, tuple[int, int, int], dict[tuple[
         offset, size = struct.unpack_from("<ii", data, 20 + 8 * i)
         assert 0 <= offset and offset + size <= len(data)
         if size:
-            tiles[(x + i // METATILE, y + i % METATILE)] = data[offset:offset + size]
+            tiles[(x + i // METATILE, y + i % METATILE)] = data[offset : offset + size]
     return magic, count, (x, y, z), tiles
 
 
@@ -125,7 +125,18 @@ def test_zooms_past_twenty_are_refused_not_written_over_other_metatiles(tmp_path
     assert not list(tmp_path.rglob("*.meta"))
     assert not store.metatile_exists(first) and not store.metatile_exists(second)
     for script in ("toposm-queuemaster", "toposm-web"):
-        run = subprocess.run([str(Path(sys.executable).parent / script), "--tile-root", str(tmp_path),
-                              "--tile-store", "meta", "--max-zoom", "21"],
-                             capture_output=True, text=True, timeout=HANG)
+        run = subprocess.run(
+            [
+                str(Path(sys.executable).parent / script),
+                "--tile-root",
+                str(tmp_path),
+                "--tile-store",
+                "meta",
+                "--max-zoom",
+                "21",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=HANG,
+        )
         assert run.returncode == 64 and "20" in run.stderr, (script, run.stderr[-1000:])

@@ -33,8 +33,16 @@ pytestmark = pytest.mark.fuzz
 COUNT = int(os.environ.get("QBROKER_FUZZ_COUNT", "200"))
 FUZZ_HANG = 2 * HANG + COUNT / 20
 OSM_QUEUE = "toposm.queuemaster.osm"
-STABLE_IDS = {"bad_message", "invalid_params", "unknown_command", "too_large", "busy", "forbidden",
-              "invalid_tile", "unhandled"}
+STABLE_IDS = {
+    "bad_message",
+    "invalid_params",
+    "unknown_command",
+    "too_large",
+    "busy",
+    "forbidden",
+    "invalid_tile",
+    "unhandled",
+}
 
 
 def _waits(body: bytes) -> bool:
@@ -47,8 +55,9 @@ def _waits(body: bytes) -> bool:
 
 
 def osm_queue_counts(vhost: str) -> tuple[int, int]:
-    out = rabbitmqctl("list_queues", "-p", vhost, "-q", "--no-table-headers", "name", "messages_ready",
-                      "messages_unacknowledged").stdout
+    out = rabbitmqctl(
+        "list_queues", "-p", vhost, "-q", "--no-table-headers", "name", "messages_ready", "messages_unacknowledged"
+    ).stdout
     for line in out.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[0] == OSM_QUEUE:
@@ -83,21 +92,30 @@ async def test_fuzzed_osm_messages_are_all_settled_and_answered(bus) -> None:  #
         for i, message in enumerate(generated):
             key = keys[i % len(keys)]
             token = uuid.uuid4().hex
-            props = Basic.Properties(content_type=message.content_type, headers=message.headers,
-                                     correlation_id=token, message_id=message.message_id,
-                                     reply_to=me if message.wants_reply else None)
+            props = Basic.Properties(
+                content_type=message.content_type,
+                headers=message.headers,
+                correlation_id=token,
+                message_id=message.message_id,
+                reply_to=me if message.wants_reply else None,
+            )
             await channel.basic_publish(message.body, exchange="osm", routing_key=key, properties=props)
             if key == "toposm.queuemaster" and message.wants_reply and not _waits(message.body):
                 expected.add(token)
-        await eventually(lambda: expected <= set(replies), FUZZ_HANG, 0.1,
-                         context=lambda: f"{len(expected - set(replies))} osm commands never answered")
+        await eventually(
+            lambda: expected <= set(replies),
+            FUZZ_HANG,
+            0.1,
+            context=lambda: f"{len(expected - set(replies))} osm commands never answered",
+        )
         vhost = unquote(urlsplit(bus.url).path.lstrip("/"))
 
         async def settled() -> bool:
             return await asyncio.to_thread(osm_queue_counts, vhost) == (0, 0)
 
-        await eventually(settled, FUZZ_HANG, 0.5,
-                         context=lambda: f"{OSM_QUEUE}: ready, unacked = {osm_queue_counts(vhost)}")
+        await eventually(
+            settled, FUZZ_HANG, 0.5, context=lambda: f"{OSM_QUEUE}: ready, unacked = {osm_queue_counts(vhost)}"
+        )
         doubles = {t: len(r) for t, r in replies.items() if len(r) > 1}
         assert not doubles, doubles
         errors = [json.loads(r[0].body) for t, r in replies.items() if t in expected]

@@ -51,8 +51,12 @@ def pixel_box(tile: Tile, west: float, south: float, east: float, north: float) 
     b = mercantile.xy_bounds(tile.x, tile.y, tile.z)
     (x0, y0), (x1, y1) = mercantile.xy(west, north), mercantile.xy(east, south)
     scale = TILE_PX / (b.right - b.left)
-    return (int((x0 - b.left) * scale), int((b.top - y0) * scale), int((x1 - b.left) * scale) + 1,
-            int((b.top - y1) * scale) + 1)
+    return (
+        int((x0 - b.left) * scale),
+        int((b.top - y0) * scale),
+        int((x1 - b.left) * scale) + 1,
+        int((b.top - y1) * scale) + 1,
+    )
 
 
 async def osm_wire_listener(url: str) -> tuple[aio_pika.abc.AbstractConnection, list[tuple[str, str | None]]]:
@@ -71,8 +75,9 @@ async def osm_wire_listener(url: str) -> tuple[aio_pika.abc.AbstractConnection, 
     return connection, heard
 
 
-async def test_postgis_alone_diff_expired_on_both_wires_and_rerendered(bus: TileBus, postgis_dsn, helsinki,
-                                                                       tmp_path) -> None:
+async def test_postgis_alone_diff_expired_on_both_wires_and_rerendered(
+    bus: TileBus, postgis_dsn, helsinki, tmp_path
+) -> None:
     fresh_import(helsinki, postgis_dsn)
     edit = helsinki_edit(helsinki)  # Mikonkatu renamed, a building corner moved, "Qbroker House" built
     lon, lat = edit.centre
@@ -96,13 +101,33 @@ async def test_postgis_alone_diff_expired_on_both_wires_and_rerendered(bus: Tile
         publish_demo(source, 1, edit.text, "2026-11-24T00:01:00Z")
         spool = tmp_path / "spool"
         replicate = subprocess.run(
-            [str(BIN / "toposm-replicate"), "--source", str(source), "--postgis", postgis_dsn, "--spool", str(spool),
-             "--start", "1", "--once", "--min-zoom", str(MIN_Z), "--max-zoom", str(MAX_Z)],
-            env={**os.environ, "QBROKER_URL": bus.url}, capture_output=True, text=True, timeout=2 * HANG)
+            [
+                str(BIN / "toposm-replicate"),
+                "--source",
+                str(source),
+                "--postgis",
+                postgis_dsn,
+                "--spool",
+                str(spool),
+                "--start",
+                "1",
+                "--once",
+                "--min-zoom",
+                str(MIN_Z),
+                "--max-zoom",
+                str(MAX_Z),
+            ],
+            env={**os.environ, "QBROKER_URL": bus.url},
+            capture_output=True,
+            text=True,
+            timeout=2 * HANG,
+        )
         assert replicate.returncode == 0, replicate.stderr[-3000:]
         assert postgis_sequence(postgis_dsn) == 1
-        assert psql(postgis_dsn, "SELECT name FROM planet_osm_polygon WHERE osm_id = "
-                                 f"{edit.new_building}") == "Qbroker House"
+        assert (
+            psql(postgis_dsn, f"SELECT name FROM planet_osm_polygon WHERE osm_id = {edit.new_building}")
+            == "Qbroker House"
+        )
         assert not (spool / PENDING).exists()  # published, then removed
 
         # Heard on both wires, once each, the same list under one marked message id.
@@ -121,8 +146,9 @@ async def test_postgis_alone_diff_expired_on_both_wires_and_rerendered(bus: Tile
     old = Image.open(io.BytesIO(before)).convert("RGB")
     new = Image.open(io.BytesIO(tiles.path(tile).read_bytes())).convert("RGB")
     left, top, right, bottom = pixel_box(tile, west, south, east, north)
-    changed = ImageChops.difference(old, new).crop((max(left, 0), max(top, 0), min(right, TILE_PX),
-                                                    min(bottom, TILE_PX)))
+    changed = ImageChops.difference(old, new).crop(
+        (max(left, 0), max(top, 0), min(right, TILE_PX), min(bottom, TILE_PX))
+    )
     area = changed.width * changed.height
     differing = sum(1 for px in changed.get_flattened_data() if px != (0, 0, 0))
     # Its fill, outline and label: 47% of its box's pixels changed when this was written (labels elsewhere in
@@ -130,8 +156,7 @@ async def test_postgis_alone_diff_expired_on_both_wires_and_rerendered(bus: Tile
     assert area > 0 and differing > area // 4, f"{differing} of {area} pixels changed where the building is"
 
 
-async def test_osm2pgsql_failure_backs_off_and_keeps_the_sequence(make_unit, postgis_dsn, helsinki,
-                                                                  tmp_path) -> None:
+async def test_osm2pgsql_failure_backs_off_and_keeps_the_sequence(make_unit, postgis_dsn, helsinki, tmp_path) -> None:
     fresh_import(helsinki, postgis_dsn)
     mirror = tmp_path / "mirror"
     publish_demo(mirror / "replication" / "minute", 1, helsinki_edit(helsinki).text, "2026-11-24T00:01:00Z")
@@ -146,9 +171,19 @@ async def test_osm2pgsql_failure_backs_off_and_keeps_the_sequence(make_unit, pos
     # osm2pgsql --append fails for real: its ways table is not there.
     psql(postgis_dsn, "ALTER TABLE planet_osm_ways RENAME TO planet_osm_ways_away")
     with serving(mirror) as server, structlog.testing.capture_logs() as logs:
-        settings = FollowSettings(source=server.url + "replication/minute/", store=None, store_name="postgis",
-                                  postgis=postgis_dsn, spool=tmp_path / "spool", start=1, interval=0.05,
-                                  max_backoff=0.2, min_zoom=MIN_Z, max_zoom=MAX_Z, http_retries=0)
+        settings = FollowSettings(
+            source=server.url + "replication/minute/",
+            store=None,
+            store_name="postgis",
+            postgis=postgis_dsn,
+            spool=tmp_path / "spool",
+            start=1,
+            interval=0.05,
+            max_backoff=0.2,
+            min_zoom=MIN_Z,
+            max_zoom=MAX_Z,
+            http_retries=0,
+        )
         follower = Follower(await make_unit("toposm.replicate"), settings)
         registry = follower.metrics_server.registry
         await follower.unit.start()
@@ -172,8 +207,9 @@ async def test_osm2pgsql_failure_backs_off_and_keeps_the_sequence(make_unit, pos
         assert ("/replication/minute/000/000/001.osc.gz", "200") in server.log
     assert follower.error is None and follower.applied == [1]
     assert registry.get_sample_value("toposm_replicate_sequence", {"store": "postgis"}) == 1
-    assert registry.get_sample_value("toposm_replicate_expired_metatiles_total") == \
-        len({item for body in heard for item in body.split(";")})
+    assert registry.get_sample_value("toposm_replicate_expired_metatiles_total") == len(
+        {item for body in heard for item in body.split(";")}
+    )
     assert not (tmp_path / "spool" / PENDING).exists()
 
 
@@ -200,9 +236,18 @@ async def test_postgis_alone_with_flat_nodes(make_unit, postgis_dsn, helsinki, t
         heard.append(body)
 
     await listener.start()
-    settings = FollowSettings(source=tmp_path / "replication", store=None, store_name="postgis", postgis=postgis_dsn,
-                              spool=tmp_path / "spool", start=1, min_zoom=MIN_Z, max_zoom=MAX_Z, flat_nodes=flat,
-                              expire_output=tmp_path / "operator.tiles")
+    settings = FollowSettings(
+        source=tmp_path / "replication",
+        store=None,
+        store_name="postgis",
+        postgis=postgis_dsn,
+        spool=tmp_path / "spool",
+        start=1,
+        min_zoom=MIN_Z,
+        max_zoom=MAX_Z,
+        flat_nodes=flat,
+        expire_output=tmp_path / "operator.tiles",
+    )
     follower = Follower(await make_unit("toposm.replicate"), settings)
     await follower.unit.start()
     assert await follower.catch_up() == [1]
@@ -213,6 +258,7 @@ async def test_postgis_alone_with_flat_nodes(make_unit, postgis_dsn, helsinki, t
     assert {origin(lon, lat, MAX_Z), origin(lon + 0.002, lat, MAX_Z)} <= published
     # The operator's copy is osm2pgsql's own list: every tile of it lies in a published metatile.
     copied = (tmp_path / "operator.tiles").read_text().split()
-    assert copied and {f"{z}/{int(x) >> 3 << 3}/{int(y) >> 3 << 3}"
-                       for z, x, y in (c.split("/") for c in copied)} == published
-
+    assert (
+        copied
+        and {f"{z}/{int(x) >> 3 << 3}/{int(y) >> 3 << 3}" for z, x, y in (c.split("/") for c in copied)} == published
+    )

@@ -29,8 +29,9 @@ async def test_every_program_logs_json_with_its_unit(bus: TileBus, monkeypatch: 
     monkeypatch.setenv("QBROKER_LOG_FORMAT", "json")
     queuemaster = bus.queuemaster("--metrics-port", str(free_port()))
     renderer = bus.renderer("--metrics-port", str(free_port()))
-    collector = Proc([str(BIN / "qbroker-dead-letter"), "--metrics-port", str(free_port())], bus.url,
-                     bus.tmp / "dead-letter.log")
+    collector = Proc(
+        [str(BIN / "qbroker-dead-letter"), "--metrics-port", str(free_port())], bus.url, bus.tmp / "dead-letter.log"
+    )
     bus.procs.append(collector)
     client = await bus.client()
     await wait_renderers(client, 1)
@@ -43,18 +44,24 @@ async def test_every_program_logs_json_with_its_unit(bus: TileBus, monkeypatch: 
         proc.stop()  # graceful: the stopping lines are logged too
 
     started = {"unit started", "metrics serving", "stopping"}
-    service_lines(json_lines(queuemaster.log.read_text(), "queuemaster"), QUEUEMASTER,
-                  started | {"queuemaster online"})
+    service_lines(json_lines(queuemaster.log.read_text(), "queuemaster"), QUEUEMASTER, started | {"queuemaster online"})
     service_lines(json_lines(renderer.log.read_text(), "renderer"), RENDERER, started)
     service_lines(json_lines(web.proc.log.read_text(), "toposm-web"), WEB, {"unit started", "toposm-web serving"})
-    service_lines(json_lines(collector.log.read_text(), "qbroker-dead-letter"), DEAD_LETTER,
-                  started | {"collecting dead letters"})
+    service_lines(
+        json_lines(collector.log.read_text(), "qbroker-dead-letter"), DEAD_LETTER, started | {"collecting dead letters"}
+    )
 
 
 @pytest.mark.parametrize("program", ["toposm-queuemaster", "qbroker-dead-letter"])
 def test_no_broker_is_one_json_line_naming_the_unit(program: str, tmp_path: Path) -> None:
-    done = subprocess.run([str(BIN / program)], capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                          env={"PATH": "/usr/bin:/bin", "QBROKER_URL": BROKER_DOWN, "QBROKER_LOG_FORMAT": "json"})
+    done = subprocess.run(
+        [str(BIN / program)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "QBROKER_URL": BROKER_DOWN, "QBROKER_LOG_FORMAT": "json"},
+    )
     assert done.returncode == ExitCode.UNREACHABLE
     assert not done.stdout
     lines = json_lines(done.stderr, program)

@@ -14,8 +14,14 @@ from services.toposm.tilemath import Metatile, Tile, ZoomRange
 
 
 def make_qm(tmp_path, **kw):
-    settings = QueuemasterSettings(tile_root=tmp_path / "tiles", state_file=tmp_path / "q.sqlite",
-                                   render_log=tmp_path / "render.log", zooms=ZoomRange(0, 16), seed=1, **kw)
+    settings = QueuemasterSettings(
+        tile_root=tmp_path / "tiles",
+        state_file=tmp_path / "q.sqlite",
+        render_log=tmp_path / "render.log",
+        zooms=ZoomRange(0, 16),
+        seed=1,
+        **kw,
+    )
     return Queuemaster(settings)
 
 

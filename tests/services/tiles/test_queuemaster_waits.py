@@ -17,8 +17,9 @@ from services.toposm.tilemath import Metatile, ZoomRange
 
 
 def make_qm(tmp_path, **kw):
-    settings = QueuemasterSettings(tile_root=tmp_path / "tiles", state_file=tmp_path / "q.sqlite",
-                                   zooms=ZoomRange(0, 18), seed=1, **kw)
+    settings = QueuemasterSettings(
+        tile_root=tmp_path / "tiles", state_file=tmp_path / "q.sqlite", zooms=ZoomRange(0, 18), seed=1, **kw
+    )
     return Queuemaster(settings)
 
 

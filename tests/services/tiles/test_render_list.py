@@ -46,8 +46,12 @@ async def start_render_list(bus: TileBus, *args: str) -> asyncio.subprocess.Proc
     log = open(bus.tmp / "render-list.log", "ab")  # noqa: SIM115 - the child keeps it
     try:
         return await asyncio.create_subprocess_exec(
-            *render_list_command(), *args, stdout=asyncio.subprocess.PIPE, stderr=log,
-            env={**os.environ, "QBROKER_URL": bus.url, "PYTHONPATH": str(ROOT)})
+            *render_list_command(),
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+            env={**os.environ, "QBROKER_URL": bus.url, "PYTHONPATH": str(ROOT)},
+        )
     finally:
         log.close()
 
@@ -59,8 +63,11 @@ async def finished(proc: asyncio.subprocess.Process) -> tuple[int, dict[str, Any
 
 
 def ok_renders(bus: TileBus, among: set[Metatile]) -> list[str]:
-    return [r["metatile"] for r in bus.render_log_lines() if r["status"] == "ok" and
-            Metatile(*map(int, r["metatile"].split("/"))) in among]
+    return [
+        r["metatile"]
+        for r in bus.render_log_lines()
+        if r["status"] == "ok" and Metatile(*map(int, r["metatile"].split("/"))) in among
+    ]
 
 
 async def test_an_area_is_pre_rendered_once_then_skipped(bus: TileBus, imported_store: Path) -> None:  # noqa: F811
@@ -70,34 +77,47 @@ async def test_an_area_is_pre_rendered_once_then_skipped(bus: TileBus, imported_
     client = await bus.client()
     await wait_renderers(client, 2, timeout=60)
 
-    code, report = await finished(await start_render_list(
-        bus, "--bbox", bbox_text(EXTRACT), "--zooms", "13-16", "--window", "4", "--json"))
+    code, report = await finished(
+        await start_render_list(bus, "--bbox", bbox_text(EXTRACT), "--zooms", "13-16", "--window", "4", "--json")
+    )
     assert code == 0, (bus.tmp / "render-list.log").read_text()
     assert report["metatiles"] == len(expected) == report["rendered"] and report["complete"]
     assert report["skipped"] == report["failed"] == 0
-    assert {z: row["rendered"] for z, row in report["by_zoom"].items()} == \
-        {str(z): sum(1 for m in expected if m.z == z) for z in range(13, 17)}
+    assert {z: row["rendered"] for z, row in report["by_zoom"].items()} == {
+        str(z): sum(1 for m in expected if m.z == z) for z in range(13, 17)
+    }
     assert sorted(ok_renders(bus, expected)) == sorted(str(m) for m in expected)  # each once
     store = TileStore(bus.tile_root)
     assert all(store.metatile_exists(m) for m in expected)
 
-    code, report = await finished(await start_render_list(
-        bus, "--bbox", bbox_text(EXTRACT), "--zooms", "13-16", "--missing-only", "--json"))
+    code, report = await finished(
+        await start_render_list(bus, "--bbox", bbox_text(EXTRACT), "--zooms", "13-16", "--missing-only", "--json")
+    )
     assert code == 0 and report["skipped"] == len(expected) and report["rendered"] == 0
     assert len(ok_renders(bus, expected)) == len(expected)  # nothing drawn again
     assert (await stats(client))["counters"]["bulk_skipped"] == len(expected)
 
 
-async def test_stopped_and_resumed_while_requests_get_a_free_thread(bus: TileBus,
-                                                                     imported_store: Path) -> None:  # noqa: F811
+async def test_stopped_and_resumed_while_requests_get_a_free_thread(bus: TileBus, imported_store: Path) -> None:  # noqa: F811
     expected = expected_metatiles(AROUND, range(13, 16))
     resume = bus.tmp / "resume.json"
     bus.queuemaster("--max-bulk-threads", "1")
     bus.renderer("--store", str(imported_store), "--render-delay", "0.5", backend="mapnik", threads=2)
     client = await bus.client()
     await wait_renderers(client, 2, timeout=60)
-    args = ("--bbox", bbox_text(AROUND), "--zooms", "13-15", "--window", "4", "--resume", str(resume), "--json",
-            "--drain-timeout", "60")
+    args = (
+        "--bbox",
+        bbox_text(AROUND),
+        "--zooms",
+        "13-15",
+        "--window",
+        "4",
+        "--resume",
+        str(resume),
+        "--json",
+        "--drain-timeout",
+        "60",
+    )
     proc = await start_render_list(bus, *args)
 
     def settled() -> int:

@@ -30,12 +30,18 @@ def test_the_plan_is_mercantiles_tiles_by_metatile(bbox):
     assert set(planned) == expected
     assert [m.z for m in planned] == sorted(m.z for m in planned)  # zoom by zoom, lowest first
     assert [plan.at(i) for i in range(plan.count)] == planned
-    assert [m for _, m in plan.metatiles(plan.count // 2)] == planned[plan.count // 2:]
+    assert [m for _, m in plan.metatiles(plan.count // 2)] == planned[plan.count // 2 :]
 
 
 def test_bad_areas_are_named():
-    for text, problem in [("1,2,3", "W,S,E,N"), ("a,1,2,3", "W,S,E,N"), ("10,0,5,1", "W < E"),
-                          ("0,5,1,4", "S < N"), ("0,0,1,nan", "finite"), ("170,0,190,1", "W < E")]:
+    for text, problem in [
+        ("1,2,3", "W,S,E,N"),
+        ("a,1,2,3", "W,S,E,N"),
+        ("10,0,5,1", "W < E"),
+        ("0,5,1,4", "S < N"),
+        ("0,0,1,nan", "finite"),
+        ("170,0,190,1", "W < E"),
+    ]:
         with pytest.raises(AreaError, match=problem):
             BBox.parse(text)
     assert parse_zooms("10-16") == ZoomRange(10, 16) and parse_zooms("14") == ZoomRange(14, 14)

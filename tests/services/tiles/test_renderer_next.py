@@ -14,8 +14,9 @@ async def test_a_queuemaster_refusing_next_is_reported_to_the_old_way(tmp_path):
     async def old_queuemaster(name, body, timeout=None):
         sent.append(dict(body))
         if "next" in body:
-            raise InvalidParams("invalid parameters for toposm.queuemaster:rendered: next: Extra inputs are "
-                                "not permitted")
+            raise InvalidParams(
+                "invalid parameters for toposm.queuemaster:rendered: next: Extra inputs are not permitted"
+            )
         return {"command": "ack", "metatile": body["metatile"], "expected": True, "queued_again": False}
 
     unit.call = old_queuemaster  # type: ignore[method-assign]

@@ -39,8 +39,7 @@ async def test_the_expire_command_is_heard_on_both_wires_once(bus: TileBus) -> N
     try:
         heard_on_osm = await osm_listener(exchange, "expire_toposm")  # bound to expire_toposm on osm only
         await osm_wire_ready(connection)
-        answer = await client.call("toposm.queuemaster", {"command": "expire", "tiles": "9/10/20;9/11/21"},
-                                   timeout=10)
+        answer = await client.call("toposm.queuemaster", {"command": "expire", "tiles": "9/10/20;9/11/21"}, timeout=10)
         assert answer["command"] == "expired" and answer["tiles"] == 2
         on_osm_wire = await ask(exchange, replies, b'{"command": "expire", "tiles": "10/1/2"}')
         assert on_osm_wire["command"] == "expired", on_osm_wire
@@ -106,8 +105,9 @@ async def test_a_renderer_a_queuemaster_took_on_osm_stays_on_osm(bus: TileBus) -
     bus.queuemaster("--ping-interval", "0.1")
     client = await bus.client()
     unit = Unit("toposm.renderer", config=Config(url=bus.url))
-    renderer = RendererProcess(unit, RendererSettings(tile_root=bus.tile_root, hostname="osmhost",
-                                                      reregister_after=0.2))
+    renderer = RendererProcess(
+        unit, RendererSettings(tile_root=bus.tile_root, hostname="osmhost", reregister_after=0.2)
+    )
     try:
         await eventually(lambda: announced_on_alert and announced_on_osm, timeout=60)
         await unit.start()
@@ -168,15 +168,27 @@ async def test_a_running_toposm_replicate_listens_on_toposm_on_both_wires(bus: T
     store = tmp_path / "store"
     (store / "geometry").mkdir(parents=True)
     # A replication server that is not there: the follower backs off for an hour and keeps running.
-    replicate = Proc([str(BIN / "toposm-replicate"), "--source", "http://127.0.0.1:9/replication/minute/",
-                      "--store", str(store), "--interval", "3600"], bus.url, bus.tmp / "replicate.log")
+    replicate = Proc(
+        [
+            str(BIN / "toposm-replicate"),
+            "--source",
+            "http://127.0.0.1:9/replication/minute/",
+            "--store",
+            str(store),
+            "--interval",
+            "3600",
+        ],
+        bus.url,
+        bus.tmp / "replicate.log",
+    )
     bus.procs.append(replicate)
     await routed_on_osm(bus.url, ONLINE)
     client = await bus.client()
 
     def heard(wire: str) -> bool:
-        return any("heard on toposm" in line and f"wire={wire}" in line
-                   for line in replicate.log.read_text().splitlines())
+        return any(
+            "heard on toposm" in line and f"wire={wire}" in line for line in replicate.log.read_text().splitlines()
+        )
 
     async def heard_on_alert() -> bool:  # said again until heard: its alert queue may be bound after its osm one
         await client.alert("toposm", {"command": "what's up"})
@@ -188,7 +200,8 @@ async def test_a_running_toposm_replicate_listens_on_toposm_on_both_wires(bus: T
 
 
 async def test_a_running_render_list_listens_on_toposm_and_asks_again_when_a_queuemaster_comes(
-        bus: TileBus, monkeypatch: pytest.MonkeyPatch) -> None:
+    bus: TileBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A running toposm-render-list listens on `toposm` on both wires (an unknown command there is
     counted and ignored), and a `queuemaster online` has every request that waits for a queuemaster ask again
     at once: with its pause made an hour long here, the job ends only because it heard the queuemaster."""

@@ -61,8 +61,9 @@ async def test_a_seed_thread_works_next_to_qbroker_renderers(bus):
         bus.renderer()  # a qbroker renderer beside it
         await wait_renderers(client, 2)
         tiles = [f"12/{8 * i}/{8 * i}" for i in range(1, 7)]
-        replies = await asyncio.gather(*(client.call("toposm.queuemaster", {"command": "render", "tile": t},
-                                                     timeout=60) for t in tiles))
+        replies = await asyncio.gather(
+            *(client.call("toposm.queuemaster", {"command": "render", "tile": t}, timeout=60) for t in tiles)
+        )
         assert all(r["command"] == "rendered" for r in replies)
         by = {line["renderer"] for line in bus.render_log_lines()}
         assert raw.name in by and any(name != raw.name for name in by), by
@@ -84,14 +85,21 @@ async def test_osm_answers_go_only_to_client_reply_queues(bus):
     try:
         await osm_wire_ready(connection)
         channel = exchange.channel
-        targets = ["rpc_spark.job", "reply_0123456789abcdef0123456789abcdef",
-                   "alert_0123456789abcdef0123456789abcdef", "qbroker.retry.spark.job.100", "toposm.render.h.1.0"]
+        targets = [
+            "rpc_spark.job",
+            "reply_0123456789abcdef0123456789abcdef",
+            "alert_0123456789abcdef0123456789abcdef",
+            "qbroker.retry.spark.job.100",
+            "toposm.render.h.1.0",
+        ]
         for name in targets:  # queues of the bus's shapes, nobody consuming: whatever lands stays countable
             await channel.declare_queue(name, durable=True)
         # and the bus's own `dead` (its collectors take whatever lands), `dead.kept`, the queuemaster's own queue
         for name in [*targets, "dead", "dead.kept", "toposm.queuemaster.osm"]:
-            await exchange.publish(aio_pika.Message(b'{"command": "stats"}', reply_to=name, correlation_id="x"),
-                                   routing_key="toposm.queuemaster")
+            await exchange.publish(
+                aio_pika.Message(b'{"command": "stats"}', reply_to=name, correlation_id="x"),
+                routing_key="toposm.queuemaster",
+            )
 
         async def refused():
             return await _counter(client, "osm_reply_to_refused") == len(targets) + 3
@@ -110,8 +118,10 @@ async def test_osm_answers_go_only_to_client_reply_queues(bus):
         assert "reply_to names a queue of the bus" in log and "queue_kind=dead.kept" in log
 
         def scraped() -> bool:
-            return value(scrape(metrics_port), 'toposm_queuemaster_osm_wire_total{event="reply_to_refused"}') == \
-                len(targets) + 3
+            return (
+                value(scrape(metrics_port), 'toposm_queuemaster_osm_wire_total{event="reply_to_refused"}')
+                == len(targets) + 3
+            )
 
         await eventually(scraped)
     finally:
@@ -122,13 +132,34 @@ def test_the_bus_queues_a_reply_may_not_name_take_the_deployments_prefix():
     """The bus's own queues, with the deployment's exchange prefix and without it (the default bus may share
     the vhost); every other name is a queue a requester could have declared itself."""
     queues = ReplyQueues(Config(exchange_prefix="tiles."))
-    bus_own = {"tiles.rpc_toposm.queuemaster": "rpc", "rpc_x": "rpc", "tiles.reply_ab12": "reply",
-               "tiles.alert_ab12": "alert", "tiles.dead": "dead", "dead": "dead", "tiles.dead.kept": "dead.kept",
-               "dead.kept": "dead.kept", "tiles.qbroker.retry.x.100": "qbroker", "qbroker.schedules": "qbroker",
-               "toposm.queuemaster.osm": "toposm", "toposm.render.h.1.0": "toposm", "toposm": "toposm"}
+    bus_own = {
+        "tiles.rpc_toposm.queuemaster": "rpc",
+        "rpc_x": "rpc",
+        "tiles.reply_ab12": "reply",
+        "tiles.alert_ab12": "alert",
+        "tiles.dead": "dead",
+        "dead": "dead",
+        "tiles.dead.kept": "dead.kept",
+        "dead.kept": "dead.kept",
+        "tiles.qbroker.retry.x.100": "qbroker",
+        "qbroker.schedules": "qbroker",
+        "toposm.queuemaster.osm": "toposm",
+        "toposm.render.h.1.0": "toposm",
+        "toposm": "toposm",
+    }
     assert {name: queues.bus_queue(name) for name in bus_own} == bus_own
-    for name in ("myprogram", "amq.gen-Xy_1", "toposm.reply.me", "tiles.myprogram", "deadline", "rpc",
-                 "toposmic", "amq.rabbitmq.reply-to.g1h2AA", "dead.kept.old", "tiles.dead.letters"):
+    for name in (
+        "myprogram",
+        "amq.gen-Xy_1",
+        "toposm.reply.me",
+        "tiles.myprogram",
+        "deadline",
+        "rpc",
+        "toposmic",
+        "amq.rabbitmq.reply-to.g1h2AA",
+        "dead.kept.old",
+        "tiles.dead.letters",
+    ):
         assert queues.bus_queue(name) is None, name
 
 
@@ -139,8 +170,9 @@ async def test_a_seed_thread_named_and_saying_more_than_we_know_is_taken(bus):
     define (no `registered`, no `ack`). A sender that asks for an answer (a correlation_id) still gets it."""
     bus.queuemaster()
     client = await bus.client()
-    raw = SeedRenderThread(bus.tile_root, queue_name="seedthread-vader",
-                           extra={"version": "2.1", "capabilities": ["png", "meta"]})
+    raw = SeedRenderThread(
+        bus.tile_root, queue_name="seedthread-vader", extra={"version": "2.1", "capabilities": ["png", "meta"]}
+    )
     await raw.start(bus.url)
     try:
         s = await wait_renderers(client, 1)
@@ -150,11 +182,13 @@ async def test_a_seed_thread_named_and_saying_more_than_we_know_is_taken(bus):
         assert reply["metatile"] == "9/1/2" and raw.rendered == ["9/1/2"]
         connection, exchange, replies = await osm_client(bus.url, reply_queue="asks-for-answers")
         try:
-            answer = await ask(exchange, replies, orjson.dumps(
-                {"command": "register", "hostname": "other", "pid": 1, "threadid": 0, "color": 1}))
+            answer = await ask(
+                exchange,
+                replies,
+                orjson.dumps({"command": "register", "hostname": "other", "pid": 1, "threadid": 0, "color": 1}),
+            )
             assert answer["command"] == "registered" and answer["renderer"] == "toposm.render.other.1.0"
-            bad = await ask(exchange, replies, b'{"command": "register", "hostname": "a.b", "pid": 1, '
-                                               b'"threadid": 0}')
+            bad = await ask(exchange, replies, b'{"command": "register", "hostname": "a.b", "pid": 1, "threadid": 0}')
             assert bad["error"] == "invalid_params" and "hostname" in bad["detail"]  # what we know is checked
         finally:
             await connection.close()
@@ -204,8 +238,9 @@ async def test_seed_programs_reach_qbroker_render_threads_by_hierarchy(bus):
     connection, exchange, _ = await osm_client(bus.url)
     try:
         # `render` addressed to the host level: one of its threads draws it and reports `rendered` on osm
-        await exchange.publish(aio_pika.Message(b'{"command": "render", "metatile": "9/3/3"}'),
-                               routing_key=f"toposm.render.{host}")
+        await exchange.publish(
+            aio_pika.Message(b'{"command": "render", "metatile": "9/3/3"}'), routing_key=f"toposm.render.{host}"
+        )
         await eventually(lambda: (bus.tile_root / "9/24/24.png").exists())
 
         async def reported():
@@ -242,10 +277,15 @@ async def test_waiting_clients_cannot_shut_render_threads_out_of_the_osm_wire(bu
     try:
         await osm_wire_ready(connection)
         for i in range(MAX_COMMANDS + 10):  # distinct metatiles nobody has rendered: each one waits
-            await exchange.publish(aio_pika.Message(
-                f'{{"command": "render", "tile": "14/{8 * (i % 1024)}/{8 * (i // 1024)}"}}'.encode(),
-                content_type="application/json", reply_to=replies.name, correlation_id=str(i)),
-                routing_key="toposm.queuemaster")
+            await exchange.publish(
+                aio_pika.Message(
+                    f'{{"command": "render", "tile": "14/{8 * (i % 1024)}/{8 * (i // 1024)}"}}'.encode(),
+                    content_type="application/json",
+                    reply_to=replies.name,
+                    correlation_id=str(i),
+                ),
+                routing_key="toposm.queuemaster",
+            )
 
         async def all_waiting():
             return (await stats(client))["waiting_requests"] >= MAX_COMMANDS

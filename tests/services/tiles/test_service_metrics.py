@@ -26,8 +26,11 @@ async def test_queuemaster_and_renderer_metrics(bus: TileBus) -> None:
 
     text = await eventually(queuemaster_counted)
     assert value(text, "toposm_queuemaster_dispatch_seconds_count") >= 1
-    assert value(text, 'toposm_queuemaster_render_threads{state="idle"}') + \
-        value(text, 'toposm_queuemaster_render_threads{state="rendering"}') == 1
+    assert (
+        value(text, 'toposm_queuemaster_render_threads{state="idle"}')
+        + value(text, 'toposm_queuemaster_render_threads{state="rendering"}')
+        == 1
+    )
     assert value(text, 'toposm_queuemaster_queue_depth{kind="missing",zoom="all"}') >= 0
     assert value(text, "toposm_queuemaster_waiters") == 0
     assert 'qbroker_handled_total{endpoint="toposm.queuemaster"' in text  # the library's, same port
@@ -36,5 +39,7 @@ async def test_queuemaster_and_renderer_metrics(bus: TileBus) -> None:
     assert value(text, 'toposm_renderer_render_seconds_count{zoom="5"}') >= 1
     assert value(text, "toposm_renderer_threads") == 1
     assert value(text, "toposm_renderer_busy_threads") in (0, 1)
-    assert "toposm_renderer_render_failures_total" not in text or \
-        value(text, 'toposm_renderer_render_failures_total{kind="error"}') <= 0
+    assert (
+        "toposm_renderer_render_failures_total" not in text
+        or value(text, 'toposm_renderer_render_failures_total{kind="error"}') <= 0
+    )

@@ -4,14 +4,7 @@ import random
 
 import pytest
 
-from services.toposm.strategy import (
-    IMPORTANT,
-    MISSING,
-    StrategyError,
-    choose_for_mix,
-    choose_source,
-    parse_strategy,
-)
+from services.toposm.strategy import IMPORTANT, MISSING, StrategyError, choose_for_mix, choose_source, parse_strategy
 
 
 def test_parse_mix():
@@ -21,8 +14,9 @@ def test_parse_mix():
     assert str(parse_strategy("by_zoom")) == "by_zoom"
 
 
-@pytest.mark.parametrize("text", ["", "fastest", "missing:0", "missing:-1", "missing:x", "missing,missing",
-                                  "by_zoom:1.5"])
+@pytest.mark.parametrize(
+    "text", ["", "fastest", "missing:0", "missing:-1", "missing:x", "missing,missing", "by_zoom:1.5"]
+)
 def test_parse_rejects(text):
     with pytest.raises(StrategyError):
         parse_strategy(text)

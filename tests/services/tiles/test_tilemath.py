@@ -23,8 +23,24 @@ def test_parse_tile_roundtrip_and_metatile():
     assert t.metatile.side == 8
 
 
-@pytest.mark.parametrize("text", ["", "1/2", "1/2/3/4", "a/1/1", "1/-1/0", "1/+1/0", "3/8/0", "3/0/8",
-                                  "0/1/0", "31/0/0", "1/ 1/0", "1/1.0/0", "١/0/0"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "1/2",
+        "1/2/3/4",
+        "a/1/1",
+        "1/-1/0",
+        "1/+1/0",
+        "3/8/0",
+        "3/0/8",
+        "0/1/0",
+        "31/0/0",
+        "1/ 1/0",
+        "1/1.0/0",
+        "١/0/0",
+    ],
+)
 def test_parse_tile_rejects(text):
     with pytest.raises(TileError):
         parse_tile(text)

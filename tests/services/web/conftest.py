@@ -20,15 +20,26 @@ from harness.pytest_plugin import heavy
 from tests.services.tiles.conftest import BIN, Proc, TileBus, bus, pytest_runtest_makereport  # noqa: F401 - fixtures reused
 
 ARTIFACTS = Path(__file__).resolve().parents[3] / "var" / "test-artifacts" / "web"
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--window-size=1280,900")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,900",
+)
 
 
 # Every page the browser opens records what its Content-Security-Policy blocked (``csp_violations``); a script
 # added through the DevTools protocol is not itself subject to the policy.
-RECORD_CSP_VIOLATIONS = ("window.cspViolations = []; document.addEventListener('securitypolicyviolation', "
-                         "e => window.cspViolations.push(`${e.effectiveDirective} ${e.blockedURI}`));")
+RECORD_CSP_VIOLATIONS = (
+    "window.cspViolations = []; document.addEventListener('securitypolicyviolation', "
+    "e => window.cspViolations.push(`${e.effectiveDirective} ${e.blockedURI}`));"
+)
 
 
 @dataclass
@@ -40,8 +51,18 @@ class Web:
 def start_web(tb: TileBus, *extra: str) -> Web:
     """``toposm-web`` as a subprocess, like an operator runs it."""
     port = free_port()
-    args = [str(BIN / "toposm-web"), "--tile-root", str(tb.tile_root), "--render-log", str(tb.render_log),
-            "--port", str(port), "--poll-interval", "0.3", *extra]
+    args = [
+        str(BIN / "toposm-web"),
+        "--tile-root",
+        str(tb.tile_root),
+        "--render-log",
+        str(tb.render_log),
+        "--port",
+        str(port),
+        "--poll-interval",
+        "0.3",
+        *extra,
+    ]
     proc = Proc(args, tb.url, tb.tmp / "web.log")
     tb.procs.append(proc)  # stopped by the bus fixture
     url = f"http://127.0.0.1:{port}"
@@ -108,6 +129,7 @@ async def wait_for(browser: Any, script: str, timeout: float = 30.0) -> Any:
 
     def until() -> Any:
         return WebDriverWait(browser, timeout, poll_frequency=0.1).until(
-            lambda driver: driver.execute_script(f"return {script}"))
+            lambda driver: driver.execute_script(f"return {script}")
+        )
 
     return await asyncio.to_thread(until)

@@ -33,8 +33,9 @@ CROSS_SITE = [
 
 async def post(session: aiohttp.ClientSession, web: Web, headers: dict[str, str], body: bytes = BODY) -> int:
     # skip_auto_headers: no Content-Type of aiohttp's choosing where the case has none
-    async with session.post(web.url + "/api/render", data=body, headers=headers,
-                            skip_auto_headers={"Content-Type"}) as response:
+    async with session.post(
+        web.url + "/api/render", data=body, headers=headers, skip_auto_headers={"Content-Type"}
+    ) as response:
         await response.read()
         return response.status
 
@@ -66,8 +67,9 @@ async def test_cross_site_requests_are_refused_before_they_spend_anything(bus: T
         # that says nothing of where it runs are served.
         own = {"Content-Type": "application/json", "Origin": web.url, "Sec-Fetch-Site": "same-origin"}
         assert await post(session, web, own) == 202
-        assert await post(session, web, {"Content-Type": "application/json; charset=utf-8"},
-                          b'{"tile": "12/8/0"}') == 202
+        assert (
+            await post(session, web, {"Content-Type": "application/json; charset=utf-8"}, b'{"tile": "12/8/0"}') == 202
+        )
         assert await on_demand(session, web) == 2
 
     async def expired() -> int | None:
@@ -79,35 +81,44 @@ async def test_cross_site_requests_are_refused_before_they_spend_anything(bus: T
 
 async def test_every_answer_carries_the_page_headers(web: Web) -> None:
     async with aiohttp.ClientSession() as session:
-        for path, status in [("/", 200), ("/map", 200), ("/static/map.js", 200), ("/api/status", 200),
-                             ("/metrics", 200), ("/nope", 404), ("/tiles/abc/0/0.png", 400)]:
+        for path, status in [
+            ("/", 200),
+            ("/map", 200),
+            ("/static/map.js", 200),
+            ("/api/status", 200),
+            ("/metrics", 200),
+            ("/nope", 404),
+            ("/tiles/abc/0/0.png", 400),
+        ]:
             async with session.get(web.url + path) as response:
                 assert response.status == status, path
                 for name, expected in SECURITY_HEADERS.items():
                     assert response.headers.get(name) == expected, (path, name)
-        async with session.post(web.url + "/api/render", data=BODY, headers={"Content-Type": "text/plain"}) \
-                as response:
+        async with session.post(web.url + "/api/render", data=BODY, headers={"Content-Type": "text/plain"}) as response:
             assert response.status == 415 and response.headers["X-Frame-Options"] == "DENY"
             assert (await response.text()).startswith("415: the body must be JSON")
     csp = SECURITY_HEADERS["Content-Security-Policy"]
     assert "frame-ancestors 'none'" in csp and "'unsafe-inline'" not in csp and "script-src 'self'" in csp
 
 
-@pytest.mark.parametrize(("origin", "host", "own"), [
-    ("http://127.0.0.1:8080", "127.0.0.1:8080", True),
-    ("https://tiles.example", "tiles.example", True),
-    ("https://Tiles.Example:443", "tiles.example", True),
-    ("http://tiles.example", "tiles.example:80", True),
-    ("http://[::1]:8080", "[::1]:8080", True),
-    ("https://tiles.example", "tiles.example:8443", False),
-    ("http://127.0.0.1:8081", "127.0.0.1:8080", False),
-    ("http://evil.example", "tiles.example", False),
-    ("http://tiles.example.evil.example", "tiles.example", False),
-    ("null", "tiles.example", False),
-    ("file://", "tiles.example", False),
-    ("http://tiles.example/path", "tiles.example", False),
-    ("http://tiles.example", None, False),
-    ("http://[bad", "tiles.example", False),
-])
+@pytest.mark.parametrize(
+    ("origin", "host", "own"),
+    [
+        ("http://127.0.0.1:8080", "127.0.0.1:8080", True),
+        ("https://tiles.example", "tiles.example", True),
+        ("https://Tiles.Example:443", "tiles.example", True),
+        ("http://tiles.example", "tiles.example:80", True),
+        ("http://[::1]:8080", "[::1]:8080", True),
+        ("https://tiles.example", "tiles.example:8443", False),
+        ("http://127.0.0.1:8081", "127.0.0.1:8080", False),
+        ("http://evil.example", "tiles.example", False),
+        ("http://tiles.example.evil.example", "tiles.example", False),
+        ("null", "tiles.example", False),
+        ("file://", "tiles.example", False),
+        ("http://tiles.example/path", "tiles.example", False),
+        ("http://tiles.example", None, False),
+        ("http://[bad", "tiles.example", False),
+    ],
+)
 def test_own_origin(origin: str, host: str | None, own: bool) -> None:
     assert is_own_origin(origin, host) is own

@@ -47,8 +47,19 @@ def refused(url: str) -> bool:
 
 
 async def test_hits_from_nginx_misses_and_dirty_tiles_from_toposm_web(bus: TileBus) -> None:
-    web = start_web(bus, "--front", "nginx", "--cache-jitter", "0", "--cache-minimum", "1234",
-                    "--cache-low-zoom", "2:100", "--cache-medium-zoom", "4:200")
+    web = start_web(
+        bus,
+        "--front",
+        "nginx",
+        "--cache-jitter",
+        "0",
+        "--cache-minimum",
+        "1234",
+        "--cache-low-zoom",
+        "2:100",
+        "--cache-medium-zoom",
+        "4:200",
+    )
     bus.queuemaster()
     renderer = bus.renderer()
     client = await bus.client()
@@ -63,8 +74,10 @@ async def test_hits_from_nginx_misses_and_dirty_tiles_from_toposm_web(bus: TileB
         assert headers["Cache-Control"] == "max-age=1234" and "ETag" in headers  # the z12 band's floor
         assert headers["X-Content-Type-Options"] == NOSNIFF  # as toposm-web's own answers say
     assert await served_by_backend(web, "fresh") == 0  # every hit was nginx's alone
-    async with aiohttp.ClientSession() as session, \
-            session.get(tile, headers={"If-None-Match": headers["ETag"]}) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(tile, headers={"If-None-Match": headers["ETag"]}) as response,
+    ):
         assert response.status == 304
 
     renderer.stop()  # keep the tile dirty
@@ -89,8 +102,9 @@ async def test_hits_from_nginx_misses_and_dirty_tiles_from_toposm_web(bus: TileB
     # nginx passes on the Host the browser sent: the map's own request is served, another origin's refused.
     async with aiohttp.ClientSession() as session:
         for origin, expected in [(web.url, 202), ("http://evil.example", 403)]:
-            async with session.post(web.url + "/api/render", json={"tile": "12/2000/2000"},
-                                    headers={"Origin": origin}) as response:
+            async with session.post(
+                web.url + "/api/render", json={"tile": "12/2000/2000"}, headers={"Origin": origin}
+            ) as response:
                 assert response.status == expected, (origin, await response.text())
 
     web.proc.stop()  # SIGTERM: toposm-web stops its nginx
@@ -107,8 +121,9 @@ async def test_nginx_goes_when_toposm_web_is_killed(bus: TileBus) -> None:
     await eventually(port_closed)
 
 
-async def test_front_logs_every_request_in_the_combined_format_and_serves_the_favicon(bus: TileBus,
-                                                                                       tmp_path: Path) -> None:
+async def test_front_logs_every_request_in_the_combined_format_and_serves_the_favicon(
+    bus: TileBus, tmp_path: Path
+) -> None:
     from tests.services.web.test_web_degraded_http import combined_lines
 
     log = tmp_path / "access.log"

@@ -39,8 +39,14 @@ asyncio.run(main(sys.argv[1]))
 
 async def test_json_lines_with_correlation_ids(amqp_url: str) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", SCRIPT, amqp_url, env={"QBROKER_LOG_FORMAT": "json", "PATH": "/usr/bin:/bin"},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-c",
+        SCRIPT,
+        amqp_url,
+        env={"QBROKER_LOG_FORMAT": "json", "PATH": "/usr/bin:/bin"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
     lines = [json.loads(line) for line in err.decode().splitlines() if line.strip()]  # all JSON

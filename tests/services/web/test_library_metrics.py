@@ -110,8 +110,10 @@ async def test_calls_errors_in_flight_reconnects_and_dead_letters(make_unit) -> 
 
         def both_in_flight() -> bool:
             text = scrape(port)
-            return value(text, 'qbroker_calls_in_flight{kind="call"}') == 1 and \
-                value(text, 'qbroker_handlers_in_flight{kind="rpc"}') == 1
+            return (
+                value(text, 'qbroker_calls_in_flight{kind="call"}') == 1
+                and value(text, 'qbroker_handlers_in_flight{kind="rpc"}') == 1
+            )
 
         await eventually(both_in_flight)
         release.set()
@@ -126,8 +128,9 @@ async def test_calls_errors_in_flight_reconnects_and_dead_letters(make_unit) -> 
             await client.call("test.metrics.check", {"n": 1, "pad": "x" * 20_000})
         await client.cast("test.metrics.check", {"n": 3})
         await client.alert("test.metrics.census-unheard", {})
-        assert [reply.body async for reply in client.gather("test.metrics.census", max_replies=1, timeout=HANG)] == \
-            ["here"]
+        assert [reply.body async for reply in client.gather("test.metrics.census", max_replies=1, timeout=HANG)] == [
+            "here"
+        ]
 
         def settled() -> str | None:
             text = scrape(port)
@@ -177,6 +180,7 @@ def test_names_with_a_process_id_keep_one_label_across_restarts() -> None:
     """``endpoint_label``: a per-process name (a render thread's ``...<host>.<pid>.<thread>``) counts under one
     stable label, whatever number of processes came and went; ``max_names`` bounds the labels, not the names
     (a thousand restarts are not a thousand names that push the next one into ``other``)."""
+
     def without_pid(name: str) -> str:
         words = name.split(".")
         return ".".join([*words[:2], "*", *words[3:]]) if len(words) == 4 else name
@@ -188,8 +192,9 @@ def test_names_with_a_process_id_keep_one_label_across_restarts() -> None:
     metrics.observe("test.third", "rpc", "ok", 0.01)  # a third label: over max_names
 
     def handled(endpoint: str) -> float | None:
-        return metrics.registry.get_sample_value("qbroker_handled_total",
-                                                 {"endpoint": endpoint, "kind": "rpc", "status": "ok"})
+        return metrics.registry.get_sample_value(
+            "qbroker_handled_total", {"endpoint": endpoint, "kind": "rpc", "status": "ok"}
+        )
 
     assert handled("test.worker.*.0") == 1000
     assert handled("test.other") == 1 and handled(OTHER) == 1

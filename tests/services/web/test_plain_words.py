@@ -9,8 +9,11 @@ from services.web.plain_words import dead_letter_meaning, unavailable, why_no_an
 
 
 def test_every_qbroker_error_has_plain_words() -> None:
-    classes = [c for c in vars(qbroker.errors).values()
-               if isinstance(c, type) and issubclass(c, QBrokerError) and c is not QBrokerError]
+    classes = [
+        c
+        for c in vars(qbroker.errors).values()
+        if isinstance(c, type) and issubclass(c, QBrokerError) and c is not QBrokerError
+    ]
     assert len(classes) >= 15
     for cls in classes:
         text = why_no_answer(cls("the particulars"), "the queuemaster", "toposm.queuemaster")
@@ -20,8 +23,16 @@ def test_every_qbroker_error_has_plain_words() -> None:
 
 
 def test_every_dead_letter_counter_is_explained() -> None:
-    reasons = ("unroutable", "expired", "rejected", "maxlen", "delivery_limit", "poison", "retries_exhausted",
-               "unknown")
+    reasons = (
+        "unroutable",
+        "expired",
+        "rejected",
+        "maxlen",
+        "delivery_limit",
+        "poison",
+        "retries_exhausted",
+        "unknown",
+    )
     keys = [f"{kind}.{reason}" for kind in ("rpc", "alert", "reply", "unknown") for reason in reasons]
     for key in [*keys, "kept", "kept_failed", "other", "forged key from the bus"]:
         assert dead_letter_meaning(key).meaning, key

@@ -15,9 +15,16 @@ from services.web.status import StatusModel
 from services.web.web_metrics import WebMetrics
 
 FORGED = [
-    {"queues": {"missing": "lots", "important": [1], "total": float("nan"), "rendering": True,
-                "by_zoom": {"12": "x", "13": 4}},
-     "renderers": ["not a thread", 7, {"renderer": "r1", "rendered": "many"}]},
+    {
+        "queues": {
+            "missing": "lots",
+            "important": [1],
+            "total": float("nan"),
+            "rendering": True,
+            "by_zoom": {"12": "x", "13": 4},
+        },
+        "renderers": ["not a thread", 7, {"renderer": "r1", "rendered": "many"}],
+    },
     {"queues": "nothing", "renderers": {"r": 1}},
     {"queues": {"total": float("inf")}, "renderers": None},
 ]
@@ -42,9 +49,14 @@ def test_forged_queuemaster_stats_give_a_status_page_with_zeros() -> None:
 def test_a_render_log_line_longer_than_a_read_is_skipped_and_reading_goes_on(tmp_path: Path) -> None:
     """A line with no end within a read (1 MiB) was read again at every poll: the page never saw another
     render. It is skipped to its end, and the records after it are read."""
+
     def record(metatile: str) -> bytes:
-        return orjson.dumps({"metatile": metatile, "renderer": "r1", "start": 1.0, "duration": 0.5,
-                             "status": "ok", "zoom": 12}) + b"\n"
+        return (
+            orjson.dumps(
+                {"metatile": metatile, "renderer": "r1", "start": 1.0, "duration": 0.5, "status": "ok", "zoom": 12}
+            )
+            + b"\n"
+        )
 
     log = tmp_path / "render.log"
     log.write_bytes(record("12/0/0") + b'{"metatile": "' + b"x" * (3 * MAX_LOG_READ) + b'"}\n' + record("12/8/8"))

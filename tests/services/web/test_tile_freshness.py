@@ -27,9 +27,18 @@ def max_age(headers: CIMultiDict[str]) -> int:
 
 
 async def test_expired_tile_stays_dirty_across_a_restart_with_mod_tile_cache_headers(bus: TileBus) -> None:
-    options = ("--cache-minimum", str(FRESH_FLOOR), "--cache-low-zoom", "3:9000", "--cache-medium-zoom", "5:5000",
-               "--cache-jitter", "0",
-               "--cache-dirty", "60")
+    options = (
+        "--cache-minimum",
+        str(FRESH_FLOOR),
+        "--cache-low-zoom",
+        "3:9000",
+        "--cache-medium-zoom",
+        "5:5000",
+        "--cache-jitter",
+        "0",
+        "--cache-dirty",
+        "60",
+    )
     web = start_web(bus, *options)
     bus.queuemaster()
     renderer = bus.renderer()
@@ -73,13 +82,16 @@ async def test_rerendered_tile_is_fresh_again(bus: TileBus) -> None:
     tile = web.url + "/tiles/6/1/1.png"
     assert (await fetch(tile))[0] == 200
     before = (bus.tile_root / "6/1/1.png").stat().st_mtime_ns
-    async with aiohttp.ClientSession() as session, \
-            session.post(web.url + "/api/render", json={"tile": "6/1/1"}) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(web.url + "/api/render", json={"tile": "6/1/1"}) as response,
+    ):
         assert response.status == 202
 
     async def fresh_again() -> bool:
-        return (bus.tile_root / "6/1/1.png").stat().st_mtime_ns > before and \
-            (await fetch(tile))[1]["X-Tile-State"] == "fresh"
+        return (bus.tile_root / "6/1/1.png").stat().st_mtime_ns > before and (await fetch(tile))[1][
+            "X-Tile-State"
+        ] == "fresh"
 
     await eventually(fresh_again)
     assert not any(p.is_file() for p in (bus.tile_root / ".expired").rglob("*"))  # the marker is gone

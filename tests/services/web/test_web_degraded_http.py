@@ -22,8 +22,10 @@ PLACEHOLDER_TILE = (STATIC / "tile-unavailable.png").read_bytes()
 FAVICON = STATIC / "favicon.ico"
 NOT_RUNNING = "the queuemaster is not running (nobody serves toposm.queuemaster on the bus)"
 # host ident user [time] "request" status bytes "referer" "user agent": what Apache's and nginx's combined write
-COMBINED = re.compile(r'(?P<host>\S+) - - \[(?P<time>[^]]+)\] "(?P<request>(?:[^"\\]|\\x[0-9A-F]{2})*)" '
-                      r'(?P<status>\d{3}) (?P<bytes>\d+) "(?P<referer>[^"]*)" "(?P<agent>[^"]*)"')
+COMBINED = re.compile(
+    r'(?P<host>\S+) - - \[(?P<time>[^]]+)\] "(?P<request>(?:[^"\\]|\\x[0-9A-F]{2})*)" '
+    r'(?P<status>\d{3}) (?P<bytes>\d+) "(?P<referer>[^"]*)" "(?P<agent>[^"]*)"'
+)
 
 
 async def get(url: str, **headers: str) -> tuple[int, bytes, dict[str, str]]:
@@ -106,8 +108,9 @@ async def test_access_log_in_the_combined_log_format(bus: TileBus, tmp_path: Pat
     assert datetime.strptime(page["time"], "%d/%b/%Y:%H:%M:%S %z").tzinfo is not None
 
 
-async def test_access_log_from_the_environment_to_stdout_and_off_by_default(bus: TileBus,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_access_log_from_the_environment_to_stdout_and_off_by_default(
+    bus: TileBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the two write their standard output to one log file (tests/services/tiles/conftest.py Proc)
     quiet = start_web(bus)
     await get(quiet.url + "/favicon.ico")

@@ -65,17 +65,27 @@ async def test_dirty_tile_is_served_at_once_and_rendered_again(bus: TileBus, web
     assert (await get(web.url + "/tiles/6/10/20.png"))[2]["X-Tile-State"] == "fresh"
 
 
-@pytest.mark.parametrize("path", ["/tiles/abc/1/2.png", "/tiles/3/8/0.png", "/tiles/3/0/8.png",
-                                  "/tiles/19/0/0.png", "/tiles/-1/0/0.png", "/tiles/2/%2B1/0.png",
-                                  "/tiles/99999999999999999999/0/0.png"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/tiles/abc/1/2.png",
+        "/tiles/3/8/0.png",
+        "/tiles/3/0/8.png",
+        "/tiles/19/0/0.png",
+        "/tiles/-1/0/0.png",
+        "/tiles/2/%2B1/0.png",
+        "/tiles/99999999999999999999/0/0.png",
+    ],
+)
 async def test_bad_coordinates_are_400(web: Web, path: str) -> None:
     status, body, _ = await get(web.url + path)
     assert status == 400, (path, body)
     assert b"Traceback" not in body and body.startswith(b"400: ")
 
 
-@pytest.mark.parametrize("path", ["/nope", "/tiles/1/0/0.jpg", "/tiles/1/0.png", "/static/../pyproject.toml",
-                                  "/static/vendor/nothing.js"])
+@pytest.mark.parametrize(
+    "path", ["/nope", "/tiles/1/0/0.jpg", "/tiles/1/0.png", "/static/../pyproject.toml", "/static/vendor/nothing.js"]
+)
 async def test_unknown_paths_are_404(web: Web, path: str) -> None:
     status, body, _ = await get(web.url + path)
     assert status == 404, (path, body)
@@ -84,8 +94,10 @@ async def test_unknown_paths_are_404(web: Web, path: str) -> None:
 
 @pytest.mark.parametrize("body", [b"not json", b'{"tile": 3}', b'["1/0/0"]', b'{"tile": "1/5/0"}'])
 async def test_bad_render_requests_are_400(web: Web, body: bytes) -> None:
-    async with aiohttp.ClientSession() as session, \
-            session.post(web.url + "/api/render", data=body, headers={"Content-Type": "application/json"}) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(web.url + "/api/render", data=body, headers={"Content-Type": "application/json"}) as response,
+    ):
         assert response.status == 400
         assert b"Traceback" not in await response.read()
 
@@ -96,6 +108,7 @@ async def test_on_demand_renders_are_capped_per_client_and_in_total(bus: TileBus
     await wait_renderers(await bus.client(), 0)  # a render sent before the queuemaster is up is answered at once
     web = start_web(bus, "--max-renders-per-client", "2", "--max-renders", "3", "--render-timeout", "60")
     async with aiohttp.ClientSession() as session:
+
         async def fetch(path: str) -> int:
             async with session.get(web.url + path) as response:
                 await response.read()
@@ -148,9 +161,13 @@ async def test_metrics_and_json_status(bus: TileBus, web: Web) -> None:
         return text if "toposm_web_queuemaster_up 1.0" in text else None
 
     text = await eventually(scraped)
-    for name in ('toposm_web_rpc_calls_total{endpoint="toposm.queuemaster",status="ok"}',
-                 'toposm_web_tile_requests_total{outcome="', "qbroker_calls_total{",
-                 "qbroker_call_duration_seconds_bucket{", "toposm_web_build_info{"):
+    for name in (
+        'toposm_web_rpc_calls_total{endpoint="toposm.queuemaster",status="ok"}',
+        'toposm_web_tile_requests_total{outcome="',
+        "qbroker_calls_total{",
+        "qbroker_call_duration_seconds_bucket{",
+        "toposm_web_build_info{",
+    ):
         assert name in text, name
     status, body, headers = await get(web.url + "/api/status")
     assert status == 200 and headers["Content-Type"].startswith("application/json")

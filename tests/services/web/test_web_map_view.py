@@ -39,23 +39,28 @@ async def test_the_map_opens_where_the_tiles_are(bus: TileBus, web: Web, browser
     await wait_for(browser, "location.hash.startsWith('#map=')")
     assert await wait_for(browser, f"map.getBounds().contains(L.latLng({HELSINKI[0]}, {HELSINKI[1]}))")
     assert 9 <= await wait_for(browser, "map.getZoom()") <= 12  # the metatile fills the view, not the world
-    zoom, lat, lon = (float(part) for part in
-                      (await wait_for(browser, "location.hash")).removeprefix("#map=").split("/"))
+    zoom, lat, lon = (
+        float(part) for part in (await wait_for(browser, "location.hash")).removeprefix("#map=").split("/")
+    )
     assert (zoom, round(lat, 1), round(lon, 1)) == (await wait_for(browser, "map.getZoom()"), 60.1, 25.0)
 
 
 async def test_the_view_lives_in_the_url_hash(web: Web, browser: Any) -> None:
     await asyncio.to_thread(browser.get, web.url + "/map#map=15/60.16990/24.93840")
     await wait_for(browser, "typeof map === 'object' && map.getZoom() === 15")
-    assert await wait_for(browser, "[map.getCenter().lat.toFixed(4), map.getCenter().lng.toFixed(4)]") == \
-        ["60.1699", "24.9384"]
+    assert await wait_for(browser, "[map.getCenter().lat.toFixed(4), map.getCenter().lng.toFixed(4)]") == [
+        "60.1699",
+        "24.9384",
+    ]
     # Moving the map rewrites the hash (no new history entry), as openstreetmap.org does.
     await asyncio.to_thread(browser.execute_script, "map.setView([60.2, 24.9], 13)")
     assert await wait_for(browser, "location.hash === '#map=13/60.2000/24.9000' && location.hash")
     await asyncio.to_thread(browser.refresh)
     await wait_for(browser, "typeof map === 'object' && map.getZoom() === 13")
-    assert await wait_for(browser, "[map.getCenter().lat.toFixed(4), map.getCenter().lng.toFixed(4)]") == \
-        ["60.2000", "24.9000"]
+    assert await wait_for(browser, "[map.getCenter().lat.toFixed(4), map.getCenter().lng.toFixed(4)]") == [
+        "60.2000",
+        "24.9000",
+    ]
     # A link someone shares, typed into the same page: the map goes there.
     await asyncio.to_thread(browser.execute_script, "location.hash = '#map=11/60.1/24.8'")
     await wait_for(browser, "map.getZoom() === 11 && map.getCenter().lng.toFixed(1) === '24.8'")

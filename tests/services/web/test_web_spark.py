@@ -23,8 +23,9 @@ pytestmark = pytest.mark.usefixtures("bridge")
 VIEWER_ZONE = "Asia/Kolkata"
 
 
-async def test_jobs_show_on_the_page_and_in_metrics(amqp_url: str, make_unit: Any, browser: Any,
-                                                    tmp_path: Path) -> None:
+async def test_jobs_show_on_the_page_and_in_metrics(
+    amqp_url: str, make_unit: Any, browser: Any, tmp_path: Path
+) -> None:
     tb = TileBus(amqp_url, tmp_path)  # toposm-web on the bridge's vhost; no tile services needed here
     web = start_web(tb)
     try:
@@ -33,25 +34,43 @@ async def test_jobs_show_on_the_page_and_in_metrics(amqp_url: str, make_unit: An
         await asyncio.to_thread(browser.get, web.url + "/")
         await wait_for(browser, "document.body.dataset.version !== '-1'")
         log = tmp_path / "render.log"
-        log.write_text("".join(json.dumps({"metatile": "9/0/0", "zoom": 9, "renderer": "toposm.render.h.1.1",
-                                           "start": 1000.0 + i, "duration": 1.0, "status": "ok"}) + "\n"
-                               for i in range(10)))
+        log.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "metatile": "9/0/0",
+                        "zoom": 9,
+                        "renderer": "toposm.render.h.1.1",
+                        "start": 1000.0 + i,
+                        "duration": 1.0,
+                        "status": "ok",
+                    }
+                )
+                + "\n"
+                for i in range(10)
+            )
+        )
         client = await make_unit("test.web.spark.client")
         await client.start()
-        job = await client.call("spark.stats", {"paths": [str(log)], "wait": True, "window_seconds": 5},
-                                timeout=120)
+        job = await client.call("spark.stats", {"paths": [str(log)], "wait": True, "window_seconds": 5}, timeout=120)
         short = job["job_id"][:12]
-        row = await wait_for(browser, "[...document.querySelectorAll('#jobs tr')].map(tr => tr.textContent)"
-                                      f".find(t => t.startsWith('{short}') && t.includes('succeeded'))")
+        row = await wait_for(
+            browser,
+            "[...document.querySelectorAll('#jobs tr')].map(tr => tr.textContent)"
+            f".find(t => t.startsWith('{short}') && t.includes('succeeded'))",
+        )
         assert "stats" in row
         # Its final phase, not the last step it was in ("writing"), and when it finished, in local time.
         status = await client.call("spark.job", {"command": "status", "job_id": job["job_id"]})
         assert status["phase"] == "done"
         finished = datetime.fromtimestamp(status["finished_at"], ZoneInfo(VIEWER_ZONE)).strftime("%H:%M:%S")
-        cells = await wait_for(browser, "(() => { const tr = [...document.querySelectorAll('#jobs tr')].find("
-                                        f"tr => tr.textContent.startsWith('{short}'));"
-                                        " const c = [...tr.children].map(td => td.textContent);"
-                                        " return c[5].startsWith('finished') && c; })()")
+        cells = await wait_for(
+            browser,
+            "(() => { const tr = [...document.querySelectorAll('#jobs tr')].find("
+            f"tr => tr.textContent.startsWith('{short}'));"
+            " const c = [...tr.children].map(td => td.textContent);"
+            " return c[5].startsWith('finished') && c; })()",
+        )
         assert cells[2:4] == ["succeeded", "done"], cells
         assert re.fullmatch(f"finished {finished} " + r"(just now|\d+ s ago)", cells[5]), cells
 
