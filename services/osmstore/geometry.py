@@ -102,16 +102,16 @@ def add_member_relations(conn: sqlite3.Connection) -> None:
 LOOKUPS: dict[str, tuple[pa.Schema, str]] = {
     "nodes": (
         pa.schema([("id", pa.int64()), ("lon", pa.float64()), ("lat", pa.float64())]),
-        f"SELECT id, lon, lat FROM nodes WHERE id IN {_IDS}",
-    ),  # noqa: S608
+        f"SELECT id, lon, lat FROM nodes WHERE id IN {_IDS}",  # noqa: S608
+    ),
     "way_nodes": (
         pa.schema([("way_id", pa.int64()), ("seq", pa.int64()), ("node_id", pa.int64())]),
-        f"SELECT way_id, seq, node_id FROM ({_WAY_REFS}) WHERE way_id IN {_IDS}",
-    ),  # noqa: S608
+        f"SELECT way_id, seq, node_id FROM ({_WAY_REFS}) WHERE way_id IN {_IDS}",  # noqa: S608
+    ),
     "node_ways": (
         pa.schema([("node_id", pa.int64()), ("way_id", pa.int64())]),
-        f"SELECT node_id, way_id FROM node_ways WHERE node_id IN {_IDS}",
-    ),  # noqa: S608
+        f"SELECT node_id, way_id FROM node_ways WHERE node_id IN {_IDS}",  # noqa: S608
+    ),
     "members": (
         pa.schema([("rel_id", pa.int64()), ("member_type", pa.string()), ("member_id", pa.int64())]),
         "SELECT r.id, m.value ->> 0, m.value ->> 1 FROM relations r, json_each(r.members) m "  # noqa: S608
@@ -127,8 +127,8 @@ LOOKUPS: dict[str, tuple[pa.Schema, str]] = {
     ),
     "way_relations": (
         pa.schema([("way_id", pa.int64()), ("rel_id", pa.int64())]),
-        f"SELECT way_id, rel_id FROM way_relations WHERE way_id IN {_IDS}",
-    ),  # noqa: S608
+        f"SELECT way_id, rel_id FROM way_relations WHERE way_id IN {_IDS}",  # noqa: S608
+    ),
     # The stored refs of the relations' way members (their old lines): a relation's members are mostly ways a
     # regional store lacks (cut at its edge), so they come as the refs of those it has, not as members.
     "relation_way_nodes": (

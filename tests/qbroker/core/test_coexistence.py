@@ -83,8 +83,12 @@ async def test_a_unit_starts_where_the_original_and_its_collector_declared_first
     unit = await make_unit("test.beside", exchange_prefix=prefix)
     warned = _warned(await _start(unit))
     assert warned == {
-        f"exchange '{prefix}dead': type is 'topic' there, qbroker declares 'fanout'": "none: the dead queue is bound with '#', so a topic exchange gives it every key",
-        f"exchange '{prefix}alert': alternate-exchange is none there, qbroker declares '{prefix}dead'": "alerts nobody listens to are dropped unseen instead of counted as dead",
+        f"exchange '{prefix}dead': type is 'topic' there, qbroker declares 'fanout'": (
+            "none: the dead queue is bound with '#', so a topic exchange gives it every key"
+        ),
+        f"exchange '{prefix}alert': alternate-exchange is none there, qbroker declares '{prefix}dead'": (
+            "alerts nobody listens to are dropped unseen instead of counted as dead"
+        ),
     }
     with pytest.raises(NoServer):  # our collector answers through the original's topic `dead`
         await unit.call("t.nobody", timeout=HANG)
