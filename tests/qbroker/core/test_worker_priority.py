@@ -28,7 +28,9 @@ async def test_a_heavier_server_gets_work_first_and_a_lighter_one_only_when_it_i
 
         return handle
 
-    heavy.rpc("test.weighted", prefetch=1, priority=10)(server("heavy"))
+    # Room for two on the heavy server: a server acks after its reply, so the next sequential call may reach
+    # the broker before the last one's ack does; with a prefetch of 1 that call would find the heavy server full.
+    heavy.rpc("test.weighted", prefetch=2, priority=10)(server("heavy"))
     light.rpc("test.weighted", prefetch=1)(server("light"))  # the default priority, 0: a standby
     for unit in (light, heavy, client):
         await unit.start()
@@ -36,9 +38,12 @@ async def test_a_heavier_server_gets_work_first_and_a_lighter_one_only_when_it_i
     for _ in range(10):  # the heavy server is never full between sequential calls: it takes them all
         assert await client.call("test.weighted", {}) == "heavy"
 
-    held = asyncio.create_task(client.call("test.weighted", {"block": True}, timeout=HANG))
-    await eventually(lambda: served.count("heavy") == 11, timeout=HANG)  # heavy holds it: at its prefetch
+    held = []
+    for count in (11, 12):  # one at a time: each finds the one before acked, the heavy server room for it
+        held.append(asyncio.create_task(client.call("test.weighted", {"block": True}, timeout=HANG)))
+        await eventually(lambda count=count: served.count("heavy") == count, timeout=HANG)
+    # heavy holds two: at its prefetch
     assert await client.call("test.weighted", {}) == "light"  # so the standby gets the next one
     release.set()
-    assert await held == "heavy"
+    assert await asyncio.gather(*held) == ["heavy", "heavy"]
     assert await client.call("test.weighted", {}) == "heavy"  # free again: back to the heavy one
